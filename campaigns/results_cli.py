@@ -1,0 +1,286 @@
+"""`commcamp results ...`: list, export and ingest what the results store holds.
+campaigns/cli.py mounts it with register(app)."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from sqlalchemy import JSON
+
+from campaigns.records import load_records
+from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
+from campaigns.store.models import Measurement
+
+
+def _console(*, stderr: bool = False) -> Console:
+    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call.
+    return Console(stderr=stderr)
+
+
+DbOption = Annotated[Optional[str], typer.Option(
+    "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
+LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
+
+_UNITS = {"": 1, "k": 2**10, "ki": 2**10, "kib": 2**10, "m": 2**20, "mi": 2**20, "mib": 2**20,
+          "g": 2**30, "gi": 2**30, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+
+
+def parse_size(text: str, option: str) -> int:
+    """'4096', '4K', '4KiB' (binary) or '4KB' (decimal) as bytes."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if match is None or match.group(2).lower() not in _UNITS:
+        raise typer.BadParameter(f"{text!r} is not a size such as 4096, 64K, 1MiB or 1MB", param_hint=option)
+    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def human_size(size: float | None) -> str:
+    if size is None or size != size:  # None or NaN: an error record without a size
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:g} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def parse_when(text: str | None, option: str) -> date | datetime | None:
+    """YYYY-MM-DD (that whole day) or an ISO 8601 date-time; without an offset it is local time."""
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a date (2026-01-31) or ISO date-time",
+                                 param_hint=option) from None
+
+
+# Filter options shared by the measurement commands; _with_measurement_filters adds them to a command.
+_MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
+    "campaign": Annotated[Optional[list[str]], typer.Option(help="campaign name (repeatable)")],
+    "site": Annotated[Optional[list[str]], typer.Option(help="site (repeatable)")],
+    "system": Annotated[Optional[list[str]], typer.Option(help="system (repeatable)")],
+    "partition": Annotated[Optional[list[str]], typer.Option(help="partition (repeatable)")],
+    "op": Annotated[Optional[list[str]], typer.Option(help="operation, e.g. allreduce (repeatable)")],
+    "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. nccl (repeatable)")],
+    "backend": Annotated[Optional[list[str]], typer.Option(help="cpu, cuda or hip (repeatable)")],
+    "run_id": Annotated[Optional[list[int]], typer.Option(help="run id (repeatable)")],
+    "size": Annotated[Optional[str], typer.Option(help="exact message size, e.g. 1MiB")],
+    "min_size": Annotated[Optional[str], typer.Option(help="smallest message size")],
+    "max_size": Annotated[Optional[str], typer.Option(help="largest message size")],
+    "since": Annotated[Optional[str], typer.Option(help="measured on or after (YYYY-MM-DD or ISO date-time)")],
+    "until": Annotated[Optional[str], typer.Option(help="measured on or before (YYYY-MM-DD or ISO date-time)")],
+    "valid": Annotated[Optional[bool], typer.Option("--valid/--invalid", help="only valid / only invalid")],
+}
+
+
+def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    def size(name: str) -> int | None:
+        text = options[name]
+        return None if text is None else parse_size(text, "--" + name.replace("_", "-"))
+
+    lists = {name: options[name] or None
+             for name in ("campaign", "site", "system", "partition", "op", "transport", "backend", "run_id")}
+    return MeasurementFilter(**lists, bytes=size("size"), min_bytes=size("min_size"), max_bytes=size("max_size"),
+                             since=parse_when(options["since"], "--since"),
+                             until=parse_when(options["until"], "--until"), valid=options["valid"])
+
+
+def _with_measurement_filters(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` the filter options; it receives them as one MeasurementFilter `filters`."""
+    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "filters"]
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+             for name, annotation in _MEASUREMENT_FILTER_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_filters(**options: Any) -> None:
+        filter_options = {name: options.pop(name) for name in _MEASUREMENT_FILTER_OPTIONS}
+        command(filters=_measurement_filter(filter_options), **options)
+
+    with_filters.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+    with_filters.__annotations__ = {p.name: p.annotation for p in own + added}
+    return with_filters
+
+
+@contextmanager
+def _expected_errors() -> Iterator[None]:
+    """Bad input and database trouble end the command with a one-line message and exit status 1."""
+    try:
+        yield
+    except (StoreError, ValueError, OSError) as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(1) from None
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int) -> None:
+    table = Table(*columns, title=escape(title))
+    for row in rows:
+        table.add_row(*map(escape, row))  # values are data, not rich markup
+    _console().print(table)
+    if len(rows) < total:
+        _console().print(f"showing {len(rows)} of {total}; use --limit 0 or narrower filters to see the rest")
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+class RunStatus(str, Enum):
+    passed = "pass"
+    failed = "fail"
+    error = "error"
+
+
+def list_runs(db: DbOption = None,
+              campaign: Annotated[Optional[str], typer.Option(help="campaign name")] = None,
+              site: Annotated[Optional[str], typer.Option()] = None,
+              system: Annotated[Optional[str], typer.Option()] = None,
+              partition: Annotated[Optional[str], typer.Option()] = None,
+              status: Annotated[Optional[RunStatus], typer.Option()] = None,
+              since: Annotated[Optional[str], typer.Option(help="started on or after (YYYY-MM-DD or ISO)")] = None,
+              until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
+              limit: LimitOption = 100) -> None:
+    """List stored runs."""
+    run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
+                           status=status.value if status else None,
+                           since=parse_when(since, "--since"), until=parse_when(until, "--until"))
+    with _expected_errors(), open_store(db) as store:
+        runs = store.runs(**vars(run_filter))
+    rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
+             str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
+             str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
+            for run in (runs[:limit] if limit else runs)]
+    _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
+                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs))
+
+
+@_with_measurement_filters
+def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100) -> None:
+    """List stored measurements (one per commbench record)."""
+    with _expected_errors(), open_store(db) as store:
+        frame = store.measurements(**vars(filters))
+    rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
+             _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
+             "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
+             row.timestamp.strftime("%Y-%m-%d %H:%M")]
+            for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
+    _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
+                                                  "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
+                 rows, len(frame))
+
+
+class ExportFormat(str, Enum):
+    csv = "csv"
+    parquet = "parquet"
+
+
+@_with_measurement_filters
+def export(filters: MeasurementFilter,
+           output: Annotated[Path, typer.Option("--output", "-o", help="file to write (replaced atomically)")],
+           export_format: Annotated[Optional[ExportFormat], typer.Option(
+               "--format", help="csv or parquet [default: from the output suffix]")] = None,
+           db: DbOption = None) -> None:
+    """Export measurements as CSV or Parquet; JSON-valued columns are written as JSON text."""
+    if export_format is None:
+        try:
+            export_format = ExportFormat(output.suffix.lstrip(".").lower())
+        except ValueError:
+            raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
+                                     param_hint="--format") from None
+    with _expected_errors():
+        with open_store(db) as store:
+            frame = store.measurements(**vars(filters))
+        for column in Measurement.__table__.columns:
+            if isinstance(column.type, JSON):
+                frame[column.key] = [json.dumps(value, sort_keys=True) if value is not None else None
+                                     for value in frame[column.key]]
+        output = output.absolute()
+        fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            if export_format is ExportFormat.csv:
+                frame.to_csv(temp_name, index=False)
+            else:
+                frame.to_parquet(temp_name, index=False)
+            os.replace(temp_name, output)
+        except BaseException:
+            os.unlink(temp_name)
+            raise
+    _console().print(f"exported {len(frame)} measurements to {output} ({export_format.value})", markup=False)
+
+
+def _parameters(pairs: list[str]) -> dict[str, str]:
+    parameters = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--param")
+        parameters[key] = value
+    return parameters
+
+
+def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines output")],
+           site: Annotated[str, typer.Option(help="site the records were measured at")],
+           system: Annotated[str, typer.Option(help="system (cluster) name")],
+           partition: Annotated[str, typer.Option()] = "default",
+           environ: Annotated[str, typer.Option(help="programming environment")] = "default",
+           campaign: Annotated[str, typer.Option()] = "manual",
+           check_name: Annotated[str, typer.Option(help="name of the check that ran commbench")] = "commbench",
+           run_key: Annotated[Optional[str], typer.Option(
+               help="unique key of this run [default: manual:<sha256 of the file>]")] = None,
+           param: Annotated[Optional[list[str]], typer.Option(help="run parameter KEY=VALUE (repeatable)")] = None,
+           num_nodes: Annotated[Optional[int], typer.Option(help="[default: largest 'nodes' of the records]")] = None,
+           num_tasks: Annotated[Optional[int], typer.Option(help="[default: largest 'ranks' of the records]")] = None,
+           status: Annotated[Optional[RunStatus], typer.Option(
+               help="[default: pass when every record is valid, else fail]")] = None,
+           reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
+           job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
+           replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
+           db: DbOption = None) -> None:
+    """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result)."""
+    parameters = _parameters(param or [])
+    with _expected_errors():
+        records = load_records(file)
+        if not records:
+            raise ValueError(f"{file} holds no commbench records")
+        invalid = sum(not record["valid"] for record in records)
+        if status is None:
+            status = RunStatus.passed if invalid == 0 else RunStatus.failed
+            if invalid and reason is None:
+                reason = f"{invalid} of {len(records)} records not valid"
+        stamps = [datetime.fromisoformat(record["timestamp"]) for record in records]
+        run = RunInfo(run_key=run_key or f"manual:{hashlib.sha256(file.read_bytes()).hexdigest()[:16]}",
+                      campaign=campaign, site=site, system=system, partition=partition, environ=environ,
+                      check_name=check_name, parameters=parameters,
+                      num_nodes=num_nodes or max(record["nodes"] for record in records),
+                      num_tasks=num_tasks or max(record["ranks"] for record in records),
+                      status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
+                      job_id=job_id)
+        with open_store(db) as store:
+            run_id = store.ingest(run, records, replace=replace)
+    _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
+               f"from {file} in {store.url}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `results` command group to the commcamp CLI."""
+    results = typer.Typer(help="Query, export and ingest stored benchmark results.", no_args_is_help=True)
+    results.command("runs")(list_runs)
+    results.command("list")(list_measurements)
+    results.command("export")(export)
+    results.command("ingest")(ingest)
+    app.add_typer(results, name="results")

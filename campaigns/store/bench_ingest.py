@@ -1,0 +1,112 @@
+"""Benchmark of the results store: ingest 10^6 per-iteration samples from a commbench JSON Lines file and
+summarise them again (median and p95 per measurement, from the stored samples).
+
+Target: load + ingest + summarise <= 5 s on the 2-core development machine. The records are generated
+(lognormal samples, stats computed from them as commbench does); generating and writing the file is not timed.
+
+    .venv/bin/python -m campaigns.store.bench_ingest [--measurements 1000] [--samples 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from campaigns.records import load_records
+from campaigns.store.store import REPO_ROOT, RunInfo, open_store
+
+TARGET_S = 5.0
+
+
+def generate_records(measurements: int, samples: int, seed: int = 1) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    sizes = 2 ** (np.arange(measurements) % 24)
+    times = rng.lognormal(mean=np.log(2.0 + sizes / 1e3)[:, None], sigma=0.25, size=(measurements, samples))
+    medians = np.median(times, axis=1)
+    p95 = np.percentile(times, 95, axis=1)
+    stamp = datetime.now(UTC).isoformat()
+    records = []
+    for i in range(measurements):
+        algbw = float(sizes[i] / medians[i] / 1e3)
+        records.append({
+            "schema_version": 1, "kind": "result", "commbench_version": "bench", "timestamp": stamp,
+            "backend": "cpu", "op": "allreduce", "transport": "mpi", "bytes": int(sizes[i]),
+            "count": int(sizes[i]) // 4, "dtype": "float32", "iters": samples, "warmup": 10,
+            "samples_us": times[i].tolist(),
+            "stats": {"min_us": float(times[i].min()), "median_us": float(medians[i]),
+                      "mean_us": float(times[i].mean()), "p95_us": float(p95[i]), "max_us": float(times[i].max()),
+                      "stdev_us": float(times[i].std())},
+            "latency_us": float(medians[i]), "goodput_gbs": algbw, "algbw_gbs": algbw, "busbw_gbs": 1.5 * algbw,
+            "busbw_factor": 1.5, "valid": True, "check": True, "wrong_elements": 0, "ranks": 4, "nodes": 2,
+            "hostnames": ["n1", "n1", "n2", "n2"], "mpi_library": "bench", "env": {}})
+    return records
+
+
+def run(measurements: int, samples: int, workdir: Path) -> dict[str, Any]:
+    path = workdir / "bench.jsonl"
+    with path.open("w", encoding="utf-8") as out:
+        for record in generate_records(measurements, samples):
+            out.write(json.dumps(record) + "\n")
+    store = open_store(f"sqlite:///{workdir / 'bench.db'}")
+    try:
+        cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        records = load_records(path)
+        t1 = time.perf_counter()
+        run_id = store.ingest(RunInfo(run_key="bench", campaign="bench", site="local", system="local",
+                                      partition="cpu", environ="bench", check_name="bench_ingest",
+                                      parameters={}, num_nodes=2, num_tasks=4, status="pass"), records)
+        t2 = time.perf_counter()
+        summary = {measurement_id: (float(np.median(values)), float(np.percentile(values, 95)))
+                   for measurement_id, values in store.sample_arrays(run_id=run_id).items()}
+        t3 = time.perf_counter()
+        cpu = time.process_time() - cpu0
+        stored = store.measurements(run_id=run_id).set_index("measurement_id")
+    finally:
+        store.close()
+    # The summary from the samples must reproduce the stats commbench wrote next to them.
+    mismatches = sum(not np.isclose(summary[mid], (row.median_us, row.p95_us), rtol=1e-12).all()
+                     for mid, row in stored.iterrows())
+    total = t3 - t0
+    return {
+        "measurements": measurements, "samples_per_measurement": samples,
+        "samples_total": measurements * samples, "jsonl_mib": round(path.stat().st_size / 2**20, 1),
+        "db_mib": round((workdir / "bench.db").stat().st_size / 2**20, 1),
+        "load_validate_s": round(t1 - t0, 3), "ingest_s": round(t2 - t1, 3), "summarise_s": round(t3 - t2, 3),
+        "total_s": round(total, 3), "total_cpu_s": round(cpu, 3), "target_s": TARGET_S, "target_met": total <= TARGET_S,
+        "summary_mismatches": mismatches, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        # Other work on the machine stretches the wall times; the load average says how much there was.
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measurements", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "results" / "bench" / "store_ingest.json",
+                        help="JSON file the result is written to (atomically)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="commcamp-bench-") as workdir:
+        result = run(args.measurements, args.samples, Path(workdir))
+    for key, value in result.items():
+        print(f"{key:>24}: {value}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    temp = args.output.with_name(f".{args.output.name}.tmp")
+    temp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    temp.replace(args.output)
+    return 0 if result["target_met"] and result["summary_mismatches"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

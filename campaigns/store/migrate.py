@@ -1,0 +1,49 @@
+"""Schema versioning of the results store with alembic (revisions in campaigns/migrations/versions)."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+from campaigns.store.errors import StoreError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """A programmatic alembic configuration (no alembic.ini) whose env.py runs on `connection`."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head_revision() -> str:
+    head = _script().get_current_head()
+    if head is None:
+        raise RuntimeError(f"no alembic revisions in {MIGRATIONS_DIR}")
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def upgrade_to_head(connection: Connection, display_url: str) -> None:
+    """Upgrade inside the caller's transaction; refuse a revision this checkout does not know."""
+    current = current_revision(connection)
+    if current is not None and current not in {rev.revision for rev in _script().walk_revisions()}:
+        raise StoreError(f"results database {display_url} has schema revision {current!r}, newer than this "
+                         f"commcamp knows (head {head_revision()!r}); update commcamp to use it")
+    if current != head_revision():
+        command.upgrade(alembic_config(connection), "head")

@@ -1,0 +1,394 @@
+"""The results store: runs, their commbench measurements and packed per-iteration samples, in any
+SQLAlchemy database (SQLite by default). Written to be portable SQL (PostgreSQL is the other target)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import getpass
+import os
+import socket
+import subprocess
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlalchemy import ColumnElement, Select, create_engine, delete, event, exists, func, insert, select
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
+
+from campaigns.records import validate_record
+from campaigns.store.errors import StoreError
+from campaigns.store.migrate import upgrade_to_head
+from campaigns.store.models import RUN_STATUSES, Measurement, Run, Sample
+
+if TYPE_CHECKING:
+    import pandas
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_URL = f"sqlite:///{REPO_ROOT / 'results' / 'commcamp.db'}"
+URL_ENV = "COMMCAMP_DB_URL"
+CONNECT_TIMEOUT_S = 5
+SAMPLE_DTYPE = np.dtype("<f8")
+
+# Record fields stored under the same name in `measurements`; stats, pair, samples_us and
+# timestamp are mapped explicitly, and any field the schema adds later lands in `extra`.
+_DIRECT_FIELDS = ("schema_version", "kind", "op", "transport", "backend", "bytes", "count", "dtype", "iters",
+                  "warmup", "latency_us", "goodput_gbs", "algbw_gbs", "busbw_gbs", "busbw_factor", "valid",
+                  "check", "wrong_elements", "error", "reason", "ranks", "nodes", "hostnames", "mpi_library",
+                  "env", "versions", "devices", "direction", "host_memory", "commbench_version")
+_STAT_FIELDS = ("min_us", "median_us", "mean_us", "p95_us", "max_us", "stdev_us")
+_MAPPED_FIELDS = frozenset(_DIRECT_FIELDS) | {"stats", "pair", "samples_us", "timestamp"}
+
+
+def default_url() -> str:
+    """$COMMCAMP_DB_URL when set, else DEFAULT_URL."""
+    return os.environ.get(URL_ENV) or DEFAULT_URL
+
+
+@dataclass
+class RunInfo:
+    run_key: str
+    campaign: str
+    site: str
+    system: str
+    partition: str
+    environ: str
+    check_name: str
+    parameters: dict[str, Any]
+    num_nodes: int
+    num_tasks: int
+    status: str
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    job_id: str | None = None
+    # Filled in from the calling process when None.
+    username: str | None = None
+    submit_host: str | None = None
+    commcamp_commit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in RUN_STATUSES:
+            raise ValueError(f"run status {self.status!r} is not one of {', '.join(RUN_STATUSES)}")
+        if not self.run_key:
+            raise ValueError("run_key is empty")
+
+
+@dataclass(kw_only=True)
+class RunRow(RunInfo):
+    """A stored run: its RunInfo (user, host and commit filled in) and what the store added."""
+
+    id: int
+    created_at: datetime
+    num_measurements: int
+
+
+Match = str | int | Collection[str] | Collection[int] | None
+
+
+def _matches(column: Any, value: Match) -> ColumnElement[bool] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int)):
+        return column == value
+    return column.in_(list(value))
+
+
+def _day_bounds(since: date | datetime | None, until: date | datetime | None, column: Any
+                ) -> list[ColumnElement[bool] | None]:
+    """since/until are inclusive; a date means that whole day, naive values are local time."""
+    def start_of(day: date) -> datetime:
+        return datetime.combine(day, time()).astimezone()
+
+    conditions: list[ColumnElement[bool] | None] = []
+    if since is not None:
+        conditions.append(column >= (since if isinstance(since, datetime) else start_of(since)))
+    if until is not None:
+        if isinstance(until, datetime):
+            conditions.append(column <= until)
+        else:
+            conditions.append(column < start_of(until + timedelta(days=1)))
+    return conditions
+
+
+@dataclass(frozen=True)
+class _WhereFilter:
+    """Where a run ran: the filters runs and measurements share."""
+
+    campaign: Match = None
+    site: Match = None
+    system: Match = None
+    partition: Match = None
+    environ: Match = None
+
+    def _run_conditions(self, *more: str) -> list[ColumnElement[bool] | None]:
+        names = ("campaign", "site", "system", "partition", "environ", *more)
+        return [_matches(getattr(Run, name), getattr(self, name)) for name in names]
+
+
+@dataclass(frozen=True)
+class RunFilter(_WhereFilter):
+    check_name: Match = None
+    status: Match = None
+    since: date | datetime | None = None  # on started_at, or created_at for runs without it
+    until: date | datetime | None = None
+
+    def apply(self, query: Select[Any]) -> Select[Any]:
+        conditions = self._run_conditions("check_name", "status")
+        conditions += _day_bounds(self.since, self.until, func.coalesce(Run.started_at, Run.created_at))
+        return query.where(*(c for c in conditions if c is not None))
+
+
+@dataclass(frozen=True)
+class MeasurementFilter(_WhereFilter):
+    run_id: Match = None
+    op: Match = None
+    transport: Match = None
+    backend: Match = None
+    bytes: Match = None
+    min_bytes: int | None = None
+    max_bytes: int | None = None
+    since: date | datetime | None = None  # on the record timestamp
+    until: date | datetime | None = None
+    valid: bool | None = None
+
+    def apply(self, query: Select[Any]) -> Select[Any]:
+        conditions = self._run_conditions()
+        conditions += [_matches(getattr(Measurement, name), getattr(self, name))
+                       for name in ("run_id", "op", "transport", "backend", "bytes")]
+        conditions += _day_bounds(self.since, self.until, Measurement.timestamp)
+        if self.min_bytes is not None:
+            conditions.append(Measurement.bytes >= self.min_bytes)
+        if self.max_bytes is not None:
+            conditions.append(Measurement.bytes <= self.max_bytes)
+        if self.valid is not None:
+            conditions.append(Measurement.valid == self.valid)
+        return query.join(Run, Measurement.run_id == Run.id).where(*(c for c in conditions if c is not None))
+
+
+def pack_samples(samples: list[float]) -> bytes:
+    return np.asarray(samples, dtype=SAMPLE_DTYPE).tobytes()
+
+
+def unpack_samples(data: bytes, count: int, measurement_id: int) -> np.ndarray:
+    if len(data) != count * SAMPLE_DTYPE.itemsize:
+        raise StoreError(f"samples of measurement {measurement_id} are corrupt: "
+                         f"{len(data)} bytes for {count} float64 values")
+    return np.frombuffer(data, dtype=SAMPLE_DTYPE)
+
+
+@functools.cache
+def _commcamp_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty", "--abbrev=40"],
+                             capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None  # not a git checkout (an installed copy): nothing to record
+    return out.stdout.strip() or None
+
+
+def _current_user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no $USER, e.g. in some containers
+        return None
+
+
+def _run_row(run: RunInfo) -> dict[str, Any]:
+    row = dataclasses.asdict(run)
+    row["username"] = run.username or _current_user()
+    row["submit_host"] = run.submit_host or socket.gethostname()
+    row["commcamp_commit"] = run.commcamp_commit or _commcamp_commit()
+    row["created_at"] = datetime.now(UTC)
+    return row
+
+
+def _measurement_row(record: dict[str, Any], seq: int) -> dict[str, Any]:
+    row = {name: record.get(name) for name in _DIRECT_FIELDS}
+    stats = record.get("stats") or {}
+    row.update({name: stats.get(name) for name in _STAT_FIELDS})
+    pair = record.get("pair") or {}
+    extra = {name: value for name, value in record.items() if name not in _MAPPED_FIELDS}
+    row.update(seq=seq, pair_src=pair.get("src"), pair_dst=pair.get("dst"), extra=extra or None,
+               timestamp=datetime.fromisoformat(record["timestamp"]))
+    return row
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser().absolute()
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # sqlite3 would not BEGIN before DDL, so migrations would not be atomic; on_begin does it instead.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(connection: Connection) -> None:
+        # Writers take the write lock up front: two writers that both started as readers would
+        # otherwise deadlock on the lock upgrade and one would fail with "database is locked".
+        immediate = connection.get_execution_options().get("write", False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def _create_engine(url: URL, display: str) -> Engine:
+    connect_args: dict[str, Any] = {}
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        path = _sqlite_path(url)
+        if path is not None and not path.parent.is_dir():
+            raise StoreError(f"cannot open results database {display}: {path.parent} is not a directory")
+    elif backend == "postgresql" and "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
+    try:
+        engine = create_engine(url, connect_args=connect_args)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise StoreError(f"cannot use results database {display}: {exc}") from exc
+    if backend == "sqlite":
+        _install_sqlite_hooks(engine)
+    return engine
+
+
+def open_store(url: str | None = None) -> Store:
+    """Open (creating if needed) the results database at `url` (default: default_url()) and bring its
+    schema to the newest revision. StoreError when it cannot be reached or has a newer schema."""
+    if url is None:
+        url = default_url()
+        if url == DEFAULT_URL:
+            (REPO_ROOT / "results").mkdir(exist_ok=True)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise StoreError(f"invalid database URL {url!r}: {exc}") from exc
+    display = parsed.render_as_string(hide_password=True)
+    engine = _create_engine(parsed, display)
+    try:
+        with engine.connect() as connection, connection.execution_options(write=True).begin():
+            upgrade_to_head(connection, display)
+    except StoreError:
+        engine.dispose()
+        raise
+    except DBAPIError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot open results database {display}: {exc.orig}") from exc
+    except SQLAlchemyError as exc:
+        engine.dispose()
+        raise StoreError(f"cannot open results database {display}: {exc}") from exc
+    return Store(engine, display)
+
+
+class Store:
+    """A results database at the newest schema revision. `url` is for display: its password is hidden."""
+
+    def __init__(self, engine: Engine, display_url: str) -> None:
+        self.engine = engine
+        self.url = display_url
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _transaction(self, *, write: bool = False) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as connection, connection.execution_options(write=write).begin():
+                yield connection
+        except IntegrityError as exc:
+            raise StoreError(f"results database {self.url} refused the write: {exc.orig}") from exc
+        except DBAPIError as exc:
+            raise StoreError(f"results database {self.url}: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"results database {self.url}: {exc}") from exc
+
+    def has_run(self, run_key: str) -> bool:
+        """Whether a run with this key is stored with status 'pass' (a campaign can skip it)."""
+        with self._transaction() as connection:
+            return bool(connection.scalar(select(exists().where(Run.run_key == run_key, Run.status == "pass"))))
+
+    def ingest(self, run: RunInfo, records: list[dict[str, Any]], *, replace: bool = False) -> int:
+        """Store a run with all its records and samples in one transaction, or nothing; the run id.
+        An existing run_key is a StoreError unless `replace`, which deletes the old run first."""
+        for index, record in enumerate(records):
+            validate_record(record, f"record {index} of run {run.run_key!r}")
+        run_row = _run_row(run)
+        measurement_rows = [_measurement_row(record, seq) for seq, record in enumerate(records)]
+        with self._transaction(write=True) as connection:
+            existing = connection.scalar(select(Run.id).where(Run.run_key == run.run_key))
+            if existing is not None:
+                if not replace:
+                    raise StoreError(f"run {run.run_key!r} is already stored (id {existing}); "
+                                     f"store it again only as a replacement (--replace)")
+                connection.execute(delete(Run).where(Run.id == existing))  # measurements, samples cascade
+            run_id = connection.scalar(insert(Run).returning(Run.id), run_row)
+            if not measurement_rows:
+                return run_id
+            for row in measurement_rows:
+                row["run_id"] = run_id
+            ids = connection.scalars(insert(Measurement).returning(Measurement.id, sort_by_parameter_order=True),
+                                     measurement_rows).all()
+            sample_rows = [{"measurement_id": measurement_id, "count": len(record["samples_us"]),
+                            "data": pack_samples(record["samples_us"])}
+                           for measurement_id, record in zip(ids, records, strict=True) if "samples_us" in record]
+            if sample_rows:
+                connection.execute(insert(Sample), sample_rows)
+        return run_id
+
+    def runs(self, **filters: Any) -> list[RunRow]:
+        """Stored runs, oldest first; filters are the fields of RunFilter."""
+        counts = (select(Measurement.run_id, func.count().label("num_measurements"))
+                  .group_by(Measurement.run_id).subquery())
+        query = (select(*Run.__table__.columns,
+                        func.coalesce(counts.c.num_measurements, 0).label("num_measurements"))
+                 .outerjoin(counts, counts.c.run_id == Run.id).order_by(Run.id))
+        with self._transaction() as connection:
+            rows = connection.execute(RunFilter(**filters).apply(query)).mappings().all()
+        return [RunRow(**row) for row in rows]
+
+    def measurements(self, **filters: Any) -> pandas.DataFrame:
+        """One row per stored measurement with its run's identity (measurement_id, run_id, run_key,
+        campaign, site, system, partition, environ, check_name, then the measurement columns);
+        filters are the fields of MeasurementFilter."""
+        import pandas  # deferred: pandas costs ~0.5 s to import and most commands never need it
+
+        run_columns = [Run.run_key, Run.campaign, Run.site, Run.system, Run.partition, Run.environ, Run.check_name]
+        measurement_columns = [column for column in Measurement.__table__.columns
+                               if column.key not in ("id", "run_id")]
+        query = select(Measurement.id.label("measurement_id"), Measurement.run_id, *run_columns,
+                       *measurement_columns).order_by(Measurement.run_id, Measurement.seq)
+        with self._transaction() as connection:
+            result = connection.execute(MeasurementFilter(**filters).apply(query))
+            return pandas.DataFrame.from_records([tuple(row) for row in result], columns=list(result.keys()))
+
+    def samples(self, measurement_id: int) -> list[float]:
+        """The per-iteration samples (us) of a measurement, in iteration order; [] for an error record."""
+        with self._transaction() as connection:
+            if connection.scalar(select(Measurement.id).where(Measurement.id == measurement_id)) is None:
+                raise StoreError(f"no measurement {measurement_id} in {self.url}")
+            row = connection.execute(select(Sample.count, Sample.data)
+                                     .where(Sample.measurement_id == measurement_id)).first()
+        return [] if row is None else unpack_samples(row.data, row.count, measurement_id).tolist()
+
+    def sample_arrays(self, **filters: Any) -> dict[int, np.ndarray]:
+        """Samples of every measurement matching MeasurementFilter fields, by measurement id, in one query."""
+        query = select(Sample.measurement_id, Sample.count, Sample.data).join(
+            Measurement, Sample.measurement_id == Measurement.id)
+        with self._transaction() as connection:
+            rows = connection.execute(MeasurementFilter(**filters).apply(query)).all()
+        return {row.measurement_id: unpack_samples(row.data, row.count, row.measurement_id) for row in rows}

@@ -1,0 +1,276 @@
+"""campaigns.store: round trip, filters, all-or-nothing ingest, duplicate keys, schema versioning, reachability."""
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import numpy as np
+import pandas
+import pytest
+import sqlalchemy
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from fixtures_store import commbench_record, error_record, run_info
+
+from campaigns.records import RecordError
+from campaigns.store import DEFAULT_URL, Store, StoreError, default_url, open_store
+from campaigns.store.migrate import head_revision
+from campaigns.store.models import Base
+
+Counts = Callable[[], dict[str, int]]
+
+
+def test_round_trip(store: Store) -> None:
+    records = [commbench_record(op="allreduce", size=size, seed=size, iters=16) for size in (8, 4096, 1 << 20)]
+    records.append(commbench_record(op="pingpong", transport="mpi-p2p", pair={"src": 0, "dst": 3},
+                                    direction="bi", host_memory="pinned", future_field={"added": "later"}))
+    records.append(error_record())
+    started = datetime(2026, 3, 1, 11, 59, tzinfo=UTC)
+    run = run_info(started_at=started, finished_at=datetime(2026, 3, 1, 12, 6, tzinfo=UTC), job_id="4711")
+    run_id = store.ingest(run, records)
+
+    [stored_run] = store.runs()
+    assert stored_run.id == run_id
+    assert (stored_run.run_key, stored_run.campaign, stored_run.site, stored_run.system, stored_run.partition,
+            stored_run.environ, stored_run.check_name, stored_run.parameters, stored_run.num_nodes,
+            stored_run.num_tasks, stored_run.status, stored_run.job_id, stored_run.started_at) == (
+        run.run_key, run.campaign, run.site, run.system, run.partition, run.environ, run.check_name,
+        run.parameters, run.num_nodes, run.num_tasks, run.status, run.job_id, started)
+    assert stored_run.num_measurements == len(records)
+    assert stored_run.username and stored_run.submit_host == socket.gethostname()
+    assert stored_run.created_at.tzinfo is UTC
+
+    frame = store.measurements()
+    assert len(frame) == len(records)
+    for row, record in zip(frame.to_dict("records"), records, strict=True):
+        assert row["run_id"] == run_id and row["site"] == run.site and row["run_key"] == run.run_key
+        for name in ("kind", "op", "transport", "backend", "valid", "ranks", "nodes", "hostnames", "mpi_library",
+                     "env", "commbench_version", "error", "reason"):
+            assert row[name] == record[name] if record[name] is not None else pandas.isna(row[name]), name
+        assert row["timestamp"] == datetime.fromisoformat(record["timestamp"])
+        if record["kind"] == "result":
+            for name in ("bytes", "count", "iters", "warmup", "latency_us", "goodput_gbs", "busbw_gbs", "check"):
+                assert row[name] == record[name], name
+            assert {name: row[name] for name in record["stats"]} == record["stats"]
+            assert store.samples(row["measurement_id"]) == record["samples_us"]
+        else:
+            assert store.samples(row["measurement_id"]) == []
+    pingpong = frame[frame.op == "pingpong"].iloc[0]
+    assert (pingpong.pair_src, pingpong.pair_dst, pingpong.direction, pingpong.host_memory) == (0, 3, "bi", "pinned")
+    assert pingpong.extra == {"future_field": {"added": "later"}}
+
+    arrays = store.sample_arrays(op="allreduce")
+    assert sorted(arrays) == sorted(frame[frame.op == "allreduce"].measurement_id)
+    for measurement_id, samples in arrays.items():
+        assert samples.dtype == np.dtype("<f8")
+        assert np.median(samples) == frame.set_index("measurement_id").loc[measurement_id, "median_us"]
+
+
+def test_samples_of_unknown_measurement(store: Store) -> None:
+    with pytest.raises(StoreError, match="no measurement 99"):
+        store.samples(99)
+
+
+def _two_sites(store: Store) -> None:
+    store.ingest(run_info("a", site="site-a", campaign="nightly"), [
+        commbench_record(op="allreduce", size=1024, timestamp="2026-03-01T12:00:00Z"),
+        commbench_record(op="allreduce", size=1 << 20, timestamp="2026-03-01T12:01:00Z"),
+        commbench_record(op="pingpong", size=8, timestamp="2026-03-01T12:02:00Z", valid=False, wrong_elements=3)])
+    store.ingest(run_info("b", site="site-b", system="other", partition="gpu", status="fail"), [
+        commbench_record(op="allreduce", transport="nccl", backend="cuda", size=1024,
+                         timestamp="2026-03-05T08:00:00Z"),
+        error_record(timestamp="2026-03-05T08:10:00Z")])
+
+
+@pytest.mark.parametrize(("filters", "expected"), [
+    ({}, 5),
+    ({"site": "site-a"}, 3),
+    ({"site": ["site-a", "site-b"]}, 5),
+    ({"system": "other", "partition": "gpu"}, 2),
+    ({"campaign": "nightly"}, 3),
+    ({"op": "allreduce"}, 3),
+    ({"op": "allreduce", "transport": "nccl"}, 1),
+    ({"backend": "cuda"}, 1),
+    ({"bytes": 1024}, 2),
+    ({"min_bytes": 1024, "max_bytes": 1 << 19}, 2),
+    ({"min_bytes": 1 << 20}, 2),  # the 1 MiB allreduce and the 1 MiB alltoall error record
+    ({"valid": True}, 3),
+    ({"valid": False}, 2),
+    ({"since": date(2026, 3, 5)}, 2),
+    ({"until": date(2026, 3, 1)}, 3),
+    ({"since": datetime(2026, 3, 1, 12, 1, tzinfo=UTC), "until": datetime(2026, 3, 1, 12, 2, tzinfo=UTC)}, 2),
+    ({"run_id": 2}, 2),
+    ({"site": "nowhere"}, 0),
+])
+def test_measurement_filters(store: Store, filters: dict[str, object], expected: int) -> None:
+    _two_sites(store)
+    frame = store.measurements(**filters)
+    assert len(frame) == expected
+    assert len(store.sample_arrays(**filters)) == int((frame.kind == "result").sum())
+
+
+def test_dates_and_naive_times_are_local(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")  # UTC+14: 2026-03-01T12:00Z is 02:00 on 2 March there
+    time.tzset()
+    try:
+        _two_sites(store)
+        assert len(store.measurements(until=date(2026, 3, 1))) == 0
+        assert len(store.measurements(until=date(2026, 3, 2))) == 3
+        assert len(store.measurements(since=date(2026, 3, 5))) == 2
+        assert len(store.measurements(since=datetime(2026, 3, 5, 22, 5))) == 1  # 08:05Z
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_run_filters(store: Store) -> None:
+    _two_sites(store)
+    assert [run.run_key for run in store.runs(status="pass")] == ["a"]
+    assert [run.run_key for run in store.runs(site="site-b")] == ["b"]
+    assert [run.num_measurements for run in store.runs()] == [3, 2]
+    assert store.runs(campaign="nope") == []
+    with pytest.raises(TypeError, match="colour"):
+        store.runs(colour="red")
+
+
+def test_has_run_only_for_passed_runs(store: Store) -> None:
+    _two_sites(store)
+    assert store.has_run("a")
+    assert not store.has_run("b")  # stored, but failed: a campaign re-runs it
+    assert not store.has_run("c")
+
+
+def test_duplicate_run_key(store: Store, table_counts: Counts) -> None:
+    first = store.ingest(run_info("k"), [commbench_record(seed=1), commbench_record(seed=2)])
+    before = table_counts()
+    with pytest.raises(StoreError, match="run 'k' is already stored"):
+        store.ingest(run_info("k"), [commbench_record(seed=3)])
+    assert table_counts() == before
+    second = store.ingest(run_info("k", status="fail", reason="rerun"), [commbench_record(seed=3)], replace=True)
+    assert second != first
+    [run] = store.runs()
+    assert (run.id, run.status, run.reason, run.num_measurements) == (second, "fail", "rerun", 1)
+    assert table_counts() == {"runs": 1, "measurements": 1, "samples": 1}  # old rows deleted, not orphaned
+
+
+@pytest.mark.parametrize("bad", [
+    commbench_record(bytes="1024"),
+    {key: value for key, value in commbench_record().items() if key != "stats"},
+    commbench_record(iters=2, samples_us=[1.0, 2.0, -1.0]),
+])
+def test_ingest_refuses_a_bad_record_and_stores_nothing(store: Store, table_counts: Counts,
+                                                        bad: dict[str, object]) -> None:
+    store.ingest(run_info("earlier"), [commbench_record()])
+    before = table_counts()
+    with pytest.raises(RecordError, match=r"record 2 of run 'k'"):
+        store.ingest(run_info("k"), [commbench_record(seed=1), commbench_record(seed=2), bad])
+    assert table_counts() == before
+
+
+def test_database_failure_mid_ingest_rolls_everything_back(store: Store, table_counts: Counts) -> None:
+    store.ingest(run_info("earlier"), [commbench_record()])
+    before = table_counts()
+    with store.engine.begin() as connection:  # a real failure of the last INSERT of the transaction
+        connection.exec_driver_sql("CREATE TRIGGER refuse_seven BEFORE INSERT ON samples WHEN NEW.count = 7 "
+                                   "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+    with pytest.raises(StoreError, match="disk says no"):
+        store.ingest(run_info("k"), [commbench_record(iters=8), error_record(), commbench_record(iters=7)])
+    assert table_counts() == before
+    assert not store.has_run("k")
+
+
+def test_replace_that_fails_keeps_the_old_run(store: Store, table_counts: Counts) -> None:
+    store.ingest(run_info("k"), [commbench_record()])
+    before = table_counts()
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TRIGGER refuse_seven BEFORE INSERT ON samples WHEN NEW.count = 7 "
+                                   "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+    with pytest.raises(StoreError):
+        store.ingest(run_info("k"), [commbench_record(iters=7)], replace=True)
+    assert table_counts() == before
+    assert store.has_run("k")
+
+
+def test_run_without_records(store: Store) -> None:
+    run_id = store.ingest(run_info("k", status="error", reason="job did not start"), [])
+    assert store.runs()[0].id == run_id and store.runs()[0].num_measurements == 0
+    assert store.measurements().empty and list(store.measurements().columns)[:3] == ["measurement_id", "run_id",
+                                                                                     "run_key"]
+
+
+def test_fresh_database_is_at_head_with_wal_and_foreign_keys(store: Store) -> None:
+    with store.engine.connect() as connection:
+        assert MigrationContext.configure(connection).get_current_revision() == head_revision()
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+
+
+def test_models_match_migrations(store: Store) -> None:
+    with store.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+
+def test_reopen_keeps_data(store_url: str) -> None:
+    with open_store(store_url) as store:
+        store.ingest(run_info("k"), [commbench_record()])
+    with open_store(store_url) as store:
+        assert store.has_run("k")
+
+
+def test_newer_schema_is_refused(store_url: str) -> None:
+    open_store(store_url).close()
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_from_the_future'")
+    engine.dispose()
+    with pytest.raises(StoreError, match="schema revision '9999_from_the_future', newer than this commcamp"):
+        open_store(store_url)
+
+
+def test_missing_directory_is_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match=r"/no/such is not a directory"):
+        open_store(f"sqlite:///{tmp_path}/no/such/results.db")
+
+
+def test_unwritable_directory_is_unreachable() -> None:
+    # /proc takes no new files, not even from root (a chmod'ed directory would not stop root)
+    with pytest.raises(StoreError, match=r"cannot open results database sqlite:////proc/commcamp-results\.db: "
+                                         r"unable to open database file"):
+        open_store("sqlite:////proc/commcamp-results.db")
+
+
+def test_file_that_is_not_a_database(tmp_path: Path) -> None:
+    (tmp_path / "results.db").write_text("not SQLite at all, just text " * 100)
+    with pytest.raises(StoreError, match="file is not a database"):
+        open_store(f"sqlite:///{tmp_path}/results.db")
+
+
+def test_postgresql_on_a_closed_port_fails_fast() -> None:
+    with socket.socket() as probe:  # a port nobody listens on: bind, read the number, close
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(StoreError, match=rf"cannot open results database postgresql\+psycopg://commcamp:\*\*\*@"
+                                         rf"127\.0\.0\.1:{port}/results: .*refused"):
+        open_store(f"postgresql+psycopg://commcamp:secret@127.0.0.1:{port}/results")
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("not a url", "invalid database URL"),
+    ("nosuchdb://host/db", "cannot use results database"),
+])
+def test_unusable_url(url: str, message: str) -> None:
+    with pytest.raises(StoreError, match=message):
+        open_store(url)
+
+
+def test_default_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COMMCAMP_DB_URL", raising=False)
+    repo = Path(__file__).resolve().parents[1]
+    assert default_url() == DEFAULT_URL == f"sqlite:///{repo}/results/commcamp.db"
+    monkeypatch.setenv("COMMCAMP_DB_URL", "sqlite:////elsewhere.db")
+    assert default_url() == "sqlite:////elsewhere.db"

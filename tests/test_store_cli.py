@@ -1,0 +1,145 @@
+"""`commcamp results ...` (campaigns/results_cli.py) on a real SQLite store, through typer's test runner."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas
+import pytest
+import typer
+from fixtures_store import commbench_record, error_record, write_jsonl
+from typer.testing import CliRunner, Result
+
+from campaigns.results_cli import human_size, register
+from campaigns.store import open_store
+
+
+def _invoke(*args: str) -> Result:
+    app = typer.Typer()
+
+    @app.callback()
+    def main() -> None:  # a group, as in campaigns/cli.py, so that `results` is a subcommand
+        """commcamp"""
+
+    register(app)
+    return CliRunner(env={"COLUMNS": "250"}).invoke(app, ["results", *map(str, args)])
+
+
+@pytest.fixture
+def jsonl(tmp_path: Path) -> Path:
+    return write_jsonl(tmp_path / "site-run.jsonl", [
+        commbench_record(op="allreduce", size=1024, seed=1),
+        commbench_record(op="allreduce", size=1 << 20, seed=2),
+        commbench_record(op="pingpong", size=8, seed=3, transport="mpi-p2p"),
+        error_record()])
+
+
+def _ingest(jsonl: Path, store_url: str, *extra: str) -> Result:
+    return _invoke("ingest", jsonl, "--site", "site-a", "--system", "sys", "--db", store_url, *extra)
+
+
+def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
+    result = _ingest(jsonl, store_url, "--param", "nodes=2", "--job-id", "77")
+    assert result.exit_code == 0, result.output
+    assert "stored run 1" in result.output and "4 measurements" in result.output
+    with open_store(store_url) as store:
+        [run] = store.runs()
+        assert (run.site, run.system, run.campaign, run.status, run.job_id, run.parameters) == (
+            "site-a", "sys", "manual", "fail", "77", {"nodes": "2"})
+        assert run.reason == "1 of 4 records not valid"
+        assert (run.num_nodes, run.num_tasks) == (2, 4)
+        assert run.run_key.startswith("manual:")
+
+    listed = _invoke("list", "--db", store_url)
+    assert listed.exit_code == 0, listed.output
+    assert "1 KiB" in listed.output and "1 MiB" in listed.output and "8 B" in listed.output
+    assert "no (timeout)" in listed.output
+    filtered = _invoke("list", "--db", store_url, "--op", "allreduce", "--min-size", "4K")
+    assert "1 MiB" in filtered.output and "1 KiB" not in filtered.output
+    limited = _invoke("list", "--db", store_url, "--limit", "2")
+    assert "showing 2 of 4" in limited.output
+
+    runs = _invoke("runs", "--db", store_url, "--status", "fail")
+    assert runs.exit_code == 0 and "site-a" in runs.output and "sys:default" in runs.output
+    assert "site-a" not in _invoke("runs", "--db", store_url, "--status", "pass").output
+
+
+def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
+    assert _ingest(jsonl, store_url).exit_code == 0
+    again = _ingest(jsonl, store_url)
+    assert again.exit_code == 1
+    assert "is already stored" in again.output and "Traceback" not in again.output
+    replaced = _ingest(jsonl, store_url, "--replace", "--status", "pass")
+    assert replaced.exit_code == 0, replaced.output
+    with open_store(store_url) as store:
+        assert [run.status for run in store.runs()] == ["pass"]
+
+
+def test_ingest_bad_file_stores_nothing(tmp_path: Path, store_url: str) -> None:
+    bad = write_jsonl(tmp_path / "bad.jsonl", [commbench_record(), commbench_record(iters=3, samples_us=[1, 2])])
+    result = _ingest(bad, store_url)
+    assert result.exit_code == 1
+    assert f"{bad}:2: samples_us: 2 samples for 3 iterations" in " ".join(result.output.split())
+    with open_store(store_url) as store:
+        assert store.runs() == []
+
+
+def test_ingest_empty_file(tmp_path: Path, store_url: str) -> None:
+    (tmp_path / "empty.jsonl").write_text("")
+    result = _ingest(tmp_path / "empty.jsonl", store_url)
+    assert result.exit_code == 1 and "holds no commbench records" in result.output
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_export_reads_back(jsonl: Path, store_url: str, tmp_path: Path, suffix: str) -> None:
+    assert _ingest(jsonl, store_url).exit_code == 0
+    output = tmp_path / "out" / f"results.{suffix}"
+    output.parent.mkdir()
+    result = _invoke("export", "--db", store_url, "--output", output, "--op", "allreduce")
+    assert result.exit_code == 0, result.output
+    assert "exported 2 measurements" in result.output
+    assert [p.name for p in output.parent.iterdir()] == [output.name]  # no temporary file left
+
+    exported = pandas.read_csv(output) if suffix == "csv" else pandas.read_parquet(output)
+    with open_store(store_url) as store:
+        stored = store.measurements(op="allreduce")
+    assert list(exported.columns) == list(stored.columns)
+    assert exported.measurement_id.tolist() == stored.measurement_id.tolist()
+    assert exported.median_us.tolist() == stored.median_us.tolist()
+    assert exported.bytes.tolist() == [1024, 1 << 20]
+    assert [json.loads(text) for text in exported.hostnames] == stored.hostnames.tolist()
+    assert pandas.to_datetime(exported.timestamp).tolist() == stored.timestamp.tolist()
+
+
+def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path: Path) -> None:
+    assert _ingest(jsonl, store_url).exit_code == 0
+    output = tmp_path / "results.csv"
+    output.write_text("previous export\n")
+    result = _invoke("export", "--db", f"sqlite:///{tmp_path}/missing/x.db", "--output", output)
+    assert result.exit_code == 1 and "is not a directory" in result.output
+    assert output.read_text() == "previous export\n"
+    assert _invoke("export", "--db", store_url, "--output", tmp_path / "nodir" / "x.csv").exit_code == 1
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["list", "--min-size", "lots"], "is not a size"),
+    (["list", "--since", "last week"], "is not a date"),
+    (["export", "--output", "results.xlsx"], "cannot tell the format"),
+    (["runs", "--status", "maybe"], "maybe"),
+])
+def test_usage_errors_exit_2(store_url: str, args: list[str], message: str) -> None:
+    result = _invoke(*args, "--db", store_url)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_unreachable_database_exits_1(tmp_path: Path) -> None:
+    result = _invoke("runs", "--db", f"sqlite:///{tmp_path}/missing/results.db")
+    assert result.exit_code == 1
+    assert "cannot open results database" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("size", "text"), [(0, "0 B"), (8, "8 B"), (1024, "1 KiB"), (1536, "1.5 KiB"),
+                                            (1 << 20, "1 MiB"), (1 << 32, "4 GiB"), (None, "-")])
+def test_human_size(size: int | None, text: str) -> None:
+    assert human_size(size) == text
