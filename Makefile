@@ -10,11 +10,11 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 # Debian 12 packages: toolchain, both MPIs, Slurm + munge for the local multi-node cluster,
 # PostgreSQL for the store tests, Lmod for modulefile tests, hipcc for the HIP compile check,
-# Chromium for the report test.
+# Chromium for the report test, clang + its runtime libraries for the tuner plugin's libFuzzer test.
 APT_PACKAGES := build-essential cmake pkg-config git python3-venv python3-dev \
 	openmpi-bin libopenmpi-dev mpich libmpich-dev hwloc \
 	slurm-wlm munge iproute2 procps util-linux \
-	postgresql lmod hipcc libamdhip64-dev chromium
+	postgresql lmod hipcc libamdhip64-dev chromium clang libclang-rt-14-dev
 
 .PHONY: help system-deps venv bench demo test clean
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Runs nccl-tests all_reduce_perf (one process, 4 GPUs, 8 B .. 1 GiB) side by side without and with
+# commcamp's tuner plugin, then writes a busbw comparison. For the GPU machine; run from the repo root:
+#
+#   NCCL_TESTS_DIR=third_party/nccl-tests bench_src/nccl_tuner/scripts/gpu-plugin-check.sh OUTDIR
+#
+# Cases: 1 no plugin; 2 plugin + empty config; 3 plugin + 4 channels for allreduce >= 128 MiB (with
+# NCCL_DEBUG_SUBSYS=TUNING showing "rule N applied"); 4 plugin + matching lines with explicit and -1
+# channels and a disabled (NVLS) first rule -- the kind that crashed NCCL's example plugin.
+# Case 5 hook (tuner's per-size config vs the best global env), each part runs only if its file is given:
+#   CASE5_TUNER_CONFIG=FILE  per-size config written by commcamp's tuner (plugin case)
+#   CASE5_GLOBAL_ENV=FILE    KEY=VALUE lines (NCCL_* only) of the best global settings (no-plugin case)
+# Other knobs: GPUS (default 4), CASE_TIMEOUT seconds per case (default 45).
+# Output: OUTDIR/<case>.out/.err/.nccl-debug.*.log (raw), cases.tsv, environment.txt, build.log,
+# comparison.txt and comparison.csv (from compare_busbw.py). Exit status 1 if a check failed.
+set -euo pipefail
+
+# NVLink multicast can put the shared host's GPUs out of service: off for every case, always.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+usage="usage: NCCL_TESTS_DIR=DIR $0 OUTDIR"
+[[ $# -eq 1 ]] || { echo "$usage" >&2; exit 2; }
+[[ -n ${NCCL_TESTS_DIR:-} ]] || { echo "error: NCCL_TESTS_DIR is not set. $usage" >&2; exit 2; }
+perf="$NCCL_TESTS_DIR/build/all_reduce_perf"
+[[ -x $perf ]] || { echo "error: $perf is missing or not executable (build nccl-tests first)" >&2; exit 2; }
+for hook in CASE5_TUNER_CONFIG CASE5_GLOBAL_ENV; do
+  file=${!hook:-}
+  [[ -z $file || -f $file ]] || { echo "error: $hook=$file is not a file" >&2; exit 2; }
+done
+# Case 5b settings, checked before any GPU time is spent.
+global=()
+if [[ -n ${CASE5_GLOBAL_ENV:-} ]]; then
+  while IFS= read -r line || [[ -n $line ]]; do
+    line=${line%%#*}
+    line=${line#"${line%%[![:space:]]*}"}
+    line=${line%"${line##*[![:space:]]}"}
+    [[ -z $line ]] && continue
+    [[ $line =~ ^NCCL_[A-Z0-9_]+=.+$ ]] ||
+      { echo "error: $CASE5_GLOBAL_ENV: '$line' is not NCCL_NAME=VALUE" >&2; exit 2; }
+    [[ $line =~ ^NCCL_(NVLS_ENABLE|TUNER_|DEBUG) ]] &&
+      { echo "error: $CASE5_GLOBAL_ENV: $line may not be set (this script owns it)" >&2; exit 2; }
+    global+=("$line")
+  done < "$CASE5_GLOBAL_ENV"
+  [[ ${#global[@]} -gt 0 ]] || { echo "error: $CASE5_GLOBAL_ENV has no settings" >&2; exit 2; }
+fi
+if [[ -e $1 && -n $(ls -A "$1") ]]; then
+  echo "error: $1 exists and is not empty; give a new output directory" >&2
+  exit 2
+fi
+gpus=${GPUS:-4}
+case_timeout=${CASE_TIMEOUT:-45}
+scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source_dir=$(dirname "$scripts")
+perf=$(cd "$(dirname "$perf")" && pwd)/all_reduce_perf
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+
+# ---- build the plugin (Release, no tests) ----
+build="$out/build"
+if command -v cmake > /dev/null; then
+  { cmake -S "$source_dir" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCOMMCAMP_TUNER_TESTS=OFF &&
+    cmake --build "$build" -j 8; } > "$out/build.log" 2>&1 ||
+    { echo "error: plugin build failed, see $out/build.log" >&2; exit 1; }
+else
+  # No cmake on the host: the plugin target's compile line from CMakeLists.txt.
+  mkdir -p "$build"
+  cc -std=c11 -O2 -fPIC -shared -fvisibility=hidden -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror \
+    -Wl,-z,defs -I"$source_dir" "$source_dir/tuner_plugin.c" "$source_dir/tuner_config.c" \
+    -o "$build/libnccl-tuner-commcamp.so" > "$out/build.log" 2>&1 ||
+    { echo "error: plugin build failed, see $out/build.log" >&2; exit 1; }
+fi
+plugin="$build/libnccl-tuner-commcamp.so"
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(uname -n) $(uname -r)"
+  echo "commit: $(git -C "$source_dir" rev-parse HEAD 2> /dev/null || echo unknown)"
+  echo "all_reduce_perf: $perf"
+  echo "plugin exports:"
+  nm -D --defined-only "$plugin" | sed 's/^/  /'
+  echo "environment:"
+  env | grep -E '^(NCCL|CUDA|TORCH|NVSHMEM)_' | sort | sed 's/^/  /'
+  nvidia-smi -L || true
+  nvidia-smi topo -m || true
+} > "$out/environment.txt" 2>&1
+
+# ---- configs ----
+cat > "$out/empty.csv.conf" << 'EOF'
+# commcamp gpu-plugin-check case 2: no rules. NCCL's own choices must stay in force.
+EOF
+cat > "$out/channels4.csv.conf" << 'EOF'
+# commcamp gpu-plugin-check case 3: allreduce of 128 MiB and more on ring/simple with 4 channels.
+allreduce,134217728,-1,ring,simple,4,-1,-1
+EOF
+cat > "$out/matching.csv.conf" << 'EOF'
+# commcamp gpu-plugin-check case 4: every allreduce matches a line.
+# NVLS is disabled (NCCL_NVLS_ENABLE=0): this rule must be logged as not applicable and passed over.
+allreduce,-1,-1,nvls,simple,-1,-1,-1
+allreduce,0,65535,tree,ll,-1,-1,-1
+allreduce,65536,16777215,ring,ll128,-1,1,4
+allreduce,16777216,-1,ring,simple,32,-1,-1
+EOF
+
+# ---- cases ----
+sweep=(-b 8 -e 1G -f 2 -g "$gpus" -w 5 -n 20 -c 1)
+# run_case NAME DESCRIPTION CONFIG|"" [KEY=VALUE ...]: no config = no plugin.
+run_case() {
+  local name=$1 description=$2 config=$3 rc=0
+  shift 3
+  local settings=(NCCL_TUNER_PLUGIN=none)
+  [[ -z $config ]] || settings=(NCCL_TUNER_PLUGIN="$plugin" NCCL_TUNER_CONFIG_FILE="$config")
+  settings+=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING NCCL_DEBUG_FILE="$out/$name.nccl-debug.%h.%p.log")
+  echo "case $name: $description"
+  env "${settings[@]}" "$@" timeout --kill-after=10 "$case_timeout" "$perf" "${sweep[@]}" \
+    > "$out/$name.out" 2> "$out/$name.err" || rc=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$rc" "${config:--}" "$description" >> "$out/cases.tsv"
+  echo "case $name: exit status $rc"
+}
+
+run_case 1-baseline "no tuner plugin (NCCL_TUNER_PLUGIN=none)" ""
+run_case 2-empty-config "commcamp plugin, config without rules" "$out/empty.csv.conf"
+run_case 3-channels4 "commcamp plugin, ring/simple with 4 channels for allreduce >= 128 MiB" "$out/channels4.csv.conf"
+run_case 4-matching "commcamp plugin, every size matches (explicit and -1 channels, NVLS rule disabled)" \
+  "$out/matching.csv.conf"
+if [[ -n ${CASE5_TUNER_CONFIG:-} ]]; then
+  cp "$CASE5_TUNER_CONFIG" "$out/case5-tuner.csv.conf"
+  run_case 5a-tuner-config "commcamp plugin, per-size config from the tuner" "$out/case5-tuner.csv.conf"
+fi
+if [[ ${#global[@]} -gt 0 ]]; then
+  run_case 5b-global-env "no plugin, best global settings: ${global[*]}" "" "${global[@]}"
+fi
+
+python3 "$scripts/compare_busbw.py" "$out"
