@@ -1,0 +1,204 @@
+/* commbench core interfaces: backends (memory and device), transports (how bytes move) and
+ * operations (what is measured). An operation only calls transport primitives, a transport only
+ * calls the backend and the MPI helpers below, so adding either is one file plus one table line
+ * (tables.c). */
+#ifndef COMMBENCH_H
+#define COMMBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pattern.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CB_VERSION "0.1.0"
+#define CB_SCHEMA_VERSION 1
+#define CB_HOST_MAX 256
+#define CB_TEXT_MAX 512
+
+/* Process exit codes (documented in --help). */
+enum cb_exit {
+    CB_EXIT_OK = 0,
+    CB_EXIT_VALIDATION = 1,
+    CB_EXIT_USAGE = 2,
+    CB_EXIT_TIMEOUT = 3,
+    CB_EXIT_RUNTIME = 4,
+};
+
+/* Outcome of a setup step; ordered by severity so ranks can agree with a MAX reduction. */
+enum cb_status { CB_OK = 0, CB_UNSUPPORTED = 1, CB_ERROR = 2 };
+
+/* Why a measurement produced an error record (schema field "reason"). */
+enum cb_reason { CB_REASON_TIMEOUT, CB_REASON_UNSUPPORTED, CB_REASON_VALIDATION, CB_REASON_RUNTIME };
+
+enum cb_space { CB_DEVICE, CB_HOST_PINNED, CB_HOST_PAGEABLE };
+
+/* Last error message of this thread's failing call (set with cb_errorf, read by the driver). */
+void cb_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *cb_last_error(void);
+
+struct cb_device_info {
+    int index;
+    char name[128];
+    char pci_bus_id[32];
+};
+
+struct cb_kv {
+    char key[32];
+    char value[64];
+};
+
+#define CB_MAX_VERSIONS 8
+
+struct cb_backend {
+    const char *name; /* "cpu", "cuda" or "hip" */
+    /* Selects device_override, or the node-local rank modulo the visible devices when it is < 0. */
+    int (*init)(int local_rank, int device_override);
+    void (*finalize)(void);
+    void *(*alloc)(enum cb_space space, size_t bytes); /* NULL + cb_errorf on failure */
+    void (*release)(enum cb_space space, void *ptr);
+    /* Synchronous copy between any two spaces. */
+    int (*copy)(void *dst, const void *src, size_t bytes);
+    int (*memset)(enum cb_space space, void *dst, int byte, size_t bytes);
+    int (*fill)(enum cb_space space, float *dst, const struct cb_pattern *p);
+    int (*count_wrong)(enum cb_space space, const float *buf, const struct cb_pattern *p, uint64_t *wrong);
+    void (*describe)(struct cb_device_info *out); /* NULL: no devices */
+    int (*versions)(struct cb_kv *out, int max);  /* runtime/driver/collective library versions */
+};
+
+/* What each process knows about the job. */
+struct cb_ctx {
+    int rank, nranks;
+    int local_rank, local_size; /* within this rank's node (MPI_COMM_TYPE_SHARED) */
+    int nnodes;
+    int *node_of;               /* node index of every rank */
+    char (*hosts)[CB_HOST_MAX]; /* processor name of every rank */
+    const struct cb_backend *backend;
+    const struct cb_args *args;
+};
+
+/* MPI helpers on MPI_COMM_WORLD for transports and GPU code (which do not include mpi.h). */
+int cb_barrier(void);
+int cb_allgather(const void *mine, void *all, size_t bytes_each);
+int cb_bcast(void *buf, size_t bytes, int root);
+int cb_notify_send(int peer);
+int cb_notify_recv(int peer);
+int cb_notify_exchange(int peer);
+/* Every rank passes its status; all get the worst one and the message of the lowest rank with it. */
+int cb_agree(int status, char *msg, size_t msglen);
+/* MPI_Abort(MPI_COMM_WORLD, code); _exit(code) if that returns. Also called from the watchdog
+ * thread: the one way to make every launcher end the whole job with this exit code. */
+void cb_abort(int code) __attribute__((noreturn));
+
+/* Buffers an operation registers with a transport (attach). */
+struct cb_bufs {
+    void *send, *recv;
+    size_t send_bytes, recv_bytes;
+    enum cb_space send_space, recv_space;
+};
+
+enum cb_cap {
+    CB_CAP_P2P = 1u << 0, /* send, recv, exchange */
+    CB_CAP_ALLREDUCE = 1u << 1,
+    CB_CAP_ALLTOALL = 1u << 2,
+    CB_CAP_ALLGATHER = 1u << 3,
+    CB_CAP_REDUCE_SCATTER = 1u << 4,
+    CB_CAP_BCAST = 1u << 5,
+    CB_CAP_COPY = 1u << 6, /* local copy send -> recv (host <-> device) */
+};
+
+enum cb_backend_bit { CB_ON_CPU = 1u << 0, CB_ON_CUDA = 1u << 1, CB_ON_HIP = 1u << 2 };
+
+/* All counts are float32 elements. Every primitive returns only when the data is in place
+ * (for GPUs: after stream completion), returns CB_OK or CB_ERROR (+ cb_errorf). */
+struct cb_transport {
+    const char *name;
+    const char *summary;
+    unsigned backends; /* CB_ON_* */
+    unsigned caps;     /* CB_CAP_*: the primitives below that are set */
+    /* Collective. CB_UNSUPPORTED (+ cb_errorf) when it cannot run here. */
+    int (*open)(const struct cb_ctx *ctx, void **state);
+    void (*close)(void *state);
+    int (*attach)(void *state, const struct cb_bufs *bufs); /* collective */
+    void (*detach)(void *state);                            /* collective */
+    /* my send[0:count] -> peer's recv[0:count] */
+    int (*send)(void *state, int peer, size_t count);
+    int (*recv)(void *state, int peer, size_t count);
+    /* send and recv with peer at the same time */
+    int (*exchange)(void *state, int peer, size_t count);
+    int (*allreduce)(void *state, size_t count); /* sum */
+    int (*alltoall)(void *state, size_t count_per_peer);
+    int (*allgather)(void *state, size_t count_per_rank);
+    int (*reduce_scatter)(void *state, size_t count_per_rank); /* sum */
+    int (*bcast)(void *state, size_t count, int root);         /* in place in recv */
+    int (*copy)(void *state, size_t count);
+};
+
+enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };
+
+/* One measured variant of an operation (a rank pair, a host memory kind). */
+struct cb_instance {
+    int src, dst; /* the pair, or -1 */
+    enum cb_direction dir;
+    enum cb_space send_space, recv_space;
+    int host_memory; /* CB_HOST_PINNED / CB_HOST_PAGEABLE, or -1 */
+};
+
+/* Sizes of one measurement, nccl-tests convention (see the schema's "bytes"). */
+struct cb_plan {
+    size_t requested_bytes;
+    size_t bytes;      /* reported size (record "count" = bytes / 4) */
+    size_t arg_count;  /* elements passed to the primitive (per peer/rank for alltoall etc.) */
+    size_t send_count; /* elements of this rank's send buffer used */
+    size_t recv_count; /* elements of this rank's receive buffer used */
+};
+
+/* Data of one validated run, for this rank. */
+struct cb_data {
+    int fill_send, fill_recv; /* fill_recv: the input lives in recv (in-place bcast root) */
+    struct cb_pattern send_input, recv_input;
+    int check; /* recv must equal expect afterwards */
+    struct cb_pattern expect;
+};
+
+struct cb_exec {
+    const struct cb_ctx *ctx;
+    const struct cb_transport *transport;
+    void *state;
+    const struct cb_plan *plan;
+    const struct cb_instance *inst;
+};
+
+/* nccl-tests bus bandwidth factor of an operation. */
+enum cb_busbw { CB_BUSBW_ONE, CB_BUSBW_ALLREDUCE, CB_BUSBW_N_MINUS_1_OVER_N };
+
+struct cb_op {
+    const char *name;
+    const char *summary;
+    unsigned needs; /* CB_CAP_* */
+    enum cb_busbw busbw;
+    /* Fills up to max instances (out may be NULL) and returns how many exist; NULL: one plain
+     * instance with device buffers. */
+    int (*instances)(const struct cb_ctx *ctx, struct cb_instance *out, int max);
+    void (*plan)(const struct cb_ctx *ctx, size_t requested_bytes, struct cb_plan *plan);
+    void (*data)(const struct cb_ctx *ctx, const struct cb_plan *plan, const struct cb_instance *inst, uint32_t seed,
+                 struct cb_data *data);
+    int (*run)(const struct cb_exec *exec); /* one iteration */
+};
+
+extern const struct cb_backend *const cb_backend;
+extern const struct cb_op *const cb_ops[];
+extern const struct cb_transport *const cb_transports[];
+const struct cb_op *cb_find_op(const char *name);
+const struct cb_transport *cb_find_transport(const char *name);
+/* CB_ON_* bit of the backend compiled in. */
+unsigned cb_backend_bit(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

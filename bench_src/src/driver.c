@@ -1,0 +1,361 @@
+/* The measurement driver: transports x ops x instances x sizes.
+ *
+ * Per measurement: fill inputs, warm up, then time every iteration with MPI_Wtime between a
+ * barrier and the primitive's return (which includes GPU stream completion). The recorded sample
+ * of iteration i is the maximum over ranks. Validation checks the output of the timed loop, then
+ * refills with a new seed and checks one more untimed iteration. */
+#include "driver.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "record.h"
+#include "stats.h"
+#include "watchdog.h"
+
+struct run {
+    const struct cb_ctx *ctx;
+    const struct cb_args *args;
+    int saw_wrong, saw_error;
+    int hung; /* --inject hang: only once */
+};
+
+static const uint32_t seed_timed = 1, seed_extra = 2;
+static const float corrupt_value = -7.0f;
+
+/* The rank that misbehaves under --inject: the last one, the default ping-pong peer. */
+static int inject_rank(const struct cb_ctx *ctx)
+{
+    return ctx->nranks - 1;
+}
+
+static void error_record(struct run *run, const char *op, const char *transport, const struct cb_plan *plan,
+                         const struct cb_instance *inst, int status, const char *msg)
+{
+    run->saw_error = 1;
+    if (run->ctx->rank == 0)
+        cb_emit_error(op, transport, plan, inst, status == CB_UNSUPPORTED ? CB_REASON_UNSUPPORTED : CB_REASON_RUNTIME,
+                      msg);
+}
+
+static int prepare(struct run *run, const struct cb_op *op, const struct cb_plan *plan, const struct cb_instance *inst,
+                   const struct cb_bufs *bufs, uint32_t seed, struct cb_data *d)
+{
+    const struct cb_backend *b = run->ctx->backend;
+    int rc = CB_OK;
+    op->data(run->ctx, plan, inst, seed, d);
+    if (run->args->check && d->check && !d->fill_recv)
+        rc = b->memset(bufs->recv_space, bufs->recv, 0xff, plan->recv_count * sizeof(float));
+    if (!rc && d->fill_send)
+        rc = b->fill(bufs->send_space, bufs->send, &d->send_input);
+    if (!rc && d->fill_recv)
+        rc = b->fill(bufs->recv_space, bufs->recv, &d->recv_input);
+    return rc;
+}
+
+static int verify(struct run *run, const struct cb_data *d, const struct cb_bufs *bufs, uint64_t *wrong)
+{
+    const struct cb_backend *b = run->ctx->backend;
+    uint64_t w = 0;
+    if (!d->check)
+        return CB_OK;
+    if (run->args->inject == CB_INJECT_CORRUPT && run->ctx->rank == inject_rank(run->ctx) &&
+        cb_pattern_count(&d->expect) > 0) {
+        int rc = b->copy(bufs->recv, &corrupt_value, sizeof corrupt_value);
+        if (rc)
+            return rc;
+    }
+    int rc = b->count_wrong(bufs->recv_space, bufs->recv, &d->expect, &w);
+    *wrong += w;
+    return rc;
+}
+
+static void hang_forever(struct run *run)
+{
+    fprintf(stderr, "commbench: rank %d stops participating (--inject hang)\n", run->ctx->rank);
+    for (;;)
+        pause();
+}
+
+/* Collective: 1 when every rank's rc is CB_OK; otherwise rank 0 records the first failure. */
+static int all_ok(struct run *run, int rc, const char *op, const char *transport, const struct cb_plan *plan,
+                  const struct cb_instance *inst)
+{
+    char msg[CB_TEXT_MAX];
+    snprintf(msg, sizeof msg, "%s", rc ? cb_last_error() : "");
+    int status = cb_agree(rc ? CB_ERROR : CB_OK, msg, sizeof msg);
+    if (status != CB_OK)
+        error_record(run, op, transport, plan, inst, status, msg);
+    return status == CB_OK;
+}
+
+static void emit(struct run *run, const struct cb_op *op, const struct cb_transport *t, const struct cb_plan *plan,
+                 const struct cb_instance *inst, const double *samples, uint64_t wrong)
+{
+    struct cb_result r = {.op = op->name,
+                          .transport = t->name,
+                          .plan = plan,
+                          .inst = inst,
+                          .samples_us = samples,
+                          .iters = run->args->iters,
+                          .warmup = run->args->warmup,
+                          .check = run->args->check,
+                          .wrong = wrong};
+    cb_stats_compute(samples, (size_t)r.iters, &r.stats);
+    r.latency_us = r.stats.median;
+    r.goodput_gbs = cb_gbps((double)plan->bytes, r.stats.median);
+    r.algbw_gbs = r.goodput_gbs;
+    r.busbw_factor = cb_busbw_factor(op->busbw, run->ctx->nranks);
+    r.busbw_gbs = r.algbw_gbs * r.busbw_factor;
+    r.aggregate_gbs = 2.0 * r.goodput_gbs;
+    cb_emit_result(&r);
+}
+
+/* Warmup + timed iterations; samples[i] = this rank's time of timed iteration i. */
+static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_exec *exec, double *samples)
+{
+    const struct cb_args *args = run->args;
+    const struct cb_ctx *ctx = run->ctx;
+    double divisor = exec->inst->dir == CB_DIR_UNI ? 2.0 : 1.0; /* ping-pong: one-way time */
+    int rc = CB_OK;
+    for (int i = 0; !rc && i < args->warmup + args->iters; i++) {
+        if (args->inject == CB_INJECT_HANG && i == args->warmup && !run->hung && ctx->rank == inject_rank(ctx))
+            hang_forever(run);
+        rc = cb_barrier();
+        double t0 = MPI_Wtime();
+        if (!rc)
+            rc = op->run(exec);
+        double t1 = MPI_Wtime();
+        if (i >= args->warmup)
+            samples[i - args->warmup] = (t1 - t0) * 1e6 / divisor;
+    }
+    run->hung = 1;
+    return rc;
+}
+
+static void measure(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
+                    const struct cb_instance *inst, const struct cb_bufs *bufs, size_t requested)
+{
+    const struct cb_ctx *ctx = run->ctx;
+    const struct cb_args *args = run->args;
+    struct cb_plan plan;
+    struct cb_data data;
+    op->plan(ctx, requested, &plan);
+    struct cb_exec exec = {.ctx = ctx, .transport = t, .state = state, .plan = &plan, .inst = inst};
+    size_t n = (size_t)args->iters;
+    double *samples = calloc(n, sizeof *samples), *max_samples = calloc(n, sizeof *max_samples);
+    uint64_t wrong = 0, total_wrong = 0;
+    int rc = samples && max_samples ? CB_OK : CB_ERROR;
+    if (rc)
+        cb_errorf("out of memory for %d samples", args->iters);
+
+    cb_watchdog_arm("measurement", op->name, t->name, &plan, inst);
+    if (!rc)
+        rc = prepare(run, op, &plan, inst, bufs, seed_timed, &data);
+    if (!all_ok(run, rc, op->name, t->name, &plan, inst))
+        goto out;
+    rc = timed_loop(run, op, &exec, samples);
+    if (!rc && args->check)
+        rc = verify(run, &data, bufs, &wrong);
+    if (!all_ok(run, rc, op->name, t->name, &plan, inst))
+        goto out;
+    if (args->check) {
+        rc = prepare(run, op, &plan, inst, bufs, seed_extra, &data);
+        if (!rc)
+            rc = cb_barrier();
+        if (!rc)
+            rc = op->run(&exec);
+        if (!rc)
+            rc = verify(run, &data, bufs, &wrong);
+        if (!all_ok(run, rc, op->name, t->name, &plan, inst))
+            goto out;
+    }
+    MPI_Reduce(samples, max_samples, args->iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (ctx->rank == 0) {
+        run->saw_wrong |= total_wrong != 0;
+        emit(run, op, t, &plan, inst, max_samples, total_wrong);
+    }
+out:
+    cb_watchdog_disarm();
+    free(samples);
+    free(max_samples);
+}
+
+/* Largest send and receive buffers any size needs. */
+static void max_plan(const struct run *run, const struct cb_op *op, struct cb_plan *max)
+{
+    memset(max, 0, sizeof *max);
+    for (int s = 0; s < run->args->nsizes; s++) {
+        struct cb_plan p;
+        op->plan(run->ctx, run->args->sizes[s], &p);
+        if (p.send_count > max->send_count)
+            max->send_count = p.send_count;
+        if (p.recv_count > max->recv_count)
+            max->recv_count = p.recv_count;
+        if (p.requested_bytes > max->requested_bytes) {
+            max->requested_bytes = p.requested_bytes;
+            max->bytes = p.bytes;
+        }
+    }
+}
+
+static void release_buffers(struct run *run, const struct cb_transport *t, void *state, struct cb_bufs *bufs,
+                            int attached)
+{
+    const struct cb_backend *b = run->ctx->backend;
+    if (attached)
+        t->detach(state);
+    if (bufs->send)
+        b->release(bufs->send_space, bufs->send);
+    if (bufs->recv)
+        b->release(bufs->recv_space, bufs->recv);
+    memset(bufs, 0, sizeof *bufs);
+}
+
+/* Allocates and attaches buffers for inst; on failure every rank has released them. */
+static int acquire_buffers(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
+                           const struct cb_instance *inst, struct cb_bufs *bufs)
+{
+    const struct cb_backend *b = run->ctx->backend;
+    struct cb_plan max;
+    char msg[CB_TEXT_MAX] = "";
+    max_plan(run, op, &max);
+    bufs->send_space = inst->send_space;
+    bufs->recv_space = inst->recv_space;
+    bufs->send_bytes = (max.send_count ? max.send_count : 1) * sizeof(float);
+    bufs->recv_bytes = (max.recv_count ? max.recv_count : 1) * sizeof(float);
+    cb_watchdog_arm("buffer setup", op->name, t->name, &max, inst);
+    bufs->send = b->alloc(bufs->send_space, bufs->send_bytes);
+    bufs->recv = bufs->send ? b->alloc(bufs->recv_space, bufs->recv_bytes) : NULL;
+    int rc = bufs->send && bufs->recv ? CB_OK : CB_ERROR;
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", cb_last_error());
+    int status = cb_agree(rc, msg, sizeof msg);
+    int attached = 0;
+    if (status == CB_OK) {
+        rc = t->attach(state, bufs);
+        attached = rc == CB_OK;
+        if (rc)
+            snprintf(msg, sizeof msg, "%s", cb_last_error());
+        status = cb_agree(rc, msg, sizeof msg);
+    }
+    if (status != CB_OK) {
+        error_record(run, op->name, t->name, &max, inst, status, msg);
+        release_buffers(run, t, state, bufs, attached);
+    }
+    cb_watchdog_disarm();
+    return status;
+}
+
+static void run_op(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op)
+{
+    const struct cb_ctx *ctx = run->ctx;
+    struct cb_instance plain = {.src = -1, .dst = -1, .dir = CB_DIR_NONE, .host_memory = -1};
+    struct cb_instance *insts = &plain;
+    int n = 1;
+    if (op->instances) {
+        n = op->instances(ctx, NULL, 0);
+        if (n == 0) {
+            error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, cb_last_error());
+            return;
+        }
+        insts = calloc((size_t)n, sizeof *insts);
+        if (!insts) {
+            error_record(run, op->name, t->name, NULL, NULL, CB_ERROR, "out of memory for instances");
+            return;
+        }
+        op->instances(ctx, insts, n);
+    }
+    struct cb_bufs bufs = {0};
+    int have = 0;
+    for (int i = 0; i < n; i++) {
+        /* Instances with the same memory spaces share buffers (and IPC registrations). */
+        if (have && (bufs.send_space != insts[i].send_space || bufs.recv_space != insts[i].recv_space)) {
+            release_buffers(run, t, state, &bufs, 1);
+            have = 0;
+        }
+        if (!have && acquire_buffers(run, t, state, op, &insts[i], &bufs) != CB_OK)
+            continue;
+        have = 1;
+        for (int s = 0; s < run->args->nsizes; s++)
+            measure(run, t, state, op, &insts[i], &bufs, run->args->sizes[s]);
+    }
+    if (have)
+        release_buffers(run, t, state, &bufs, 1);
+    if (insts != &plain)
+        free(insts);
+}
+
+static int covers(const struct cb_transport *t, const struct cb_op *op)
+{
+    return (t->caps & op->needs) == op->needs;
+}
+
+static void run_transport(struct run *run, const struct cb_transport *t)
+{
+    const struct cb_args *args = run->args;
+    const struct cb_op *selected[64];
+    int n = 0;
+    if (args->nops) {
+        for (int i = 0; i < args->nops; i++) {
+            const struct cb_op *op = cb_find_op(args->ops[i]);
+            if (covers(t, op))
+                selected[n++] = op;
+            else {
+                char msg[CB_TEXT_MAX];
+                snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, op->name);
+                error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
+            }
+        }
+    } else {
+        for (int i = 0; cb_ops[i] && n < 64; i++)
+            if (covers(t, cb_ops[i]))
+                selected[n++] = cb_ops[i];
+    }
+    if (!n)
+        return;
+
+    void *state = NULL;
+    char msg[CB_TEXT_MAX] = "";
+    cb_watchdog_arm("transport setup", selected[0]->name, t->name, NULL, NULL);
+    int rc = t->open(run->ctx, &state);
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", cb_last_error());
+    int status = cb_agree(rc, msg, sizeof msg);
+    cb_watchdog_disarm();
+    if (status != CB_OK) {
+        if (rc == CB_OK)
+            t->close(state); /* opened here, failed elsewhere */
+        for (int i = 0; i < n; i++)
+            error_record(run, selected[i]->name, t->name, NULL, NULL, status, msg);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        run_op(run, t, state, selected[i]);
+    cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
+    t->close(state);
+    cb_watchdog_disarm();
+}
+
+int cb_run_all(const struct cb_ctx *ctx)
+{
+    struct run run = {.ctx = ctx, .args = ctx->args};
+    const struct cb_args *args = ctx->args;
+    if (args->ntransports) {
+        for (int i = 0; i < args->ntransports; i++)
+            run_transport(&run, cb_find_transport(args->transports[i]));
+    } else {
+        for (int i = 0; cb_transports[i]; i++)
+            if (cb_transports[i]->backends & cb_backend_bit())
+                run_transport(&run, cb_transports[i]);
+    }
+    /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
+    int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return code;
+}

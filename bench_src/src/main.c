@@ -1,0 +1,251 @@
+/* commbench: communication benchmark for CPUs and GPUs (see --help). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "comm.h"
+#include "commbench.h"
+#include "driver.h"
+#include "record.h"
+#include "watchdog.h"
+
+/* Before MPI_Init only the launcher tells which process is rank 0; print messages once. */
+static int launcher_rank_zero(void)
+{
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID",
+                                       "MV2_COMM_WORLD_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v)
+            return strcmp(v, "0") == 0;
+    }
+    return 1;
+}
+
+static int available(const struct cb_transport *t)
+{
+    return (t->backends & cb_backend_bit()) != 0;
+}
+
+static void print_ops_of(const struct cb_transport *t, FILE *out)
+{
+    const char *sep = "";
+    for (int i = 0; cb_ops[i]; i++)
+        if ((t->caps & cb_ops[i]->needs) == cb_ops[i]->needs) {
+            fprintf(out, "%s%s", sep, cb_ops[i]->name);
+            sep = ",";
+        }
+}
+
+static void print_list(void)
+{
+    printf("backend %s\n", cb_backend->name);
+    for (int i = 0; cb_transports[i]; i++)
+        if (available(cb_transports[i])) {
+            printf("transport %s ops ", cb_transports[i]->name);
+            print_ops_of(cb_transports[i], stdout);
+            printf("\n");
+        }
+}
+
+static void print_help(const char *prog)
+{
+    printf("commbench %s (backend %s): communication benchmark, one MPI process per CPU core or GPU.\n\n", CB_VERSION,
+           cb_backend->name);
+    printf("usage: mpirun -np N %s [options]\n\n", prog);
+    printf("Selection\n"
+           "  --op LIST            comma-separated ops (default: every op the transport implements)\n"
+           "  --transport LIST     comma-separated transports (default: every transport of this backend)\n"
+           "  --list               print the transports of this build and their ops, then exit\n"
+           "Sizes (bytes; suffixes K, M, G are powers of 1024; at most 1T; float32 elements)\n"
+           "  --min-bytes S        smallest size (default 8)\n"
+           "  --max-bytes S        largest size (default 4M)\n"
+           "  --step-factor F      multiply the size by integer F in [2,1024] (default 2)\n"
+           "  --sizes S,S,...      explicit sizes instead of min/max/factor\n"
+           "  Sizes follow nccl-tests: pingpong/p2p = bytes per message; allreduce/bcast = buffer;\n"
+           "  alltoall/allgather = receive buffer per rank; reduce_scatter = send buffer per rank;\n"
+           "  h2d/d2h = bytes copied. Sizes are rounded down to whole elements (and whole chunks per\n"
+           "  rank); the record keeps requested_bytes and the bytes actually moved.\n"
+           "Iterations\n"
+           "  --warmup N           untimed iterations first (default 5)\n"
+           "  --iters N            timed iterations, N >= 1 (default 20)\n"
+           "Validation\n"
+           "  --check / --no-check verify every received element after the timed loop and after one\n"
+           "                       extra iteration with fresh data (default --check)\n"
+           "Placement\n"
+           "  --peer R             ping-pong partner of rank 0 (default: the last rank, another node under\n"
+           "                       block placement)\n"
+           "  --device N           GPU index to use (default: node-local rank modulo visible GPUs)\n"
+           "  --assume-gpu-aware-mpi  transport mpi on GPU memory without asking the MPI library\n"
+           "Robustness and output\n"
+           "  --timeout SECONDS    watchdog per step (setup, one size of one op): on expiry rank 0 writes\n"
+           "                       an error record (reason \"timeout\") and all ranks exit with code 3\n"
+           "                       (default 300)\n"
+           "  --output FILE        append JSON Lines records to FILE (rank 0), one per op, transport,\n"
+           "                       size and pair/direction/host memory; schema_version %d\n"
+           "  --inject corrupt|hang  TEST ONLY, for proving the checks work: 'corrupt' makes the last rank\n"
+           "                       overwrite one received element before each check (valid=false, exit 1);\n"
+           "                       'hang' makes the last rank stop in the first timed iteration (the\n"
+           "                       watchdog fires, exit 3). Never use for measurements.\n"
+           "  --version, --help\n\n",
+           CB_SCHEMA_VERSION);
+    printf("Timing and definitions\n"
+           "  Every timed iteration is measured with MPI_Wtime between a barrier and the return of the\n"
+           "  operation on that rank (GPU: after stream completion; ccl: group start/end + stream sync).\n"
+           "  The sample of iteration i is the maximum over ranks. Statistics: min, median, mean, p95\n"
+           "  (linear interpolation), max, sample standard deviation, in microseconds (us).\n"
+           "  pingpong: sample = round trip / 2 (one-way time). Bandwidths in GB/s (1e9 bytes/s):\n"
+           "  goodput = algbw = bytes / median time; busbw = algbw * factor (allreduce 2(n-1)/n;\n"
+           "  alltoall, allgather, reduce_scatter (n-1)/n; others 1). Bidirectional (pingpong_bi,\n"
+           "  pairmatrix bi): goodput is per direction, aggregate_gbs = 2 * goodput.\n\n"
+           "Exit codes\n"
+           "  0 success; 1 validation failed (wrong data); 2 bad arguments; 3 timeout (watchdog);\n"
+           "  4 runtime error or unsupported op/transport (see the error records). 1 outranks 4.\n\n");
+    printf("Transports of this build (backend %s)\n", cb_backend->name);
+    for (int i = 0; cb_transports[i]; i++)
+        if (available(cb_transports[i])) {
+            printf("  %-11s %s\n              ops: ", cb_transports[i]->name, cb_transports[i]->summary);
+            print_ops_of(cb_transports[i], stdout);
+            printf("\n");
+        }
+    printf("Ops\n");
+    for (int i = 0; cb_ops[i]; i++)
+        printf("  %-15s %s\n", cb_ops[i]->name, cb_ops[i]->summary);
+}
+
+static int usage_error(const char *msg)
+{
+    if (launcher_rank_zero())
+        fprintf(stderr, "commbench: %s\n", msg);
+    return CB_EXIT_USAGE;
+}
+
+/* Op and transport names exist in this build. */
+static int check_names(const struct cb_args *args, char *err, size_t len)
+{
+    for (int i = 0; i < args->nops; i++)
+        if (!cb_find_op(args->ops[i])) {
+            int n = snprintf(err, len, "--op: unknown op '%s' (known:", args->ops[i]);
+            for (int k = 0; cb_ops[k] && n > 0 && (size_t)n < len; k++)
+                n += snprintf(err + n, len - (size_t)n, " %s", cb_ops[k]->name);
+            if (n > 0 && (size_t)n < len)
+                snprintf(err + n, len - (size_t)n, ")");
+            return -1;
+        }
+    for (int i = 0; i < args->ntransports; i++)
+        if (!cb_find_transport(args->transports[i])) {
+            int n = snprintf(err, len,
+                             "--transport: '%s' is not a transport of the %s backend (available:", args->transports[i],
+                             cb_backend->name);
+            for (int k = 0; cb_transports[k] && n > 0 && (size_t)n < len; k++)
+                if (available(cb_transports[k]))
+                    n += snprintf(err + n, len - (size_t)n, " %s", cb_transports[k]->name);
+            if (n > 0 && (size_t)n < len)
+                snprintf(err + n, len - (size_t)n, ")");
+            return -1;
+        }
+    return 0;
+}
+
+/* Device of every rank at rank 0 (NULL elsewhere or without devices). */
+static struct cb_device_info *gather_devices(const struct cb_ctx *ctx)
+{
+    if (!ctx->backend->describe)
+        return NULL;
+    struct cb_device_info mine;
+    memset(&mine, 0, sizeof mine);
+    ctx->backend->describe(&mine);
+    struct cb_device_info *all = ctx->rank == 0 ? calloc((size_t)ctx->nranks, sizeof *all) : NULL;
+    if (ctx->rank == 0 && !all)
+        abort();
+    cb_gather_to_root(&mine, all, sizeof mine);
+    return all;
+}
+
+static int run(struct cb_ctx *ctx)
+{
+    const struct cb_args *args = ctx->args;
+    char msg[CB_TEXT_MAX] = "";
+
+    if (args->peer >= ctx->nranks) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "commbench: --peer: rank %d does not exist (%d ranks)\n", args->peer, ctx->nranks);
+        return CB_EXIT_USAGE;
+    }
+    int rc = ctx->rank == 0 ? cb_output_open(args->output) : CB_OK;
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", cb_last_error());
+    if (cb_agree(rc, msg, sizeof msg) != CB_OK) {
+        if (ctx->rank == 0)
+            fprintf(stderr, "commbench: %s\n", msg);
+        return CB_EXIT_USAGE;
+    }
+
+    rc = ctx->backend->init(ctx->local_rank, args->device);
+    snprintf(msg, sizeof msg, "%s", rc ? cb_last_error() : "");
+    int status = cb_agree(rc, msg, sizeof msg);
+    struct cb_device_info *devices = status == CB_OK ? gather_devices(ctx) : NULL;
+    struct cb_kv versions[CB_MAX_VERSIONS];
+    int nversions = status == CB_OK ? ctx->backend->versions(versions, CB_MAX_VERSIONS) : 0;
+    char library[MPI_MAX_LIBRARY_VERSION_STRING];
+    cb_mpi_library(library, sizeof library);
+    if (ctx->rank == 0)
+        cb_record_setup(ctx, library, devices, versions, nversions);
+    free(devices);
+    if (status != CB_OK) {
+        if (ctx->rank == 0) {
+            fprintf(stderr, "commbench: backend %s: %s\n", ctx->backend->name, msg);
+            cb_emit_error("setup", "none", NULL, NULL,
+                          status == CB_UNSUPPORTED ? CB_REASON_UNSUPPORTED : CB_REASON_RUNTIME, msg);
+        }
+        cb_output_close();
+        return CB_EXIT_RUNTIME;
+    }
+    if (cb_watchdog_start(ctx, args->timeout_s) != CB_OK) {
+        fprintf(stderr, "commbench: rank %d: %s\n", ctx->rank, cb_last_error());
+        MPI_Abort(MPI_COMM_WORLD, CB_EXIT_RUNTIME);
+    }
+    int code = cb_run_all(ctx);
+    cb_watchdog_stop();
+    ctx->backend->finalize();
+    cb_output_close();
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    static struct cb_args args;
+    char err[CB_TEXT_MAX];
+    if (cb_args_parse(argc, argv, &args, err, sizeof err) || check_names(&args, err, sizeof err))
+        return usage_error(err);
+    switch (args.action) {
+    case CB_ACT_HELP:
+        if (launcher_rank_zero())
+            print_help(argv[0]);
+        return CB_EXIT_OK;
+    case CB_ACT_VERSION:
+        if (launcher_rank_zero())
+            printf("commbench %s backend %s schema %d\n", CB_VERSION, cb_backend->name, CB_SCHEMA_VERSION);
+        return CB_EXIT_OK;
+    case CB_ACT_LIST:
+        if (launcher_rank_zero())
+            print_list();
+        return CB_EXIT_OK;
+    case CB_ACT_RUN: break;
+    }
+
+    MPI_Init(&argc, &argv);
+    struct cb_ctx ctx;
+    if (cb_ctx_init(&ctx) != CB_OK) {
+        fprintf(stderr, "commbench: %s\n", cb_last_error());
+        MPI_Abort(MPI_COMM_WORLD, CB_EXIT_RUNTIME);
+    }
+    ctx.backend = cb_backend;
+    ctx.args = &args;
+    int code = run(&ctx);
+    cb_ctx_free(&ctx);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,29 @@
+/* alltoall: chunk p of every rank's send buffer goes to rank p. */
+#include "plan.h"
+
+static void plan(const struct cb_ctx *ctx, size_t requested_bytes, struct cb_plan *p)
+{
+    cb_plan_chunked(ctx, requested_bytes, ctx->nranks, ctx->nranks, p);
+}
+
+static void data(const struct cb_ctx *ctx, const struct cb_plan *p, const struct cb_instance *inst, uint32_t seed,
+                 struct cb_data *d)
+{
+    (void)inst;
+    cb_data_send_expect(ctx, p, seed, d, p->arg_count, ctx->nranks, CB_SRC_SEGMENT, (uint64_t)ctx->rank * p->arg_count);
+}
+
+static int run(const struct cb_exec *e)
+{
+    return e->transport->alltoall(e->state, e->plan->arg_count);
+}
+
+const struct cb_op cb_op_alltoall = {
+    .name = "alltoall",
+    .summary = "personalised exchange; bytes = receive buffer per rank; busbw factor (n-1)/n",
+    .needs = CB_CAP_ALLTOALL,
+    .busbw = CB_BUSBW_N_MINUS_1_OVER_N,
+    .plan = plan,
+    .data = data,
+    .run = run,
+};

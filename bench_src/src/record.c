@@ -1,0 +1,384 @@
+#include "record.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "json.h"
+
+extern char **environ;
+
+static pthread_mutex_t emit_lock = PTHREAD_MUTEX_INITIALIZER;
+static int output_fd = -1;
+static int table_header_done;
+static const struct cb_ctx *rec_ctx;
+/* Serialised once: "hostnames", "mpi_library", "devices", "versions", "env" values. */
+static char *hostnames_json, *mpi_library_json, *devices_json, *versions_json, *env_json;
+
+static const char *const env_prefixes[] = {"NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_",
+                                           "FI_",   "HSA_",  "OMPI_",  "CUDA_",      "HIP_"};
+/* Set by mpirun/mpiexec for one process or one job: not configuration. */
+static const char *const env_launcher_prefixes[] = {"OMPI_COMM_WORLD_",
+                                                    "OMPI_MCA_orte_",
+                                                    "OMPI_MCA_ess",
+                                                    "OMPI_MCA_pmix",
+                                                    "OMPI_MCA_initial_wdir",
+                                                    "OMPI_MCA_shmem_RUNTIME_QUERY_hint",
+                                                    "OMPI_FILE_LOCATION",
+                                                    "OMPI_UNIVERSE_SIZE",
+                                                    "OMPI_FIRST_RANKS",
+                                                    "OMPI_NUM_APP_CTX",
+                                                    "OMPI_APP_CTX_",
+                                                    "OMPI_COMMAND",
+                                                    "OMPI_ARGV",
+                                                    "MPIR_CVAR_CH3_INTERFACE_HOSTNAME"};
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+int cb_env_keep(const char *name)
+{
+    int keep = 0;
+    for (size_t i = 0; i < sizeof env_prefixes / sizeof env_prefixes[0]; i++)
+        keep |= has_prefix(name, env_prefixes[i]);
+    for (size_t i = 0; keep && i < sizeof env_launcher_prefixes / sizeof env_launcher_prefixes[0]; i++)
+        keep = !has_prefix(name, env_launcher_prefixes[i]);
+    return keep;
+}
+
+void cb_timestamp(char *buf, size_t len)
+{
+    struct timespec now;
+    struct tm utc;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &utc);
+    size_t n = strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &utc);
+    snprintf(buf + n, len - n, ".%03ldZ", now.tv_nsec / 1000000);
+}
+
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *take(struct cb_json *j)
+{
+    char *s = j->buf;
+    j->buf = NULL;
+    cb_json_free(j);
+    return s;
+}
+
+static char *serialise_env(void)
+{
+    size_t n = 0, kept = 0;
+    while (environ[n])
+        n++;
+    char **vars = malloc((n + 1) * sizeof *vars);
+    if (!vars)
+        abort();
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        if (!eq)
+            continue;
+        size_t name_len = (size_t)(eq - environ[i]);
+        char name[256];
+        if (name_len >= sizeof name)
+            continue;
+        memcpy(name, environ[i], name_len);
+        name[name_len] = '\0';
+        if (cb_env_keep(name))
+            vars[kept++] = environ[i];
+    }
+    qsort(vars, kept, sizeof *vars, compare_strings);
+    struct cb_json j;
+    cb_json_init(&j);
+    cb_json_begin_object(&j);
+    for (size_t i = 0; i < kept; i++) {
+        const char *eq = strchr(vars[i], '=');
+        char name[256];
+        memcpy(name, vars[i], (size_t)(eq - vars[i]));
+        name[eq - vars[i]] = '\0';
+        cb_json_kstring(&j, name, eq + 1);
+    }
+    cb_json_end_object(&j);
+    free(vars);
+    return take(&j);
+}
+
+void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
+                     const struct cb_kv *versions, int nversions)
+{
+    struct cb_json j;
+    rec_ctx = ctx;
+
+    cb_json_init(&j);
+    cb_json_begin_array(&j);
+    for (int r = 0; r < ctx->nranks; r++)
+        cb_json_string(&j, ctx->hosts[r]);
+    cb_json_end_array(&j);
+    hostnames_json = take(&j);
+
+    /* Trailing newlines/blanks of MPI_Get_library_version are noise. */
+    char library[CB_TEXT_MAX * 8];
+    snprintf(library, sizeof library, "%s", mpi_library);
+    for (size_t n = strlen(library);
+         n && (library[n - 1] == '\n' || library[n - 1] == ' ' || library[n - 1] == '\t' || library[n - 1] == '\r');
+         n--)
+        library[n - 1] = '\0';
+    cb_json_init(&j);
+    cb_json_string(&j, library);
+    mpi_library_json = take(&j);
+
+    cb_json_init(&j);
+    if (devices) {
+        cb_json_begin_array(&j);
+        for (int r = 0; r < ctx->nranks; r++) {
+            cb_json_begin_object(&j);
+            cb_json_kint(&j, "rank", r);
+            cb_json_kstring(&j, "host", ctx->hosts[r]);
+            cb_json_kint(&j, "index", devices[r].index);
+            cb_json_kstring(&j, "name", devices[r].name);
+            cb_json_kstring(&j, "pci_bus_id", devices[r].pci_bus_id);
+            cb_json_end_object(&j);
+        }
+        cb_json_end_array(&j);
+    } else {
+        cb_json_null(&j);
+    }
+    devices_json = take(&j);
+
+    cb_json_init(&j);
+    cb_json_begin_object(&j);
+    for (int i = 0; i < nversions; i++)
+        cb_json_kstring(&j, versions[i].key, versions[i].value);
+    cb_json_end_object(&j);
+    versions_json = take(&j);
+
+    env_json = serialise_env();
+}
+
+int cb_output_open(const char *path)
+{
+    if (!path)
+        return CB_OK;
+    output_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (output_fd < 0) {
+        cb_errorf("cannot open --output %s: %s", path, strerror(errno));
+        return CB_ERROR;
+    }
+    return CB_OK;
+}
+
+void cb_output_close(void)
+{
+    if (output_fd >= 0)
+        close(output_fd);
+    output_fd = -1;
+}
+
+/* One write per record with O_APPEND: a crash never leaves half a line from this process. */
+static void write_line(struct cb_json *j)
+{
+    if (output_fd < 0)
+        return;
+    char *p = j->buf;
+    size_t left = j->len;
+    p[left++] = '\n'; /* put() always leaves room for the terminator */
+    while (left) {
+        ssize_t n = write(output_fd, p, left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            fprintf(stderr, "commbench: writing the output file failed: %s\n", strerror(errno));
+            return;
+        }
+        p += n;
+        left -= (size_t)n;
+    }
+}
+
+static const char *direction_name(enum cb_direction d)
+{
+    return d == CB_DIR_UNI ? "uni" : d == CB_DIR_BI ? "bi" : NULL;
+}
+
+static const char *host_memory_name(int space)
+{
+    return space == CB_HOST_PINNED ? "pinned" : space == CB_HOST_PAGEABLE ? "pageable" : NULL;
+}
+
+static const char *reason_name(enum cb_reason r)
+{
+    switch (r) {
+    case CB_REASON_TIMEOUT: return "timeout";
+    case CB_REASON_UNSUPPORTED: return "unsupported";
+    case CB_REASON_VALIDATION: return "validation";
+    case CB_REASON_RUNTIME: break;
+    }
+    return "runtime";
+}
+
+static void begin_record(struct cb_json *j, const char *kind, const char *op, const char *transport,
+                         const struct cb_plan *plan, const struct cb_instance *inst)
+{
+    char stamp[40];
+    cb_timestamp(stamp, sizeof stamp);
+    cb_json_init(j);
+    cb_json_begin_object(j);
+    cb_json_kint(j, "schema_version", CB_SCHEMA_VERSION);
+    cb_json_kstring(j, "kind", kind);
+    cb_json_kstring(j, "commbench_version", CB_VERSION);
+    cb_json_kstring(j, "timestamp", stamp);
+    cb_json_kstring(j, "backend", rec_ctx->backend->name);
+    cb_json_kstring(j, "op", op);
+    cb_json_kstring(j, "transport", transport);
+    if (plan) {
+        cb_json_kint(j, "bytes", (long long)plan->bytes);
+        cb_json_kint(j, "requested_bytes", (long long)plan->requested_bytes);
+        cb_json_kint(j, "count", (long long)(plan->bytes / sizeof(float)));
+        cb_json_kstring(j, "dtype", "float32");
+    }
+    if (inst) {
+        if (inst->src >= 0) {
+            cb_json_key(j, "pair");
+            cb_json_begin_object(j);
+            cb_json_kint(j, "src", inst->src);
+            cb_json_kint(j, "dst", inst->dst);
+            cb_json_end_object(j);
+        }
+        if (direction_name(inst->dir))
+            cb_json_kstring(j, "direction", direction_name(inst->dir));
+        if (host_memory_name(inst->host_memory))
+            cb_json_kstring(j, "host_memory", host_memory_name(inst->host_memory));
+    }
+}
+
+static void end_record(struct cb_json *j)
+{
+    cb_json_kint(j, "ranks", rec_ctx->nranks);
+    cb_json_kint(j, "nodes", rec_ctx->nnodes);
+    cb_json_kraw(j, "hostnames", hostnames_json);
+    cb_json_kraw(j, "mpi_library", mpi_library_json);
+    cb_json_kraw(j, "devices", devices_json);
+    cb_json_kraw(j, "versions", versions_json);
+    cb_json_kraw(j, "env", env_json);
+    cb_json_end_object(j);
+}
+
+static void table_header(void)
+{
+    if (table_header_done)
+        return;
+    table_header_done = 1;
+    printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s %s\n", "op", "transport", "bytes",
+           "count", "pair", "dir", "hostmem", "median_us", "min_us", "p95_us", "goodput", "busbw", "wrong", "valid");
+    printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s\n", "", "", "(B)", "(elem)", "", "", "",
+           "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+static void table_labels(const struct cb_instance *inst, char *pair, size_t len, const char **dir, const char **mem)
+{
+    snprintf(pair, len, "-");
+    *dir = "-";
+    *mem = "-";
+    if (!inst)
+        return;
+    if (inst->src >= 0)
+        snprintf(pair, len, "%d-%d", inst->src, inst->dst);
+    if (direction_name(inst->dir))
+        *dir = direction_name(inst->dir);
+    if (host_memory_name(inst->host_memory))
+        *mem = host_memory_name(inst->host_memory);
+}
+
+void cb_emit_result(const struct cb_result *r)
+{
+    struct cb_json j;
+    int valid = !r->check || r->wrong == 0;
+    begin_record(&j, "result", r->op, r->transport, r->plan, r->inst);
+    cb_json_kint(&j, "iters", r->iters);
+    cb_json_kint(&j, "warmup", r->warmup);
+    cb_json_key(&j, "samples_us");
+    cb_json_begin_array(&j);
+    for (int i = 0; i < r->iters; i++)
+        cb_json_number(&j, r->samples_us[i]);
+    cb_json_end_array(&j);
+    cb_json_key(&j, "stats");
+    cb_json_begin_object(&j);
+    cb_json_knumber(&j, "min_us", r->stats.min);
+    cb_json_knumber(&j, "median_us", r->stats.median);
+    cb_json_knumber(&j, "mean_us", r->stats.mean);
+    cb_json_knumber(&j, "p95_us", r->stats.p95);
+    cb_json_knumber(&j, "max_us", r->stats.max);
+    cb_json_knumber(&j, "stdev_us", r->stats.stdev);
+    cb_json_end_object(&j);
+    cb_json_knumber(&j, "latency_us", r->latency_us);
+    cb_json_knumber(&j, "goodput_gbs", r->goodput_gbs);
+    cb_json_knumber(&j, "algbw_gbs", r->algbw_gbs);
+    cb_json_knumber(&j, "busbw_gbs", r->busbw_gbs);
+    cb_json_knumber(&j, "busbw_factor", r->busbw_factor);
+    if (r->inst && r->inst->dir == CB_DIR_BI)
+        cb_json_knumber(&j, "aggregate_gbs", r->aggregate_gbs);
+    cb_json_kbool(&j, "valid", valid);
+    cb_json_kbool(&j, "check", r->check);
+    cb_json_kint(&j, "wrong_elements", (long long)r->wrong);
+    cb_json_key(&j, "error");
+    cb_json_null(&j);
+    cb_json_key(&j, "reason");
+    if (valid)
+        cb_json_null(&j);
+    else
+        cb_json_string(&j, "validation");
+    end_record(&j);
+
+    char pair[32];
+    const char *dir, *mem;
+    table_labels(r->inst, pair, sizeof pair, &dir, &mem);
+    pthread_mutex_lock(&emit_lock);
+    write_line(&j);
+    table_header();
+    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s\n", r->op, r->transport,
+           r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min, r->stats.p95,
+           r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
+           !r->check ? "unchecked"
+           : valid   ? "ok"
+                     : "WRONG");
+    fflush(stdout);
+    pthread_mutex_unlock(&emit_lock);
+    cb_json_free(&j);
+}
+
+void cb_emit_error(const char *op, const char *transport, const struct cb_plan *plan, const struct cb_instance *inst,
+                   enum cb_reason reason, const char *message)
+{
+    struct cb_json j;
+    begin_record(&j, "error", op, transport, plan, inst);
+    cb_json_kbool(&j, "valid", 0);
+    cb_json_kstring(&j, "error", message);
+    cb_json_kstring(&j, "reason", reason_name(reason));
+    end_record(&j);
+
+    char pair[32], bytes[24];
+    const char *dir, *mem;
+    table_labels(inst, pair, sizeof pair, &dir, &mem);
+    if (plan)
+        snprintf(bytes, sizeof bytes, "%zu", plan->bytes);
+    else
+        snprintf(bytes, sizeof bytes, "-");
+    pthread_mutex_lock(&emit_lock);
+    write_line(&j);
+    table_header();
+    printf("  %-14s %-10s %12s %11s %-7s %-4s %-8s ERROR (%s): %s\n", op, transport, bytes, "", pair, dir, mem,
+           reason_name(reason), message);
+    fflush(stdout);
+    pthread_mutex_unlock(&emit_lock);
+    cb_json_free(&j);
+}

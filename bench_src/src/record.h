@@ -1,0 +1,43 @@
+/* Records: the JSON Lines file (schema bench_src/schema/commbench-record.schema.json) and the
+ * human table on stdout. Only rank 0 emits; emission is thread-safe (the watchdog emits too). */
+#ifndef COMMBENCH_RECORD_H
+#define COMMBENCH_RECORD_H
+
+#include <stdint.h>
+
+#include "commbench.h"
+#include "stats.h"
+
+struct cb_result {
+    const char *op, *transport;
+    const struct cb_plan *plan;
+    const struct cb_instance *inst;
+    const double *samples_us;
+    int iters, warmup;
+    struct cb_stats stats;
+    double latency_us, goodput_gbs, algbw_gbs, busbw_gbs, busbw_factor;
+    double aggregate_gbs; /* bidirectional only */
+    int check;
+    uint64_t wrong;
+};
+
+/* Whether an environment variable belongs in a record's "env": tuning prefixes, minus the
+ * per-process and per-job variables launchers set. */
+int cb_env_keep(const char *name);
+
+/* UTC ISO 8601 with milliseconds, e.g. 2026-11-21T14:50:03.125Z. */
+void cb_timestamp(char *buf, size_t len);
+
+/* Rank 0, once: the fields shared by every record. devices: one per rank, or NULL. */
+void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
+                     const struct cb_kv *versions, int nversions);
+/* Opens (appends to) the JSON Lines file; CB_ERROR + cb_errorf on failure. NULL: none. */
+int cb_output_open(const char *path);
+void cb_output_close(void);
+
+void cb_emit_result(const struct cb_result *r);
+/* plan and inst may be NULL. */
+void cb_emit_error(const char *op, const char *transport, const struct cb_plan *plan, const struct cb_instance *inst,
+                   enum cb_reason reason, const char *message);
+
+#endif

@@ -1,0 +1,285 @@
+/* Unit tests of what needs neither MPI nor a device: argument parsing, size lists, statistics,
+ * bandwidth factors, JSON escaping, the env filter and the validation pattern.
+ * Prints one line per failed check and exits non-zero if any failed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "json.h"
+#include "pattern.h"
+#include "record.h"
+#include "stats.h"
+
+static int failures, checks;
+
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        checks++;                                                                                                      \
+        if (!(cond)) {                                                                                                 \
+            failures++;                                                                                                \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                            \
+        }                                                                                                              \
+    } while (0)
+
+#define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) <= 1e-9 * (1.0 + fabs((double)(b))))
+
+static struct cb_args args;
+static char err[512];
+
+/* Parses a NULL-terminated argument list; returns cb_args_parse's result. */
+static int parse(const char *first, ...)
+{
+    char *argv[64] = {"commbench"};
+    int argc = 1;
+    __builtin_va_list ap;
+    __builtin_va_start(ap, first);
+    for (const char *a = first; a && argc < 63; a = __builtin_va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    __builtin_va_end(ap);
+    err[0] = '\0';
+    return cb_args_parse(argc, argv, &args, err, sizeof err);
+}
+
+static int err_mentions(const char *text)
+{
+    return strstr(err, text) != NULL;
+}
+
+static void test_args(void)
+{
+    CHECK(parse(NULL) == 0);
+    CHECK(args.action == CB_ACT_RUN && args.warmup == 5 && args.iters == 20 && args.check == 1);
+    CHECK(args.peer == -1 && args.device == -1 && args.timeout_s == 300.0 && args.output == NULL);
+    CHECK(args.nsizes == 20 && args.sizes[0] == 8 && args.sizes[19] == 4u << 20);
+
+    CHECK(parse("--min-bytes", "1K", "--max-bytes=1M", "--step-factor", "4", NULL) == 0);
+    CHECK(args.nsizes == 6 && args.sizes[0] == 1024 && args.sizes[5] == 1u << 20);
+    CHECK(parse("--sizes", "8,1K,64K,1M,2G", NULL) == 0);
+    CHECK(args.nsizes == 5 && args.sizes[1] == 1024 && args.sizes[2] == 65536 && args.sizes[4] == 2ull << 30);
+    CHECK(parse("--min-bytes", "8M", NULL) == 0 && args.nsizes == 1 && args.sizes[0] == 8u << 20);
+    CHECK(parse("--max-bytes", "4", NULL) == 0 && args.nsizes == 1 && args.sizes[0] == 4);
+
+    CHECK(parse("--op", "pingpong,allreduce", "--transport", "mpi", NULL) == 0);
+    CHECK(args.nops == 2 && strcmp(args.ops[0], "pingpong") == 0 && strcmp(args.ops[1], "allreduce") == 0);
+    CHECK(args.ntransports == 1 && strcmp(args.transports[0], "mpi") == 0);
+    CHECK(parse("--iters", "3", "--warmup", "0", "--no-check", "--peer", "2", "--device", "1", "--timeout", "2.5",
+                "--output", "x.jsonl", "--inject", "hang", "--assume-gpu-aware-mpi", NULL) == 0);
+    CHECK(args.iters == 3 && args.warmup == 0 && !args.check && args.peer == 2 && args.device == 1);
+    CHECK(args.timeout_s == 2.5 && strcmp(args.output, "x.jsonl") == 0 && args.inject == CB_INJECT_HANG);
+    CHECK(args.assume_gpu_aware_mpi == 1);
+    CHECK(parse("--inject", "corrupt", NULL) == 0 && args.inject == CB_INJECT_CORRUPT);
+    CHECK(parse("--iters", "4", "--help", NULL) == 0 && args.action == CB_ACT_HELP);
+    CHECK(parse("--version", NULL) == 0 && args.action == CB_ACT_VERSION);
+    CHECK(parse("--list", NULL) == 0 && args.action == CB_ACT_LIST);
+
+    /* Rejections name the argument. */
+    CHECK(parse("--iters", "0", NULL) == -1 && err_mentions("--iters") && err_mentions("'0'"));
+    CHECK(parse("--iters", "-3", NULL) == -1 && err_mentions("--iters"));
+    CHECK(parse("--iters", "ten", NULL) == -1 && err_mentions("'ten'"));
+    CHECK(parse("--iters", "5x", NULL) == -1 && err_mentions("--iters"));
+    CHECK(parse("--iters", "", NULL) == -1 && err_mentions("--iters"));
+    CHECK(parse("--iters", "10000001", NULL) == -1 && err_mentions("--iters"));
+    CHECK(parse("--warmup", "-1", NULL) == -1 && err_mentions("--warmup"));
+    CHECK(parse("--min-bytes", "0", NULL) == -1 && err_mentions("--min-bytes"));
+    CHECK(parse("--min-bytes", "-8", NULL) == -1 && err_mentions("--min-bytes"));
+    CHECK(parse("--max-bytes", "2048G", NULL) == -1 && err_mentions("--max-bytes"));
+    CHECK(parse("--max-bytes", "99999999999999999999999", NULL) == -1 && err_mentions("--max-bytes"));
+    CHECK(parse("--max-bytes", "1.5K", NULL) == -1 && err_mentions("'1.5K'"));
+    CHECK(parse("--max-bytes", "1KB", NULL) == -1 && err_mentions("--max-bytes"));
+    CHECK(parse("--min-bytes", "1M", "--max-bytes", "1K", NULL) == -1 && err_mentions("--max-bytes") &&
+          err_mentions("--min-bytes"));
+    CHECK(parse("--step-factor", "1", NULL) == -1 && err_mentions("--step-factor"));
+    CHECK(parse("--sizes", "8,,16", NULL) == -1 && err_mentions("--sizes"));
+    CHECK(parse("--sizes", "8,0", NULL) == -1 && err_mentions("'0'"));
+    CHECK(parse("--sizes", "8", "--min-bytes", "8", NULL) == -1 && err_mentions("--sizes"));
+    CHECK(parse("--op", "a,,b", NULL) == -1 && err_mentions("--op"));
+    CHECK(parse("--op", "Ping", NULL) == -1 && err_mentions("'Ping'"));
+    CHECK(parse("--timeout", "0", NULL) == -1 && err_mentions("--timeout"));
+    CHECK(parse("--timeout", "nan", NULL) == -1 && err_mentions("--timeout"));
+    CHECK(parse("--timeout", "1e9", NULL) == -1 && err_mentions("--timeout"));
+    CHECK(parse("--peer", "0", NULL) == -1 && err_mentions("--peer"));
+    CHECK(parse("--device", "-1", NULL) == -1 && err_mentions("--device"));
+    CHECK(parse("--inject", "crash", NULL) == -1 && err_mentions("'crash'"));
+    CHECK(parse("--output", "", NULL) == -1 && err_mentions("--output"));
+    CHECK(parse("--iters", NULL) == -1 && err_mentions("--iters needs a value"));
+    CHECK(parse("--bogus", NULL) == -1 && err_mentions("'--bogus'"));
+    CHECK(parse("--check=yes", NULL) == -1 && err_mentions("--check takes no value"));
+    CHECK(parse("extra", NULL) == -1 && err_mentions("'extra'"));
+}
+
+static void test_sizes(void)
+{
+    uint64_t out[8], b = 0;
+    CHECK(cb_size_series(8, 64, 2, out, 8) == 4 && out[0] == 8 && out[3] == 64);
+    CHECK(cb_size_series(8, 100, 4, out, 8) == 2 && out[1] == 32);
+    CHECK(cb_size_series(5, 5, 2, out, 8) == 1 && out[0] == 5);
+    CHECK(cb_size_series(1, 1ull << 40, 2, out, 8) == -1);
+    CHECK(cb_size_series(1ull << 39, 1ull << 40, 1024, out, 8) == 1); /* no overflow past the end */
+    CHECK(cb_parse_size("64k", &b) == 0 && b == 65536);
+    CHECK(cb_parse_size("1G", &b) == 0 && b == 1ull << 30);
+    CHECK(cb_parse_size("1024G", &b) == 0 && b == 1ull << 40);
+    CHECK(cb_parse_size("1025G", &b) == -1);
+    CHECK(cb_parse_size(" 8", &b) == -1 && cb_parse_size("+8", &b) == -1 && cb_parse_size("", &b) == -1);
+}
+
+static void test_stats(void)
+{
+    struct cb_stats s;
+    const double four[] = {4.0, 1.0, 3.0, 2.0};
+    cb_stats_compute(four, 4, &s);
+    CHECK_NEAR(s.min, 1.0);
+    CHECK_NEAR(s.max, 4.0);
+    CHECK_NEAR(s.median, 2.5);
+    CHECK_NEAR(s.mean, 2.5);
+    CHECK_NEAR(s.p95, 3.85); /* position 0.95 * 3 = 2.85 between 3 and 4 */
+    CHECK_NEAR(s.stdev, sqrt(5.0 / 3.0));
+    const double five[] = {10.0, 50.0, 20.0, 40.0, 30.0};
+    cb_stats_compute(five, 5, &s);
+    CHECK_NEAR(s.median, 30.0);
+    CHECK_NEAR(s.p95, 48.0);
+    const double one[] = {7.0};
+    cb_stats_compute(one, 1, &s);
+    CHECK(s.min == 7.0 && s.median == 7.0 && s.p95 == 7.0 && s.max == 7.0 && s.stdev == 0.0);
+
+    /* nccl-tests: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall (n-1)/n; bcast, sendrecv 1 */
+    for (int n = 1; n <= 64; n *= 2) {
+        CHECK_NEAR(cb_busbw_factor(CB_BUSBW_ALLREDUCE, n), 2.0 * (n - 1) / n);
+        CHECK_NEAR(cb_busbw_factor(CB_BUSBW_N_MINUS_1_OVER_N, n), (double)(n - 1) / n);
+        CHECK_NEAR(cb_busbw_factor(CB_BUSBW_ONE, n), 1.0);
+    }
+    CHECK_NEAR(cb_busbw_factor(CB_BUSBW_ALLREDUCE, 4), 1.5);
+    CHECK_NEAR(cb_busbw_factor(CB_BUSBW_N_MINUS_1_OVER_N, 8), 0.875);
+    CHECK_NEAR(cb_gbps(1e9, 1e6), 1.0);      /* 1e9 bytes in one second */
+    CHECK_NEAR(cb_gbps(1024.0, 1.0), 1.024); /* 1 KiB in 1 us */
+    CHECK(cb_gbps(8.0, 0.0) == 0.0);
+}
+
+static int json_is(struct cb_json *j, const char *expected)
+{
+    int same = j->buf && strcmp(j->buf, expected) == 0;
+    if (!same)
+        fprintf(stderr, "  got      %s\n  expected %s\n", j->buf ? j->buf : "(null)", expected);
+    cb_json_free(j);
+    return same;
+}
+
+static void test_json(void)
+{
+    struct cb_json j;
+    cb_json_init(&j);
+    cb_json_begin_object(&j);
+    cb_json_kstring(&j, "s", "a\"b\\c/\n\t\r\b\f\x01\x1f\x7f");
+    cb_json_kint(&j, "i", -42);
+    cb_json_knumber(&j, "x", 0.5);
+    cb_json_knumber(&j, "nan", NAN);
+    cb_json_knumber(&j, "inf", INFINITY);
+    cb_json_kbool(&j, "t", 1);
+    cb_json_key(&j, "a");
+    cb_json_begin_array(&j);
+    cb_json_int(&j, 1);
+    cb_json_begin_object(&j);
+    cb_json_end_object(&j);
+    cb_json_begin_array(&j);
+    cb_json_end_array(&j);
+    cb_json_null(&j);
+    cb_json_end_array(&j);
+    cb_json_kraw(&j, "raw", "{\"k\":[1,2]}");
+    cb_json_end_object(&j);
+    CHECK(json_is(&j, "{\"s\":\"a\\\"b\\\\c/\\n\\t\\r\\b\\f\\u0001\\u001f\x7f\",\"i\":-42,\"x\":0.5,"
+                      "\"nan\":null,\"inf\":null,\"t\":true,\"a\":[1,{},[],null],\"raw\":{\"k\":[1,2]}}"));
+
+    /* Valid UTF-8 passes through; anything else becomes U+FFFD, one per bad byte. */
+    cb_json_init(&j);
+    cb_json_string(&j, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+    CHECK(json_is(&j, "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""));
+    cb_json_init(&j);
+    cb_json_string(&j, "a\xff"
+                       "b\xc0\x80"
+                       "c\xed\xa0\x80"
+                       "d\xe2\x82");
+    CHECK(json_is(&j, "\"a\\ufffdb\\ufffd\\ufffdc\\ufffd\\ufffd\\ufffdd\\ufffd\\ufffd\""));
+    cb_json_init(&j);
+    cb_json_key(&j, "k\"ey");
+    cb_json_string(&j, "");
+    CHECK(json_is(&j, "\"k\\\"ey\":\"\""));
+    cb_json_init(&j);
+    cb_json_number(&j, 123456789.125);
+    CHECK(json_is(&j, "123456789"));
+}
+
+static void test_env_filter(void)
+{
+    CHECK(cb_env_keep("NCCL_ALGO"));
+    CHECK(cb_env_keep("RCCL_MSCCL_ENABLE"));
+    CHECK(cb_env_keep("MPICH_GPU_SUPPORT_ENABLED"));
+    CHECK(cb_env_keep("MPIR_CVAR_CH4_OFI_ENABLE"));
+    CHECK(cb_env_keep("UCX_TLS"));
+    CHECK(cb_env_keep("FI_PROVIDER"));
+    CHECK(cb_env_keep("HSA_ENABLE_SDMA"));
+    CHECK(cb_env_keep("OMPI_MCA_btl"));
+    CHECK(cb_env_keep("CUDA_VISIBLE_DEVICES"));
+    CHECK(cb_env_keep("HIP_VISIBLE_DEVICES"));
+    CHECK(!cb_env_keep("OMPI_COMM_WORLD_RANK"));
+    CHECK(!cb_env_keep("OMPI_COMM_WORLD_LOCAL_RANK"));
+    CHECK(!cb_env_keep("OMPI_MCA_orte_hnp_uri"));
+    CHECK(!cb_env_keep("OMPI_MCA_ess_base_vpid"));
+    CHECK(!cb_env_keep("OMPI_FILE_LOCATION"));
+    CHECK(!cb_env_keep("MPIR_CVAR_CH3_INTERFACE_HOSTNAME"));
+    CHECK(!cb_env_keep("PMI_RANK"));
+    CHECK(!cb_env_keep("PATH"));
+    CHECK(!cb_env_keep("NCCL"));
+}
+
+static void test_timestamp(void)
+{
+    char stamp[40];
+    cb_timestamp(stamp, sizeof stamp);
+    CHECK(strlen(stamp) == 24 && stamp[4] == '-' && stamp[10] == 'T' && stamp[19] == '.' && stamp[23] == 'Z');
+}
+
+static void test_pattern(void)
+{
+    struct cb_pattern p;
+    float buf[64];
+    /* Sum over ranks matches brute force and is exact. */
+    cb_pattern_init(&p, 64, 1, CB_SRC_SUM, 5, 3, 7);
+    for (uint64_t i = 0; i < 64; i++) {
+        double sum = 0;
+        for (int r = 0; r < 7; r++)
+            sum += cb_pattern_value(r, 5 + i, 3);
+        CHECK(cb_pattern_at(&p, i) == (float)sum);
+    }
+    /* Values differ between ranks and between seeds. */
+    CHECK(cb_pattern_value(0, 10, 1) != cb_pattern_value(1, 10, 1));
+    CHECK(cb_pattern_value(0, 10, 1) != cb_pattern_value(0, 10, 2));
+    /* Segments: segment s comes from rank s, from index base on. */
+    cb_pattern_init(&p, 4, 3, CB_SRC_SEGMENT, 8, 1, 3);
+    CHECK(cb_pattern_count(&p) == 12);
+    CHECK(cb_pattern_at(&p, 5) == cb_pattern_value(1, 9, 1));
+    CHECK(cb_pattern_at(&p, 11) == cb_pattern_value(2, 11, 1));
+    /* Fill then check: zero wrong; one flip and one NaN are counted. */
+    cb_pattern_init(&p, 64, 1, 2, 0, 1, 4);
+    cb_pattern_fill_host(buf, &p);
+    CHECK(cb_pattern_count_wrong_host(buf, &p) == 0);
+    buf[3] += 1.0f;
+    buf[40] = NAN;
+    CHECK(cb_pattern_count_wrong_host(buf, &p) == 2);
+    /* Empty patterns have no elements. */
+    cb_pattern_init(&p, 0, 4, 0, 0, 1, 4);
+    CHECK(cb_pattern_count(&p) == 0);
+}
+
+int main(void)
+{
+    test_args();
+    test_sizes();
+    test_stats();
+    test_json();
+    test_env_filter();
+    test_timestamp();
+    test_pattern();
+    printf("commbench_unit: %d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,301 @@
+"""commbench cpu backend under real Open MPI and MPICH launchers: record contract, validation,
+watchdog, argument errors. Small sizes and few iterations keep it fast on two cores."""
+from __future__ import annotations
+
+import datetime
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from fixtures_bench import MPIS, CommbenchBuild, launch_env, read_records, run_commbench
+
+# 100 bytes is not a whole number of float32 chunks at 3 or 4 ranks: tests the rounding.
+SIZES = [100, 4096]
+ITERS = 3
+COLLECTIVE_FACTOR = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+}
+# A planted variable with characters JSON must escape (quote, backslash, control, newline).
+TRICKY_ENV = {"NCCL_COMMCAMP_TEST": 'a"b\\c\x01\nd', "OMPI_MCA_commcamp_test": "x"}
+
+
+def expected_bytes(op: str, requested: int, nranks: int) -> int:
+    """nccl-tests convention: whole float32 elements, chunked ops in whole chunks per rank."""
+    elements = requested // 4
+    if op in ("alltoall", "allgather", "reduce_scatter"):
+        elements = elements // nranks * nranks
+    return elements * 4
+
+
+def pairs_on_one_node(nranks: int) -> int:
+    return nranks * (nranks - 1) // 2
+
+
+def check_result_record(record: dict[str, Any], nranks: int) -> None:
+    """Internal consistency of one result record."""
+    assert record["kind"] == "result" and record["valid"] is True and record["check"] is True
+    assert record["wrong_elements"] == 0 and record["error"] is None and record["reason"] is None
+    assert len(record["samples_us"]) == ITERS == record["iters"]
+    stats = record["stats"]
+    samples = sorted(record["samples_us"])
+    assert stats["min_us"] == pytest.approx(samples[0]) and stats["max_us"] == pytest.approx(samples[-1])
+    assert stats["median_us"] == pytest.approx(samples[1])
+    assert stats["min_us"] <= stats["median_us"] <= stats["p95_us"] <= stats["max_us"]
+    assert record["latency_us"] == pytest.approx(stats["median_us"])
+    assert record["bytes"] == expected_bytes(record["op"], record["requested_bytes"], nranks)
+    assert record["count"] * 4 == record["bytes"]
+    # bandwidths from the median time: GB/s = bytes / (us * 1e3)
+    algbw = record["bytes"] / (stats["median_us"] * 1e3)
+    assert record["algbw_gbs"] == pytest.approx(algbw, rel=1e-6)
+    assert record["goodput_gbs"] == pytest.approx(algbw, rel=1e-6)
+    factor = COLLECTIVE_FACTOR.get(record["op"], lambda n: 1.0)(nranks)
+    assert record["busbw_factor"] == pytest.approx(factor)
+    assert record["busbw_gbs"] == pytest.approx(algbw * factor, rel=1e-6)
+    if record.get("direction") == "bi":
+        assert record["aggregate_gbs"] == pytest.approx(2 * algbw, rel=1e-6)
+    assert datetime.datetime.fromisoformat(record["timestamp"]).tzinfo is not None
+
+
+def test_unit_program(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    for build in commbench_builds.values():
+        done = subprocess.run([str(build.unit)], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert ", 0 failed" in done.stdout
+
+
+@pytest.mark.parametrize("nranks", [2, 4])
+@pytest.mark.parametrize("mpi", MPIS)
+def test_every_op_records_validate(
+    commbench_builds: dict[str, CommbenchBuild],
+    record_validator: jsonschema.Draft202012Validator,
+    tmp_path: Path,
+    mpi: str,
+    nranks: int,
+) -> None:
+    output = tmp_path / "out.jsonl"
+    sizes = ",".join(str(s) for s in SIZES)
+    done = run_commbench(
+        commbench_builds[mpi],
+        nranks,
+        ["--sizes", sizes, "--iters", str(ITERS), "--warmup", "0", "--output", str(output)],
+        env=TRICKY_ENV,
+    )
+    assert done.returncode == 0, done.stderr
+    records = read_records(output)
+    for record in records:
+        record_validator.validate(record)
+        check_result_record(record, nranks)
+        assert record["backend"] == "cpu" and record["transport"] == "mpi"
+        assert record["ranks"] == nranks and record["nodes"] == 1 and len(record["hostnames"]) == nranks
+        assert ("Open MPI" if mpi == "openmpi" else "MPICH") in record["mpi_library"]
+        assert record["env"]["NCCL_COMMCAMP_TEST"] == TRICKY_ENV["NCCL_COMMCAMP_TEST"]
+        assert record["env"]["OMPI_MCA_commcamp_test"] == "x"
+        assert not any(k.startswith("OMPI_COMM_WORLD_") for k in record["env"])
+        assert record["devices"] is None
+
+    by_op: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_op.setdefault(record["op"], []).append(record)
+    # the cpu build runs every op the mpi transport implements, h2d/d2h need a GPU backend
+    assert set(by_op) == {"pingpong", "pingpong_bi", "allreduce", "alltoall", "allgather", "reduce_scatter",
+                          "bcast", "pairmatrix"}
+    for op, recs in by_op.items():
+        if op == "pairmatrix":
+            assert len(recs) == len(SIZES) * pairs_on_one_node(nranks) * 2
+            seen = {(r["pair"]["src"], r["pair"]["dst"], r["direction"], r["requested_bytes"]) for r in recs}
+            assert len(seen) == len(recs)
+        else:
+            assert [r["requested_bytes"] for r in recs] == SIZES
+    for record in by_op["pingpong"]:
+        assert record["pair"] == {"src": 0, "dst": nranks - 1} and record["direction"] == "uni"
+    assert {r["direction"] for r in by_op["pingpong_bi"]} == {"bi"}
+    # the human table: one row per record
+    rows = [line for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert len(rows) == len(records)
+
+
+def test_peer_override_and_append(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
+) -> None:
+    output = tmp_path / "out.jsonl"
+    build = commbench_builds["openmpi"]
+    common = ["--op", "pingpong", "--iters", str(ITERS), "--warmup", "0", "--output", str(output)]
+    first = run_commbench(build, 3, [*common, "--sizes", "8"])
+    second = run_commbench(build, 3, [*common, "--min-bytes", "1K", "--max-bytes", "4K", "--peer", "1"])
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    records = read_records(output)
+    for record in records:
+        record_validator.validate(record)
+    assert [(r["requested_bytes"], r["pair"]["dst"]) for r in records] == [(8, 2), (1024, 1), (2048, 1), (4096, 1)]
+
+
+@pytest.mark.parametrize(("mpi", "nranks"), [("openmpi", 4), ("mpich", 2)])
+def test_planted_corruption_is_detected(
+    commbench_builds: dict[str, CommbenchBuild],
+    record_validator: jsonschema.Draft202012Validator,
+    tmp_path: Path,
+    mpi: str,
+    nranks: int,
+) -> None:
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(
+        commbench_builds[mpi],
+        nranks,
+        ["--op", "pingpong,allreduce,alltoall,bcast", "--sizes", "256", "--iters", "2", "--warmup", "0",
+         "--inject", "corrupt", "--output", str(output)],
+    )
+    assert done.returncode == 1, done.stderr
+    records = read_records(output)
+    assert [r["op"] for r in records] == ["pingpong", "allreduce", "alltoall", "bcast"]
+    for record in records:
+        record_validator.validate(record)
+        # one element overwritten before each of the two checks (timed loop, extra iteration)
+        assert record["valid"] is False and record["wrong_elements"] == 2 and record["reason"] == "validation"
+    assert "WRONG" in done.stdout
+
+
+def test_no_check_skips_validation(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(
+        commbench_builds["mpich"], 2,
+        ["--op", "allreduce", "--sizes", "256", "--iters", "2", "--no-check", "--inject", "corrupt",
+         "--output", str(output)],
+    )
+    assert done.returncode == 0, done.stderr
+    [record] = read_records(output)
+    assert record["check"] is False and record["valid"] is True and record["wrong_elements"] == 0
+
+
+@pytest.mark.parametrize(("mpi", "op"), [("openmpi", "allreduce"), ("mpich", "pingpong")])
+def test_planted_hang_times_out(
+    commbench_builds: dict[str, CommbenchBuild],
+    record_validator: jsonschema.Draft202012Validator,
+    tmp_path: Path,
+    mpi: str,
+    op: str,
+) -> None:
+    output = tmp_path / "out.jsonl"
+    timeout = 2.0
+    started = time.monotonic()
+    done = run_commbench(
+        commbench_builds[mpi], 4,
+        ["--op", op, "--sizes", "1K", "--iters", "3", "--warmup", "1", "--inject", "hang",
+         "--timeout", str(timeout), "--output", str(output)],
+        timeout=30,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 3, done.stdout + done.stderr
+    # launcher start-up and tear-down on two oversubscribed cores: a few seconds of margin
+    assert elapsed < timeout + 8, elapsed
+    [record] = read_records(output)
+    record_validator.validate(record)
+    assert record["kind"] == "error" and record["reason"] == "timeout" and record["valid"] is False
+    assert record["op"] == op and record["transport"] == "mpi" and record["bytes"] == 1024
+    assert "no progress for 2 s" in record["error"] and f"op {op}" in record["error"]
+    assert "TIMEOUT" in done.stderr and "stops participating" in done.stderr
+
+
+def test_unsupported_op_is_an_error_record(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
+) -> None:
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(
+        commbench_builds["openmpi"], 2,
+        ["--op", "h2d,pingpong", "--sizes", "64", "--iters", "2", "--output", str(output)],
+    )
+    assert done.returncode == 4, done.stderr
+    records = read_records(output)
+    for record in records:
+        record_validator.validate(record)
+    assert [(r["op"], r["kind"], r.get("reason")) for r in records] == [
+        ("h2d", "error", "unsupported"), ("pingpong", "result", None)]
+    assert "does not implement op h2d" in records[0]["error"]
+
+
+def test_single_rank_pingpong_is_unsupported(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(commbench_builds["mpich"], 1,
+                         ["--op", "pingpong,allreduce", "--sizes", "64", "--iters", "2", "--output", str(output)])
+    assert done.returncode == 4, done.stderr
+    records = read_records(output)
+    assert records[0]["reason"] == "unsupported" and "at least 2 ranks" in records[0]["error"]
+    assert records[1]["kind"] == "result" and records[1]["busbw_factor"] == 0.0
+
+
+BAD_ARGUMENTS = [
+    (["--iters", "0"], "--iters"),
+    (["--iters", "-5"], "--iters"),
+    (["--warmup", "x"], "--warmup"),
+    (["--min-bytes", "0"], "--min-bytes"),
+    (["--max-bytes", "lots"], "--max-bytes"),
+    (["--max-bytes", "4096G"], "--max-bytes"),
+    (["--min-bytes", "1M", "--max-bytes", "1K"], "--max-bytes"),
+    (["--sizes", "8,-1"], "--sizes"),
+    (["--step-factor", "1"], "--step-factor"),
+    (["--timeout", "0"], "--timeout"),
+    (["--op", "allreduse"], "allreduse"),
+    (["--transport", "nccl"], "nccl"),
+    (["--inject", "boom"], "--inject"),
+    (["--frobnicate"], "--frobnicate"),
+    (["--iters"], "--iters"),
+]
+
+
+@pytest.mark.parametrize(("args", "named"), BAD_ARGUMENTS)
+def test_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
+    done = subprocess.run([str(commbench_builds["openmpi"].binary), *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("commbench: ") and named in done.stderr
+    assert done.stdout == ""
+
+
+def test_bad_arguments_under_launchers(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    for build in commbench_builds.values():
+        done = run_commbench(build, 2, ["--iters", "zero"])
+        assert done.returncode == 2
+        assert done.stderr.count("--iters: 'zero'") == 1  # printed once, by rank 0
+        peer = run_commbench(build, 2, ["--peer", "5", "--op", "pingpong"])
+        assert peer.returncode == 2 and "--peer: rank 5 does not exist (2 ranks)" in peer.stderr
+        output = run_commbench(build, 2, ["--output", str(tmp_path / "missing" / "x.jsonl")])
+        assert output.returncode == 2 and "cannot open --output" in output.stderr
+
+
+def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    binary = str(commbench_builds["mpich"].binary)
+    helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30, check=False)
+    assert helped.returncode == 0
+    for flag in ("--op", "--transport", "--list", "--min-bytes", "--max-bytes", "--step-factor", "--sizes",
+                 "--warmup", "--iters", "--check", "--no-check", "--peer", "--device", "--assume-gpu-aware-mpi",
+                 "--timeout", "--output", "--inject", "--version", "--help", "TEST ONLY", "Exit codes",
+                 "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2"):
+        assert flag in helped.stdout, flag
+    version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 1")
+    listed = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=30, check=False)
+    assert listed.stdout.splitlines() == [
+        "backend cpu",
+        "transport mpi ops pingpong,pingpong_bi,allreduce,alltoall,allgather,reduce_scatter,bcast,pairmatrix",
+    ]
+
+
+def test_env_filter_in_records(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    output = tmp_path / "out.jsonl"
+    env = launch_env({"UCX_COMMCAMP_BAD_UTF8": "x\udcffy", "PLAIN_VAR": "1"})
+    done = subprocess.run(
+        ["mpiexec.mpich", "-n", "2", str(commbench_builds["mpich"].binary), "--op", "bcast", "--sizes", "8",
+         "--iters", "1", "--output", str(output)],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    [record] = read_records(output)
+    # an invalid UTF-8 byte in a value becomes U+FFFD instead of breaking the JSON
+    assert record["env"]["UCX_COMMCAMP_BAD_UTF8"] == "x\ufffdy"
+    assert "PLAIN_VAR" not in record["env"] and "PMI_RANK" not in record["env"]
