@@ -1,0 +1,177 @@
+"""Knob catalog and search space: required knobs, error messages, value validation, versions."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from fixtures_tuner import catalog  # noqa: F401  (fixture)
+
+from tuners.catalog import CatalogError, KnobCatalog, Library, Safety, UnsafeValueError, check_safe_value
+from tuners.space import SpaceError, build_space
+
+REQUIRED_KNOBS = [
+    "NCCL_NET_GDR_LEVEL", "NCCL_IB_SL", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
+    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_CROSS_NIC", "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD", "NCCL_NCHANNELS_PER_PEER", "HSA_ENABLE_SDMA", "MPICH_GPU_IPC_THRESHOLD",
+    "MPICH_GPU_ALLREDUCE_BLK_SIZE", "UCX_IB_SL", "UCX_TLS", "UCX_RNDV_THRESH", "FI_CXI_ATS",
+    "FI_CXI_RDZV_THRESHOLD", "FI_CXI_RDZV_GET_MIN", "FI_CXI_RDZV_EAGER_SIZE", "FI_CXI_RDZV_PROTO",
+    "OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm",
+    "OMPI_MCA_coll_tuned_alltoall_algorithm", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
+    "MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM", "NCCL_NVLS_ENABLE",
+]
+NCCL_NEW = {Library.NCCL: "2.28.3"}
+SHELL_ATTACKS = ["a;b", "$(id)", "`id`", "a|b", "a&b", "'x'", '"x"', "a\nb", "a b", "${HOME}", "a>b", "x\\y", "", "a\tb"]
+
+
+def test_every_required_knob_is_in_the_catalog(catalog: KnobCatalog) -> None:
+    missing = [name for name in REQUIRED_KNOBS if name not in catalog]
+    assert not missing
+    assert catalog["NCCL_NVLS_ENABLE"].safety is Safety.FORBIDDEN
+    assert catalog["NCCL_NCHANNELS_PER_PEER"].libraries == (Library.RCCL,)
+    assert {k.safety for k in catalog} == set(Safety)
+
+
+def write_catalog(tmp_path: Path, knob_fields: dict[str, object], name: str = "NCCL_IB_SL") -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "knobs": {name: knob_fields}}))
+    return path
+
+
+GOOD = {"libraries": ["nccl"], "type": "int", "low": 0, "high": 15, "safety": "safe", "description": "service level"}
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        ({"colour": "blue"}, "knobs.NCCL_IB_SL.colour", "Extra inputs"),
+        ({"type": "float"}, "knobs.NCCL_IB_SL.type", "categorical"),
+        ({"default": 16}, "knobs.NCCL_IB_SL", "outside [0, 15]"),
+        ({"safety": "mostly-safe"}, "knobs.NCCL_IB_SL.safety", "safe"),
+        ({"versions": {"nccl": "version two"}}, "knobs.NCCL_IB_SL", "not a version specifier"),
+        ({"low": 20}, "knobs.NCCL_IB_SL", "'low' <= 'high'"),
+        ({"requires": {"NOT_A_KNOB": "1"}}, "knobs.NCCL_IB_SL.requires", "NOT_A_KNOB"),
+    ],
+)
+def test_bad_catalog_entry_names_file_and_key(tmp_path: Path, change: dict, key: str, words: str) -> None:
+    path = write_catalog(tmp_path, {**GOOD, **change})
+    with pytest.raises(CatalogError) as error:
+        KnobCatalog.load(path)
+    assert str(path) in str(error.value) and key in str(error.value) and words in str(error.value)
+
+
+def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> None:
+    fields = {"libraries": ["nccl"], "type": "categorical", "choices": ["Ring", "Tree"], "default": "Star",
+              "safety": "may-hang", "description": "algorithm"}
+    with pytest.raises(CatalogError, match=r"catalog\.yaml: knobs\.NCCL_ALGO: .*'Star' is not one of"):
+        KnobCatalog.load(write_catalog(tmp_path, fields, "NCCL_ALGO"))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("schema_version: 1\nknobs:\n  NCCL_ALGO: [unclosed\n")
+    with pytest.raises(CatalogError, match=r"broken\.yaml: invalid YAML"):
+        KnobCatalog.load(broken)
+    with pytest.raises(CatalogError, match=r"missing\.yaml: cannot read"):
+        KnobCatalog.load(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize("value", SHELL_ATTACKS)
+def test_shell_metacharacters_are_rejected_everywhere(catalog: KnobCatalog, value: str) -> None:
+    with pytest.raises(UnsafeValueError):
+        check_safe_value(value, "X")
+    for name in ("UCX_TLS", "NCCL_PROTO", "NCCL_BUFFSIZE"):
+        with pytest.raises(UnsafeValueError):
+            catalog[name].check_value(value)
+    with pytest.raises(UnsafeValueError):
+        catalog.validate_env({"NCCL_PROTO": value})
+    with pytest.raises(CatalogError, match="knobs.pinned.NCCL_PROTO"):
+        catalog.for_site({"pinned": {"NCCL_PROTO": value}}, "site.yaml")
+
+
+def test_values_are_checked_against_the_domain(catalog: KnobCatalog) -> None:
+    assert catalog["NCCL_BUFFSIZE"].check_value("4194304") == "4194304"
+    assert catalog["UCX_TLS"].check_value("rc,sm,cuda_copy,cuda_ipc") == "rc,sm,cuda_copy,cuda_ipc"
+    assert catalog["NCCL_PROTO"].check_value("^LL128") == "^LL128"
+    for name, bad in [("NCCL_BUFFSIZE", "3000000"), ("NCCL_IB_SL", "16"), ("NCCL_IB_SL", "1.5"),
+                      ("HSA_ENABLE_SDMA", "2"), ("NCCL_ALGO", "ring"), ("NCCL_NTHREADS", "1024")]:
+        with pytest.raises(UnsafeValueError, match=name):
+            catalog[name].check_value(bad)
+    with pytest.raises(UnsafeValueError, match="not a knob"):
+        catalog.validate_env({"LD_PRELOAD": "/tmp/evil.so"})
+
+
+def test_site_overrides(catalog: KnobCatalog) -> None:
+    site = catalog.for_site(
+        {"defaults": {"NCCL_IGNORE_CPU_AFFINITY": 1, "NCCL_NET_GDR_LEVEL": "PHB"},
+         "forbidden": ["NCCL_ALGO"], "pinned": {"NCCL_NVLS_ENABLE": 0},
+         "restrict": {"NCCL_PROTO": {"choices": ["LL", "Simple"]}, "NCCL_BUFFSIZE": {"high": 16777216}}},
+        "alps/site.yaml",
+    )
+    assert site.default_env() == {"NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NVLS_ENABLE": "0"}
+    assert site["NCCL_ALGO"].safety is Safety.FORBIDDEN and catalog["NCCL_ALGO"].safety is Safety.MAY_HANG
+    with pytest.raises(UnsafeValueError):
+        site["NCCL_PROTO"].check_value("LL128")
+    with pytest.raises(UnsafeValueError):
+        site["NCCL_BUFFSIZE"].check_value("33554432")
+    for overrides, key in [
+        ({"defaults": {"NCCL_NOT_A_KNOB": "1"}}, "knobs.defaults.NCCL_NOT_A_KNOB"),
+        ({"defaults": {"NCCL_IB_SL": 99}}, "knobs.defaults.NCCL_IB_SL"),
+        ({"restrict": {"NCCL_PROTO": {"choices": ["LL", "Turbo"]}}}, "knobs.restrict.NCCL_PROTO.choices"),
+        ({"restrict": {"NCCL_IB_SL": {"high": 99}}}, "knobs.restrict.NCCL_IB_SL.high"),
+        ({"forbid": ["NCCL_ALGO"]}, "knobs.forbid"),
+    ]:
+        with pytest.raises(CatalogError, match=rf"alps/site\.yaml: {key}"):
+            catalog.for_site(overrides, "alps/site.yaml")
+
+
+def test_forbidden_knob_is_never_in_a_space(catalog: KnobCatalog) -> None:
+    site = catalog.for_site({"forbidden": ["NCCL_BUFFSIZE"], "pinned": {"NCCL_NVLS_ENABLE": "0"}}, "gpu-site")
+    space = build_space(site, NCCL_NEW)
+    assert "NCCL_NVLS_ENABLE" not in space.knob_names and "NCCL_BUFFSIZE" not in space.knob_names
+    assert "NCCL_ALGO" in space.knob_names
+    for name, why in [("NCCL_NVLS_ENABLE", "forbidden"), ("NCCL_BUFFSIZE", "forbidden")]:
+        with pytest.raises(SpaceError, match=why):
+            build_space(site, NCCL_NEW, knobs=[name])
+    with pytest.raises(SpaceError, match="forbidden"):
+        build_space(catalog, NCCL_NEW, knobs=["NCCL_NVLS_ENABLE"])
+    # The pinned value goes into every trial's environment.
+    env = space.suggest(optuna.trial.FixedTrial(space.params_for_env({})))
+    assert env == {"NCCL_NVLS_ENABLE": "0"}
+    safe_only = build_space(site, NCCL_NEW, max_safety=Safety.SAFE)
+    assert all(site[name].safety is Safety.SAFE for name in safe_only.knob_names)
+
+
+def test_version_filtering(catalog: KnobCatalog) -> None:
+    old = build_space(catalog, {Library.NCCL: "2.16.5"}, transport="nccl")
+    new = build_space(catalog, NCCL_NEW, transport="nccl")
+    assert "NCCL_MIN_NCHANNELS" in old.knob_names and "NCCL_MIN_CTAS" not in old.knob_names
+    assert "NCCL_MIN_CTAS" in new.knob_names and "NCCL_MIN_NCHANNELS" not in new.knob_names
+    assert "NCCL_NCHANNELS_PER_PEER" not in new.knob_names  # RCCL only
+    algo = {d.name: d for d in old.dimensions}["NCCL_ALGO"].choices
+    assert algo is not None and "PAT" not in algo and "NVLS" not in algo and "CollnetDirect" in algo
+    assert "PAT" in {d.name: d for d in new.dimensions}["NCCL_ALGO"].choices
+    rccl = build_space(catalog, {Library.RCCL: "2.18.3", Library.HSA: "6.0.3"}, transport="rccl")
+    assert {d.name: d for d in rccl.dimensions}["NCCL_ALGO"].choices == ("Ring", "Tree", "unset")
+    assert {"NCCL_NCHANNELS_PER_PEER", "HSA_ENABLE_SDMA", "NCCL_MIN_NCHANNELS"} <= set(rccl.knob_names)
+    unknown = build_space(catalog, {Library.NCCL: None}, transport="nccl")
+    assert "NCCL_MIN_CTAS" not in unknown.knob_names and "NCCL_IB_SL" in unknown.knob_names
+    with pytest.raises(SpaceError, match="2.16.5 does not match >=2.17"):
+        build_space(catalog, {Library.NCCL: "2.16.5"}, knobs=["NCCL_MAX_CTAS"])
+    with pytest.raises(ValueError, match="not a version number"):
+        build_space(catalog, {Library.NCCL: "two"}, knobs=["NCCL_MAX_CTAS"])
+    mpi = build_space(catalog, {Library.OPENMPI: "4.1.4", Library.UCX: "1.13.1"}, op="allreduce", transport="mpi")
+    assert "OMPI_MCA_coll_tuned_allreduce_algorithm" in mpi.knob_names
+    assert "OMPI_MCA_coll_tuned_alltoall_algorithm" not in mpi.knob_names  # other op
+
+
+def test_space_round_trip_and_companion_variables(catalog: KnobCatalog) -> None:
+    space = build_space(catalog, NCCL_NEW, knobs=["NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_IB_SL",
+                                                  "NCCL_IGNORE_CPU_AFFINITY"])
+    for env in [{}, {"NCCL_ALGO": "Tree", "NCCL_BUFFSIZE": "33554432", "NCCL_MAX_CTAS": "24", "NCCL_IB_SL": "3",
+                     "NCCL_IGNORE_CPU_AFFINITY": "1"}]:
+        assert space.suggest(optuna.trial.FixedTrial(space.params_for_env(env))) == env
+    with pytest.raises(SpaceError, match="not knobs of this search space"):
+        space.params_for_env({"NCCL_PROTO": "LL"})
+    mpi = build_space(catalog, {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_coll_tuned_allreduce_algorithm"])
+    env = mpi.suggest(optuna.trial.FixedTrial({"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring"}))
+    assert env == {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}

@@ -1,0 +1,449 @@
+"""Knob catalog: the environment variables a tuner may touch, their domains and safety classes.
+
+Every value that leaves this package (a trial's environment, an `.env` file, a modulefile, a tuner
+plugin config) goes through `check_safe_value` and, for catalog knobs, `Knob.validate`: a strict
+character whitelist first, then the knob's domain. Nothing else can reach a job script.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "site_configs" / "knobs" / "catalog.yaml"
+
+# Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
+# paths). Everything a shell or Lua could interpret ($ ` ; | & quotes whitespace newlines
+# parentheses backslash < > * ? ! { } ~ #) is outside it.
+SAFE_VALUE_PATTERN = re.compile(r"[A-Za-z0-9_.,:^/+=-]+")
+ENV_NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+UNSET = "unset"  # search-space choice meaning "leave the variable out": the library decides
+
+
+class CatalogError(ValueError):
+    """A catalog or site override file is malformed; the message names the file and the key."""
+
+
+class UnsafeValueError(ValueError):
+    """A value is outside the character whitelist or outside a knob's domain."""
+
+
+def check_safe_value(value: object, what: str) -> str:
+    if not isinstance(value, str) or not SAFE_VALUE_PATTERN.fullmatch(value):
+        raise UnsafeValueError(
+            f"{what}: value {value!r} is not allowed: only letters, digits and _ . , : ^ / + = - "
+            "may appear (no shell metacharacters, quotes, whitespace or newlines)"
+        )
+    return value
+
+
+def check_env_name(name: object) -> str:
+    if not isinstance(name, str) or not ENV_NAME_PATTERN.fullmatch(name):
+        raise UnsafeValueError(f"{name!r} is not a valid environment variable name")
+    return name
+
+
+class Library(enum.StrEnum):
+    NCCL = "nccl"
+    RCCL = "rccl"
+    HSA = "hsa"
+    CRAY_MPICH = "cray-mpich"
+    MPICH = "mpich"
+    OPENMPI = "openmpi"
+    UCX = "ucx"
+    LIBFABRIC_CXI = "libfabric-cxi"
+
+
+class KnobType(enum.StrEnum):
+    CATEGORICAL = "categorical"
+    INT = "int"
+    POW2 = "pow2"
+    BOOL = "bool"
+
+
+class Safety(enum.StrEnum):
+    """What a bad value of the knob can do. Ordered: a space may cap the class it searches."""
+
+    SAFE = "safe"
+    MAY_HANG = "may-hang"
+    MAY_CORRUPT = "may-corrupt"
+    FORBIDDEN = "forbidden"
+
+    @property
+    def rank(self) -> int:
+        return list(Safety).index(self)
+
+
+def _as_value_string(value: object) -> object:
+    """YAML gives ints and bools for knob values; environment variables are strings."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def _parse_specifier(spec: str, where: str) -> SpecifierSet:
+    try:
+        return SpecifierSet(spec)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"{where}: {spec!r} is not a version specifier (PEP 440, e.g. '>=2.17')") from exc
+
+
+def parse_version(version: str) -> Version:
+    try:
+        return Version(version)
+    except InvalidVersion as exc:
+        raise ValueError(f"library version {version!r} is not a version number") from exc
+
+
+class Knob(BaseModel):
+    """One environment variable. `default` is the site's default (trial 0); None = unset."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    libraries: tuple[Library, ...] = Field(min_length=1)
+    type: KnobType
+    description: str = Field(min_length=1)
+    safety: Safety
+    choices: tuple[str, ...] | None = None
+    low: int | None = None
+    high: int | None = None
+    step: int = Field(default=1, ge=1)
+    log: bool = False
+    search_values: tuple[int, ...] | None = None  # int knobs: the points searched (domain stays low..high)
+    default: str | None = None
+    allow_unset: bool = True
+    versions: dict[Library, str] = Field(default_factory=dict)
+    value_versions: dict[str, dict[Library, str]] = Field(default_factory=dict)
+    ops: tuple[str, ...] = ("*",)
+    transports: tuple[str, ...] = ("*",)
+    requires: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_env_name(cls, name: str) -> str:
+        return check_env_name(name)
+
+    @field_validator("default", mode="before")
+    @classmethod
+    def _default_as_string(cls, value: object) -> object:
+        return _as_value_string(value)
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _choices_as_strings(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            return tuple(_as_value_string(v) for v in value)
+        return value
+
+    @field_validator("requires", mode="before")
+    @classmethod
+    def _requires_as_strings(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: _as_value_string(v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _domain_is_consistent(self) -> Knob:
+        if self.type is KnobType.CATEGORICAL:
+            if not self.choices:
+                raise ValueError("categorical knob needs 'choices'")
+            for choice in self.choices:
+                check_safe_value(choice, f"{self.name} choice")
+                if choice == UNSET:
+                    raise ValueError(f"'{UNSET}' is reserved (it means: leave the variable out)")
+            if len(set(self.choices)) != len(self.choices):
+                raise ValueError("duplicate choices")
+        elif self.choices is not None:
+            raise ValueError(f"'choices' only applies to categorical knobs, not {self.type}")
+        if self.type in (KnobType.INT, KnobType.POW2):
+            if self.low is None or self.high is None or self.low > self.high:
+                raise ValueError(f"{self.type} knob needs 'low' <= 'high'")
+            if self.type is KnobType.POW2 and not (_is_pow2(self.low) and _is_pow2(self.high)):
+                raise ValueError("pow2 knob needs powers of two for 'low' and 'high'")
+            if self.log and self.low < 1:
+                raise ValueError("'log' needs 'low' >= 1")
+        elif self.low is not None or self.high is not None:
+            raise ValueError(f"'low'/'high' only apply to int and pow2 knobs, not {self.type}")
+        if self.search_values is not None:
+            if self.type is not KnobType.INT or not self.search_values:
+                raise ValueError("'search_values' applies to int knobs and must not be empty")
+            for point in self.search_values:
+                self.check_value(str(point))
+        for lib, spec in self.versions.items():
+            if lib not in self.libraries:
+                raise ValueError(f"versions names library {lib}, which is not in 'libraries'")
+            _parse_specifier(spec, f"versions.{lib}")
+        for value, constraint in self.value_versions.items():
+            self.check_value(value)
+            for lib, spec in constraint.items():
+                _parse_specifier(spec, f"value_versions.{value}.{lib}")
+        for required_name, required_value in self.requires.items():
+            check_env_name(required_name)
+            check_safe_value(required_value, f"{self.name} requires {required_name}")
+        if self.default is not None:
+            self.check_value(self.default)
+        return self
+
+    def check_value(self, value: object) -> str:
+        """Returns the value if it is safe and inside the domain, else raises UnsafeValueError."""
+        text = check_safe_value(value, self.name)
+        if self.type is KnobType.CATEGORICAL:
+            assert self.choices is not None
+            if text not in self.choices:
+                raise UnsafeValueError(f"{self.name}: {text!r} is not one of {list(self.choices)}")
+        elif self.type is KnobType.BOOL:
+            if text not in ("0", "1"):
+                raise UnsafeValueError(f"{self.name}: {text!r} is not a boolean (0 or 1)")
+        else:
+            if not re.fullmatch(r"-?[0-9]+", text):
+                raise UnsafeValueError(f"{self.name}: {text!r} is not an integer")
+            number = int(text)
+            assert self.low is not None and self.high is not None
+            if not self.low <= number <= self.high:
+                raise UnsafeValueError(f"{self.name}: {number} is outside [{self.low}, {self.high}]")
+            if self.type is KnobType.POW2 and not _is_pow2(number):
+                raise UnsafeValueError(f"{self.name}: {number} is not a power of two")
+            if (number - self.low) % self.step:
+                raise UnsafeValueError(f"{self.name}: {number} is not on the step {self.step} from {self.low}")
+        return text
+
+    def applies_to(self, versions: Mapping[Library, str | None]) -> str | None:
+        """None if the knob is read by one of the given libraries at its version, else why not."""
+        reasons = []
+        for lib in self.libraries:
+            if lib not in versions:
+                continue
+            spec = self.versions.get(lib)
+            if spec is None:
+                return None
+            version = versions[lib]
+            if version is None:
+                reasons.append(f"{lib} version unknown (knob needs {spec})")
+            elif parse_version(version) in SpecifierSet(spec):
+                return None
+            else:
+                reasons.append(f"{lib} {version} does not match {spec}")
+        if not reasons:
+            return f"read by {', '.join(self.libraries)}, none of which is in use"
+        return "; ".join(reasons)
+
+    def choices_for(self, versions: Mapping[Library, str | None]) -> tuple[str, ...]:
+        """Categorical choices that exist in the given library versions (value_versions)."""
+        assert self.choices is not None
+        return tuple(choice for choice in self.choices if self._value_exists(choice, versions))
+
+    def _value_exists(self, value: str, versions: Mapping[Library, str | None]) -> bool:
+        constraint = self.value_versions.get(value)
+        if constraint is None:
+            return True
+        for lib, spec in constraint.items():
+            version = versions.get(lib)
+            if version is not None and parse_version(version) in SpecifierSet(spec):
+                return True
+        return False
+
+    def affects(self, op: str | None, transport: str | None) -> bool:
+        op_ok = op is None or "*" in self.ops or op in self.ops
+        transport_ok = transport is None or "*" in self.transports or transport in self.transports
+        return op_ok and transport_ok
+
+
+def _is_pow2(number: int) -> bool:
+    return number > 0 and number & (number - 1) == 0
+
+
+class KnobRestriction(BaseModel):
+    """A site may narrow a knob's domain (never widen it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    choices: tuple[str, ...] | None = None
+    low: int | None = None
+    high: int | None = None
+
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _choices_as_strings(cls, value: object) -> object:
+        if isinstance(value, list | tuple):
+            return tuple(_as_value_string(v) for v in value)
+        return value
+
+
+class SiteKnobOverrides(BaseModel):
+    """The `knobs:` section of a site.yaml: site defaults (trial 0), extra forbidden knobs, values
+    pinned in every trial and every recommendation, and narrowed domains."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    defaults: dict[str, str | None] = Field(default_factory=dict)
+    forbidden: tuple[str, ...] = ()
+    pinned: dict[str, str] = Field(default_factory=dict)
+    restrict: dict[str, KnobRestriction] = Field(default_factory=dict)
+
+    @field_validator("defaults", "pinned", mode="before")
+    @classmethod
+    def _values_as_strings(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {k: _as_value_string(v) for k, v in value.items()}
+        return value
+
+
+class KnobCatalog:
+    """The knobs of one site: the base catalog with the site's overrides applied."""
+
+    def __init__(self, knobs: Mapping[str, Knob], source: str, pinned: Mapping[str, str] | None = None) -> None:
+        self._knobs = dict(knobs)
+        self.source = source
+        self.pinned: dict[str, str] = dict(pinned or {})
+
+    @classmethod
+    def load(cls, path: Path | str = DEFAULT_CATALOG_PATH) -> KnobCatalog:
+        path = Path(path)
+        try:
+            document = yaml.safe_load(path.read_text())
+        except OSError as exc:
+            raise CatalogError(f"{path}: cannot read: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise CatalogError(f"{path}: invalid YAML: {exc}") from exc
+        return cls.from_document(document, str(path))
+
+    @classmethod
+    def from_document(cls, document: object, source: str) -> KnobCatalog:
+        if not isinstance(document, dict) or set(document) != {"schema_version", "knobs"}:
+            raise CatalogError(f"{source}: top level must have exactly the keys 'schema_version' and 'knobs'")
+        if document["schema_version"] != 1:
+            raise CatalogError(f"{source}: schema_version: {document['schema_version']!r} is not supported (1)")
+        entries = document["knobs"]
+        if not isinstance(entries, dict) or not entries:
+            raise CatalogError(f"{source}: knobs: must be a non-empty mapping of variable name to knob")
+        knobs = {}
+        for name, fields in entries.items():
+            if not isinstance(fields, dict):
+                raise CatalogError(f"{source}: knobs.{name}: must be a mapping")
+            knobs[name] = _build(Knob, {"name": name, **fields}, source, f"knobs.{name}")
+        catalog = cls(knobs, source)
+        catalog._check_requires()
+        return catalog
+
+    def _check_requires(self) -> None:
+        for knob in self._knobs.values():
+            for name, value in knob.requires.items():
+                if name not in self._knobs:
+                    raise CatalogError(f"{self.source}: knobs.{knob.name}.requires: {name} is not in the catalog")
+                try:
+                    self._knobs[name].check_value(value)
+                except UnsafeValueError as exc:
+                    raise CatalogError(f"{self.source}: knobs.{knob.name}.requires: {exc}") from exc
+
+    def for_site(self, overrides: Mapping[str, Any], source: str = "site overrides") -> KnobCatalog:
+        """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
+        defaults; they cannot un-forbid a knob the base catalog forbids."""
+        site = _build(SiteKnobOverrides, dict(overrides), source, "knobs")
+        knobs = dict(self._knobs)
+
+        def knob_of(section: str, name: str) -> Knob:
+            if name not in knobs:
+                raise CatalogError(f"{source}: knobs.{section}.{name}: not in the catalog {self.source}")
+            return knobs[name]
+
+        for name, restriction in site.restrict.items():
+            knob = knob_of("restrict", name)
+            default = site.defaults.get(name, knob.default)
+            knobs[name] = _narrow(knob, restriction, default, source)
+        for name, value in site.defaults.items():
+            knob = knob_of("defaults", name)
+            if value is not None:
+                _validate_at(knob, value, source, f"knobs.defaults.{name}")
+            knobs[name] = knob.model_copy(update={"default": value})
+        for name in site.forbidden:
+            knobs[name] = knob_of("forbidden", name).model_copy(update={"safety": Safety.FORBIDDEN})
+        pinned = dict(self.pinned)
+        for name, value in site.pinned.items():
+            pinned[name] = _validate_at(knob_of("pinned", name), value, source, f"knobs.pinned.{name}")
+        return KnobCatalog(knobs, f"{self.source} + {source}", pinned)
+
+    def __getitem__(self, name: str) -> Knob:
+        try:
+            return self._knobs[name]
+        except KeyError:
+            raise KeyError(f"{name} is not in the knob catalog {self.source}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._knobs
+
+    def __iter__(self) -> Iterator[Knob]:
+        return iter(self._knobs.values())
+
+    def __len__(self) -> int:
+        return len(self._knobs)
+
+    def validate_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Every name must be a catalog knob and every value inside its domain."""
+        checked = {}
+        for name, value in env.items():
+            if name not in self._knobs:
+                raise UnsafeValueError(f"{name} is not a knob of the catalog {self.source}")
+            checked[name] = self._knobs[name].check_value(value)
+        return checked
+
+    def default_env(self, names: Iterator[str] | list[str] | tuple[str, ...] | None = None) -> dict[str, str]:
+        """The site's defaults (trial 0) for the given knobs (all if None), plus pinned values."""
+        selected = self._knobs if names is None else {n: self[n] for n in names}
+        env = {name: knob.default for name, knob in selected.items() if knob.default is not None}
+        return {**env, **self.pinned}
+
+
+def _build(model: type[BaseModel], data: dict[str, Any], source: str, where: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join([where, *(str(part) for part in first["loc"])])
+        message = first["msg"].removeprefix("Value error, ")
+        raise CatalogError(f"{source}: {key}: {message}") from exc
+    except UnsafeValueError as exc:
+        raise CatalogError(f"{source}: {where}: {exc}") from exc
+
+
+def _validate_at(knob: Knob, value: str, source: str, where: str) -> str:
+    try:
+        return knob.check_value(value)
+    except UnsafeValueError as exc:
+        raise CatalogError(f"{source}: {where}: {exc}") from exc
+
+
+def _narrow(knob: Knob, restriction: KnobRestriction, default: str | None, source: str) -> Knob:
+    where = f"knobs.restrict.{knob.name}"
+    update: dict[str, Any] = {"default": default}
+    if restriction.choices is not None:
+        if knob.type is not KnobType.CATEGORICAL:
+            raise CatalogError(f"{source}: {where}.choices: {knob.name} is not categorical")
+        for choice in restriction.choices:
+            _validate_at(knob, choice, source, f"{where}.choices")
+        update["choices"] = restriction.choices
+        update["value_versions"] = {
+            value: spec for value, spec in knob.value_versions.items() if value in restriction.choices
+        }
+    for bound in ("low", "high"):
+        value = getattr(restriction, bound)
+        if value is None:
+            continue
+        if knob.type not in (KnobType.INT, KnobType.POW2):
+            raise CatalogError(f"{source}: {where}.{bound}: {knob.name} is not an int knob")
+        _validate_at(knob, str(value), source, f"{where}.{bound}")
+        update[bound] = value
+    if knob.search_values is not None:
+        low, high = update.get("low", knob.low), update.get("high", knob.high)
+        update["search_values"] = tuple(v for v in knob.search_values if low <= v <= high) or None
+    return _build(Knob, {**knob.model_dump(), **update}, source, where)

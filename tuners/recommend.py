@@ -1,0 +1,96 @@
+"""Look up the published settings for a job context. Never extrapolates: a node count, GPU count
+or size that was not measured is said to be unmeasured, with the nearest measured scope named."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuners.recommendation import Recommendation, SizeRangeResult
+from tuners.writers import RECOMMENDATIONS_FILE, load_recommendations, system_dir
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    measured: bool
+    message: str
+    recommendation: Recommendation | None = None
+    size_result: SizeRangeResult | None = None
+    source: Path | None = None
+    candidates: tuple[Recommendation, ...] = field(default_factory=tuple)
+
+    @property
+    def settings(self) -> dict[str, str]:
+        if self.recommendation is None:
+            return {}
+        return {**self.recommendation.env, **self.recommendation.plugin_env}
+
+    @property
+    def unset(self) -> list[str]:
+        return [] if self.recommendation is None else list(self.recommendation.unset)
+
+
+def lookup(
+    root: Path,
+    site: str,
+    system: str,
+    *,
+    op: str,
+    nodes: int,
+    gpus_per_node: int | None = None,
+    partition: str | None = None,
+    transport: str | None = None,
+    library: str | None = None,
+    size: int | None = None,
+) -> LookupResult:
+    path = system_dir(root, site, system) / RECOMMENDATIONS_FILE
+    if not path.exists():
+        return LookupResult(False, f"no recommendations published for {site}/{system} ({path} does not exist)")
+    entries = load_recommendations(path).recommendations
+    wanted = {"op": op, "partition": partition, "transport": transport, "library": library, "gpus_per_node": gpus_per_node}
+    matching = [r for r in entries if all(v is None or getattr(r.scope, k) == v for k, v in wanted.items())]
+    context = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None)
+    if not matching:
+        return LookupResult(False, f"nothing measured for {context} on {site}/{system}", source=path)
+    exact = [r for r in matching if r.scope.nodes == nodes]
+    if not exact:
+        nearest = min(matching, key=lambda r: (abs(r.scope.nodes - nodes), r.scope.nodes))
+        return LookupResult(
+            False,
+            f"not measured for {nodes} nodes ({context}); nearest measured scope: {nearest.scope.describe()} "
+            "-- its settings are not applied to an unmeasured node count",
+            source=path,
+            candidates=(nearest,),
+        )
+    if len(exact) > 1:
+        listed = "; ".join(r.scope.describe() for r in exact)
+        return LookupResult(
+            False,
+            f"{len(exact)} measured scopes match {context}, nodes={nodes}: {listed}. "
+            "Say which (partition, transport, library, gpus_per_node)",
+            source=path,
+            candidates=tuple(exact),
+        )
+    rec = exact[0]
+    message = f"measured scope: {rec.scope.describe()} ({rec.decision}"
+    message += f", {rec.gain.describe()})" if rec.gain else ")"
+    size_result = None
+    if size is not None:
+        size_result = next((s for s in rec.per_size if s.min_bytes <= size <= s.max_bytes), None)
+        if size_result is None:
+            low = min(s.min_bytes for s in rec.per_size)
+            high = max(s.max_bytes for s in rec.per_size)
+            message += f"; size {size} B is outside the measured range [{low}, {high}] B: no per-size result for it"
+        else:
+            message += f"; size {size} B is in measured bucket {size_result.bucket}: {size_result.decision}"
+    return LookupResult(True, message, rec, size_result, path)
+
+
+def format_lookup(result: LookupResult) -> str:
+    """What `commcamp recommend` prints: the source and the shell lines to apply."""
+    lines = [("# " if result.measured else "# NOT MEASURED: ") + result.message]
+    if result.source is not None:
+        lines.append(f"# from {result.source}")
+    lines.extend(f"export {name}='{value}'" for name, value in result.settings.items())
+    lines.extend(f"unset {name}" for name in result.unset)
+    return "\n".join(lines)

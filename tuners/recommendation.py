@@ -1,0 +1,200 @@
+"""A recommendation: what to set for one scope, and the evidence behind it (recommendations.yaml)."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import optuna
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tuners.catalog import check_env_name, check_safe_value
+from tuners.evaluation import SizeBucket
+from tuners.finalize import Comparison, Decision, FinalReport
+from tuners.per_size import PLUGIN_KNOBS, TunerRule, plugin_rules
+from tuners.scope import StudyScope
+from tuners.study import study_progress
+
+Verdict = Literal["change", "keep-defaults"]
+
+
+def _checked_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {check_env_name(name): check_safe_value(value, name) for name, value in env.items()}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Gain(_Model):
+    """Median per-round speed-up of the winner over the baseline (0.12 = +12 %)."""
+
+    median: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    p_adjusted: float
+    rounds: int
+    ratios: list[float]
+
+    @classmethod
+    def of(cls, comparison: Comparison, confidence: float) -> Gain:
+        assert comparison.gain is not None and comparison.ci_low is not None and comparison.ci_high is not None
+        assert comparison.p_value is not None and comparison.p_adjusted is not None
+        return cls(
+            median=comparison.gain,
+            ci_low=comparison.ci_low,
+            ci_high=comparison.ci_high,
+            confidence=confidence,
+            p_value=comparison.p_value,
+            p_adjusted=comparison.p_adjusted,
+            rounds=comparison.rounds,
+            ratios=list(comparison.ratios),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.median:+.1%} median speed-up ({self.confidence:.0%} CI {self.ci_low:+.1%} .. {self.ci_high:+.1%}), "
+            f"Wilcoxon p={self.p_value:.3g}, Holm-adjusted {self.p_adjusted:.3g}, {self.rounds} paired rounds"
+        )
+
+
+class SizeRangeResult(_Model):
+    bucket: str
+    min_bytes: int
+    max_bytes: int
+    metric: Literal["latency", "goodput"]
+    decision: Verdict
+    env: dict[str, str]
+    gain: Gain | None = None
+
+    _env_safe = field_validator("env")(_checked_env)
+
+
+class PluginRule(_Model):
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    algorithm: str
+    protocol: str
+    channels: int
+    n_nodes: int
+    n_ranks: int
+
+    def rule(self) -> TunerRule:
+        return TunerRule(self.collective, self.min_bytes, self.max_bytes, self.algorithm, self.protocol,
+                         self.channels, self.n_nodes, self.n_ranks)
+
+
+class Evidence(_Model):
+    test: str
+    alpha: float
+    min_effect: float
+    confidence: float
+    rounds_run: int
+    rounds_used: int
+    notes: list[str]
+    study: str
+    trials_counted: int
+    trials_complete: int
+    trials_failed: int
+
+
+class Recommendation(_Model):
+    scope: StudyScope
+    decision: Verdict
+    env: dict[str, str]  # export these (validated values)
+    unset: list[str] = Field(default_factory=list)  # unset these (set by the site default, not by the winner)
+    baseline_env: dict[str, str]
+    gain: Gain | None
+    per_size: list[SizeRangeResult]
+    plugin_rules: list[PluginRule] = Field(default_factory=list)
+    plugin_notes: list[str] = Field(default_factory=list)
+    plugin_env: dict[str, str] = Field(default_factory=dict)  # NCCL_TUNER_PLUGIN / _CONFIG_FILE, set on publish
+    evidence: Evidence
+    date: str
+    versions: dict[str, str]
+
+    _env_safe = field_validator("env", "baseline_env", "plugin_env")(_checked_env)
+
+    @field_validator("unset")
+    @classmethod
+    def _names(cls, names: list[str]) -> list[str]:
+        return [check_env_name(n) for n in names]
+
+    @field_validator("versions")
+    @classmethod
+    def _versions(cls, versions: dict[str, str]) -> dict[str, str]:
+        return {check_safe_value(k, "versions key"): check_safe_value(v, f"versions.{k}") for k, v in versions.items()}
+
+
+class RecommendationFile(_Model):
+    schema_version: Literal[1] = 1
+    site: str
+    system: str
+    recommendations: list[Recommendation]
+
+
+def build_recommendation(
+    scope: StudyScope,
+    report: FinalReport,
+    buckets: Sequence[SizeBucket],
+    study: optuna.Study,
+    versions: Mapping[str, str],
+    now: datetime.datetime | None = None,
+) -> Recommendation:
+    """Turns a finalization report into the published form. When per-size plugin rows exist, the
+    knobs the plugin decides per size are left out of the global environment (a global NCCL_ALGO
+    or NCCL_PROTO would mask the plugin's choice)."""
+    overall = report.overall
+    winners = [(b, dict(report.buckets[b.name].env) if report.buckets[b.name].change else None) for b in buckets]
+    rules, notes = plugin_rules(scope.op, winners, scope.nodes, scope.ranks) if scope.library in ("nccl", "rccl") else ([], [])
+    env = dict(overall.env)
+    if rules:
+        env = {k: v for k, v in env.items() if k not in PLUGIN_KNOBS}
+    progress = study_progress(study)
+    return Recommendation(
+        scope=scope,
+        decision="change" if overall.change else "keep-defaults",
+        env=env,
+        unset=sorted(set(report.baseline_env) - set(env)),
+        baseline_env=dict(report.baseline_env),
+        gain=_gain(overall, report),
+        per_size=[
+            SizeRangeResult(
+                bucket=b.name,
+                min_bytes=b.min_bytes,
+                max_bytes=b.max_bytes,
+                metric=b.metric,
+                decision="change" if report.buckets[b.name].change else "keep-defaults",
+                env=dict(report.buckets[b.name].env),
+                gain=_gain(report.buckets[b.name], report),
+            )
+            for b in buckets
+        ],
+        plugin_rules=[PluginRule(**{f: getattr(r, f) for f in PluginRule.model_fields}) for r in rules],
+        plugin_notes=notes,
+        evidence=Evidence(
+            test=report.test,
+            alpha=report.thresholds.alpha,
+            min_effect=report.thresholds.min_effect,
+            confidence=report.thresholds.confidence,
+            rounds_run=report.rounds_run,
+            rounds_used=report.rounds_used,
+            notes=list(report.notes),
+            study=study.study_name,
+            trials_counted=progress.counted,
+            trials_complete=progress.complete,
+            trials_failed=progress.failed,
+        ),
+        date=(now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds"),
+        versions=dict(versions),
+    )
+
+
+def _gain(decision: Decision, report: FinalReport) -> Gain | None:
+    if decision.winner is None:
+        return None
+    return Gain.of(decision.winner, report.thresholds.confidence)

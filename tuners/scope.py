@@ -1,0 +1,63 @@
+"""The scope a study and its recommendation belong to."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tuners.catalog import Library
+
+# Scope fields end up in study names, file names and comments: keep them to a plain alphabet.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+class StudyScope(BaseModel):
+    """Site, system:partition, library+version, op, transport, node count, GPUs per node and the
+    message-size bucket ("all" when one study scores every bucket of the sweep)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    site: str
+    system: str
+    partition: str = "default"
+    library: Library
+    library_version: str
+    op: str
+    transport: str
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    size_bucket: str = "all"
+
+    @field_validator("site", "system", "partition", "library_version", "op", "transport", "size_bucket")
+    @classmethod
+    def _plain(cls, value: str) -> str:
+        if not _NAME.fullmatch(value):
+            raise ValueError(f"{value!r} must match {_NAME.pattern}")
+        return value
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def study_name(self) -> str:
+        return (
+            f"{self.site}/{self.system}:{self.partition}/{self.library}-{self.library_version}/"
+            f"{self.op}/{self.transport}/{self.size_bucket}/n{self.nodes}/g{self.gpus_per_node}"
+        )
+
+    @property
+    def slug(self) -> str:
+        """File-name form, unique within one <site>/<system> directory."""
+        return (
+            f"{self.partition}_{self.library}-{self.library_version}_{self.op}_{self.transport}_"
+            f"{self.size_bucket}_n{self.nodes}_g{self.gpus_per_node}"
+        )
+
+    def describe(self) -> str:
+        return (
+            f"site={self.site} system={self.system}:{self.partition} library={self.library} "
+            f"{self.library_version} op={self.op} transport={self.transport} nodes={self.nodes} "
+            f"gpus_per_node={self.gpus_per_node} sizes={self.size_bucket}"
+        )

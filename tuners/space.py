@@ -1,0 +1,196 @@
+"""Search space: knobs chosen from a catalog, turned into Optuna parameters and back into an env.
+
+Encoding (define-by-run, so Optuna's group decomposition sees the conditional structure):
+- categorical / bool knob NAME: categorical parameter NAME over its choices plus "unset";
+- int / pow2 knob that may stay unset: categorical NAME:set over ("unset", "set"), and only when
+  "set" the number: NAME (int, optionally log-scaled, or over `search_values`) or NAME:log2 (pow2);
+- int / pow2 knob that may not stay unset: only the number parameter.
+Forbidden and pinned knobs never enter a space; pinned values are added to every environment.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from tuners.catalog import UNSET, KnobCatalog, KnobType, Library, Safety, Knob
+
+SET = "set"
+
+
+class SpaceError(ValueError):
+    """A knob cannot be searched here; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class KnobDimension:
+    """One searchable knob, its domain already cut down to the library versions in use."""
+
+    knob: Knob
+    choices: tuple[str, ...] | None = None  # categorical/bool: values searched (UNSET included if allowed)
+
+    @property
+    def name(self) -> str:
+        return self.knob.name
+
+    @property
+    def numeric(self) -> bool:
+        return self.knob.type in (KnobType.INT, KnobType.POW2)
+
+    def suggest(self, trial: optuna.Trial) -> str | None:
+        """The knob's value for this trial, or None for unset."""
+        knob = self.knob
+        if not self.numeric:
+            assert self.choices is not None
+            value = trial.suggest_categorical(knob.name, self.choices)
+            return None if value == UNSET else str(value)
+        if knob.allow_unset and trial.suggest_categorical(f"{knob.name}:{SET}", (UNSET, SET)) == UNSET:
+            return None
+        assert knob.low is not None and knob.high is not None
+        if knob.type is KnobType.POW2:
+            exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(knob.low)), int(math.log2(knob.high)))
+            return str(2**exponent)
+        if knob.search_values is not None:
+            return str(trial.suggest_categorical(knob.name, knob.search_values))
+        return str(trial.suggest_int(knob.name, knob.low, knob.high, step=knob.step, log=knob.log))
+
+    def params_for(self, value: str | None) -> dict[str, Any]:
+        """The Optuna parameters that reproduce `value` (None = unset)."""
+        knob = self.knob
+        if not self.numeric:
+            assert self.choices is not None
+            param = UNSET if value is None else value
+            if param not in self.choices:
+                raise SpaceError(f"{knob.name}={param} is not a choice of this search space {list(self.choices)}")
+            return {knob.name: param}
+        if value is None:
+            if not knob.allow_unset:
+                raise SpaceError(f"{knob.name} cannot be unset in this search space")
+            return {f"{knob.name}:{SET}": UNSET}
+        knob.check_value(value)
+        params: dict[str, Any] = {f"{knob.name}:{SET}": SET} if knob.allow_unset else {}
+        if knob.type is KnobType.POW2:
+            params[f"{knob.name}:log2"] = int(math.log2(int(value)))
+        elif knob.search_values is not None:
+            if int(value) not in knob.search_values:
+                raise SpaceError(f"{knob.name}={value} is not one of the searched values {list(knob.search_values)}")
+            params[knob.name] = int(value)
+        else:
+            params[knob.name] = int(value)
+        return params
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    catalog: KnobCatalog
+    dimensions: tuple[KnobDimension, ...]
+    pinned: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.dimensions)
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, str]:
+        """Samples every knob and returns the validated environment of the trial."""
+        values = {d.name: d.suggest(trial) for d in self.dimensions}
+        return self.env_from_values(values)
+
+    def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:
+        """Knob values (None = unset) -> environment with required companions and pinned values."""
+        env: dict[str, str] = {}
+        for name, value in values.items():
+            if value is None:
+                continue
+            env[name] = value
+            env.update(self.catalog[name].requires)
+        env.update(self.pinned)
+        return self.catalog.validate_env(env)
+
+    def params_for_env(self, env: Mapping[str, str]) -> dict[str, Any]:
+        """The Optuna parameters of a trial that applies `env` (knobs missing from env = unset)."""
+        searched = set(self.knob_names)
+        companions = {n for d in self.dimensions for n in d.knob.requires}
+        extra = set(env) - searched - set(self.pinned) - companions
+        if extra:
+            raise SpaceError(f"{sorted(extra)} are not knobs of this search space {list(self.knob_names)}")
+        params: dict[str, Any] = {}
+        for dimension in self.dimensions:
+            params.update(dimension.params_for(env.get(dimension.name)))
+        return params
+
+    def may_corrupt_knobs(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """Knobs set in env whose safety class requires a validated re-run before acceptance."""
+        return tuple(
+            name for name in env if name in self.catalog and self.catalog[name].safety is Safety.MAY_CORRUPT
+            and name not in self.pinned
+        )
+
+
+def build_space(
+    catalog: KnobCatalog,
+    libraries: Mapping[Library | str, str | None],
+    *,
+    knobs: Sequence[str] | None = None,
+    op: str | None = None,
+    transport: str | None = None,
+    max_safety: Safety = Safety.MAY_CORRUPT,
+) -> SearchSpace:
+    """A space over the named knobs (or every knob that applies, when `knobs` is None).
+
+    `libraries` maps each library in use to its version (None = unknown: knobs constrained to a
+    version range are then left out). Naming a forbidden, pinned, inapplicable or unknown knob
+    explicitly is an error; with `knobs=None` such knobs are skipped.
+    """
+    versions = {Library(lib): version for lib, version in libraries.items()}
+    explicit = knobs is not None
+    names = list(knobs) if knobs is not None else [k.name for k in catalog]
+    if explicit and len(set(names)) != len(names):
+        raise SpaceError(f"knob named twice in {names}")
+    dimensions = []
+    for name in names:
+        if name not in catalog:
+            raise SpaceError(f"{name} is not in the knob catalog {catalog.source}")
+        knob = catalog[name]
+        reason = _exclusion_reason(knob, catalog, versions, op, transport, max_safety)
+        if reason is not None:
+            if explicit:
+                raise SpaceError(f"{name} cannot be searched: {reason}")
+            continue
+        choices = None
+        if knob.type is KnobType.CATEGORICAL:
+            choices = knob.choices_for(versions)
+        elif knob.type is KnobType.BOOL:
+            choices = ("0", "1")
+        if choices is not None:
+            choices = (*choices, UNSET) if knob.allow_unset else choices
+            if len(choices) < 2:
+                if explicit:
+                    raise SpaceError(f"{name} cannot be searched: fewer than two choices exist here")
+                continue
+        dimensions.append(KnobDimension(knob, choices))
+    if not dimensions:
+        raise SpaceError("the search space is empty: no catalog knob applies to these libraries/op/transport")
+    return SearchSpace(catalog, tuple(dimensions), dict(catalog.pinned))
+
+
+def _exclusion_reason(
+    knob: Knob,
+    catalog: KnobCatalog,
+    versions: Mapping[Library, str | None],
+    op: str | None,
+    transport: str | None,
+    max_safety: Safety,
+) -> str | None:
+    if knob.safety is Safety.FORBIDDEN:
+        return "it is forbidden at this site"
+    if knob.name in catalog.pinned:
+        return f"it is pinned to {catalog.pinned[knob.name]} at this site"
+    if knob.safety.rank > max_safety.rank:
+        return f"its safety class {knob.safety} is above the allowed {max_safety}"
+    if not knob.affects(op, transport):
+        return f"it does not affect op={op} transport={transport}"
+    return knob.applies_to(versions)

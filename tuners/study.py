@@ -1,0 +1,402 @@
+"""The tuning study: an Optuna study per scope, stored in an RDB, driven by an evaluator.
+
+- Trial 0 is the site's defaults (enqueued when the study is created).
+- Failed, hung and invalid evaluations are FAIL trials with `outcome` and `fail_reason` user attrs;
+  the study goes on.
+- Budget: trials with an `outcome` (measured or failed by the evaluator) count; `run()` stops when
+  they reach `n_trials` (also across restarts and across workers sharing the storage) or when its
+  own wall-time budget is spent.
+- A worker killed mid-trial leaves a RUNNING trial. With heartbeats on, the next worker fails it
+  (it never counts) and re-queues its parameters (`retry_of`), up to `max_retry` times, after which
+  one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way.
+  So no measurement is lost and none is counted twice.
+- Parallel workers: call `run()` in several processes on the same PostgreSQL URL. SQLite is for
+  one process at a time (Optuna's documentation: concurrent writers lock it).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.exceptions import ExperimentalWarning
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tuners.evaluation import (
+    Evaluation,
+    Evaluator,
+    FailureKind,
+    SizeBucket,
+    bucket_times_us,
+    overall_time_us,
+)
+from tuners.scope import StudyScope
+from tuners.space import SearchSpace
+
+logger = logging.getLogger(__name__)
+
+# Trial user attributes
+ENV = "env"
+OUTCOME = "outcome"  # "complete" or a FailureKind value; present = the trial counts toward the budget
+FAIL_REASON = "fail_reason"
+BUCKET_US = "bucket_us"
+SIZE_US = "size_us"
+RECORD_IDS = "record_ids"
+ROLE = "role"  # "defaults" for trial 0
+RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
+COMPLETE = "complete"
+LOST = "lost"
+
+
+class SamplerName(enum.StrEnum):
+    TPE = "tpe"
+    GP = "gp"
+    RANDOM = "random"
+
+
+DEFAULT_SAMPLER = SamplerName.TPE  # chosen with tuners/bench_sampler.py; numbers in its results
+
+
+def make_sampler(name: SamplerName | str, seed: int | None, n_startup_trials: int = 8) -> optuna.samplers.BaseSampler:
+    """TPE is multivariate with group decomposition (knobs that may stay unset make conditional
+    parameters) and constant liar (parallel workers do not all propose the same point)."""
+    name = SamplerName(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        if name is SamplerName.TPE:
+            return optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=n_startup_trials
+            )
+        if name is SamplerName.GP:
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+
+class _RequeueLostTrial:
+    """Heartbeat-stale trial callback: re-queue the lost trial's parameters, or after `max_retry`
+    losses record one counted FAIL so that a setting that kills workers cannot loop forever."""
+
+    def __init__(self, max_retry: int) -> None:
+        self.max_retry = max_retry
+
+    def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        history = [*trial.user_attrs.get(RETRY_OF, []), trial.number]
+        if len(history) > self.max_retry:
+            reason = f"worker lost {len(history)} times while evaluating (trials {history})"
+            _add_finished_fail(study, trial.params, trial.distributions, history, reason)
+        else:
+            _requeue(study, trial.params, trial.distributions, history)
+
+
+def _requeue(study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int]) -> None:
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING, params=params, distributions=dists, user_attrs={RETRY_OF: history}
+        )
+    )
+
+
+def _add_finished_fail(
+    study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int], reason: str
+) -> None:
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.FAIL,
+            params=params,
+            distributions=dists,
+            user_attrs={RETRY_OF: history, OUTCOME: LOST, FAIL_REASON: reason},
+        )
+    )
+
+
+def open_storage(
+    url: str, *, heartbeat_interval: int | None = 60, grace_period: int | None = None, max_retry: int = 2
+) -> RDBStorage:
+    """RDB storage (sqlite:///path for one process, postgresql+psycopg://... for parallel workers)
+    with heartbeats, so a trial of a killed worker is detected and re-queued."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        return RDBStorage(
+            url,
+            heartbeat_interval=heartbeat_interval,
+            grace_period=grace_period,
+            heartbeat_stale_trial_callback=_RequeueLostTrial(max_retry) if heartbeat_interval else None,
+        )
+
+
+class _TrialFailed(Exception):
+    """Raised inside the objective so that Optuna records FAIL (caught through optimize(catch=...))."""
+
+
+def is_counted(trial: FrozenTrial) -> bool:
+    return OUTCOME in trial.user_attrs and trial.state in (TrialState.COMPLETE, TrialState.FAIL)
+
+
+@dataclass(frozen=True)
+class StudyProgress:
+    counted: int
+    complete: int
+    failed: int
+    best_value_us: float | None
+    defaults_value_us: float | None
+
+    @property
+    def best_speedup(self) -> float | None:
+        if self.best_value_us is None or self.defaults_value_us is None:
+            return None
+        return self.defaults_value_us / self.best_value_us
+
+
+def study_progress(study: optuna.Study) -> StudyProgress:
+    trials = study.get_trials(deepcopy=False)
+    counted = [t for t in trials if is_counted(t)]
+    complete = [t for t in counted if t.state is TrialState.COMPLETE]
+    best = min((t.value for t in complete if t.value is not None), default=None)
+    defaults = next((t.value for t in complete if t.user_attrs.get(ROLE) == "defaults"), None)
+    return StudyProgress(len(counted), len(complete), len(counted) - len(complete), best, defaults)
+
+
+class Tuner:
+    """Runs (or resumes, or joins as one more worker) the study of one scope."""
+
+    def __init__(
+        self,
+        scope: StudyScope,
+        space: SearchSpace,
+        evaluator: Evaluator,
+        storage: str | optuna.storages.BaseStorage,
+        buckets: Sequence[SizeBucket],
+        *,
+        n_trials: int | None = None,
+        timeout_s: float | None = None,
+        sampler: SamplerName | str = DEFAULT_SAMPLER,
+        seed: int | None = None,
+        n_startup_trials: int = 8,
+        baseline_env: Mapping[str, str] | None = None,
+        progress: bool = False,
+    ) -> None:
+        if n_trials is None and timeout_s is None:
+            raise ValueError("give a budget: n_trials and/or timeout_s")
+        if n_trials is not None and n_trials < 1:
+            raise ValueError("n_trials must be >= 1")
+        if not buckets:
+            raise ValueError("at least one size bucket is needed")
+        self.scope = scope
+        self.space = space
+        self.evaluator = evaluator
+        self.storage = open_storage(storage) if isinstance(storage, str) else storage
+        self.buckets = tuple(buckets)
+        self.n_trials = n_trials
+        self.timeout_s = timeout_s
+        self.sampler_name = SamplerName(sampler)
+        self.seed = seed
+        self.n_startup_trials = n_startup_trials
+        baseline = space.catalog.default_env(space.knob_names) if baseline_env is None else baseline_env
+        space.params_for_env(baseline)  # rejects knobs outside the space and values outside it
+        self.baseline_env = space.env_from_values({name: baseline.get(name) for name in space.knob_names})
+        self.progress = progress
+
+    def load_study(self) -> optuna.Study:
+        """Creates the study (enqueuing the defaults as trial 0) or loads it, checking that the
+        stored study was set up with the same knobs and buckets."""
+        try:
+            offset = len(optuna.load_study(study_name=self.scope.study_name, storage=self.storage).trials)
+        except KeyError:
+            offset = 0
+        # A resumed study gets a fresh seed so that a seeded sampler does not replay its first run.
+        seed = None if self.seed is None else self.seed + offset
+        study = optuna.create_study(
+            study_name=self.scope.study_name,
+            storage=self.storage,
+            direction="minimize",
+            sampler=make_sampler(self.sampler_name, seed, self.n_startup_trials),
+            load_if_exists=True,
+        )
+        setup = {
+            "scope": self.scope.model_dump(mode="json"),
+            "knobs": list(self.space.knob_names),
+            "buckets": [[b.name, b.min_bytes, b.max_bytes] for b in self.buckets],
+            "baseline_env": self.baseline_env,
+            "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
+            "geometric mean of the median times of its message sizes",
+        }
+        stored = study.user_attrs.get("setup")
+        if stored is None:
+            for key, value in setup.items():
+                study.set_user_attr(key, value)
+            study.set_user_attr("setup", True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                study.enqueue_trial(
+                    self.space.params_for_env(self.baseline_env), user_attrs={ROLE: "defaults"}, skip_if_exists=True
+                )
+        else:
+            for key in ("knobs", "buckets", "baseline_env"):
+                if study.user_attrs.get(key) != setup[key]:
+                    raise ValueError(
+                        f"study {self.scope.study_name} exists with different {key} "
+                        f"({study.user_attrs.get(key)} != {setup[key]}); give the new setup a new scope"
+                    )
+        return study
+
+    def run(self) -> optuna.Study:
+        study = self.load_study()
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        with _ProgressDisplay(self.progress, self.n_trials, self.scope.study_name) as display:
+            display.update(study_progress(study))
+            while True:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(study)
+                if self.n_trials is not None and self._budget_used(study) >= self.n_trials:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
+                display.update(study_progress(study))
+        return study
+
+    def _budget_used(self, study: optuna.Study, before_number: int | None = None) -> int:
+        """Counted trials plus trials other workers are running (they will count)."""
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING))
+        return sum(
+            1
+            for t in trials
+            if (before_number is None or t.number < before_number)
+            and (t.state is TrialState.RUNNING or is_counted(t))
+        )
+
+    def _objective(self, trial: optuna.Trial) -> float:
+        # Another worker may have filled the budget between our check and our ask.
+        if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
+            trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
+            raise optuna.TrialPruned()
+        env = self.space.suggest(trial)
+        trial.set_user_attr(ENV, env)
+        try:
+            evaluation = self.evaluator(env, validate=False)
+        except Exception as exc:  # an evaluator bug or executor error is a failed trial, not a crash
+            logger.exception("evaluator raised for trial %d", trial.number)
+            evaluation = Evaluation.failed(FailureKind.FAILED, f"evaluator raised {type(exc).__name__}: {exc}")
+        except BaseException:  # Ctrl-C: queue the setting again so a resumed run measures it
+            _requeue(trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number])
+            raise
+        if evaluation.record_ids:
+            trial.set_user_attr(RECORD_IDS, list(evaluation.record_ids))
+        if evaluation.ok:
+            medians = evaluation.median_us()
+            try:
+                buckets = bucket_times_us(medians, self.buckets)
+            except ValueError as exc:
+                evaluation = Evaluation.failed(FailureKind.INVALID, str(exc), evaluation.record_ids)
+        if not evaluation.ok:
+            assert evaluation.failure is not None
+            trial.set_user_attr(OUTCOME, evaluation.failure.value)
+            trial.set_user_attr(FAIL_REASON, evaluation.reason)
+            raise _TrialFailed(f"{evaluation.failure}: {evaluation.reason}")
+        trial.set_user_attr(SIZE_US, {str(size): t for size, t in medians.items()})
+        trial.set_user_attr(BUCKET_US, buckets)
+        trial.set_user_attr(OUTCOME, COMPLETE)
+        return overall_time_us(buckets)
+
+
+class _ProgressDisplay:
+    """rich progress bar: counted trials of the budget and the best time so far vs the defaults."""
+
+    def __init__(self, enabled: bool, total: int | None, name: str) -> None:
+        self.enabled = enabled
+        self.name = name
+        self.bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[best]}"),
+        )
+        self.task = self.bar.add_task(name, total=total, best="")
+
+    def __enter__(self) -> _ProgressDisplay:
+        if self.enabled:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.stop()
+
+    def update(self, progress: StudyProgress) -> None:
+        best = "no complete trial yet"
+        if progress.best_value_us is not None:
+            best = f"best {progress.best_value_us:.4g} us"
+            if progress.best_speedup is not None:
+                best += f" ({(progress.best_speedup - 1) * 100:+.1f}% vs defaults)"
+        best += f"  failed {progress.failed}"
+        self.bar.update(self.task, completed=progress.counted, best=best)
+
+
+def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if is_counted(t)]
+
+
+def defaults_trial(study: optuna.Study) -> FrozenTrial | None:
+    return next((t for t in complete_trials(study) if t.user_attrs.get(ROLE) == "defaults"), None)
+
+
+def top_envs(study: optuna.Study, k: int, bucket: str | None = None) -> list[tuple[int, dict[str, str], float]]:
+    """The k best distinct environments (trial number, env, time in us), overall or for one
+    bucket, excluding the baseline environment."""
+    baseline = study.user_attrs.get("baseline_env", {})
+    def score(t: FrozenTrial) -> float:
+        return t.user_attrs[BUCKET_US][bucket] if bucket is not None else t.value
+    seen: list[dict[str, str]] = [baseline]
+    best = []
+    for trial in sorted(complete_trials(study), key=score):
+        env = trial.user_attrs[ENV]
+        if env in seen or not math.isfinite(score(trial)):
+            continue
+        seen.append(env)
+        best.append((trial.number, env, score(trial)))
+        if len(best) == k:
+            break
+    return best
+
+
+def finalization_candidates(
+    study: optuna.Study, space: SearchSpace, buckets: Sequence[SizeBucket], k: int = 3, min_importance: float = 0.05
+) -> list[tuple[int | None, dict[str, str]]]:
+    """Distinct environments worth re-measuring: the k best overall, the best of each bucket, and
+    a simplified best: the baseline plus only the best trial's values of the knobs that explain at
+    least `min_importance` of the objective's variance (Optuna's default importance evaluator)."""
+    chosen: list[tuple[int | None, dict[str, str]]] = []
+    for bucket in (None, *(b.name for b in buckets)):
+        for number, env, _ in top_envs(study, k if bucket is None else 1, bucket):
+            if all(env != other for _, other in chosen):
+                chosen.append((number, env))
+    if not chosen:
+        return chosen
+    baseline = dict(study.user_attrs.get("baseline_env", {}))
+    try:
+        importances = optuna.importance.get_param_importances(study)
+    except (RuntimeError, ValueError):  # too few complete trials to estimate importances
+        return chosen
+    weight: dict[str, float] = {}
+    for param, importance in importances.items():
+        knob = param.split(":")[0]
+        weight[knob] = weight.get(knob, 0.0) + importance
+    best_env = chosen[0][1]
+    values = {name: baseline.get(name) for name in space.knob_names}
+    values.update({name: best_env.get(name) for name in space.knob_names if weight.get(name, 0.0) >= min_importance})
+    simplified = space.env_from_values(values)
+    if simplified != baseline and all(simplified != env for _, env in chosen):
+        chosen.append((None, simplified))
+    return chosen
