@@ -258,7 +258,8 @@ static char* read_all(int fd, size_t* len) {
 int cc_config_load_file(const char* path, cc_nccl_logger_t logger, struct cc_rule_set* out) {
   *out = (struct cc_rule_set){0};
   char reason[128];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: opening a FIFO must not block NCCL's init; regular-file reads ignore it. */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) {
       CC_LOG(logger, CC_NCCL_LOG_INFO, "TUNER/commcamp: config file %s not found: no overrides", path);

@@ -77,9 +77,9 @@ plugin="$build/libnccl-tuner-commcamp.so"
   echo "commit: $(git -C "$source_dir" rev-parse HEAD 2> /dev/null || echo unknown)"
   echo "all_reduce_perf: $perf"
   echo "plugin exports:"
-  nm -D --defined-only "$plugin" | sed 's/^/  /'
+  nm -D --defined-only "$plugin" | sed 's/^/  /' || true
   echo "environment:"
-  env | grep -E '^(NCCL|CUDA|TORCH|NVSHMEM)_' | sort | sed 's/^/  /'
+  env | grep -E '^(NCCL|CUDA|TORCH|NVSHMEM)_' | sort | sed 's/^/  /' || true
   nvidia-smi -L || true
   nvidia-smi topo -m || true
 } > "$out/environment.txt" 2>&1

@@ -485,6 +485,23 @@ static void test_oversized_config(const struct api* api) {
   api_destroy(api, ctx);
 }
 
+/* A FIFO as config must neither block init nor be read. */
+static void test_fifo_config(const struct api* api) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/fifo.csv", temp_dir);
+  if (mkfifo(path, 0600) != 0) {
+    perror("mkfifo");
+    exit(2);
+  }
+  use_config("fifo.csv", NULL);
+  clear_messages();
+  void* ctx = NULL;
+  CHECK(api_init(api, 4, 1, fake_logger, &ctx) == CC_NCCL_SUCCESS, "fifo: init");
+  CHECK(count_messages(CC_NCCL_LOG_WARN, "fifo.csv is not a regular file: no overrides") == 1, "fifo: no WARN");
+  expect_call(api, ctx, "fifo config", plain(ALLREDUCE, 0), NONE, NONE, 0, 0);
+  api_destroy(api, ctx);
+}
+
 /* Contexts are independent: a context keeps the config it was created with, and works without logger. */
 static void test_contexts_independent(const struct api* api) {
   use_config("a.csv", config_a);
@@ -581,11 +598,12 @@ int main(int argc, char** argv) {
     test_no_config(&apis[i]);
   }
   test_oversized_config(&apis[3]);
+  test_fifo_config(&apis[3]);
   test_contexts_independent(&apis[3]);
   test_bad_arguments(&apis[3]);
   test_threads(&apis[3]);
 
-  const char* files[] = {"a.csv", "b.csv", "empty.csv", "big.csv"};
+  const char* files[] = {"a.csv", "b.csv", "empty.csv", "big.csv", "fifo.csv"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", temp_dir, files[i]);
