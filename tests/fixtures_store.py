@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy
 
 from campaigns.store import RunInfo, Store, open_store
 
@@ -66,9 +69,28 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+# Set to a PostgreSQL URL (a role that may CREATE DATABASE) to run the store tests on PostgreSQL instead of
+# SQLite; each test then gets a database of its own. Unset (the default, and `make test`): SQLite files.
+PG_URL_ENV = "COMMCAMP_TEST_PG_URL"
+sqlite_only = pytest.mark.skipif(bool(os.environ.get(PG_URL_ENV)), reason="SQLite-specific")
+
+
 @pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'results.db'}"
+def store_url(tmp_path: Path) -> Iterator[str]:
+    server_url = os.environ.get(PG_URL_ENV)
+    if not server_url:
+        yield f"sqlite:///{tmp_path / 'results.db'}"
+        return
+    name = f"commcamp_test_{uuid.uuid4().hex[:12]}"
+    admin = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield sqlalchemy.make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.dispose()
 
 
 @pytest.fixture

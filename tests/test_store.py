@@ -1,6 +1,7 @@
 """campaigns.store: round trip, filters, all-or-nothing ingest, duplicate keys, schema versioning, reachability."""
 from __future__ import annotations
 
+import multiprocessing
 import socket
 import time
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from fixtures_store import commbench_record, error_record, run_info
+from fixtures_store import commbench_record, error_record, run_info, sqlite_only
 
 from campaigns.records import RecordError
 from campaigns.store import DEFAULT_URL, Store, StoreError, default_url, open_store
@@ -170,12 +171,25 @@ def test_ingest_refuses_a_bad_record_and_stores_nothing(store: Store, table_coun
     assert table_counts() == before
 
 
+_REFUSE_SEVEN_SAMPLES = {  # a trigger that fails the samples INSERT of a measurement with 7 samples
+    "sqlite": ["CREATE TRIGGER refuse_seven BEFORE INSERT ON samples WHEN NEW.count = 7 "
+               "BEGIN SELECT RAISE(ABORT, 'disk says no'); END"],
+    "postgresql": ["CREATE FUNCTION refuse_seven() RETURNS trigger AS $$ BEGIN IF NEW.count = 7 THEN "
+                   "RAISE EXCEPTION 'disk says no'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+                   "CREATE TRIGGER refuse_seven BEFORE INSERT ON samples FOR EACH ROW EXECUTE FUNCTION refuse_seven()"],
+}
+
+
+def _refuse_seven_samples(store: Store) -> None:
+    with store.engine.begin() as connection:
+        for statement in _REFUSE_SEVEN_SAMPLES[store.engine.dialect.name]:
+            connection.exec_driver_sql(statement)
+
+
 def test_database_failure_mid_ingest_rolls_everything_back(store: Store, table_counts: Counts) -> None:
     store.ingest(run_info("earlier"), [commbench_record()])
     before = table_counts()
-    with store.engine.begin() as connection:  # a real failure of the last INSERT of the transaction
-        connection.exec_driver_sql("CREATE TRIGGER refuse_seven BEFORE INSERT ON samples WHEN NEW.count = 7 "
-                                   "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+    _refuse_seven_samples(store)  # a real failure of the last INSERT of the transaction
     with pytest.raises(StoreError, match="disk says no"):
         store.ingest(run_info("k"), [commbench_record(iters=8), error_record(), commbench_record(iters=7)])
     assert table_counts() == before
@@ -185,9 +199,7 @@ def test_database_failure_mid_ingest_rolls_everything_back(store: Store, table_c
 def test_replace_that_fails_keeps_the_old_run(store: Store, table_counts: Counts) -> None:
     store.ingest(run_info("k"), [commbench_record()])
     before = table_counts()
-    with store.engine.begin() as connection:
-        connection.exec_driver_sql("CREATE TRIGGER refuse_seven BEFORE INSERT ON samples WHEN NEW.count = 7 "
-                                   "BEGIN SELECT RAISE(ABORT, 'disk says no'); END")
+    _refuse_seven_samples(store)
     with pytest.raises(StoreError):
         store.ingest(run_info("k"), [commbench_record(iters=7)], replace=True)
     assert table_counts() == before
@@ -201,9 +213,14 @@ def test_run_without_records(store: Store) -> None:
                                                                                      "run_key"]
 
 
-def test_fresh_database_is_at_head_with_wal_and_foreign_keys(store: Store) -> None:
+def test_fresh_database_is_at_head(store: Store) -> None:
     with store.engine.connect() as connection:
         assert MigrationContext.configure(connection).get_current_revision() == head_revision()
+
+
+@sqlite_only
+def test_sqlite_uses_wal_and_foreign_keys(store: Store) -> None:
+    with store.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
@@ -211,6 +228,20 @@ def test_fresh_database_is_at_head_with_wal_and_foreign_keys(store: Store) -> No
 def test_models_match_migrations(store: Store) -> None:
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+
+def _open_and_ingest(url: str, writer: int) -> None:
+    with open_store(url) as store:
+        for run in range(3):
+            store.ingest(run_info(f"writer{writer}/run{run}"), [commbench_record(seed=n, iters=50) for n in range(10)])
+
+
+def test_concurrent_writers_on_a_fresh_database(store_url: str) -> None:
+    # Campaign jobs finishing together: all create/upgrade the schema at once, then write at once.
+    with multiprocessing.get_context("fork").Pool(3) as pool:
+        pool.starmap(_open_and_ingest, [(store_url, writer) for writer in range(3)])
+    with open_store(store_url) as store:
+        assert len(store.runs()) == 9 and len(store.measurements()) == 90
 
 
 def test_reopen_keeps_data(store_url: str) -> None:

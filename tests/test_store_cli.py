@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pandas
@@ -143,3 +146,27 @@ def test_unreachable_database_exits_1(tmp_path: Path) -> None:
                                             (1 << 20, "1 MiB"), (1 << 32, "4 GiB"), (None, "-")])
 def test_human_size(size: int | None, text: str) -> None:
     assert human_size(size) == text
+
+
+COMMBENCH = Path(__file__).resolve().parents[1] / "build" / "bench" / "cpu-openmpi" / "commbench"
+
+
+@pytest.mark.skipif(not COMMBENCH.exists() or shutil.which("mpirun.openmpi") is None,
+                    reason="needs build/bench/cpu-openmpi/commbench (make bench) and Open MPI")
+def test_ingest_real_commbench_output(tmp_path: Path, store_url: str) -> None:
+    output = tmp_path / "commbench.jsonl"
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    subprocess.run(["mpirun.openmpi", "--oversubscribe", "-np", "2", str(COMMBENCH), "--op", "allreduce,pingpong",
+                    "--max-bytes", "1K", "--step-factor", "8", "--iters", "4", "--warmup", "1", "--timeout", "60",
+                    "--output", str(output)], check=True, env=env, capture_output=True, timeout=120)
+    lines = output.read_text().splitlines()
+    result = _invoke("ingest", output, "--site", "local", "--system", "vm", "--db", store_url)
+    assert result.exit_code == 0, result.output
+    with open_store(store_url) as store:
+        frame = store.measurements()
+        assert len(frame) == len(lines) >= 4
+        assert set(frame.op) == {"allreduce", "pingpong"}
+        for line, row in zip(lines, frame.itertuples(), strict=True):
+            record = json.loads(line)
+            assert store.samples(row.measurement_id) == record["samples_us"]
+            assert row.median_us == record["stats"]["median_us"] and row.bytes == record["bytes"]

@@ -32,6 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_URL = f"sqlite:///{REPO_ROOT / 'results' / 'commcamp.db'}"
 URL_ENV = "COMMCAMP_DB_URL"
 CONNECT_TIMEOUT_S = 5
+SQLITE_LOCK_WAIT_S = 60  # a writer waits this long for another one (a large ingest) before giving up
 SAMPLE_DTYPE = np.dtype("<f8")
 
 # Record fields stored under the same name in `measurements`; stats, pair, samples_us and
@@ -247,6 +248,7 @@ def _create_engine(url: URL, display: str) -> Engine:
     connect_args: dict[str, Any] = {}
     backend = url.get_backend_name()
     if backend == "sqlite":
+        connect_args["timeout"] = SQLITE_LOCK_WAIT_S
         path = _sqlite_path(url)
         if path is not None and not path.parent.is_dir():
             raise StoreError(f"cannot open results database {display}: {path.parent} is not a directory")
