@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from campaigns.store.errors import StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+_PG_MIGRATION_LOCK = 0x636F6D6D63616D70  # advisory lock key ("commcamp"), held until the transaction ends
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -40,7 +41,11 @@ def current_revision(connection: Connection) -> str | None:
 
 
 def upgrade_to_head(connection: Connection, display_url: str) -> None:
-    """Upgrade inside the caller's transaction; refuse a revision this checkout does not know."""
+    """Upgrade inside the caller's transaction; refuse a revision this checkout does not know.
+    Concurrent openers are serialised (SQLite: the caller's BEGIN IMMEDIATE; PostgreSQL: an advisory lock),
+    so only the first one migrates and the others see the new revision."""
+    if connection.dialect.name == "postgresql":
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
     current = current_revision(connection)
     if current is not None and current not in {rev.revision for rev in _script().walk_revisions()}:
         raise StoreError(f"results database {display_url} has schema revision {current!r}, newer than this "

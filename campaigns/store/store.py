@@ -200,7 +200,7 @@ def _current_user() -> str | None:
 
 
 def _run_row(run: RunInfo) -> dict[str, Any]:
-    row = dataclasses.asdict(run)
+    row = {field.name: getattr(run, field.name) for field in dataclasses.fields(RunInfo)}  # not a RunRow's extras
     row["username"] = run.username or _current_user()
     row["submit_host"] = run.submit_host or socket.gethostname()
     row["commcamp_commit"] = run.commcamp_commit or _commcamp_commit()
@@ -279,15 +279,12 @@ def open_store(url: str | None = None) -> Store:
     try:
         with engine.connect() as connection, connection.execution_options(write=True).begin():
             upgrade_to_head(connection, display)
-    except StoreError:
+    except (StoreError, SQLAlchemyError) as exc:
         engine.dispose()
-        raise
-    except DBAPIError as exc:
-        engine.dispose()
-        raise StoreError(f"cannot open results database {display}: {exc.orig}") from exc
-    except SQLAlchemyError as exc:
-        engine.dispose()
-        raise StoreError(f"cannot open results database {display}: {exc}") from exc
+        if isinstance(exc, StoreError):
+            raise
+        reason = exc.orig if isinstance(exc, DBAPIError) else exc
+        raise StoreError(f"cannot open results database {display}: {reason}") from exc
     return Store(engine, display)
 
 
