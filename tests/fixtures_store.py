@@ -71,13 +71,13 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 # Set to a PostgreSQL URL (a role that may CREATE DATABASE) to run the store tests on PostgreSQL instead of
 # SQLite; each test then gets a database of its own. Unset (the default, and `make test`): SQLite files.
-PG_URL_ENV = "COMMCAMP_TEST_PG_URL"
-sqlite_only = pytest.mark.skipif(bool(os.environ.get(PG_URL_ENV)), reason="SQLite-specific")
+STORE_PG_URL_ENV = "COMMCAMP_TEST_STORE_PG_URL"
+sqlite_only = pytest.mark.skipif(bool(os.environ.get(STORE_PG_URL_ENV)), reason="SQLite-specific")
 
 
 @pytest.fixture
 def store_url(tmp_path: Path) -> Iterator[str]:
-    server_url = os.environ.get(PG_URL_ENV)
+    server_url = os.environ.get(STORE_PG_URL_ENV)
     if not server_url:
         yield f"sqlite:///{tmp_path / 'results.db'}"
         return
