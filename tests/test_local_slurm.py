@@ -54,6 +54,10 @@ def test_topology_has_two_leaf_switches(slurm_cluster: SlurmCluster) -> None:
     switches = {line.split()[0].removeprefix("SwitchName="): line for line in out.splitlines()}
     assert set(switches) == {"leaf1", "leaf2", "top"}
     assert "Level=1" in switches["top"]
+    if slurm_cluster.nnodes >= 3:  # leaf1 holds two nodes: --switches=1 must place a 2-node job there
+        leaf1 = slurm_cluster.run(["scontrol", "show", "hostnames", switches["leaf1"].split("Nodes=")[1]])
+        hosts = slurm_cluster.run(["srun", "-N2", "--switches=1", "hostname"]).stdout.split()
+        assert sorted(hosts) == leaf1.stdout.split()
 
 
 def test_srun_two_nodes_have_distinct_hostnames(slurm_cluster: SlurmCluster) -> None:
