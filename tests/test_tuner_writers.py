@@ -1,0 +1,174 @@
+"""Recommendation outputs: .env sourced by bash, the modulefile loaded by real Lmod, tuner-plugin
+config rows, recommendations.yaml round trip, atomic writes, and the recommend lookup."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import optuna
+import pydantic
+import pytest
+from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtures)
+
+from tuners.catalog import KnobCatalog, Library, UnsafeValueError
+from tuners.evaluation import buckets_for_sizes
+from tuners.finalize import Candidate, finalize
+from tuners.per_size import TunerRule, parse_config
+from tuners.recommend import format_lookup, lookup
+from tuners.recommendation import Recommendation, build_recommendation
+from tuners.space import build_space
+from tuners.study import Tuner
+from tuners.synthetic import SCENARIOS, SYNTHETIC_SIZES, SyntheticEvaluator
+from tuners.writers import load_recommendations, publish, write_atomic
+
+LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
+PLUGIN = "/opt/commcamp/lib/libnccl-tuner-commcamp.so"
+BUCKETS = buckets_for_sizes(SYNTHETIC_SIZES)
+SMALL_WINNER = {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "8"}
+LARGE_WINNER = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "32"}
+
+
+@pytest.fixture
+def nccl_recommendation(catalog: KnobCatalog, sqlite_url: str) -> Recommendation:  # noqa: F811
+    """A real pipeline on the SYNTHETIC landscape: a short study, then finalization of two
+    hand-picked candidates, one best for small and one for large messages."""
+    scenario = SCENARIOS["nvlink-bad-default"]
+    site = catalog.for_site({"defaults": dict(scenario.site_defaults)}, "test site")
+    space = build_space(site, {Library.NCCL: "2.28.3"}, knobs=["NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_CTAS"])
+    evaluator = SyntheticEvaluator(scenario, seed=2)
+    tuner = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=4, seed=0)
+    study = tuner.run()
+    report = finalize(evaluator, tuner.baseline_env, [Candidate(SMALL_WINNER), Candidate(LARGE_WINNER)], BUCKETS)
+    return build_recommendation(make_scope(), report, BUCKETS, study, {"nccl": "2.28.3", "cuda": "13.0"})
+
+
+def mpi_recommendation(nodes: int = 2, transport: str = "mpi") -> Recommendation:
+    """A hand-made 'change' recommendation for an Open MPI scope (values as the study would give)."""
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport=transport, nodes=nodes)
+    return Recommendation.model_validate({
+        "scope": scope.model_dump(), "decision": "change",
+        "env": {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                "UCX_TLS": "rc,sm,cuda_copy,cuda_ipc"},
+        "unset": [], "baseline_env": {},
+        "gain": {"median": 0.12, "ci_low": 0.08, "ci_high": 0.15, "confidence": 0.95, "p_value": 0.001,
+                 "p_adjusted": 0.002, "rounds": 10, "ratios": [1.12] * 10},
+        "per_size": [{"bucket": "8B-1MiB", "min_bytes": 8, "max_bytes": 1 << 20, "metric": "goodput",
+                      "decision": "keep-defaults", "env": {}}],
+        "evidence": {"test": "Wilcoxon", "alpha": 0.01, "min_effect": 0.03, "confidence": 0.95, "rounds_run": 10,
+                     "rounds_used": 10, "notes": ["note with $(id) and\nnewline"], "study": "s", "trials_counted": 40,
+                     "trials_complete": 38, "trials_failed": 2},
+        "date": "2026-11-21T12:00:00+00:00", "versions": {"openmpi": "4.1.4"},
+    })
+
+
+def shell_env(script: str, start_env: dict[str, str]) -> dict[str, str]:
+    base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **start_env}
+    out = subprocess.run(["bash", "-c", f"{script}\nenv -0"], env=base, capture_output=True, text=True, check=True).stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if item)
+
+
+def env_changes(script: str, start_env: dict[str, str]) -> tuple[dict[str, str], set[str]]:
+    """(variables set or changed, variables removed) by `script`, against the same shell without it."""
+    before, after = shell_env(":", start_env), shell_env(script, start_env)
+    return {k: v for k, v in after.items() if before.get(k) != v}, set(before) - set(after)
+
+
+def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(tmp_path: Path, nccl_recommendation: Recommendation,
+                                                          catalog: KnobCatalog) -> None:  # noqa: F811
+    rec = nccl_recommendation
+    assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
+    assert [s.decision for s in rec.per_size] == ["change"] * 4
+    files = publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
+    config = files.tuner_config
+    assert config is not None and config.parent == tmp_path / "testsite" / "gpusys"
+    text = config.read_text()
+    assert text.startswith("# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff")
+    assert all(len(line) < 256 for line in text.splitlines())
+    assert parse_config(text) == [
+        TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8),
+        TunerRule("allreduce", 32769, 1 << 30, "ring", "simple", 32, 2, 8),
+    ]
+    # The plugin decides algorithm/protocol/channels per size: the .env leaves them to it and
+    # removes the site defaults that would mask it, then points NCCL at plugin and config.
+    changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", "KEEP": "x"})
+    assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
+    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS"}
+    loaded = load_recommendations(files.recommendations).recommendations
+    assert loaded == [rec.model_copy(update={"plugin_env": changed})]
+    result = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2, size=1 << 20)
+    assert result.measured and result.settings == changed and result.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
+    assert result.size_result is not None and result.size_result.bucket == "256KiB-128MiB"
+    printed = format_lookup(result)
+    assert f"export NCCL_TUNER_PLUGIN='{PLUGIN}'" in printed and "measured scope: site=testsite" in printed
+
+
+def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    rec = mpi_recommendation()
+    files = publish(tmp_path, rec, catalog)
+    assert files.tuner_config is None
+    text = files.env_file.read_text()
+    assert "# note: note with $(id) and?newline" in text  # comments cannot break out of their line
+    assert env_changes(f"source {files.env_file}", {}) == (rec.env, set())
+    lmod = f"source {LMOD_INIT}\nmodule use {files.modulefile.parent.parent}"
+    changed, _ = env_changes(f"{lmod}\nmodule load {files.module_name}", {})
+    assert {k: v for k, v in changed.items() if k in rec.env or k.startswith(("NCCL", "UCX", "OMPI"))} == rec.env
+    assert files.module_name in changed["LOADEDMODULES"]
+    unloaded = shell_env(f"{lmod}\nmodule load {files.module_name}\nmodule unload {files.module_name}", {})
+    assert not set(rec.env) & set(unloaded)
+
+
+def test_writes_are_atomic(tmp_path: Path, catalog: KnobCatalog, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    target = tmp_path / "x.env"
+    write_atomic(target, "old\n")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(target, "new\n")
+    assert target.read_text() == "old\n" and sorted(p.name for p in tmp_path.iterdir()) == ["x.env"]
+    monkeypatch.undo()
+    files = publish(tmp_path, mpi_recommendation(), catalog)
+    snapshot = {p: p.read_text() for p in files.env_file.parent.rglob("*") if p.is_file()}
+    outside_domain = mpi_recommendation().model_copy(update={"env": {"UCX_TLS": "rc,sm"}})
+    with pytest.raises(UnsafeValueError, match="UCX_TLS"):
+        publish(tmp_path, outside_domain, catalog)
+    with pytest.raises(ValueError, match="plugin_library"):
+        publish(tmp_path, mpi_recommendation().model_copy(update={"plugin_rules": [
+            {"collective": "allreduce", "min_bytes": 0, "max_bytes": 8, "algorithm": "ring", "protocol": "ll",
+             "channels": 2, "n_nodes": 2, "n_ranks": 8}]}), catalog)
+    assert {p: p.read_text() for p in files.env_file.parent.rglob("*") if p.is_file()} == snapshot
+
+
+def test_unsafe_values_never_reach_a_recommendation() -> None:
+    document = mpi_recommendation().model_dump()
+    for env in ({"UCX_TLS": "rc;reboot"}, {"UCX_TLS": "$(id)"}, {"BAD NAME": "1"}, {"UCX_TLS": "a\nexport X=1"}):
+        with pytest.raises(pydantic.ValidationError):
+            Recommendation.model_validate({**document, "env": env})
+    with pytest.raises(pydantic.ValidationError):
+        Recommendation.model_validate({**document, "unset": ["X;Y"]})
+
+
+def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    publish(tmp_path, mpi_recommendation(nodes=2), catalog)
+    publish(tmp_path, mpi_recommendation(nodes=8), catalog)
+    yaml_file = tmp_path / "testsite" / "gpusys" / "recommendations.yaml"
+    assert [r.scope.nodes for r in load_recommendations(yaml_file).recommendations] == [2, 8]
+    result = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=4)
+    assert not result.measured and result.settings == {}
+    assert result.message.startswith("not measured for 4 nodes")
+    assert "nearest measured scope: site=testsite system=gpusys:gpu library=openmpi 4.1.4" in result.message
+    assert "nodes=2" in result.message and "not applied" in result.message
+    assert format_lookup(result).startswith("# NOT MEASURED: not measured for 4 nodes")
+    exact = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=1 << 30)
+    assert exact.measured and exact.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
+    assert "outside the measured range [8, 1048576]" in exact.message
+    publish(tmp_path, mpi_recommendation(nodes=8, transport="mpi-staging"), catalog)
+    ambiguous = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8)
+    assert not ambiguous.measured and "2 measured scopes match" in ambiguous.message
+    assert lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, transport="mpi").measured
+    assert "nothing measured for op=alltoall" in lookup(tmp_path, "testsite", "gpusys", op="alltoall", nodes=8).message
+    assert "no recommendations published" in lookup(tmp_path, "othersite", "gpusys", op="allreduce", nodes=2).message
+    assert optuna.__version__ == "5.0.0"
