@@ -14,7 +14,7 @@ from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtu
 from tuners.catalog import KnobCatalog, Library, UnsafeValueError
 from tuners.evaluation import buckets_for_sizes
 from tuners.finalize import Candidate, finalize
-from tuners.per_size import TunerRule, parse_config
+from tuners.per_size import TunerRule, parse_config, plugin_rules
 from tuners.recommend import format_lookup, lookup
 from tuners.recommendation import Recommendation, build_recommendation
 from tuners.space import build_space
@@ -172,3 +172,19 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     assert "nothing measured for op=alltoall" in lookup(tmp_path, "testsite", "gpusys", op="alltoall", nodes=8).message
     assert "no recommendations published" in lookup(tmp_path, "othersite", "gpusys", op="allreduce", nodes=2).message
     assert optuna.__version__ == "5.0.0"
+
+
+def test_plugin_rules_only_for_what_the_plugin_can_express() -> None:
+    buckets = buckets_for_sizes([8, 64, 1 << 20, 1 << 24], sizes_per_bucket=1)
+    winners = [(buckets[0], SMALL_WINNER), (buckets[1], {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}),
+               (buckets[2], None), (buckets[3], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"})]
+    rules, notes = plugin_rules("allreduce", winners, n_nodes=1, n_ranks=4)
+    assert rules == [TunerRule("allreduce", 8, 8, "tree", "ll", 8, 1, 4)]
+    assert [n.split(":")[0] for n in notes] == ["64B-64B", "1MiB-1MiB", "16MiB-16MiB"]
+    assert "channels unset" in notes[0] and "keep defaults" in notes[1] and "NCCL_PROTO=^LL128" in notes[2]
+    rules, notes = plugin_rules("alltoall", winners, 1, 4)
+    assert rules == [] and "no tuner-plugin collective" in notes[0]
+    for bad in ("allreduce,0,8,ring,ll,0,1,4,-1,-1", "allreduce,9,8,ring,ll,1,1,4,-1,-1",
+                "allreduce,0,8,star,ll,1,1,4,-1,-1", "allreduce,0,8,ring,ll,1,1,4", "alltoall,0,8,ring,ll,1,1,4,-1,-1"):
+        with pytest.raises(ValueError):
+            parse_config(bad)

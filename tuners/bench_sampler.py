@@ -14,15 +14,18 @@ The GP sampler needs torch (not a project dependency); without it GP is reported
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import json
 import platform
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import optuna
 
+from tuners.catalog import Library
 from tuners.evaluation import buckets_for_sizes
 from tuners.scope import StudyScope
 from tuners.study import ENV, SamplerName, Tuner, complete_trials
@@ -38,13 +41,22 @@ from tuners.synthetic import (
 TARGET_QUALITY = 0.95
 
 
-def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) -> dict[str, object]:
+@dataclass(frozen=True)
+class RunResult:
+    reached_at: int | None  # first trial whose incumbent is within 95 % of the optimum
+    final_quality: float
+    defaults_quality: float
+    noise: float
+    cpu_s_per_trial: float
+
+
+def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) -> RunResult:
     scenario = SCENARIOS[scenario_name]
     space = synthetic_space(scenario=scenario)
     buckets = buckets_for_sizes(SYNTHETIC_SIZES)
     optimum = true_objective_us(scenario, optimum_env(scenario, space, buckets), buckets)
     noise = float(np.random.default_rng(1000 + seed).uniform(0.01, 0.03))
-    scope = StudyScope(site="synthetic", system=scenario_name, library="nccl", library_version="2.28.3",
+    scope = StudyScope(site="synthetic", system=scenario_name, library=Library.NCCL, library_version="2.28.3",
                        op="allreduce", transport="nccl", nodes=1, gpus_per_node=4)
     tuner = Tuner(scope, space, SyntheticEvaluator(scenario, noise=noise, seed=seed), optuna.storages.InMemoryStorage(),
                   buckets, n_trials=trials, sampler=sampler, seed=seed)
@@ -57,30 +69,29 @@ def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) ->
     reached_at = None
     qualities = []
     for index, trial in enumerate(history, start=1):
-        if trial.value is not None and trial.value < incumbent_value:
-            incumbent_value = trial.value
+        if trial.values[0] < incumbent_value:
+            incumbent_value = trial.values[0]
             incumbent_quality = optimum / true_objective_us(scenario, trial.user_attrs[ENV], buckets)
         qualities.append(incumbent_quality)
         if reached_at is None and incumbent_quality >= TARGET_QUALITY:
             reached_at = index
-    return {"reached_at": reached_at, "final_quality": qualities[-1], "defaults_quality": qualities[0],
-            "noise": noise, "cpu_s_per_trial": cpu_s / len(history)}
+    return RunResult(reached_at, qualities[-1], qualities[0], noise, cpu_s / len(history))
 
 
-def summarize(runs: list[dict[str, object]], trials: int) -> dict[str, object]:
-    reached = [r["reached_at"] for r in runs if r["reached_at"] is not None]
+def summarize(runs: list[RunResult], trials: int) -> dict[str, float | int]:
     # A seed that never got there counts as budget + 1, so the median is honest about misses.
-    censored = np.array([r["reached_at"] if r["reached_at"] is not None else trials + 1 for r in runs], dtype=float)
+    censored = np.array([r.reached_at if r.reached_at is not None else trials + 1 for r in runs], dtype=float)
+    finals = np.array([r.final_quality for r in runs])
     return {
         "seeds": len(runs),
-        "reached": len(reached),
+        "reached": sum(r.reached_at is not None for r in runs),
         "trials_to_95pct_median": float(np.median(censored)),
         "trials_to_95pct_q1": float(np.percentile(censored, 25)),
         "trials_to_95pct_q3": float(np.percentile(censored, 75)),
-        "final_quality_mean": float(np.mean([r["final_quality"] for r in runs])),
-        "final_quality_min": float(np.min([r["final_quality"] for r in runs])),
-        "defaults_quality": float(runs[0]["defaults_quality"]),
-        "cpu_s_per_trial": float(np.mean([r["cpu_s_per_trial"] for r in runs])),
+        "final_quality_mean": float(finals.mean()),
+        "final_quality_min": float(finals.min()),
+        "defaults_quality": runs[0].defaults_quality,
+        "cpu_s_per_trial": float(np.mean([r.cpu_s_per_trial for r in runs])),
     }
 
 
@@ -93,7 +104,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("results/bench/sampler_benchmark.json"))
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, float | int | str]] = {}
     for scenario_name in args.scenarios.split(","):
         for sampler_name in args.samplers.split(","):
             sampler = SamplerName(sampler_name)
@@ -103,8 +114,8 @@ def main() -> None:
                 print(f"{key}: skipped (no torch)", flush=True)
                 continue
             runs = [run_one(scenario_name, sampler, seed, args.trials) for seed in range(args.seeds)]
-            results[key] = summarize(runs, args.trials)
-            s = results[key]
+            s = summarize(runs, args.trials)
+            results[key] = dict(s)
             print(
                 f"{key}: trials to 95% median {s['trials_to_95pct_median']:.0f} "
                 f"(IQR {s['trials_to_95pct_q1']:.0f}-{s['trials_to_95pct_q3']:.0f}), reached {s['reached']}/{s['seeds']}, "
@@ -117,6 +128,7 @@ def main() -> None:
         "target_quality": TARGET_QUALITY,
         "trials_budget": args.trials,
         "optuna": optuna.__version__,
+        "torch": importlib.metadata.version("torch") if importlib.util.find_spec("torch") else None,
         "python": platform.python_version(),
         "results": results,
     }

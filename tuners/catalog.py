@@ -82,12 +82,16 @@ class Safety(enum.StrEnum):
         return list(Safety).index(self)
 
 
-def _as_value_string(value: object) -> object:
+def _as_value_strings(value: object) -> object:
     """YAML gives ints and bools for knob values; environment variables are strings."""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, list | tuple):
+        return tuple(_as_value_strings(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _as_value_strings(v) for k, v in value.items()}
     return value
 
 
@@ -134,24 +138,7 @@ class Knob(BaseModel):
     def _name_is_env_name(cls, name: str) -> str:
         return check_env_name(name)
 
-    @field_validator("default", mode="before")
-    @classmethod
-    def _default_as_string(cls, value: object) -> object:
-        return _as_value_string(value)
-
-    @field_validator("choices", mode="before")
-    @classmethod
-    def _choices_as_strings(cls, value: object) -> object:
-        if isinstance(value, list | tuple):
-            return tuple(_as_value_string(v) for v in value)
-        return value
-
-    @field_validator("requires", mode="before")
-    @classmethod
-    def _requires_as_strings(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {k: _as_value_string(v) for k, v in value.items()}
-        return value
+    _value_strings = field_validator("default", "choices", "requires", mode="before")(_as_value_strings)
 
     @model_validator(mode="after")
     def _domain_is_consistent(self) -> Knob:
@@ -272,12 +259,7 @@ class KnobRestriction(BaseModel):
     low: int | None = None
     high: int | None = None
 
-    @field_validator("choices", mode="before")
-    @classmethod
-    def _choices_as_strings(cls, value: object) -> object:
-        if isinstance(value, list | tuple):
-            return tuple(_as_value_string(v) for v in value)
-        return value
+    _value_strings = field_validator("choices", mode="before")(_as_value_strings)
 
 
 class SiteKnobOverrides(BaseModel):
@@ -291,12 +273,7 @@ class SiteKnobOverrides(BaseModel):
     pinned: dict[str, str] = Field(default_factory=dict)
     restrict: dict[str, KnobRestriction] = Field(default_factory=dict)
 
-    @field_validator("defaults", "pinned", mode="before")
-    @classmethod
-    def _values_as_strings(cls, value: object) -> object:
-        if isinstance(value, dict):
-            return {k: _as_value_string(v) for k, v in value.items()}
-        return value
+    _value_strings = field_validator("defaults", "pinned", mode="before")(_as_value_strings)
 
 
 class KnobCatalog:
@@ -445,5 +422,6 @@ def _narrow(knob: Knob, restriction: KnobRestriction, default: str | None, sourc
         update[bound] = value
     if knob.search_values is not None:
         low, high = update.get("low", knob.low), update.get("high", knob.high)
+        assert low is not None and high is not None  # search_values exist only on int knobs
         update["search_values"] = tuple(v for v in knob.search_values if low <= v <= high) or None
     return _build(Knob, {**knob.model_dump(), **update}, source, where)

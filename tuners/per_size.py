@@ -11,7 +11,8 @@ the same choice are merged. Ranges cover measured sizes only (no extrapolation b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+from pydantic.dataclasses import dataclass
 
 from tuners.evaluation import SizeBucket
 

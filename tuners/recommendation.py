@@ -73,21 +73,6 @@ class SizeRangeResult(_Model):
     _env_safe = field_validator("env")(_checked_env)
 
 
-class PluginRule(_Model):
-    collective: str
-    min_bytes: int
-    max_bytes: int
-    algorithm: str
-    protocol: str
-    channels: int
-    n_nodes: int
-    n_ranks: int
-
-    def rule(self) -> TunerRule:
-        return TunerRule(self.collective, self.min_bytes, self.max_bytes, self.algorithm, self.protocol,
-                         self.channels, self.n_nodes, self.n_ranks)
-
-
 class Evidence(_Model):
     test: str
     alpha: float
@@ -110,7 +95,7 @@ class Recommendation(_Model):
     baseline_env: dict[str, str]
     gain: Gain | None
     per_size: list[SizeRangeResult]
-    plugin_rules: list[PluginRule] = Field(default_factory=list)
+    plugin_rules: list[TunerRule] = Field(default_factory=list)
     plugin_notes: list[str] = Field(default_factory=list)
     plugin_env: dict[str, str] = Field(default_factory=dict)  # NCCL_TUNER_PLUGIN / _CONFIG_FILE, set on publish
     evidence: Evidence
@@ -174,7 +159,7 @@ def build_recommendation(
             )
             for b in buckets
         ],
-        plugin_rules=[PluginRule(**{f: getattr(r, f) for f in PluginRule.model_fields}) for r in rules],
+        plugin_rules=rules,
         plugin_notes=notes,
         evidence=Evidence(
             test=report.test,

@@ -160,7 +160,7 @@ def publish(
         everything = sorted([*others, rec], key=lambda r: r.scope.slug)
         write_atomic(env_path, env_file_text(rec, env, unset))
         write_atomic(module_path, modulefile_text(rec, env, unset))
-        groups = [([comment(f"scope: {r.scope.describe()}")], [p.rule() for p in r.plugin_rules]) for r in everything if r.plugin_rules]
+        groups = [([comment(f"scope: {r.scope.describe()}")], r.plugin_rules) for r in everything if r.plugin_rules]
         if groups:
             write_atomic(config_path, format_config(groups))
         elif config_path.exists():  # no scope points NCCL at it any more
