@@ -1,4 +1,5 @@
 """Fixtures of the tuner tests (tests/test_tuner*.py); the test modules import what they use."""
+
 from __future__ import annotations
 
 import glob
@@ -45,16 +46,23 @@ def postgres_server() -> Iterator[str]:
     if run_as:
         shutil.chown(directory, "postgres", "postgres")
     data, port = directory / "data", 54000 + os.getpid() % 1000
-    subprocess.run([*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"],
+        check=True,
+        capture_output=True,
+    )
     options = f"-k {directory} -p {port} -c listen_addresses= -c fsync=off"
-    subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(directory / "log"),
-                    "-w", "start"], check=True, capture_output=True)
+    subprocess.run(
+        [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(directory / "log"), "-w", "start"],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield f"postgresql+psycopg://postgres@/postgres?host={directory}&port={port}"
     finally:
-        subprocess.run([*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
+        )
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -88,9 +96,17 @@ def sqlite_url(tmp_path: Path) -> Iterator[str]:
 
 
 def make_scope(**fields: object) -> StudyScope:
-    values: dict[str, object] = dict(site="testsite", system="gpusys", partition="gpu", library="nccl",
-                                     library_version="2.28.3", op="allreduce", transport="nccl", nodes=2,
-                                     gpus_per_node=4)
+    values: dict[str, object] = dict(
+        site="testsite",
+        system="gpusys",
+        partition="gpu",
+        library="nccl",
+        library_version="2.28.3",
+        op="allreduce",
+        transport="nccl",
+        nodes=2,
+        gpus_per_node=4,
+    )
     values.update(fields)
     return StudyScope.model_validate(values)
 

@@ -1,4 +1,5 @@
 """Knob catalog and search space: required knobs, error messages, value validation, versions."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,18 +13,58 @@ from tuners.catalog import CatalogError, KnobCatalog, Library, Safety, UnsafeVal
 from tuners.space import SpaceError, build_space
 
 REQUIRED_KNOBS = [
-    "NCCL_NET_GDR_LEVEL", "NCCL_IB_SL", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS",
-    "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_IGNORE_CPU_AFFINITY",
-    "NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_P2P_LEVEL", "NCCL_CROSS_NIC", "NCCL_SOCKET_NTHREADS",
-    "NCCL_NSOCKS_PERTHREAD", "NCCL_NCHANNELS_PER_PEER", "HSA_ENABLE_SDMA", "MPICH_GPU_IPC_THRESHOLD",
-    "MPICH_GPU_ALLREDUCE_BLK_SIZE", "UCX_IB_SL", "UCX_TLS", "UCX_RNDV_THRESH", "FI_CXI_ATS",
-    "FI_CXI_RDZV_THRESHOLD", "FI_CXI_RDZV_GET_MIN", "FI_CXI_RDZV_EAGER_SIZE", "FI_CXI_RDZV_PROTO",
-    "OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm",
-    "OMPI_MCA_coll_tuned_alltoall_algorithm", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
-    "MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM", "NCCL_NVLS_ENABLE",
+    "NCCL_NET_GDR_LEVEL",
+    "NCCL_IB_SL",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_NCHANNELS_PER_NET_PEER",
+    "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_BUFFSIZE",
+    "NCCL_NTHREADS",
+    "NCCL_P2P_LEVEL",
+    "NCCL_CROSS_NIC",
+    "NCCL_SOCKET_NTHREADS",
+    "NCCL_NSOCKS_PERTHREAD",
+    "NCCL_NCHANNELS_PER_PEER",
+    "HSA_ENABLE_SDMA",
+    "MPICH_GPU_IPC_THRESHOLD",
+    "MPICH_GPU_ALLREDUCE_BLK_SIZE",
+    "UCX_IB_SL",
+    "UCX_TLS",
+    "UCX_RNDV_THRESH",
+    "FI_CXI_ATS",
+    "FI_CXI_RDZV_THRESHOLD",
+    "FI_CXI_RDZV_GET_MIN",
+    "FI_CXI_RDZV_EAGER_SIZE",
+    "FI_CXI_RDZV_PROTO",
+    "OMPI_MCA_coll_tuned_use_dynamic_rules",
+    "OMPI_MCA_coll_tuned_allreduce_algorithm",
+    "OMPI_MCA_coll_tuned_alltoall_algorithm",
+    "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
+    "MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM",
+    "NCCL_NVLS_ENABLE",
 ]
 NCCL_NEW = {Library.NCCL: "2.28.3"}
-SHELL_ATTACKS = ["a;b", "$(id)", "`id`", "a|b", "a&b", "'x'", '"x"', "a\nb", "a b", "${HOME}", "a>b", "x\\y", "", "a\tb"]
+SHELL_ATTACKS = [
+    "a;b",
+    "$(id)",
+    "`id`",
+    "a|b",
+    "a&b",
+    "'x'",
+    '"x"',
+    "a\nb",
+    "a b",
+    "${HOME}",
+    "a>b",
+    "x\\y",
+    "",
+    "a\tb",
+]
 
 
 def test_every_required_knob_is_in_the_catalog(catalog: KnobCatalog) -> None:
@@ -63,8 +104,14 @@ def test_bad_catalog_entry_names_file_and_key(tmp_path: Path, change: dict, key:
 
 
 def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> None:
-    fields = {"libraries": ["nccl"], "type": "categorical", "choices": ["Ring", "Tree"], "default": "Star",
-              "safety": "may-hang", "description": "algorithm"}
+    fields = {
+        "libraries": ["nccl"],
+        "type": "categorical",
+        "choices": ["Ring", "Tree"],
+        "default": "Star",
+        "safety": "may-hang",
+        "description": "algorithm",
+    }
     with pytest.raises(CatalogError, match=r"catalog\.yaml: knobs\.NCCL_ALGO: .*'Star' is not one of"):
         KnobCatalog.load(write_catalog(tmp_path, fields, "NCCL_ALGO"))
     broken = tmp_path / "broken.yaml"
@@ -92,8 +139,14 @@ def test_values_are_checked_against_the_domain(catalog: KnobCatalog) -> None:
     assert catalog["NCCL_BUFFSIZE"].check_value("4194304") == "4194304"
     assert catalog["UCX_TLS"].check_value("rc,sm,cuda_copy,cuda_ipc") == "rc,sm,cuda_copy,cuda_ipc"
     assert catalog["NCCL_PROTO"].check_value("^LL128") == "^LL128"
-    for name, bad in [("NCCL_BUFFSIZE", "3000000"), ("NCCL_IB_SL", "16"), ("NCCL_IB_SL", "1.5"),
-                      ("HSA_ENABLE_SDMA", "2"), ("NCCL_ALGO", "ring"), ("NCCL_NTHREADS", "1024")]:
+    for name, bad in [
+        ("NCCL_BUFFSIZE", "3000000"),
+        ("NCCL_IB_SL", "16"),
+        ("NCCL_IB_SL", "1.5"),
+        ("HSA_ENABLE_SDMA", "2"),
+        ("NCCL_ALGO", "ring"),
+        ("NCCL_NTHREADS", "1024"),
+    ]:
         with pytest.raises(UnsafeValueError, match=name):
             catalog[name].check_value(bad)
     with pytest.raises(UnsafeValueError, match="not a knob"):
@@ -102,9 +155,12 @@ def test_values_are_checked_against_the_domain(catalog: KnobCatalog) -> None:
 
 def test_site_overrides(catalog: KnobCatalog) -> None:
     site = catalog.for_site(
-        {"defaults": {"NCCL_IGNORE_CPU_AFFINITY": 1, "NCCL_NET_GDR_LEVEL": "PHB"},
-         "forbidden": ["NCCL_ALGO"], "pinned": {"NCCL_NVLS_ENABLE": 0},
-         "restrict": {"NCCL_PROTO": {"choices": ["LL", "Simple"]}, "NCCL_BUFFSIZE": {"high": 16777216}}},
+        {
+            "defaults": {"NCCL_IGNORE_CPU_AFFINITY": 1, "NCCL_NET_GDR_LEVEL": "PHB"},
+            "forbidden": ["NCCL_ALGO"],
+            "pinned": {"NCCL_NVLS_ENABLE": 0},
+            "restrict": {"NCCL_PROTO": {"choices": ["LL", "Simple"]}, "NCCL_BUFFSIZE": {"high": 16777216}},
+        },
         "alps/site.yaml",
     )
     assert site.default_env() == {"NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_NVLS_ENABLE": "0"}
@@ -165,10 +221,21 @@ def test_version_filtering(catalog: KnobCatalog) -> None:
 
 
 def test_space_round_trip_and_companion_variables(catalog: KnobCatalog) -> None:
-    space = build_space(catalog, NCCL_NEW, knobs=["NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_IB_SL",
-                                                  "NCCL_IGNORE_CPU_AFFINITY"])
-    for env in [{}, {"NCCL_ALGO": "Tree", "NCCL_BUFFSIZE": "33554432", "NCCL_MAX_CTAS": "24", "NCCL_IB_SL": "3",
-                     "NCCL_IGNORE_CPU_AFFINITY": "1"}]:
+    space = build_space(
+        catalog,
+        NCCL_NEW,
+        knobs=["NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_MAX_CTAS", "NCCL_IB_SL", "NCCL_IGNORE_CPU_AFFINITY"],
+    )
+    for env in [
+        {},
+        {
+            "NCCL_ALGO": "Tree",
+            "NCCL_BUFFSIZE": "33554432",
+            "NCCL_MAX_CTAS": "24",
+            "NCCL_IB_SL": "3",
+            "NCCL_IGNORE_CPU_AFFINITY": "1",
+        },
+    ]:
         assert space.suggest(optuna.trial.FixedTrial(space.params_for_env(env))) == env
     with pytest.raises(SpaceError, match="not knobs of this search space"):
         space.params_for_env({"NCCL_PROTO": "LL"})

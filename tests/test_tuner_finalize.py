@@ -1,4 +1,5 @@
 """Finalization statistics: interleaved paired re-measurement, Wilcoxon + Holm, minimum effect, CI."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -59,7 +60,7 @@ def test_a_real_ten_percent_gain_with_three_percent_noise_is_a_change(seed: int)
     other = report.overall.comparisons[1]
     assert not other.accepted and "minimum effect" in other.reason
     # Interleaved: each round measures the baseline and both candidates once, in varying order.
-    rounds = [evaluator.order[i:i + 3] for i in range(0, len(evaluator.order), 3)]
+    rounds = [evaluator.order[i : i + 3] for i in range(0, len(evaluator.order), 3)]
     assert len(rounds) == report.rounds_run and all(sorted(r) == ["LL", "LL128", "Simple"] for r in rounds)
     assert len({tuple(r) for r in rounds}) > 1
 
@@ -87,8 +88,9 @@ def test_may_corrupt_candidate_needs_a_validated_rerun() -> None:
     assert report.overall.verdict == "keep-defaults"
     assert "validated re-run (NCCL_PROTO may corrupt data) failed" in report.overall.comparisons[0].reason
     assert "wrong elements" in report.overall.comparisons[0].reason
-    report = finalize(DriftingEvaluator({"LL128": 0.2}, 0.02, 0), BASELINE, [Candidate(FASTER)], TWO_BUCKETS,
-                      needs_validation=needs)
+    report = finalize(
+        DriftingEvaluator({"LL128": 0.2}, 0.02, 0), BASELINE, [Candidate(FASTER)], TWO_BUCKETS, needs_validation=needs
+    )
     assert report.overall.verdict == "change"
 
 

@@ -4,6 +4,7 @@ lost workers, several workers on one study.
 PostgreSQL remains for the campaigns side: N worker *processes* on one PostgreSQL study (SQLite
 allows one writer process; here the workers are threads sharing one SQLite file).
 """
+
 from __future__ import annotations
 
 import signal
@@ -46,8 +47,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def make_tuner(url: str, evaluator, n_trials: int, seed: int = 0, **kwargs) -> Tuner:
-    return Tuner(make_scope(), synthetic_space(scenario=SCENARIO), evaluator, url, BUCKETS,
-                 n_trials=n_trials, seed=seed, **kwargs)
+    return Tuner(
+        make_scope(),
+        synthetic_space(scenario=SCENARIO),
+        evaluator,
+        url,
+        BUCKETS,
+        n_trials=n_trials,
+        seed=seed,
+        **kwargs,
+    )
 
 
 def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -78,13 +87,20 @@ def test_trial_zero_is_the_site_defaults_and_the_bad_default_is_recovered(sqlite
 def test_failed_hung_and_invalid_trials_are_recorded_and_the_study_goes_on(sqlite_url: str) -> None:
     evaluator = ScriptedEvaluator(
         SyntheticEvaluator(SCENARIO),
-        {2: FailureKind.TIMEOUT, 3: FailureKind.INVALID, 4: RuntimeError("srun: error: node lost"), 5: FailureKind.FAILED},
+        {
+            2: FailureKind.TIMEOUT,
+            3: FailureKind.INVALID,
+            4: RuntimeError("srun: error: node lost"),
+            5: FailureKind.FAILED,
+        },
     )
     study = make_tuner(sqlite_url, evaluator, n_trials=8).run()
     trials = counted(study)
     assert len(trials) == 8 and evaluator.calls == 8
     outcomes = [(t.state, t.user_attrs[OUTCOME]) for t in trials]
-    assert outcomes[1:5] == [(optuna.trial.TrialState.FAIL, kind) for kind in ("timeout", "invalid", "failed", "failed")]
+    assert outcomes[1:5] == [
+        (optuna.trial.TrialState.FAIL, kind) for kind in ("timeout", "invalid", "failed", "failed")
+    ]
     assert trials[1].user_attrs[FAIL_REASON] == "scripted timeout on call 2"
     assert "RuntimeError: srun: error: node lost" in trials[3].user_attrs[FAIL_REASON]
     assert all(t.state is optuna.trial.TrialState.COMPLETE for t in trials[5:])
@@ -157,9 +173,15 @@ WORKER = textwrap.dedent(
 )
 
 
-def start_worker(url: str, *, seed: int = 0, die_after: int = -1, sleep: float = 0.0, n_trials: int = 6) -> subprocess.Popen:
-    code = WORKER.format(tests=str(REPO / "tests"), url=url, seed=seed, die_after=die_after, sleep=sleep, n_trials=n_trials)
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start_worker(
+    url: str, *, seed: int = 0, die_after: int = -1, sleep: float = 0.0, n_trials: int = 6
+) -> subprocess.Popen:
+    code = WORKER.format(
+        tests=str(REPO / "tests"), url=url, seed=seed, die_after=die_after, sleep=sleep, n_trials=n_trials
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def assert_rerun_of_lost_trial(study: optuna.Study, killed_stdout: str) -> None:
@@ -187,10 +209,12 @@ def test_trial_of_a_killed_worker_is_failed_and_rerun_once(sqlite_url: str) -> N
 def test_workers_in_turn_on_sqlite_share_the_budget(sqlite_url: str) -> None:
     """SQLite takes one process at a time, so its workers take turns; the first stops at its own
     wall-time budget, the second finishes the study's trial budget."""
+
     def slow(inner):
         def evaluate(env, *, validate=False):
             time.sleep(0.2)
             return inner(env, validate=validate)
+
         return evaluate
 
     first, second = SyntheticEvaluator(SCENARIO, seed=1), SyntheticEvaluator(SCENARIO, seed=2)
@@ -205,8 +229,10 @@ def test_workers_in_turn_on_sqlite_share_the_budget(sqlite_url: str) -> None:
 def test_parallel_workers_on_postgresql_with_one_killed(postgres_url: str) -> None:
     n_trials = 12
     make_tuner(postgres_url, SyntheticEvaluator(SCENARIO), n_trials=n_trials).load_study()
-    workers = [start_worker(postgres_url, seed=w, sleep=0.3, n_trials=n_trials, die_after=2 if w == 2 else -1)
-               for w in range(3)]
+    workers = [
+        start_worker(postgres_url, seed=w, sleep=0.3, n_trials=n_trials, die_after=2 if w == 2 else -1)
+        for w in range(3)
+    ]
     outputs = [w.communicate(timeout=300) for w in workers]
     assert [w.returncode for w in workers] == [0, 0, -signal.SIGKILL], [o[1][-2000:] for o in outputs]
     time.sleep(3)  # the killed worker's trial goes stale

@@ -1,5 +1,6 @@
 """Recommendation outputs: .env sourced by bash, the modulefile loaded by real Lmod, tuner-plugin
 config rows, recommendations.yaml round trip, atomic writes, and the recommend lookup."""
+
 from __future__ import annotations
 
 import os
@@ -46,25 +47,61 @@ def nccl_recommendation(catalog: KnobCatalog, sqlite_url: str) -> Recommendation
 def mpi_recommendation(nodes: int = 2, transport: str = "mpi") -> Recommendation:
     """A hand-made 'change' recommendation for an Open MPI scope (values as the study would give)."""
     scope = make_scope(library="openmpi", library_version="4.1.4", transport=transport, nodes=nodes)
-    return Recommendation.model_validate({
-        "scope": scope.model_dump(), "decision": "change",
-        "env": {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-                "UCX_TLS": "rc,sm,cuda_copy,cuda_ipc"},
-        "unset": [], "baseline_env": {},
-        "gain": {"median": 0.12, "ci_low": 0.08, "ci_high": 0.15, "confidence": 0.95, "p_value": 0.001,
-                 "p_adjusted": 0.002, "rounds": 10, "ratios": [1.12] * 10},
-        "per_size": [{"bucket": "8B-1MiB", "min_bytes": 8, "max_bytes": 1 << 20, "metric": "goodput",
-                      "decision": "keep-defaults", "env": {}}],
-        "evidence": {"test": "Wilcoxon", "alpha": 0.01, "min_effect": 0.03, "confidence": 0.95, "rounds_run": 10,
-                     "rounds_used": 10, "notes": ["note with $(id) and\nnewline"], "study": "s", "trials_counted": 40,
-                     "trials_complete": 38, "trials_failed": 2},
-        "date": "2026-11-21T12:00:00+00:00", "versions": {"openmpi": "4.1.4"},
-    })
+    return Recommendation.model_validate(
+        {
+            "scope": scope.model_dump(),
+            "decision": "change",
+            "env": {
+                "OMPI_MCA_coll_tuned_allreduce_algorithm": "ring",
+                "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+                "UCX_TLS": "rc,sm,cuda_copy,cuda_ipc",
+            },
+            "unset": [],
+            "baseline_env": {},
+            "gain": {
+                "median": 0.12,
+                "ci_low": 0.08,
+                "ci_high": 0.15,
+                "confidence": 0.95,
+                "p_value": 0.001,
+                "p_adjusted": 0.002,
+                "rounds": 10,
+                "ratios": [1.12] * 10,
+            },
+            "per_size": [
+                {
+                    "bucket": "8B-1MiB",
+                    "min_bytes": 8,
+                    "max_bytes": 1 << 20,
+                    "metric": "goodput",
+                    "decision": "keep-defaults",
+                    "env": {},
+                }
+            ],
+            "evidence": {
+                "test": "Wilcoxon",
+                "alpha": 0.01,
+                "min_effect": 0.03,
+                "confidence": 0.95,
+                "rounds_run": 10,
+                "rounds_used": 10,
+                "notes": ["note with $(id) and\nnewline"],
+                "study": "s",
+                "trials_counted": 40,
+                "trials_complete": 38,
+                "trials_failed": 2,
+            },
+            "date": "2026-11-21T12:00:00+00:00",
+            "versions": {"openmpi": "4.1.4"},
+        }
+    )
 
 
 def shell_env(script: str, start_env: dict[str, str]) -> dict[str, str]:
     base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **start_env}
-    out = subprocess.run(["bash", "-c", f"{script}\nenv -0"], env=base, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"{script}\nenv -0"], env=base, capture_output=True, text=True, check=True
+    ).stdout
     return dict(item.split("=", 1) for item in out.split("\0") if item)
 
 
@@ -74,8 +111,9 @@ def env_changes(script: str, start_env: dict[str, str]) -> tuple[dict[str, str],
     return {k: v for k, v in after.items() if before.get(k) != v}, set(before) - set(after)
 
 
-def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(tmp_path: Path, nccl_recommendation: Recommendation,
-                                                          catalog: KnobCatalog) -> None:  # noqa: F811
+def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
+    tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
+) -> None:  # noqa: F811
     rec = nccl_recommendation
     assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
     assert [s.decision for s in rec.per_size] == ["change"] * 4
@@ -83,7 +121,9 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(tmp_path: Path, nccl_r
     config = files.tuner_config
     assert config is not None and config.parent == tmp_path / "testsite" / "gpusys"
     text = config.read_text()
-    assert text.startswith("# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff")
+    assert text.startswith(
+        "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
+    )
     assert all(len(line) < 256 for line in text.splitlines())
     assert parse_config(text) == [
         TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8),
@@ -136,9 +176,26 @@ def test_writes_are_atomic(tmp_path: Path, catalog: KnobCatalog, monkeypatch: py
     with pytest.raises(UnsafeValueError, match="UCX_TLS"):
         publish(tmp_path, outside_domain, catalog)
     with pytest.raises(ValueError, match="plugin_library"):
-        publish(tmp_path, mpi_recommendation().model_copy(update={"plugin_rules": [
-            {"collective": "allreduce", "min_bytes": 0, "max_bytes": 8, "algorithm": "ring", "protocol": "ll",
-             "channels": 2, "n_nodes": 2, "n_ranks": 8}]}), catalog)
+        publish(
+            tmp_path,
+            mpi_recommendation().model_copy(
+                update={
+                    "plugin_rules": [
+                        {
+                            "collective": "allreduce",
+                            "min_bytes": 0,
+                            "max_bytes": 8,
+                            "algorithm": "ring",
+                            "protocol": "ll",
+                            "channels": 2,
+                            "n_nodes": 2,
+                            "n_ranks": 8,
+                        }
+                    ]
+                }
+            ),
+            catalog,
+        )
     assert {p: p.read_text() for p in files.env_file.parent.rglob("*") if p.is_file()} == snapshot
 
 
@@ -176,15 +233,24 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
 
 def test_plugin_rules_only_for_what_the_plugin_can_express() -> None:
     buckets = buckets_for_sizes([8, 64, 1 << 20, 1 << 24], sizes_per_bucket=1)
-    winners = [(buckets[0], SMALL_WINNER), (buckets[1], {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}),
-               (buckets[2], None), (buckets[3], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"})]
+    winners = [
+        (buckets[0], SMALL_WINNER),
+        (buckets[1], {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}),
+        (buckets[2], None),
+        (buckets[3], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"}),
+    ]
     rules, notes = plugin_rules("allreduce", winners, n_nodes=1, n_ranks=4)
     assert rules == [TunerRule("allreduce", 8, 8, "tree", "ll", 8, 1, 4)]
     assert [n.split(":")[0] for n in notes] == ["64B-64B", "1MiB-1MiB", "16MiB-16MiB"]
     assert "channels unset" in notes[0] and "keep defaults" in notes[1] and "NCCL_PROTO=^LL128" in notes[2]
     rules, notes = plugin_rules("alltoall", winners, 1, 4)
     assert rules == [] and "no tuner-plugin collective" in notes[0]
-    for bad in ("allreduce,0,8,ring,ll,0,1,4,-1,-1", "allreduce,9,8,ring,ll,1,1,4,-1,-1",
-                "allreduce,0,8,star,ll,1,1,4,-1,-1", "allreduce,0,8,ring,ll,1,1,4", "alltoall,0,8,ring,ll,1,1,4,-1,-1"):
+    for bad in (
+        "allreduce,0,8,ring,ll,0,1,4,-1,-1",
+        "allreduce,9,8,ring,ll,1,1,4,-1,-1",
+        "allreduce,0,8,star,ll,1,1,4,-1,-1",
+        "allreduce,0,8,ring,ll,1,1,4",
+        "alltoall,0,8,ring,ll,1,1,4,-1,-1",
+    ):
         with pytest.raises(ValueError):
             parse_config(bad)

@@ -56,10 +56,26 @@ def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) ->
     buckets = buckets_for_sizes(SYNTHETIC_SIZES)
     optimum = true_objective_us(scenario, optimum_env(scenario, space, buckets), buckets)
     noise = float(np.random.default_rng(1000 + seed).uniform(0.01, 0.03))
-    scope = StudyScope(site="synthetic", system=scenario_name, library=Library.NCCL, library_version="2.28.3",
-                       op="allreduce", transport="nccl", nodes=1, gpus_per_node=4)
-    tuner = Tuner(scope, space, SyntheticEvaluator(scenario, noise=noise, seed=seed), optuna.storages.InMemoryStorage(),
-                  buckets, n_trials=trials, sampler=sampler, seed=seed)
+    scope = StudyScope(
+        site="synthetic",
+        system=scenario_name,
+        library=Library.NCCL,
+        library_version="2.28.3",
+        op="allreduce",
+        transport="nccl",
+        nodes=1,
+        gpus_per_node=4,
+    )
+    tuner = Tuner(
+        scope,
+        space,
+        SyntheticEvaluator(scenario, noise=noise, seed=seed),
+        optuna.storages.InMemoryStorage(),
+        buckets,
+        n_trials=trials,
+        sampler=sampler,
+        seed=seed,
+    )
     started = time.process_time()
     study = tuner.run()
     cpu_s = time.process_time() - started
@@ -118,7 +134,8 @@ def main() -> None:
             results[key] = dict(s)
             print(
                 f"{key}: trials to 95% median {s['trials_to_95pct_median']:.0f} "
-                f"(IQR {s['trials_to_95pct_q1']:.0f}-{s['trials_to_95pct_q3']:.0f}), reached {s['reached']}/{s['seeds']}, "
+                f"(IQR {s['trials_to_95pct_q1']:.0f}-{s['trials_to_95pct_q3']:.0f}), "
+                f"reached {s['reached']}/{s['seeds']}, "
                 f"final quality mean {s['final_quality_mean']:.3f} min {s['final_quality_min']:.3f}, "
                 f"defaults {s['defaults_quality']:.3f}, {s['cpu_s_per_trial'] * 1e3:.0f} ms CPU/trial",
                 flush=True,

@@ -120,7 +120,9 @@ def bucket_times_us(medians: Mapping[int, float], buckets: Sequence[SizeBucket])
     for bucket in buckets:
         inside = [t for size, t in medians.items() if bucket.contains(size)]
         if not inside:
-            raise ValueError(f"no measured size falls into bucket {bucket.name} [{bucket.min_bytes}, {bucket.max_bytes}]")
+            raise ValueError(
+                f"no measured size falls into bucket {bucket.name} [{bucket.min_bytes}, {bucket.max_bytes}]"
+            )
         scores[bucket.name] = float(np.exp(np.mean(np.log(inside))))
     return scores
 

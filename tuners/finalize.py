@@ -220,12 +220,16 @@ def finalize(
             continue
         check = evaluator(candidate.env, validate=True)
         if not check.ok:
-            rejected[i] = f"validated re-run ({', '.join(risky)} may corrupt data) failed: {check.failure}: {check.reason}"
+            rejected[i] = (
+                f"validated re-run ({', '.join(risky)} may corrupt data) failed: {check.failure}: {check.reason}"
+            )
         elif not check.validated:
             rejected[i] = f"validated re-run ({', '.join(risky)} may corrupt data) did not validate the data"
     rounds = max(thresholds.rounds, rounds_needed(len(candidates), thresholds.alpha))
     if rounds > thresholds.rounds:
-        notes.append(f"rounds raised from {thresholds.rounds} to {rounds} so that {len(candidates)} candidates can reach alpha")
+        notes.append(
+            f"rounds raised from {thresholds.rounds} to {rounds} so that {len(candidates)} candidates can reach alpha"
+        )
     # Per round: each setting's per-bucket times (index -1 = baseline), None = failed.
     rounds_data: list[dict[int, dict[str, float]]] = []
     for round_index in range(rounds):
@@ -239,9 +243,14 @@ def finalize(
             evaluation = evaluator(env, validate=False)
             if not evaluation.ok:
                 if index == -1:
-                    notes.append(f"round {round_index + 1}: baseline failed ({evaluation.failure}: {evaluation.reason}); round dropped")
+                    notes.append(
+                        f"round {round_index + 1}: baseline failed "
+                        f"({evaluation.failure}: {evaluation.reason}); round dropped"
+                    )
                 else:
-                    rejected[int(index)] = f"failed in re-measurement round {round_index + 1}: {evaluation.failure}: {evaluation.reason}"
+                    rejected[int(index)] = (
+                        f"failed in re-measurement round {round_index + 1}: {evaluation.failure}: {evaluation.reason}"
+                    )
                 continue
             measured[int(index)] = bucket_times_us(evaluation.median_us(), buckets)
         if -1 in measured:

@@ -37,8 +37,18 @@ PLUGIN_PROTOCOLS = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
 CHANNEL_KNOBS = ("NCCL_MAX_CTAS", "NCCL_MIN_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS")
 PLUGIN_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", *CHANNEL_KNOBS)  # what a plugin config decides per size
 MAX_CHANNELS = 64  # CC_NCCL_MAX_CHANNELS of the commcamp plugin
-FIELDS = ("collective", "min_bytes", "max_bytes", "algorithm", "protocol", "channels", "nNodes", "nRanks",
-          "numPipeOps", "regBuff")
+FIELDS = (
+    "collective",
+    "min_bytes",
+    "max_bytes",
+    "algorithm",
+    "protocol",
+    "channels",
+    "nNodes",
+    "nRanks",
+    "numPipeOps",
+    "regBuff",
+)
 
 
 class TunerConfigError(ValueError):
@@ -78,8 +88,18 @@ class TunerRule:
     def line(self) -> str:
         return ",".join(
             str(v)
-            for v in (self.collective, self.min_bytes, self.max_bytes, self.algorithm, self.protocol, self.channels,
-                      self.n_nodes, self.n_ranks, self.num_pipe_ops, self.reg_buff)
+            for v in (
+                self.collective,
+                self.min_bytes,
+                self.max_bytes,
+                self.algorithm,
+                self.protocol,
+                self.channels,
+                self.n_nodes,
+                self.n_ranks,
+                self.num_pipe_ops,
+                self.reg_buff,
+            )
         )
 
     @classmethod
@@ -92,7 +112,9 @@ class TunerRule:
         except ValueError as exc:
             raise TunerConfigError(f"{line!r}: {exc}") from exc
         min_bytes, max_bytes, channels, n_nodes, n_ranks, pipe_ops, reg_buff = numbers
-        return cls(fields[0], min_bytes, max_bytes, fields[3], fields[4], channels, n_nodes, n_ranks, pipe_ops, reg_buff)
+        return cls(
+            fields[0], min_bytes, max_bytes, fields[3], fields[4], channels, n_nodes, n_ranks, pipe_ops, reg_buff
+        )
 
 
 def plugin_choice(env: Mapping[str, str]) -> tuple[str, str, int] | str:
@@ -134,11 +156,15 @@ def plugin_rules(
             and previous.max_bytes + 1 == bucket.min_bytes
             and (previous.algorithm, previous.protocol, previous.channels) == choice
         ):
-            rules[-1] = TunerRule(collective, previous.min_bytes, bucket.max_bytes, algorithm, protocol, channels,
-                                  n_nodes, n_ranks)
+            rules[-1] = TunerRule(
+                collective, previous.min_bytes, bucket.max_bytes, algorithm, protocol, channels, n_nodes, n_ranks
+            )
         else:
-            rules.append(TunerRule(collective, bucket.min_bytes, bucket.max_bytes, algorithm, protocol, channels,
-                                   n_nodes, n_ranks))
+            rules.append(
+                TunerRule(
+                    collective, bucket.min_bytes, bucket.max_bytes, algorithm, protocol, channels, n_nodes, n_ranks
+                )
+            )
     return rules, notes
 
 

@@ -47,7 +47,13 @@ def lookup(
     if not path.exists():
         return LookupResult(False, f"no recommendations published for {site}/{system} ({path} does not exist)")
     entries = load_recommendations(path).recommendations
-    wanted = {"op": op, "partition": partition, "transport": transport, "library": library, "gpus_per_node": gpus_per_node}
+    wanted = {
+        "op": op,
+        "partition": partition,
+        "transport": transport,
+        "library": library,
+        "gpus_per_node": gpus_per_node,
+    }
     matching = [r for r in entries if all(v is None or getattr(r.scope, k) == v for k, v in wanted.items())]
     context = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None)
     if not matching:

@@ -135,7 +135,9 @@ def build_recommendation(
     or NCCL_PROTO would mask the plugin's choice)."""
     overall = report.overall
     winners = [(b, dict(report.buckets[b.name].env) if report.buckets[b.name].change else None) for b in buckets]
-    rules, notes = plugin_rules(scope.op, winners, scope.nodes, scope.ranks) if scope.library in ("nccl", "rccl") else ([], [])
+    rules, notes = (
+        plugin_rules(scope.op, winners, scope.nodes, scope.ranks) if scope.library in ("nccl", "rccl") else ([], [])
+    )
     env = dict(overall.env)
     if rules:
         env = {k: v for k, v in env.items() if k not in PLUGIN_KNOBS}

@@ -17,7 +17,7 @@ from typing import Any
 
 import optuna
 
-from tuners.catalog import UNSET, KnobCatalog, KnobType, Library, Safety, Knob
+from tuners.catalog import UNSET, Knob, KnobCatalog, KnobType, Library, Safety
 
 SET = "set"
 
@@ -125,8 +125,9 @@ class SearchSpace:
     def may_corrupt_knobs(self, env: Mapping[str, str]) -> tuple[str, ...]:
         """Knobs set in env whose safety class requires a validated re-run before acceptance."""
         return tuple(
-            name for name in env if name in self.catalog and self.catalog[name].safety is Safety.MAY_CORRUPT
-            and name not in self.pinned
+            name
+            for name in env
+            if name in self.catalog and self.catalog[name].safety is Safety.MAY_CORRUPT and name not in self.pinned
         )
 
 

@@ -82,7 +82,9 @@ def make_sampler(name: SamplerName | str, seed: int | None, n_startup_trials: in
                 seed=seed, multivariate=True, group=True, constant_liar=True, n_startup_trials=n_startup_trials
             )
         if name is SamplerName.GP:
-            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False)
+            return optuna.samplers.GPSampler(
+                seed=seed, n_startup_trials=n_startup_trials, warn_independent_sampling=False
+            )
         return optuna.samplers.RandomSampler(seed=seed)
 
 
@@ -102,7 +104,9 @@ class _RequeueLostTrial:
             _requeue(study, trial.params, trial.distributions, history)
 
 
-def _requeue(study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int]) -> None:
+def _requeue(
+    study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int]
+) -> None:
     study.add_trial(
         optuna.trial.create_trial(
             state=TrialState.WAITING, params=params, distributions=dists, user_attrs={RETRY_OF: history}
@@ -276,8 +280,7 @@ class Tuner:
         return sum(
             1
             for t in trials
-            if (before_number is None or t.number < before_number)
-            and (t.state is TrialState.RUNNING or is_counted(t))
+            if (before_number is None or t.number < before_number) and (t.state is TrialState.RUNNING or is_counted(t))
         )
 
     def _objective(self, trial: optuna.Trial) -> float:
@@ -293,7 +296,9 @@ class Tuner:
             logger.exception("evaluator raised for trial %d", trial.number)
             evaluation = Evaluation.failed(FailureKind.FAILED, f"evaluator raised {type(exc).__name__}: {exc}")
         except BaseException:  # Ctrl-C: queue the setting again so a resumed run measures it
-            _requeue(trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number])
+            _requeue(
+                trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number]
+            )
             raise
         if evaluation.record_ids:
             trial.set_user_attr(RECORD_IDS, list(evaluation.record_ids))

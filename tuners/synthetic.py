@@ -57,7 +57,9 @@ class Scenario:
 
 SCENARIOS = {
     # NVLink node, defaults near-best, a site default that throttles channels and forces LL.
-    "nvlink-bad-default": Scenario("nvlink-bad-default", 341.0, 24.0, False, {"NCCL_MAX_CTAS": "4", "NCCL_PROTO": "LL"}),
+    "nvlink-bad-default": Scenario(
+        "nvlink-bad-default", 341.0, 24.0, False, {"NCCL_MAX_CTAS": "4", "NCCL_PROTO": "LL"}
+    ),
     # Socket path: library defaults far from best (socket threads), plus a too-small buffer.
     "socket-path": Scenario("socket-path", 3.3, 60.0, True, {"NCCL_BUFFSIZE": "65536"}),
 }
@@ -137,7 +139,12 @@ def optimum_env(scenario: Scenario, space: SearchSpace, buckets: Sequence[SizeBu
         return min(grid, key=lambda values: true_time_us(scenario, _env(values), probe))
 
     fixed: dict[str, str | None] = {}
-    for names in (("NCCL_MAX_CTAS",), ("NCCL_BUFFSIZE",), ("NCCL_NTHREADS",), ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD")):
+    for names in (
+        ("NCCL_MAX_CTAS",),
+        ("NCCL_BUFFSIZE",),
+        ("NCCL_NTHREADS",),
+        ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"),
+    ):
         fixed.update(best_value(*names))
     candidates = [
         space.env_from_values({**fixed, "NCCL_ALGO": algo, "NCCL_PROTO": proto})
