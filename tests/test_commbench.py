@@ -68,6 +68,19 @@ def test_unit_program(commbench_builds: dict[str, CommbenchBuild]) -> None:
         done = subprocess.run([str(build.unit)], capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
         assert ", 0 failed" in done.stdout
+    ctest = subprocess.run(["ctest", "--output-on-failure"], cwd=commbench_builds["mpich"].binary.parent,
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert ctest.returncode == 0 and "100% tests passed" in ctest.stdout, ctest.stdout
+
+
+def test_install_target(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    done = subprocess.run(["cmake", "--install", str(commbench_builds["openmpi"].binary.parent), "--prefix",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    installed = tmp_path / "bin" / "commbench"
+    version = subprocess.run([str(installed), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert version.stdout.startswith("commbench 0.1.0 backend cpu")
+    assert (tmp_path / "share" / "commbench" / "commbench-record.schema.json").exists()
 
 
 @pytest.mark.parametrize("nranks", [2, 4])
@@ -299,3 +312,25 @@ def test_env_filter_in_records(commbench_builds: dict[str, CommbenchBuild], tmp_
     # an invalid UTF-8 byte in a value becomes U+FFFD instead of breaking the JSON
     assert record["env"]["UCX_COMMCAMP_BAD_UTF8"] == "x\ufffdy"
     assert "PLAIN_VAR" not in record["env"] and "PMI_RANK" not in record["env"]
+
+
+def overcommit_refuses_huge_allocations() -> bool:
+    """Linux's heuristic (0) and strict (2) modes refuse one allocation far beyond RAM + swap."""
+    return Path("/proc/sys/vm/overcommit_memory").read_text().strip() in ("0", "2")
+
+
+@pytest.mark.skipif(not overcommit_refuses_huge_allocations(),
+                    reason="vm.overcommit_memory=1 would grant the 1 TiB buffer and the fill would exhaust memory")
+def test_allocation_failure_is_an_error_record(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
+) -> None:
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(commbench_builds["openmpi"], 2,
+                         ["--op", "allreduce,pingpong", "--sizes", "1024G", "--iters", "1", "--output", str(output)])
+    assert done.returncode == 4, done.stderr
+    records = read_records(output)
+    assert [r["op"] for r in records] == ["allreduce", "pingpong"]
+    for record in records:
+        record_validator.validate(record)
+        assert record["reason"] == "runtime" and "cannot allocate 1099511627776 bytes" in record["error"]
+        assert record["bytes"] == 1 << 40

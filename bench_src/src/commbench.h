@@ -42,7 +42,7 @@ const char *cb_last_error(void);
 
 struct cb_device_info {
     int index;
-    char name[128];
+    char name[256];
     char pci_bus_id[32];
 };
 
@@ -119,11 +119,12 @@ struct cb_transport {
     const char *summary;
     unsigned backends; /* CB_ON_* */
     unsigned caps;     /* CB_CAP_*: the primitives below that are set */
+    const char *not_built; /* why the transport is only a stub in this build, or NULL */
     /* Collective. CB_UNSUPPORTED (+ cb_errorf) when it cannot run here. */
     int (*open)(const struct cb_ctx *ctx, void **state);
     void (*close)(void *state);
     int (*attach)(void *state, const struct cb_bufs *bufs); /* collective */
-    void (*detach)(void *state);                            /* collective */
+    void (*detach)(void *state); /* collective; also after a failed attach */
     /* my send[0:count] -> peer's recv[0:count] */
     int (*send)(void *state, int peer, size_t count);
     int (*recv)(void *state, int peer, size_t count);
@@ -188,6 +189,10 @@ struct cb_op {
                  struct cb_data *data);
     int (*run)(const struct cb_exec *exec); /* one iteration */
 };
+
+/* Transports (tables.c lists those of the build). */
+extern const struct cb_transport cb_transport_mpi, cb_transport_staging, cb_transport_d2d, cb_transport_d2d_kernel,
+    cb_transport_ccl, cb_transport_memcpy;
 
 extern const struct cb_backend *const cb_backend;
 extern const struct cb_op *const cb_ops[];

@@ -239,7 +239,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
     int attached = 0;
     if (status == CB_OK) {
         rc = t->attach(state, bufs);
-        attached = rc == CB_OK;
+        attached = 1; /* detach is collective and undoes a partial attach too */
         if (rc)
             snprintf(msg, sizeof msg, "%s", cb_last_error());
         status = cb_agree(rc, msg, sizeof msg);

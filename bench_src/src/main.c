@@ -46,6 +46,8 @@ static void print_list(void)
         if (available(cb_transports[i])) {
             printf("transport %s ops ", cb_transports[i]->name);
             print_ops_of(cb_transports[i], stdout);
+            if (cb_transports[i]->not_built)
+                printf(" not-built %s", cb_transports[i]->not_built);
             printf("\n");
         }
 }

@@ -20,12 +20,6 @@ const struct cb_op *const cb_ops[] = {
     NULL,
 };
 
-extern const struct cb_transport cb_transport_mpi;
-#if defined(COMMBENCH_GPU)
-extern const struct cb_transport cb_transport_staging, cb_transport_d2d, cb_transport_d2d_kernel, cb_transport_ccl,
-    cb_transport_memcpy;
-#endif
-
 const struct cb_transport *const cb_transports[] = {
 #if defined(COMMBENCH_GPU)
     &cb_transport_staging,

@@ -9,6 +9,4 @@ struct cb_mpi_bufs {
     void *send, *recv;
 };
 
-extern const struct cb_transport cb_transport_mpi;
-
 #endif

@@ -1,0 +1,273 @@
+/* ccl: NCCL (cuda backend) or RCCL (hip backend). Each primitive is issued (alltoall and
+ * point-to-point as grouped send/recv, like nccl-tests), then completion is awaited the way
+ * nccl-tests does: poll the stream and the communicator's asynchronous error. Without the
+ * library at build time the transport exists but reports itself unsupported. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpu.h"
+
+#define CCL_CAPS                                                                                                       \
+    (CB_CAP_P2P | CB_CAP_ALLREDUCE | CB_CAP_ALLTOALL | CB_CAP_ALLGATHER | CB_CAP_REDUCE_SCATTER | CB_CAP_BCAST)
+#if defined(COMMBENCH_HIP)
+#define CCL_NAME "RCCL"
+#else
+#define CCL_NAME "NCCL"
+#endif
+
+#if COMMBENCH_HAVE_CCL
+#if defined(COMMBENCH_HIP) && defined(COMMBENCH_RCCL_IN_SUBDIR)
+#include <rccl/rccl.h>
+#elif defined(COMMBENCH_HIP)
+#include <rccl.h>
+#else
+#include <nccl.h>
+#endif
+
+struct ccl_state {
+    const struct cb_ctx *ctx;
+    ncclComm_t comm;
+    float *send, *recv;
+};
+
+static int ccl_ok(ncclResult_t r, const char *what)
+{
+    if (r == ncclSuccess)
+        return CB_OK;
+    cb_errorf("%s: %s", what, ncclGetErrorString(r));
+    return CB_ERROR;
+}
+
+static int still_running(ncclResult_t r)
+{
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= 21400
+    return r == ncclInProgress;
+#else
+    (void)r;
+    return 0;
+#endif
+}
+
+static int wait_done(struct ccl_state *st, int issued)
+{
+    if (issued != CB_OK)
+        return issued;
+    for (;;) {
+        gpu_error e = GPU(StreamQuery)(cb_gpu_stream());
+        if (e == GPU(Success))
+            return CB_OK;
+        if (e != GPU(ErrorNotReady))
+            return cb_gpu_ok(e, CCL_NAME " stream");
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(st->comm, &async) == ncclSuccess && async != ncclSuccess && !still_running(async))
+            return ccl_ok(async, CCL_NAME " asynchronous error");
+        sched_yield();
+    }
+}
+
+static int ccl_open(const struct cb_ctx *ctx, void **state)
+{
+    struct ccl_state *st = (struct ccl_state *)calloc(1, sizeof *st);
+    char msg[CB_TEXT_MAX] = "";
+    ncclUniqueId id;
+    if (!st) {
+        cb_errorf("out of memory");
+        return CB_ERROR;
+    }
+    st->ctx = ctx;
+    int rc = ctx->rank == 0 ? ccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId") : CB_OK;
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", cb_last_error());
+    if (cb_agree(rc, msg, sizeof msg) != CB_OK || cb_bcast(&id, sizeof id, 0) != CB_OK) {
+        cb_errorf("%s", msg);
+        free(st);
+        return CB_ERROR;
+    }
+    if (ccl_ok(ncclCommInitRank(&st->comm, ctx->nranks, id, ctx->rank), "ncclCommInitRank")) {
+        free(st);
+        return CB_ERROR;
+    }
+    *state = st;
+    return CB_OK;
+}
+
+static void ccl_close(void *state)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    ncclCommDestroy(st->comm);
+    free(st);
+}
+
+static int ccl_attach(void *state, const struct cb_bufs *bufs)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    if (bufs->send_space != CB_DEVICE || bufs->recv_space != CB_DEVICE) {
+        cb_errorf("ccl needs device buffers");
+        return CB_ERROR;
+    }
+    st->send = (float *)bufs->send;
+    st->recv = (float *)bufs->recv;
+    return CB_OK;
+}
+
+static void ccl_detach(void *state)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    st->send = st->recv = NULL;
+}
+
+static int ccl_send(void *state, int peer, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(st, ccl_ok(ncclSend(st->send, count, ncclFloat, peer, st->comm, cb_gpu_stream()), "ncclSend"));
+}
+
+static int ccl_recv(void *state, int peer, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(st, ccl_ok(ncclRecv(st->recv, count, ncclFloat, peer, st->comm, cb_gpu_stream()), "ncclRecv"));
+}
+
+/* Sends chunk p of send to, and receives chunk p of recv from, every listed peer in one group. */
+static int grouped(struct ccl_state *st, const int *peers, int npeers, size_t count, size_t chunk_stride)
+{
+    int rc = ccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; !rc && i < npeers; i++) {
+        size_t at = (size_t)peers[i] * chunk_stride;
+        rc = ccl_ok(ncclSend(st->send + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream()), "ncclSend");
+        if (!rc)
+            rc = ccl_ok(ncclRecv(st->recv + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream()), "ncclRecv");
+    }
+    int ended = ccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    return wait_done(st, rc ? rc : ended);
+}
+
+static int ccl_exchange(void *state, int peer, size_t count)
+{
+    return grouped((struct ccl_state *)state, &peer, 1, count, 0);
+}
+
+static int ccl_alltoall(void *state, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    int n = st->ctx->nranks;
+    int *peers = (int *)malloc((size_t)n * sizeof *peers);
+    if (!peers) {
+        cb_errorf("out of memory");
+        return CB_ERROR;
+    }
+    for (int p = 0; p < n; p++)
+        peers[p] = p;
+    int rc = grouped(st, peers, n, count, count);
+    free(peers);
+    return rc;
+}
+
+static int ccl_allreduce(void *state, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(st, ccl_ok(ncclAllReduce(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream()),
+                                "ncclAllReduce"));
+}
+
+static int ccl_allgather(void *state, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(
+        st, ccl_ok(ncclAllGather(st->send, st->recv, count, ncclFloat, st->comm, cb_gpu_stream()), "ncclAllGather"));
+}
+
+static int ccl_reduce_scatter(void *state, size_t count)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(st,
+                     ccl_ok(ncclReduceScatter(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream()),
+                            "ncclReduceScatter"));
+}
+
+static int ccl_bcast(void *state, size_t count, int root)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    return wait_done(st, ccl_ok(ncclBroadcast(st->recv, st->recv, count, ncclFloat, root, st->comm, cb_gpu_stream()),
+                                "ncclBroadcast"));
+}
+
+const char *cb_ccl_version(void)
+{
+    static char text[32];
+    int v = 0;
+    if (ncclGetVersion(&v) != ncclSuccess)
+        return NULL;
+    /* 2.9 and later: major*10000 + minor*100 + patch; before: major*1000 + minor*100 + patch */
+    if (v >= 10000)
+        snprintf(text, sizeof text, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    else
+        snprintf(text, sizeof text, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+    return text;
+}
+
+#if CB_HOST_PASS
+const struct cb_transport cb_transport_ccl = {
+    .name = "ccl",
+    .summary = CCL_NAME " point-to-point (grouped send/recv) and collectives on device buffers",
+    .backends = CB_ON_CUDA | CB_ON_HIP,
+    .caps = CCL_CAPS,
+    .not_built = NULL,
+    .open = ccl_open,
+    .close = ccl_close,
+    .attach = ccl_attach,
+    .detach = ccl_detach,
+    .send = ccl_send,
+    .recv = ccl_recv,
+    .exchange = ccl_exchange,
+    .allreduce = ccl_allreduce,
+    .alltoall = ccl_alltoall,
+    .allgather = ccl_allgather,
+    .reduce_scatter = ccl_reduce_scatter,
+    .bcast = ccl_bcast,
+    .copy = NULL,
+};
+#endif
+
+#else /* !COMMBENCH_HAVE_CCL */
+
+#define NOT_BUILT CCL_NAME " was not found when this commbench was built"
+
+static int ccl_not_built(const struct cb_ctx *ctx, void **state)
+{
+    (void)ctx;
+    (void)state;
+    cb_errorf("transport ccl not built: %s", NOT_BUILT);
+    return CB_UNSUPPORTED;
+}
+
+const char *cb_ccl_version(void)
+{
+    return NULL;
+}
+
+#if CB_HOST_PASS
+const struct cb_transport cb_transport_ccl = {
+    .name = "ccl",
+    .summary = CCL_NAME " collectives -- NOT BUILT: the library was not found at build time",
+    .backends = CB_ON_CUDA | CB_ON_HIP,
+    .caps = CCL_CAPS,
+    .not_built = NOT_BUILT,
+    .open = ccl_not_built,
+    .close = NULL,
+    .attach = NULL,
+    .detach = NULL,
+    .send = NULL,
+    .recv = NULL,
+    .exchange = NULL,
+    .allreduce = NULL,
+    .alltoall = NULL,
+    .allgather = NULL,
+    .reduce_scatter = NULL,
+    .bcast = NULL,
+    .copy = NULL,
+};
+#endif
+
+#endif

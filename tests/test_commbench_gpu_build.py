@@ -1,0 +1,101 @@
+"""commbench's GPU backends compile and link here (no GPU needed) with warnings as errors, and the
+binaries fail cleanly (an error record, exit 4) where no GPU is usable."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from fixtures_bench import BENCH_BUILD, BENCH_SRC, launch_env, read_records
+
+CUDA_BIN = Path("/usr/local/cuda/bin")
+NVCC = shutil.which("nvcc") or (str(CUDA_BIN / "nvcc") if (CUDA_BIN / "nvcc").exists() else None)
+HIPCC = shutil.which("hipcc")
+ALL_TRANSPORTS = ["staging", "d2d", "d2d-kernel", "ccl", "mpi", "memcpy"]
+
+pytestmark = pytest.mark.slow
+
+
+def make(target: str, *variables: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if NVCC:
+        env["PATH"] = f"{Path(NVCC).parent}:{env['PATH']}"
+    return subprocess.run(
+        ["make", "-C", str(BENCH_SRC), target, f"BUILD_DIR={BENCH_BUILD}", "MPICC=mpicc.openmpi", *variables],
+        capture_output=True, text=True, timeout=1200, env=env, check=False,
+    )
+
+
+def listed_transports(binary: Path) -> dict[str, str]:
+    done = subprocess.run([str(binary), "--list"], capture_output=True, text=True, timeout=30, check=True)
+    return {line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("transport ")}
+
+
+def run_without_gpu(binary: Path, tmp_path: Path, validator: jsonschema.Draft202012Validator) -> None:
+    """Where no GPU is usable the run ends with exit 4 and a schema-valid error record."""
+    output = tmp_path / "gpu.jsonl"
+    done = subprocess.run(
+        ["mpirun.openmpi", "--oversubscribe", "-np", "2", str(binary), "--transport", "staging", "--op", "pingpong",
+         "--sizes", "64", "--iters", "2", "--output", str(output)],
+        capture_output=True, text=True, timeout=120, env=launch_env(), check=False,
+    )
+    records = read_records(output)
+    for record in records:
+        validator.validate(record)
+    if done.returncode == 0:  # a machine with a usable GPU
+        assert records and all(r["valid"] for r in records)
+        return
+    assert done.returncode == 4, done.stdout + done.stderr
+    [record] = records
+    assert record["kind"] == "error" and record["reason"] == "runtime" and record["op"] == "setup"
+    assert "GPU" in record["error"] or "driver" in record["error"]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cuda backend cannot be compiled here")
+def test_cuda_backend_builds(tmp_path: Path, record_validator: jsonschema.Draft202012Validator) -> None:
+    done = make("cuda", "CUDA_ARCHS=90")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    flags = (BENCH_BUILD / "cuda" / "CMakeFiles" / "commbench.dir" / "flags.make").read_text()
+    assert "--Werror=all-warnings" in flags and "-Xcompiler=-Wall,-Wextra,-Werror" in flags
+    assert "arch=compute_90,code=[compute_90,sm_90]" in flags  # sm_90 code plus PTX
+    binary = BENCH_BUILD / "cuda" / "commbench"
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30, check=True)
+    assert "backend cuda" in version.stdout
+    transports = listed_transports(binary)
+    assert list(transports) == ALL_TRANSPORTS
+    assert "not-built" not in transports["ccl"], "NCCL was not found although it is installed here"
+    assert "allreduce" not in transports["d2d"] and "allreduce" in transports["d2d-kernel"]
+    assert transports["memcpy"].endswith("ops h2d,d2h")
+    linked = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert "libnccl" in linked and "libcudart" in linked
+    run_without_gpu(binary, tmp_path, record_validator)
+
+
+def hipcc_accepts(arch: str, tmp_path: Path) -> bool:
+    source = tmp_path / "probe.hip"
+    source.write_text("#include <hip/hip_runtime.h>\n__global__ void k(float *a) { a[0] = 1.0f; }\n")
+    done = subprocess.run([str(HIPCC), f"--offload-arch={arch}", "-c", str(source), "-o", str(tmp_path / "p.o")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(HIPCC is None, reason="hipcc is not installed: the hip backend cannot be compiled here")
+def test_hip_backend_builds(tmp_path: Path, record_validator: jsonschema.Draft202012Validator) -> None:
+    # MI300 is gfx942; Debian's hipcc 5.2 (clang 15) predates it and accepts only gfx940 of that family.
+    mi300 = "gfx942" if hipcc_accepts("gfx942", tmp_path) else "gfx940"
+    if mi300 != "gfx942":
+        print("hipcc rejects gfx942; building for gfx90a and gfx940 instead")
+    done = make("hip", f"HIP_ARCHS=gfx90a;{mi300}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    flags = (BENCH_BUILD / "hip" / "CMakeFiles" / "commbench.dir" / "flags.make").read_text()
+    assert "--offload-arch=gfx90a" in flags and "-Werror" in flags and "-x hip" in flags
+    binary = BENCH_BUILD / "hip" / "commbench"
+    transports = listed_transports(binary)
+    assert list(transports) == ALL_TRANSPORTS
+    rccl_found = "COMMBENCH_HAVE_CCL=1" in flags
+    assert ("not-built" in transports["ccl"]) != rccl_found
+    run_without_gpu(binary, tmp_path, record_validator)
