@@ -99,3 +99,26 @@ def test_hip_backend_builds(tmp_path: Path, record_validator: jsonschema.Draft20
     rccl_found = "COMMBENCH_HAVE_CCL=1" in flags
     assert ("not-built" in transports["ccl"]) != rccl_found
     run_without_gpu(binary, tmp_path, record_validator)
+
+
+NCCL_HEADER = next((p for p in (Path("/usr/local/include/nccl.h"), Path("/usr/include/nccl.h")) if p.exists()), None)
+
+
+@pytest.mark.skipif(HIPCC is None or NCCL_HEADER is None,
+                    reason="needs hipcc and an nccl.h to derive an RCCL-shaped header from (RCCL is not packaged)")
+def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None:
+    """RCCL is not installable here, so the HIP ccl code is compiled against NCCL's API with HIP
+    stream types (RCCL's API is NCCL's); without this the HIP ccl path would never be compiled."""
+    header = NCCL_HEADER.read_text()
+    header = header.replace("#include <cuda_runtime.h>", "#include <hip/hip_runtime.h>")
+    header = "\n".join(line for line in header.splitlines() if not line.startswith("#include <cuda_"))
+    (tmp_path / "rccl").mkdir()
+    (tmp_path / "rccl" / "rccl.h").write_text(header.replace("cudaStream_t", "hipStream_t"))
+    done = subprocess.run(
+        [str(HIPCC), "-x", "hip", "--offload-arch=gfx90a", "-std=c++20", "-Wall", "-Wextra", "-Werror",
+         "-DCOMMBENCH_HIP=1", "-DCOMMBENCH_GPU=1", "-DCOMMBENCH_HAVE_CCL=1", "-DCOMMBENCH_RCCL_IN_SUBDIR=1",
+         "-D_POSIX_C_SOURCE=200809L", f"-I{tmp_path}", f"-I{BENCH_SRC / 'src'}", "-c",
+         str(BENCH_SRC / "src" / "gpu" / "ccl.cu"), "-o", str(tmp_path / "ccl.o")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -204,10 +204,11 @@ static void max_plan(const struct run *run, const struct cb_op *op, struct cb_pl
     }
 }
 
-static void release_buffers(struct run *run, const struct cb_transport *t, void *state, struct cb_bufs *bufs,
-                            int attached)
+static void release_buffers(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
+                            struct cb_bufs *bufs, int attached)
 {
     const struct cb_backend *b = run->ctx->backend;
+    cb_watchdog_arm("buffer teardown", op->name, t->name, NULL, NULL);
     if (attached)
         t->detach(state);
     if (bufs->send)
@@ -215,6 +216,7 @@ static void release_buffers(struct run *run, const struct cb_transport *t, void 
     if (bufs->recv)
         b->release(bufs->recv_space, bufs->recv);
     memset(bufs, 0, sizeof *bufs);
+    cb_watchdog_disarm();
 }
 
 /* Allocates and attaches buffers for inst; on failure every rank has released them. */
@@ -246,7 +248,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
     }
     if (status != CB_OK) {
         error_record(run, op->name, t->name, &max, inst, status, msg);
-        release_buffers(run, t, state, bufs, attached);
+        release_buffers(run, t, state, op, bufs, attached);
     }
     cb_watchdog_disarm();
     return status;
@@ -276,7 +278,7 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
     for (int i = 0; i < n; i++) {
         /* Instances with the same memory spaces share buffers (and IPC registrations). */
         if (have && (bufs.send_space != insts[i].send_space || bufs.recv_space != insts[i].recv_space)) {
-            release_buffers(run, t, state, &bufs, 1);
+            release_buffers(run, t, state, op, &bufs, 1);
             have = 0;
         }
         if (!have && acquire_buffers(run, t, state, op, &insts[i], &bufs) != CB_OK)
@@ -286,7 +288,7 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
             measure(run, t, state, op, &insts[i], &bufs, run->args->sizes[s]);
     }
     if (have)
-        release_buffers(run, t, state, &bufs, 1);
+        release_buffers(run, t, state, op, &bufs, 1);
     if (insts != &plain)
         free(insts);
 }

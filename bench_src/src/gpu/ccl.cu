@@ -117,35 +117,47 @@ static void ccl_detach(void *state)
     st->send = st->recv = NULL;
 }
 
-static int ccl_send(void *state, int peer, size_t count)
+/* Issues one operation and waits for it; empty operations are skipped (as nccl-tests does). */
+template <typename Issue> static int issue_and_wait(void *state, size_t count, const char *what, Issue issue)
 {
     struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(st, ccl_ok(ncclSend(st->send, count, ncclFloat, peer, st->comm, cb_gpu_stream()), "ncclSend"));
+    if (count == 0)
+        return CB_OK;
+    return wait_done(st, ccl_ok(issue(st), what));
+}
+
+static int ccl_send(void *state, int peer, size_t count)
+{
+    return issue_and_wait(state, count, "ncclSend", [&](struct ccl_state *st) {
+        return ncclSend(st->send, count, ncclFloat, peer, st->comm, cb_gpu_stream());
+    });
 }
 
 static int ccl_recv(void *state, int peer, size_t count)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(st, ccl_ok(ncclRecv(st->recv, count, ncclFloat, peer, st->comm, cb_gpu_stream()), "ncclRecv"));
+    return issue_and_wait(state, count, "ncclRecv", [&](struct ccl_state *st) {
+        return ncclRecv(st->recv, count, ncclFloat, peer, st->comm, cb_gpu_stream());
+    });
 }
 
-/* Sends chunk p of send to, and receives chunk p of recv from, every listed peer in one group. */
-static int grouped(struct ccl_state *st, const int *peers, int npeers, size_t count, size_t chunk_stride)
+/* One group: chunk p of send goes to, and chunk p of recv comes from, each listed peer p. */
+static ncclResult_t grouped(struct ccl_state *st, const int *peers, int npeers, size_t count, size_t chunk_stride)
 {
-    int rc = ccl_ok(ncclGroupStart(), "ncclGroupStart");
-    for (int i = 0; !rc && i < npeers; i++) {
+    ncclResult_t r = ncclGroupStart();
+    for (int i = 0; r == ncclSuccess && i < npeers; i++) {
         size_t at = (size_t)peers[i] * chunk_stride;
-        rc = ccl_ok(ncclSend(st->send + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream()), "ncclSend");
-        if (!rc)
-            rc = ccl_ok(ncclRecv(st->recv + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream()), "ncclRecv");
+        r = ncclSend(st->send + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream());
+        if (r == ncclSuccess)
+            r = ncclRecv(st->recv + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream());
     }
-    int ended = ccl_ok(ncclGroupEnd(), "ncclGroupEnd");
-    return wait_done(st, rc ? rc : ended);
+    ncclResult_t ended = ncclGroupEnd();
+    return r != ncclSuccess ? r : ended;
 }
 
 static int ccl_exchange(void *state, int peer, size_t count)
 {
-    return grouped((struct ccl_state *)state, &peer, 1, count, 0);
+    return issue_and_wait(state, count, "grouped ncclSend/ncclRecv",
+                          [&](struct ccl_state *st) { return grouped(st, &peer, 1, count, 0); });
 }
 
 static int ccl_alltoall(void *state, size_t count)
@@ -159,38 +171,38 @@ static int ccl_alltoall(void *state, size_t count)
     }
     for (int p = 0; p < n; p++)
         peers[p] = p;
-    int rc = grouped(st, peers, n, count, count);
+    int rc = issue_and_wait(state, count, "grouped ncclSend/ncclRecv (alltoall)",
+                            [&](struct ccl_state *s) { return grouped(s, peers, n, count, count); });
     free(peers);
     return rc;
 }
 
 static int ccl_allreduce(void *state, size_t count)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(st, ccl_ok(ncclAllReduce(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream()),
-                                "ncclAllReduce"));
+    return issue_and_wait(state, count, "ncclAllReduce", [&](struct ccl_state *st) {
+        return ncclAllReduce(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream());
+    });
 }
 
 static int ccl_allgather(void *state, size_t count)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(
-        st, ccl_ok(ncclAllGather(st->send, st->recv, count, ncclFloat, st->comm, cb_gpu_stream()), "ncclAllGather"));
+    return issue_and_wait(state, count, "ncclAllGather", [&](struct ccl_state *st) {
+        return ncclAllGather(st->send, st->recv, count, ncclFloat, st->comm, cb_gpu_stream());
+    });
 }
 
 static int ccl_reduce_scatter(void *state, size_t count)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(st,
-                     ccl_ok(ncclReduceScatter(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream()),
-                            "ncclReduceScatter"));
+    return issue_and_wait(state, count, "ncclReduceScatter", [&](struct ccl_state *st) {
+        return ncclReduceScatter(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream());
+    });
 }
 
 static int ccl_bcast(void *state, size_t count, int root)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    return wait_done(st, ccl_ok(ncclBroadcast(st->recv, st->recv, count, ncclFloat, root, st->comm, cb_gpu_stream()),
-                                "ncclBroadcast"));
+    return issue_and_wait(state, count, "ncclBroadcast", [&](struct ccl_state *st) {
+        return ncclBroadcast(st->recv, st->recv, count, ncclFloat, root, st->comm, cb_gpu_stream());
+    });
 }
 
 const char *cb_ccl_version(void)
