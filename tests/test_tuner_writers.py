@@ -32,15 +32,17 @@ LARGE_WINNER = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MAX_CTAS": "3
 
 @pytest.fixture
 def nccl_recommendation(catalog: KnobCatalog, sqlite_url: str) -> Recommendation:  # noqa: F811
-    """A real pipeline on the SYNTHETIC landscape: a short study, then finalization of two
-    hand-picked candidates, one best for small and one for large messages."""
+    """A real pipeline on the SYNTHETIC landscape: a short study, then finalization of three
+    hand-picked candidates: one best for small messages, one forcing ring/simple, and the
+    library defaults (best overall: unsetting the planted site defaults)."""
     scenario = SCENARIOS["nvlink-bad-default"]
     site = catalog.for_site({"defaults": dict(scenario.site_defaults)}, "test site")
     space = build_space(site, {Library.NCCL: "2.28.3"}, knobs=["NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_CTAS"])
     evaluator = SyntheticEvaluator(scenario, seed=2)
     tuner = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=4, seed=0)
     study = tuner.run()
-    report = finalize(evaluator, tuner.baseline_env, [Candidate(SMALL_WINNER), Candidate(LARGE_WINNER)], BUCKETS)
+    candidates = [Candidate(SMALL_WINNER), Candidate(LARGE_WINNER), Candidate({})]
+    report = finalize(evaluator, tuner.baseline_env, candidates, BUCKETS)
     return build_recommendation(make_scope(), report, BUCKETS, study, {"nccl": "2.28.3", "cuda": "13.0"})
 
 
@@ -116,7 +118,8 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
 ) -> None:  # noqa: F811
     rec = nccl_recommendation
     assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
-    assert [s.decision for s in rec.per_size] == ["change"] * 4
+    assert rec.env == {} and rec.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
+    assert [(s.decision, s.env) for s in rec.per_size] == [("change", SMALL_WINNER)] * 2 + [("change", {})] * 2
     files = publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
     config = files.tuner_config
     assert config is not None and config.parent == tmp_path / "testsite" / "gpusys"
@@ -125,12 +128,10 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
         "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
     )
     assert all(len(line) < 256 for line in text.splitlines())
-    assert parse_config(text) == [
-        TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8),
-        TunerRule("allreduce", 32769, 1 << 30, "ring", "simple", 32, 2, 8),
-    ]
-    # The plugin decides algorithm/protocol/channels per size: the .env leaves them to it and
-    # removes the site defaults that would mask it, then points NCCL at plugin and config.
+    # The two small buckets share a winner: one row; the large buckets' winner forces nothing.
+    assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
+    assert all("does not force one algorithm" in note for note in rec.plugin_notes)
+    # The .env removes the planted site defaults and points NCCL at the plugin and its config.
     changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", "KEEP": "x"})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
     assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS"}
@@ -232,18 +233,26 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
 
 
 def test_plugin_rules_only_for_what_the_plugin_can_express() -> None:
-    buckets = buckets_for_sizes([8, 64, 1 << 20, 1 << 24], sizes_per_bucket=1)
+    buckets = buckets_for_sizes([8, 64, 1024, 1 << 20, 1 << 24], sizes_per_bucket=1)
     winners = [
         (buckets[0], SMALL_WINNER),
-        (buckets[1], {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}),
-        (buckets[2], None),
-        (buckets[3], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"}),
+        (buckets[1], SMALL_WINNER),
+        (buckets[2], {"NCCL_ALGO": "Tree"}),
+        (buckets[3], None),
+        (buckets[4], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"}),
     ]
-    rules, notes = plugin_rules("allreduce", winners, n_nodes=1, n_ranks=4)
-    assert rules == [TunerRule("allreduce", 8, 8, "tree", "ll", 8, 1, 4)]
-    assert [n.split(":")[0] for n in notes] == ["64B-64B", "1MiB-1MiB", "16MiB-16MiB"]
-    assert "channels unset" in notes[0] and "keep defaults" in notes[1] and "NCCL_PROTO=^LL128" in notes[2]
-    rules, notes = plugin_rules("alltoall", winners, 1, 4)
+    rules, notes = plugin_rules("allreduce", winners, n_nodes=1, n_ranks=4, global_env={"NCCL_PROTO": "^LL128"})
+    assert rules == [TunerRule("allreduce", 8, 64, "tree", "ll", 8, 1, 4)]  # adjacent buckets merged
+    assert [n.split(":")[0] for n in notes] == ["1KiB-1KiB", "1MiB-1MiB", "16MiB-16MiB"]
+    assert "NCCL_PROTO=unset" in notes[0] and "keep defaults" in notes[1] and "NCCL_PROTO=^LL128" in notes[2]
+    for global_env, why in [
+        ({"NCCL_ALGO": "Ring"}, "NCCL_ALGO=Ring disables tree"),
+        ({"NCCL_PROTO": "^LL"}, "NCCL_PROTO=^LL disables ll"),
+        ({"NCCL_MAX_CTAS": "4"}, "channel limits [1, 4] exclude 8"),
+    ]:
+        rules, notes = plugin_rules("allreduce", winners[:1], 1, 4, global_env)
+        assert rules == [] and why in notes[0]
+    rules, notes = plugin_rules("alltoall", winners, 1, 4, {})
     assert rules == [] and "no tuner-plugin collective" in notes[0]
     for bad in (
         "allreduce,0,8,ring,ll,0,1,4,-1,-1",

@@ -1,0 +1,1 @@
+"""commcamp tuner: knob catalog, Optuna study, statistics and recommendation files (see README.md)."""

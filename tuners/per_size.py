@@ -4,8 +4,9 @@ Row format (NCCL's example tuner plugin and commcamp's plugin in bench_src/nccl_
 `collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff`,
 first matching row wins, -1 = wildcard. Channels are always explicit: NCCL's example plugin sets
 one channel before matching (shared/notes/field-knowledge.md). A bucket gets a row only if its
-finalization winner forces one algorithm, one protocol and a channel count; adjacent buckets with
-the same choice are merged. Ranges cover measured sizes only (no extrapolation beyond them).
+finalization winner forces one algorithm, one protocol and a channel count that the global
+environment (applied to every size) does not disable; adjacent buckets with the same choice are
+merged. Ranges cover measured sizes only (no extrapolation beyond them).
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ PLUGIN_ALGORITHMS = {
 }
 PLUGIN_PROTOCOLS = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
 CHANNEL_KNOBS = ("NCCL_MAX_CTAS", "NCCL_MIN_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS")
-PLUGIN_KNOBS = ("NCCL_ALGO", "NCCL_PROTO", *CHANNEL_KNOBS)  # what a plugin config decides per size
 MAX_CHANNELS = 64  # CC_NCCL_MAX_CHANNELS of the commcamp plugin
 FIELDS = (
     "collective",
@@ -131,11 +131,36 @@ def plugin_choice(env: Mapping[str, str]) -> tuple[str, str, int] | str:
     return algorithm, protocol, int(env[channel_knob])
 
 
+def masked_by(global_env: Mapping[str, str], algorithm: str, protocol: str, channels: int) -> str | None:
+    """Why the global environment would make NCCL ignore a row's choice (NCCL_ALGO/NCCL_PROTO
+    remove the other algorithms/protocols from the cost table; CTA limits clamp channels), or None."""
+    for knob, names, wanted in (
+        ("NCCL_ALGO", PLUGIN_ALGORITHMS, algorithm),
+        ("NCCL_PROTO", PLUGIN_PROTOCOLS, protocol),
+    ):
+        value = global_env.get(knob)
+        if value is None:
+            continue
+        excluded = value.startswith("^")
+        named = names.get(value.removeprefix("^"))
+        if (named == wanted) == excluded:
+            return f"the global {knob}={value} disables {wanted}"
+    low = int(global_env.get("NCCL_MIN_CTAS", global_env.get("NCCL_MIN_NCHANNELS", "1")))
+    high = int(global_env.get("NCCL_MAX_CTAS", global_env.get("NCCL_MAX_NCHANNELS", str(MAX_CHANNELS))))
+    if not low <= channels <= high:
+        return f"the global channel limits [{low}, {high}] exclude {channels} channels"
+    return None
+
+
 def plugin_rules(
-    op: str, winners: Sequence[tuple[SizeBucket, Mapping[str, str] | None]], n_nodes: int, n_ranks: int
+    op: str,
+    winners: Sequence[tuple[SizeBucket, Mapping[str, str] | None]],
+    n_nodes: int,
+    n_ranks: int,
+    global_env: Mapping[str, str],
 ) -> tuple[list[TunerRule], list[str]]:
-    """Rows for the buckets (ascending) whose winner (None = keep defaults) the plugin can express;
-    notes say why other buckets got none."""
+    """Rows for the buckets (ascending) whose winner (None = keep defaults) the plugin can express
+    on top of `global_env`; notes say why other buckets got none."""
     collective = PLUGIN_COLLECTIVES.get(op)
     if collective is None:
         return [], [f"op {op} has no tuner-plugin collective (only {sorted(set(PLUGIN_COLLECTIVES.values()))})"]
@@ -150,6 +175,10 @@ def plugin_rules(
             notes.append(f"{bucket.name}: {choice}, no row")
             continue
         algorithm, protocol, channels = choice
+        masked = masked_by(global_env, algorithm, protocol, channels)
+        if masked is not None:
+            notes.append(f"{bucket.name}: {masked}, no row")
+            continue
         previous = rules[-1] if rules else None
         if (
             previous is not None

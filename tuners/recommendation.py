@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket
 from tuners.finalize import Comparison, Decision, FinalReport
-from tuners.per_size import PLUGIN_KNOBS, TunerRule, plugin_rules
+from tuners.per_size import TunerRule, plugin_rules
 from tuners.scope import StudyScope
 from tuners.study import study_progress
 
@@ -130,17 +130,16 @@ def build_recommendation(
     versions: Mapping[str, str],
     now: datetime.datetime | None = None,
 ) -> Recommendation:
-    """Turns a finalization report into the published form. When per-size plugin rows exist, the
-    knobs the plugin decides per size are left out of the global environment (a global NCCL_ALGO
-    or NCCL_PROTO would mask the plugin's choice)."""
+    """Turns a finalization report into the published form. The global environment is the
+    overall decision's, as measured; per-size plugin rows are added only where they do not
+    conflict with it (a global NCCL_ALGO=Ring would make NCCL ignore a row choosing tree)."""
     overall = report.overall
-    winners = [(b, dict(report.buckets[b.name].env) if report.buckets[b.name].change else None) for b in buckets]
-    rules, notes = (
-        plugin_rules(scope.op, winners, scope.nodes, scope.ranks) if scope.library in ("nccl", "rccl") else ([], [])
-    )
     env = dict(overall.env)
-    if rules:
-        env = {k: v for k, v in env.items() if k not in PLUGIN_KNOBS}
+    winners = [(b, dict(report.buckets[b.name].env) if report.buckets[b.name].change else None) for b in buckets]
+    rules: list[TunerRule] = []
+    notes: list[str] = []
+    if scope.library in ("nccl", "rccl"):
+        rules, notes = plugin_rules(scope.op, winners, scope.nodes, scope.ranks, env)
     progress = study_progress(study)
     return Recommendation(
         scope=scope,

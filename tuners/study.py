@@ -131,15 +131,25 @@ def open_storage(
     url: str, *, heartbeat_interval: int | None = 60, grace_period: int | None = None, max_retry: int = 2
 ) -> RDBStorage:
     """RDB storage (sqlite:///path for one process, postgresql+psycopg://... for parallel workers)
-    with heartbeats, so a trial of a killed worker is detected and re-queued."""
+    with heartbeats, so a trial of a killed worker is detected and re-queued. Optuna keeps its
+    schema revision in the table `alembic_version`; another user of the same database must keep
+    its revision elsewhere (alembic's version_table option)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
-        return RDBStorage(
-            url,
-            heartbeat_interval=heartbeat_interval,
-            grace_period=grace_period,
-            heartbeat_stale_trial_callback=_RequeueLostTrial(max_retry) if heartbeat_interval else None,
-        )
+        try:
+            return RDBStorage(
+                url,
+                heartbeat_interval=heartbeat_interval,
+                grace_period=grace_period,
+                heartbeat_stale_trial_callback=_RequeueLostTrial(max_retry) if heartbeat_interval else None,
+            )
+        except RuntimeError as exc:
+            if "compatible with the table schema" not in str(exc):
+                raise
+            raise RuntimeError(
+                f"{exc} -- Optuna read a foreign revision from the table alembic_version of this database: "
+                "another schema (e.g. the results store) must keep its alembic revision in its own version_table"
+            ) from exc
 
 
 class _TrialFailed(Exception):
