@@ -1,0 +1,132 @@
+"""`commcamp`: run benchmark campaigns through ReFrame and query the results store.
+
+Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from campaigns import results_cli
+from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, run_campaign
+from campaigns.spec import Campaign, SpecError, load_campaign
+from campaigns.store import StoreError, default_url, open_store
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+app = typer.Typer(
+    help="commcamp: benchmark campaigns for HPC interconnects. Runs commbench through ReFrame on a site "
+         "(site_configs/<site>/), stores every result (SQLite by default: results/commcamp.db), and queries "
+         "them (`commcamp results ...`).",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _stored_nothing_yet(url: str) -> bool:
+    """A SQLite URL whose file does not exist: nothing is stored (and a dry run must not create it)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and not Path(parsed.database).exists()
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _print_summary(console: Console, result: CampaignResult) -> None:
+    table = Table(title="Test cases", title_justify="left")
+    for column in ("test case", "op", "nodes", "tasks", "env", "latency (us)", "goodput (GB/s)",
+                   "busbw (GB/s)", "records", "result"):
+        table.add_column(column, justify="right" if column in ("nodes", "tasks", "records") else "left")
+    style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red"}
+    for item in result.results:
+        case = item.case
+        perf = {name: value for name, (value, _) in item.perf.items()}
+        table.add_row(f"{case.check} {case.system}:{case.partition}", case.op, str(case.num_nodes),
+                      str(case.num_tasks), case.environ, _fmt(perf.get("small_latency")),
+                      _fmt(perf.get("large_goodput")), _fmt(perf.get("large_busbw")),
+                      str(item.num_records) if item.status != "stored" else "-",
+                      f"[{style[item.status]}]{item.status}[/]")
+    console.print(table)
+    for item in result.results:
+        if item.status in ("fail", "error"):
+            console.print(f"[bold red]{item.status}[/] {escape(item.case.run_key)}: {escape(item.reason or '')}")
+
+
+def _print_plan(console: Console, campaign: Campaign, stored: set[str]) -> None:
+    cases = campaign.cases()
+    table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
+    for column in ("run key", "op", "nodes", "tasks", "env", "action"):
+        table.add_column(column)
+    for case in cases:
+        action = "skip (stored)" if case.run_key in stored else "run"
+        table.add_row(case.run_key, case.op, str(case.num_nodes), str(case.num_tasks), case.environ, action)
+    console.print(table)
+    pending = [c for c in cases if c.run_key not in stored]
+    for number, invocation in enumerate(plan_invocations(pending), start=1):
+        prefix = DEFAULT_RUNS_DIR / f"{campaign.name}-<time>" / f"rfm-{number}"
+        console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(campaign, prefix))),
+                      soft_wrap=True)
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="campaign spec (YAML), e.g. campaigns/smoke.yaml")],
+    site: Annotated[Optional[str], typer.Option(
+        help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
+    db: Annotated[Optional[str], typer.Option(
+        help="SQLAlchemy URL of the results database (default: $COMMCAMP_DB_URL, else results/commcamp.db)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="run test cases again although passed runs are stored")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="validate the spec and show the test cases and ReFrame commands; run and write nothing")] = False,
+    runs_dir: Annotated[Path, typer.Option(
+        help="where run directories (ReFrame stage, output, perflogs, report) go")] = DEFAULT_RUNS_DIR,
+) -> None:
+    """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force)."""
+    console, errors = Console(), Console(stderr=True)
+    try:
+        campaign = load_campaign(spec, site)
+    except SpecError as exc:
+        errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    url = db or default_url()
+    if dry_run and (force or _stored_nothing_yet(url)):
+        _print_plan(console, campaign, stored=set())
+        return
+    try:
+        store = open_store(url)
+    except StoreError as exc:
+        errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    with store:
+        if dry_run:
+            _print_plan(console, campaign, stored={c.run_key for c in campaign.cases() if store.has_run(c.run_key)})
+            return
+        try:
+            result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir)
+        except StoreError as exc:
+            errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(EXIT_FAILED) from None
+    _print_summary(console, result)
+    console.print(f"Results: {escape(result.db_url)}")
+    if result.run_dir is not None:
+        console.print(f"Run directory: {result.run_dir}")
+    if not result.all_passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+results_cli.register(app)
+
+
+def main() -> None:
+    app()

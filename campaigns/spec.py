@@ -1,0 +1,261 @@
+"""Campaign specs: which ReFrame checks to run where, validated before anything runs.
+
+A spec is a YAML file (campaigns/smoke.yaml is the example):
+
+    name: smoke                      # campaign name; part of every run key
+    description: ...
+    site: local                      # a directory under site_configs/
+    system: local:cpu                # optional: system or system:partition (default: the site's
+                                     # only system, every partition of it that runs commbench)
+    environments: [openmpi, mpich]   # optional (default: every environment of the partition)
+    node_counts: [1]                 # each must fit the partition (site.yaml `nodes`)
+    checks:
+      - check: commbench_run         # the ReFrame test (reframe_checks/commbench.py)
+        ops: [pingpong, allreduce, alltoall]
+        min_bytes: 8                 # or `sizes: [8, 1024, 65536]`
+        max_bytes: 65536
+        step_factor: 8
+        warmup: 2
+        iters: 10
+        timeout_s: 60                # commbench's watchdog; the job gets a minute more
+        tasks_per_node: 2            # collectives; default from the site (pingpong: 2 ranks)
+        env: {UCX_TLS: "tcp,self"}   # extra environment of the runs (knobs)
+        extra_args: [--peer, "1"]    # more commbench options (no commas)
+
+`load_campaign` reads and validates it (every model forbids unknown keys) and checks it against the
+site; any problem raises SpecError naming the file, line, field path and what is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from campaigns.site import COMMBENCH_OPS, EnvVarName, Name, Partition, Site, SiteError, System, load_site
+from campaigns.yamlio import Loc, YamlDocument, YamlModelError
+
+# The node counts reframe_checks/commbench.py is parameterized with (its `num_nodes`).
+COMMBENCH_NODE_COUNTS = (1, 2)
+PINGPONG_RANKS = 2
+
+
+class SpecError(ValueError):
+    """A campaign spec that cannot be used; the message names every problem."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"repeated values {repeated}")
+    return values
+
+
+class CommbenchCheckSpec(_Model):
+    """Runs of reframe_checks/commbench.py's `commbench_run`: one test case per op, node count and
+    environment. The fields become its variables (`-S commbench_run.NAME=VALUE`)."""
+
+    check: Literal["commbench_run"]
+    ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
+    min_bytes: int = Field(default=8, ge=1)
+    max_bytes: int = Field(default=1 << 20, ge=1)
+    step_factor: int = Field(default=4, ge=2)
+    sizes: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+    warmup: int = Field(default=5, ge=0)
+    iters: int = Field(default=50, ge=1)
+    timeout_s: int = Field(default=120, ge=1)
+    check_data: bool = True
+    transport: Literal["mpi"] = "mpi"
+    tasks_per_node: int | None = Field(default=None, ge=1)
+    env: dict[EnvVarName, str] = {}
+    # ReFrame's list syntax for -S splits on ','.
+    extra_args: list[Annotated[str, Field(pattern=r"^[^,]+$")]] = []
+
+    @field_validator("ops", "sizes")
+    @classmethod
+    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
+        return values if values is None else _unique(values)
+
+    @model_validator(mode="after")
+    def _size_range(self) -> CommbenchCheckSpec:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes ({self.max_bytes}) is below min_bytes ({self.min_bytes})")
+        return self
+
+    def variables(self) -> dict[str, Any]:
+        """The check's variables, as ReFrame gets them (`-S commbench_run.NAME=VALUE`)."""
+        values: dict[str, Any] = {"warmup": self.warmup, "iters": self.iters, "bench_timeout": self.timeout_s,
+                                  "check_data": self.check_data, "transport": self.transport}
+        if self.extra_args:
+            values["extra_args"] = list(self.extra_args)
+        if self.sizes:
+            values["sizes"] = list(self.sizes)
+        else:
+            values.update(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor)
+        return values
+
+
+class CampaignSpec(_Model):
+    name: Name
+    description: str = ""
+    site: Name
+    system: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?$")
+    environments: list[Name] | None = Field(default=None, min_length=1)
+    node_counts: list[Literal[COMMBENCH_NODE_COUNTS]] = Field(min_length=1)  # type: ignore[valid-type]
+    checks: list[CommbenchCheckSpec] = Field(min_length=1)
+
+    @field_validator("environments", "node_counts")
+    @classmethod
+    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
+        return values if values is None else _unique(values)
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One ReFrame test case the campaign runs: a check with its variables on one partition and
+    environment; `run_key` identifies it in the results store."""
+
+    campaign: str
+    site: str
+    system: str
+    partition: str
+    environ: str
+    check: str
+    check_index: int
+    op: str
+    num_nodes: int
+    tasks_per_node: int
+    variables: tuple[tuple[str, Any], ...]
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_nodes * self.tasks_per_node
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {"op": self.op, "num_nodes": self.num_nodes, "num_tasks_per_node": self.tasks_per_node,
+                **dict(self.variables), "env": dict(self.env)}
+
+    @property
+    def run_key(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
+        return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
+                f"{self.check}/{self.op}/{self.num_nodes}n/{digest}")
+
+    @property
+    def reframe_name(self) -> str:
+        """Anchored regex for ReFrame's `-n`: the test's display name without spaces."""
+        return f"^{self.check}%op={self.op}%num_nodes={self.num_nodes}$"
+
+
+@dataclass(frozen=True)
+class Campaign:
+    spec: CampaignSpec
+    path: Path
+    site: Site
+    system: System
+    partitions: tuple[Partition, ...]
+    environments: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def cases(self) -> list[TestCase]:
+        cases = []
+        for index, check in enumerate(self.spec.checks):
+            for partition in self.partitions:
+                assert partition.commbench is not None  # _resolve keeps only commbench partitions
+                for environ in self.environments:
+                    if environ not in partition.environments:
+                        continue
+                    for op in check.ops:
+                        for nodes in self.spec.node_counts:
+                            per_node = (PINGPONG_RANKS // nodes if op == "pingpong"
+                                        else check.tasks_per_node or partition.commbench.tasks_per_node)
+                            cases.append(TestCase(
+                                campaign=self.name, site=self.site.name, system=self.system.name,
+                                partition=partition.name, environ=environ, check=check.check,
+                                check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
+                                variables=tuple(check.variables().items()),
+                                env=tuple(sorted(check.env.items()))))
+        return cases
+
+
+def _resolve(spec: CampaignSpec, path: Path, site: Site,
+             site_loc: Loc) -> tuple[Campaign | None, list[tuple[Loc, str]]]:
+    system_name, _, partition_name = (spec.system or "").partition(":")
+    if not system_name:
+        if len(site.systems) > 1:
+            names = ", ".join(s.name for s in site.systems)
+            return None, [(("system",), f"site {site.name!r} has several systems ({names}); name one")]
+        system_name = site.systems[0].name
+    try:
+        system = site.system(system_name)
+    except KeyError:
+        names = ", ".join(s.name for s in site.systems)
+        return None, [(("system",), f"site {site.name!r} has no system {system_name!r} (it has: {names})")]
+    if partition_name:
+        try:
+            partitions = [system.partition(partition_name)]
+        except KeyError:
+            names = ", ".join(p.name for p in system.partitions)
+            return None, [(("system",), f"system {system.name!r} of site {site.name!r} has no partition "
+                                        f"{partition_name!r} (it has: {names})")]
+    else:
+        partitions = list(system.partitions)
+    problems: list[tuple[Loc, str]] = []
+    missing = [p.name for p in partitions if p.commbench is None]
+    if partition_name and missing:
+        problems.append((("system",), f"partition {system.name}:{partition_name} has no commbench data in "
+                                      f"site {site.name!r}"))
+    partitions = [p for p in partitions if p.commbench is not None]
+    if not partitions and not problems:
+        problems.append((site_loc, f"no partition of {site.name}:{system.name} runs commbench"))
+    offered = sorted({env for p in partitions for env in p.environments})
+    for index, env in enumerate(spec.environments or []):
+        if env not in offered:
+            problems.append((("environments", index), f"{env!r} is not an environment of "
+                                                      f"{site.name}:{system.name} (it has: {', '.join(offered)})"))
+    for index, nodes in enumerate(spec.node_counts):
+        for partition in partitions:
+            if nodes > partition.nodes:
+                problems.append((("node_counts", index),
+                                 f"{nodes} nodes requested, but partition {system.name}:{partition.name} of site "
+                                 f"{site.name!r} has {partition.nodes}"))
+    if problems:
+        return None, problems
+    return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
+                    environments=tuple(spec.environments or offered)), []
+
+
+def load_campaign(path: Path, site_override: str | None = None) -> Campaign:
+    """Read, validate and resolve a campaign spec; `site_override` replaces its `site`.
+
+    Raises SpecError (every problem, each with file, line and field path). Reads only."""
+    try:
+        document = YamlDocument(Path(path))
+        spec = document.validate(CampaignSpec)
+    except YamlModelError as exc:
+        raise SpecError(str(exc)) from None
+    site_name = site_override or spec.site
+    site_loc: Loc = () if site_override else ("site",)
+    try:
+        site = load_site(site_name)
+    except SiteError as exc:
+        where = "--site" if site_override else document.problem(site_loc, "").rstrip(": ")
+        raise SpecError(f"{where}: {exc}") from None
+    if site_override:
+        spec = spec.model_copy(update={"site": site_override})
+    campaign, problems = _resolve(spec, Path(path), site, site_loc)
+    if campaign is None:
+        raise SpecError(str(document.error(problems)))
+    return campaign

@@ -1,0 +1,121 @@
+"""Load a YAML file into a pydantic model with errors that name the file, the line and the field path.
+
+Used for campaign specs and site data (site_configs/<site>/site.yaml). Duplicate mapping keys are an
+error (PyYAML would silently keep the last one), and every problem pydantic finds is reported, each
+as `FILE:LINE: field.path: message`.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+Loc = Sequence[str | int]
+
+
+class YamlModelError(ValueError):
+    """A YAML document that cannot be read, parsed or validated; the message lists every problem."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys in a mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def format_loc(loc: Loc) -> str:
+    """('checks', 0, 'iters') -> 'checks[0].iters'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(document)"
+
+
+class YamlDocument:
+    """A parsed YAML file that still knows where each value came from."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.source = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise YamlModelError(self.source, [f"{self.source}: cannot read: {exc}"]) from exc
+        try:
+            self.root = yaml.compose(text, Loader=_UniqueKeyLoader)
+            self.data = yaml.load(text, Loader=_UniqueKeyLoader)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{self.source}:{mark.line + 1}" if mark is not None else self.source
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise YamlModelError(self.source, [f"{where}: malformed YAML: {problem}"]) from exc
+
+    def line_of(self, loc: Loc) -> int | None:
+        """1-based line of the deepest node along `loc` that exists in the document."""
+        node = self.root
+        line = node.start_mark.line + 1 if node is not None else None
+        for part in loc:
+            child = None
+            if isinstance(node, yaml.MappingNode):
+                child = next((value for key, value in node.value if key.value == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                child = node.value[part]
+            if child is None:
+                break
+            node, line = child, child.start_mark.line + 1
+        return line
+
+    def problem(self, loc: Loc, message: str) -> str:
+        line = self.line_of(loc)
+        where = f"{self.source}:{line}" if line is not None else self.source
+        return f"{where}: {format_loc(loc)}: {message}"
+
+    def error(self, problems: Iterable[tuple[Loc, str]]) -> YamlModelError:
+        return YamlModelError(self.source, [self.problem(loc, message) for loc, message in problems])
+
+    def validate(self, model: type[ModelT]) -> ModelT:
+        if not isinstance(self.data, dict):
+            kind = "empty" if self.data is None else f"a {type(self.data).__name__}"
+            raise YamlModelError(self.source, [f"{self.source}: expected a mapping at the top level, "
+                                               f"the document is {kind}"])
+        try:
+            return model.model_validate(self.data)
+        except ValidationError as exc:
+            raise self.error(_pydantic_problems(exc)) from None
+
+
+def _pydantic_problems(exc: ValidationError) -> list[tuple[Loc, str]]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        # A model-level validator's message has its own field path; pydantic prefixes "Value error, ".
+        message = error["msg"].removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        elif "input" in error and error["type"] not in ("value_error", "assertion_error"):
+            message = f"{message} (got {error['input']!r})"
+        problems.append((tuple(error["loc"]), message))
+    return problems
+
+
+def load_yaml_model(path: Path, model: type[ModelT]) -> ModelT:
+    """Parse `path` and validate it as `model`; raises YamlModelError naming every problem."""
+    return YamlDocument(path).validate(model)

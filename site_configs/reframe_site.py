@@ -1,0 +1,154 @@
+"""Turn a site's data file (site_configs/<site>/site.yaml) into a ReFrame configuration.
+
+Each `site_configs/<site>/reframe_config.py` is two lines around `site_configuration(<its site.yaml>)`.
+This module needs only ReFrame and PyYAML (both in any ReFrame install), so a site can point its own
+ReFrame at the file. The strict validation of site.yaml lives in commcamp (campaigns/site.py); here
+the data is only reshaped:
+
+* each partition's check-relevant data goes into its ReFrame `extras`, which checks read as
+  `self.current_partition.extras` (checks never hard-code site specifics):
+  `nodes`, `cores_per_node`, `gpus_per_node` and, for partitions that run commbench, `commbench`
+  (`backend`, `tasks_per_node`, `references`); such partitions also get the feature `commbench`;
+* every environment gets the extras `mpi` (library family) and the features listed in site.yaml;
+* stage, output and perflog directories default to results/runs/reframe/ of this repository and the
+  run report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
+* perflogs (filelog) carry what users miss in ReFrame's default ones: node count, tasks, GPUs per
+  node, pass/fail, and per performance variable its value, unit, reference and thresholds.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from reframe.core.backends import getlauncher, register_launcher
+from reframe.core.exceptions import ConfigError
+from reframe.core.launchers import JobLauncher
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PREFIX = REPO_ROOT / "results" / "runs" / "reframe"
+
+MPIEXEC_FROM_ENV = "mpiexec-from-env"
+MPIEXEC_VARIABLE = "COMMCAMP_MPIEXEC"
+
+PERFLOG_FORMAT = "|".join([
+    "%(check_job_completion_time)s", "%(version)s", "%(check_display_name)s", "%(check_system)s",
+    "%(check_partition)s", "%(check_environ)s", "%(check_result)s", "%(check_num_nodes)s",
+    "%(check_num_tasks)s", "%(check_num_tasks_per_node)s", "%(check_num_gpus_per_node)s",
+    "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_perfvalues)s",
+])
+# One block per performance variable; the header names them <variable>_value, <variable>_unit, ...
+PERFLOG_FORMAT_PERFVARS = "|".join([
+    "%(check_perf_value)s", "%(check_perf_unit)s", "%(check_perf_ref)s", "%(check_perf_lower_thres)s",
+    "%(check_perf_upper_thres)s", "%(check_perf_result)s",
+]) + "|"
+
+
+class MpiexecFromEnvLauncher(JobLauncher):
+    """`"$COMMCAMP_MPIEXEC" -n <tasks>`: the programming environment names its MPI's launcher.
+
+    A ReFrame partition has one launcher for all its environments, but on a plain machine each MPI
+    must be started by its own mpiexec (Open MPI's `mpirun.openmpi`, MPICH's `mpiexec.mpich`; the
+    `mpiexec` on PATH is whichever Debian's alternatives chose). Deferring the choice to a variable
+    that each environment exports keeps one partition and leaves the MPI-specific settings in the
+    environments, where they belong.
+    """
+
+    def command(self, job: Any) -> list[str]:
+        return [f'"${{{MPIEXEC_VARIABLE}:?the programming environment must set {MPIEXEC_VARIABLE}}}"',
+                "-n", str(job.num_tasks)]
+
+
+def _register_launchers() -> None:
+    # ReFrame may import a configuration file more than once in one process.
+    try:
+        getlauncher(MPIEXEC_FROM_ENV)
+    except ConfigError:
+        register_launcher(MPIEXEC_FROM_ENV)(MpiexecFromEnvLauncher)
+
+
+def _pairs(mapping: dict[str, Any] | None) -> list[list[str]]:
+    return [[name, str(value)] for name, value in (mapping or {}).items()]
+
+
+def _partition(part: dict[str, Any]) -> dict[str, Any]:
+    node = part.get("node") or {}
+    extras: dict[str, Any] = {
+        "nodes": part["nodes"],
+        "cores_per_node": node.get("cores"),
+        "gpus_per_node": node.get("gpus", 0),
+    }
+    features = []
+    if part.get("commbench"):
+        extras["commbench"] = {"references": [], **part["commbench"]}
+        features.append("commbench")
+    return {
+        "name": part["name"],
+        "descr": part.get("description", ""),
+        "scheduler": part["scheduler"],
+        "launcher": part["launcher"],
+        "access": list(part.get("access", [])),
+        "max_jobs": part.get("max_jobs", 1),
+        "environs": list(part["environments"]),
+        "env_vars": _pairs(part.get("env_vars")),
+        "features": features,
+        "extras": extras,
+    }
+
+
+def _environment(env: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": env["name"],
+        "cc": env["cc"],
+        "cxx": env.get("cxx", ""),
+        "ftn": env.get("ftn", ""),
+        "nvcc": env.get("nvcc", ""),
+        "modules": list(env.get("modules", [])),
+        "env_vars": _pairs(env.get("env_vars")),
+        "features": list(env.get("features", ["mpi"])),
+        "extras": {"mpi": env["mpi"]},
+    }
+
+
+def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ReFrame `site_configuration` dictionary for one site.yaml."""
+    _register_launchers()
+    with open(site_yaml, encoding="utf-8") as stream:
+        site = yaml.safe_load(stream)
+    reports = DEFAULT_PREFIX / "reports"
+    return {
+        "systems": [
+            {
+                "name": system["name"],
+                "descr": system.get("description", ""),
+                "hostnames": list(system["hostnames"]),
+                "modules_system": system.get("modules_system", "nomod"),
+                "prefix": str(DEFAULT_PREFIX),
+                "partitions": [_partition(part) for part in system["partitions"]],
+            }
+            for system in site["systems"]
+        ],
+        "environments": [_environment(env) for env in site["environments"]],
+        "logging": [{
+            "handlers": [
+                {"type": "stream", "name": "stdout", "level": "info", "format": "%(message)s"},
+                # Debug log: rfm-*.log in $TMPDIR (commcamp points TMPDIR into its run directory).
+                {"type": "file", "level": "debug2",
+                 "format": "[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s"},
+            ],
+            "handlers_perflog": [{
+                "type": "filelog",
+                "prefix": "%(check_system)s/%(check_partition)s",
+                "level": "info",
+                "format": PERFLOG_FORMAT,
+                "format_perfvars": PERFLOG_FORMAT_PERFVARS,
+                "datefmt": "%FT%T%:z",
+                "append": True,
+            }],
+        }],
+        "general": [{
+            "report_file": str(reports / "run-report-{sessionid}.json"),
+            "check_search_path": [str(REPO_ROOT / "reframe_checks")],
+        }],
+    }
