@@ -11,10 +11,12 @@
 
 #include <stdint.h>
 
+/* Inline helpers for host and device code; "unused" because nvcc's host pass with clang as host
+ * compiler flags static inline functions a translation unit does not call. */
 #if defined(__CUDACC__) || defined(__HIPCC__)
-#define CB_HOSTDEV __host__ __device__
+#define CB_HOSTDEV __host__ __device__ __attribute__((unused))
 #else
-#define CB_HOSTDEV
+#define CB_HOSTDEV __attribute__((unused))
 #endif
 
 #ifdef __cplusplus
