@@ -34,7 +34,7 @@ NPS=${NPS:-"4 2"}
 SIZES=${SIZES:-8,64,512,4K,32K,256K,2M,16M,128M,1G}
 PAIR_SIZES=${PAIR_SIZES:-8,1M,256M}
 ITERS=${ITERS:-10}
-WARMUP=${WARMUP:-3}
+WARMUP=${WARMUP:-2}
 CASE_LIMIT_S=${CASE_LIMIT_S:-600}
 BIN="$OUT/build/cuda/commbench"
 STARTED=$(date +%s)
@@ -132,9 +132,9 @@ run_case "fault-corrupt-d2d-kernel" 1 "$FIRST_NP" -- --transport d2d-kernel --op
 run_case "fault-corrupt-ccl" 1 "$FIRST_NP" -- --transport ccl --op allreduce,bcast --sizes 4K --iters 3 --warmup 1 \
     --inject corrupt
 run_case "fault-hang-ccl" 3 "$FIRST_NP" -- --transport ccl --op allreduce --sizes 1M --iters 3 --warmup 1 --inject hang \
-    --timeout 15
+    --timeout 10
 run_case "fault-hang-d2d" 3 2 -- --transport d2d --op pingpong --sizes 1M --iters 3 --warmup 1 --inject hang \
-    --timeout 15
+    --timeout 10
 
 echo "== summary"
 python3 - "$OUT" <<'PYEOF' | tee "$OUT/summary.txt"
