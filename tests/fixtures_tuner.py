@@ -103,7 +103,7 @@ def make_scope(**fields: object) -> StudyScope:
         library="nccl",
         library_version="2.28.3",
         op="allreduce",
-        transport="nccl",
+        transport="ccl",
         nodes=2,
         gpus_per_node=4,
     )

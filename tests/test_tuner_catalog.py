@@ -198,18 +198,18 @@ def test_forbidden_knob_is_never_in_a_space(catalog: KnobCatalog) -> None:
 
 
 def test_version_filtering(catalog: KnobCatalog) -> None:
-    old = build_space(catalog, {Library.NCCL: "2.16.5"}, transport="nccl")
-    new = build_space(catalog, NCCL_NEW, transport="nccl")
+    old = build_space(catalog, {Library.NCCL: "2.16.5"}, transport="ccl")
+    new = build_space(catalog, NCCL_NEW, transport="ccl")
     assert "NCCL_MIN_NCHANNELS" in old.knob_names and "NCCL_MIN_CTAS" not in old.knob_names
     assert "NCCL_MIN_CTAS" in new.knob_names and "NCCL_MIN_NCHANNELS" not in new.knob_names
     assert "NCCL_NCHANNELS_PER_PEER" not in new.knob_names  # RCCL only
     algo = {d.name: d for d in old.dimensions}["NCCL_ALGO"].choices
     assert algo is not None and "PAT" not in algo and "NVLS" not in algo and "CollnetDirect" in algo
     assert "PAT" in {d.name: d for d in new.dimensions}["NCCL_ALGO"].choices
-    rccl = build_space(catalog, {Library.RCCL: "2.18.3", Library.HSA: "6.0.3"}, transport="rccl")
+    rccl = build_space(catalog, {Library.RCCL: "2.18.3", Library.HSA: "6.0.3"}, transport="ccl")
     assert {d.name: d for d in rccl.dimensions}["NCCL_ALGO"].choices == ("Ring", "Tree", "unset")
     assert {"NCCL_NCHANNELS_PER_PEER", "HSA_ENABLE_SDMA", "NCCL_MIN_NCHANNELS"} <= set(rccl.knob_names)
-    unknown = build_space(catalog, {Library.NCCL: None}, transport="nccl")
+    unknown = build_space(catalog, {Library.NCCL: None}, transport="ccl")
     assert "NCCL_MIN_CTAS" not in unknown.knob_names and "NCCL_IB_SL" in unknown.knob_names
     with pytest.raises(SpaceError, match="2.16.5 does not match >=2.17"):
         build_space(catalog, {Library.NCCL: "2.16.5"}, knobs=["NCCL_MAX_CTAS"])

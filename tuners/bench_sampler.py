@@ -62,7 +62,7 @@ def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) ->
         library=Library.NCCL,
         library_version="2.28.3",
         op="allreduce",
-        transport="nccl",
+        transport="ccl",
         nodes=1,
         gpus_per_node=4,
     )
