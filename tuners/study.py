@@ -371,10 +371,6 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if is_counted(t)]
 
 
-def defaults_trial(study: optuna.Study) -> FrozenTrial | None:
-    return next((t for t in complete_trials(study) if t.user_attrs.get(ROLE) == "defaults"), None)
-
-
 def top_envs(study: optuna.Study, k: int, bucket: str | None = None) -> list[tuple[int, dict[str, str], float]]:
     """The k best distinct environments (trial number, env, time in us), overall or for one
     bucket, excluding the baseline environment."""
