@@ -1,8 +1,10 @@
 /* commbench: communication benchmark for CPUs and GPUs (see --help). */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "comm.h"
@@ -216,6 +218,24 @@ static int run(struct cb_ctx *ctx)
     return code;
 }
 
+/* MPICH 4.0 over UCX can deadlock in MPI_Finalize (pmodels/mpich#6596, fixed in 4.2): a rank waits
+ * for endpoint disconnects that its peers, already in the PMI barrier, never progress. Seen in about
+ * a third of 2-node runs with UCX_TLS=tcp,self. Every record is written by then, so a rank whose
+ * MPI_Finalize has not returned after this long exits with the code it would have returned. */
+#define CB_FINALIZE_GRACE_S 10
+
+static int exit_code;
+
+static void *finalize_guard(void *unused)
+{
+    (void)unused;
+    sleep(CB_FINALIZE_GRACE_S);
+    fprintf(stderr, "commbench: MPI_Finalize did not return within %d s; exiting with code %d\n",
+            CB_FINALIZE_GRACE_S, exit_code);
+    fflush(stderr);
+    _exit(exit_code);
+}
+
 int main(int argc, char **argv)
 {
     static struct cb_args args;
@@ -248,6 +268,10 @@ int main(int argc, char **argv)
     ctx.args = &args;
     int code = run(&ctx);
     cb_ctx_free(&ctx);
+    exit_code = code;
+    pthread_t guard;
+    if (pthread_create(&guard, NULL, finalize_guard, NULL) == 0)
+        pthread_detach(guard);
     MPI_Finalize();
     return code;
 }
