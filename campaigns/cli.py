@@ -60,7 +60,8 @@ def _print_summary(console: Console, result: CampaignResult) -> None:
     console.print(table)
     for item in result.results:
         if item.status in ("fail", "error"):
-            console.print(f"[bold red]{item.status}[/] {escape(item.case.run_key)}: {escape(item.reason or '')}")
+            console.print(f"[bold red]{item.status}[/] {escape(item.case.run_key)}: {escape(item.reason or '')}",
+                          soft_wrap=True)
 
 
 def _print_plan(console: Console, campaign: Campaign, stored: set[str]) -> None:
@@ -97,7 +98,7 @@ def run(
     try:
         campaign = load_campaign(spec, site)
     except SpecError as exc:
-        errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False)
+        errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
     url = db or default_url()
     if dry_run and (force or _stored_nothing_yet(url)):
@@ -106,7 +107,7 @@ def run(
     try:
         store = open_store(url)
     except StoreError as exc:
-        errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False)
+        errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
     with store:
         if dry_run:
@@ -115,7 +116,7 @@ def run(
         try:
             result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir)
         except StoreError as exc:
-            errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False)
+            errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_FAILED) from None
     _print_summary(console, result)
     console.print(f"Results: {escape(result.db_url)}")

@@ -256,7 +256,7 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
         run_dir = new_run_dir(campaign, runs_dir)
         console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
                       f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
-                      f"{campaign.system.name}; run directory {run_dir}")
+                      f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
         for number, invocation in enumerate(plan_invocations(pending), start=1):
             prefix = run_dir / f"rfm-{number}"
             cmd = invocation.command(campaign, prefix)

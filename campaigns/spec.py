@@ -17,7 +17,8 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
         step_factor: 8
         warmup: 2
         iters: 10
-        timeout_s: 60                # commbench's watchdog; the job gets a minute more
+        timeout_s: 60                # commbench's watchdog: the longest one step may take
+        time_limit_s: 120            # the job's time limit (Slurm rounds up to minutes)
         tasks_per_node: 2            # collectives; default from the site (pingpong: 2 ranks)
         env: {UCX_TLS: "tcp,self"}   # extra environment of the runs (knobs)
         extra_args: [--peer, "1"]    # more commbench options (no commas)
@@ -71,6 +72,7 @@ class CommbenchCheckSpec(_Model):
     warmup: int = Field(default=5, ge=0)
     iters: int = Field(default=50, ge=1)
     timeout_s: int = Field(default=120, ge=1)
+    time_limit_s: int = Field(default=600, ge=1)
     check_data: bool = True
     transport: Literal["mpi"] = "mpi"
     tasks_per_node: int | None = Field(default=None, ge=1)
@@ -92,6 +94,7 @@ class CommbenchCheckSpec(_Model):
     def variables(self) -> dict[str, Any]:
         """The check's variables, as ReFrame gets them (`-S commbench_run.NAME=VALUE`)."""
         values: dict[str, Any] = {"warmup": self.warmup, "iters": self.iters, "bench_timeout": self.timeout_s,
+                                  "time_limit": f"{self.time_limit_s}s",
                                   "check_data": self.check_data, "transport": self.transport}
         if self.extra_args:
             values["extra_args"] = list(self.extra_args)

@@ -1,0 +1,84 @@
+"""`commcamp run` end to end on site "local": ReFrame builds and runs commbench with Open MPI and MPICH,
+the runner stores every test case, skips stored passes, and records failures with their records."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from campaigns.cli import app
+from campaigns.store import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "campaigns" / "smoke.yaml"
+OPS = ("pingpong", "allreduce", "alltoall")
+ENVIRONS = ("openmpi", "mpich")
+
+
+def commcamp(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_smoke_campaign_on_local(tmp_path: Path) -> None:
+    db, runs = tmp_path / "results.db", tmp_path / "runs"
+    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs))
+    assert code == 0, out + err
+    assert f"Results: sqlite:///{db}" in out
+    (run_dir,) = runs.iterdir()
+    assert f"Run directory: {run_dir}" in out
+
+    with open_store(f"sqlite:///{db}") as store:
+        stored = store.runs()
+        assert {(r.status, r.environ, r.parameters["op"], r.num_nodes, r.num_tasks) for r in stored} == {
+            ("pass", env, op, 1, 2) for op in OPS for env in ENVIRONS}
+        frame = store.measurements()
+    # smoke.yaml: 8 B .. 64 KiB by factor 8 = 5 sizes per op and environment, every one valid
+    assert len(frame) == len(OPS) * len(ENVIRONS) * 5
+    assert frame["valid"].all()
+    by_case = frame.groupby(["op", "environ"]).size()
+    assert len(by_case) == len(OPS) * len(ENVIRONS) and (by_case == 5).all()
+    for ranks, hosts in zip(frame["ranks"], frame["hostnames"], strict=True):
+        assert ranks == 2 and len(set(hosts)) == 1
+
+    # What ReFrame left behind: the run report and a perflog whose lines carry the node count, tasks,
+    # GPUs per node, the result and value/unit/reference per performance variable.
+    assert (run_dir / "rfm-1" / "report.json").is_file()
+    perflog = (run_dir / "rfm-1" / "perflogs" / "local" / "cpu" / "commbench_run.log").read_text().splitlines()
+    header = perflog[0].split("|")
+    for column in ("result", "num_nodes", "num_tasks", "num_gpus_per_node", "small_latency_value",
+                   "small_latency_unit", "small_latency_ref", "large_busbw_value", "large_busbw_result"):
+        assert column in header
+    row = dict(zip(header, perflog[1].split("|"), strict=True))
+    assert (row["result"], row["num_nodes"], row["num_tasks"], row["num_gpus_per_node"]) == ("pass", "1", "2", "0")
+    assert row["small_latency_unit"] == "us" and float(row["small_latency_value"]) > 0
+
+    # Everything passed and is stored: a second run has nothing to do and starts no ReFrame.
+    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs))
+    assert code == 0, out + err
+    assert "Nothing to run" in out
+    assert len(list(runs.iterdir())) == 1
+
+
+def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path: Path) -> None:
+    # commbench's own test hook corrupts received data: records with valid=false, exit code 1.
+    spec = tmp_path / "corrupt.yaml"
+    spec.write_text(
+        "name: corrupt\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+        "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    sizes: [64, 4096]\n    iters: 3\n"
+        "    warmup: 1\n    timeout_s: 30\n    extra_args: [--inject, corrupt]\n"
+        "    env: {OMPI_COMMCAMP_PROBE: 'tcp,self:x ^y'}\n")
+    db = tmp_path / "results.db"
+    code, out, err = commcamp("run", str(spec), "--db", f"sqlite:///{db}", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, out + err
+    with open_store(f"sqlite:///{db}") as store:
+        (run,) = store.runs()
+        assert run.status == "fail"
+        assert "commbench exited with code 1 (data validation failed)" in run.reason
+        assert not store.has_run(run.run_key)  # a failed run is tried again next time
+        frame = store.measurements()
+    assert sorted(frame["bytes"]) == [64, 4096] and not frame["valid"].any()
+    # The knob went through `-S env_vars=<JSON>` and the job script verbatim (commas, colon, caret, space).
+    assert all(env["OMPI_COMMCAMP_PROBE"] == "tcp,self:x ^y" for env in frame["env"])
+    for record in frame.to_dict("records"):
+        assert record["wrong_elements"] > 0

@@ -1,0 +1,176 @@
+"""Campaign specs and site data: what a valid spec becomes, and that a bad one is refused with the file,
+line, field and problem named, exit code 2, and nothing written (no results DB, no run directory)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from campaigns.cli import app
+from campaigns.runner import plan_invocations
+from campaigns.site import SiteError, available_sites, load_site
+from campaigns.spec import SpecError, load_campaign
+from campaigns.store import open_store
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = REPO / "campaigns" / "smoke.yaml"
+SMOKE_SLURM = REPO / "campaigns" / "smoke-localslurm.yaml"
+
+VALID_SPEC = """\
+name: t
+site: local
+node_counts: [1]
+checks:
+  - check: commbench_run
+    ops: [pingpong, allreduce]
+    max_bytes: 1024
+"""
+
+
+def write_spec(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_shipped_sites_validate() -> None:
+    assert {"local", "localslurm"} <= set(available_sites())
+    for name in available_sites():
+        site = load_site(name)
+        assert site.reframe_config.is_file()
+    local = load_site("local").system("local").partition("cpu")
+    assert (local.nodes, local.node.gpus, local.commbench.backend) == (1, 0, "cpu")
+    assert load_site("localslurm").system("localslurm").partition("debug").scheduler == "slurm"
+
+
+def test_unknown_site() -> None:
+    with pytest.raises(SiteError, match="unknown site 'mars'; known sites: .*local"):
+        load_site("mars")
+
+
+def test_smoke_specs_resolve() -> None:
+    local = load_campaign(SMOKE)
+    cases = local.cases()
+    assert {(c.op, c.environ, c.num_nodes, c.num_tasks) for c in cases} == {
+        (op, env, 1, 2) for op in ("pingpong", "allreduce", "alltoall") for env in ("openmpi", "mpich")}
+    assert {c.partition for c in cases} == {"cpu"}
+
+    slurm = load_campaign(SMOKE_SLURM).cases()
+    assert len(slurm) == 12
+    # pingpong: 2 ranks (1 per node on 2 nodes); collectives: 2 ranks per node
+    assert {(c.op, c.num_nodes): c.num_tasks for c in slurm} == {
+        ("pingpong", 1): 2, ("pingpong", 2): 2, ("allreduce", 1): 2, ("allreduce", 2): 4,
+        ("alltoall", 1): 2, ("alltoall", 2): 4}
+
+    moved = load_campaign(SMOKE, site_override="localslurm").cases()
+    assert {(c.site, c.system, c.partition) for c in moved} == {("localslurm", "localslurm", "debug")}
+
+
+def test_run_keys_identify_parameters(tmp_path: Path) -> None:
+    base = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC)).cases()}
+    assert len(base) == 4  # 2 ops x 2 environments
+    again = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC)).cases()}
+    assert again == base
+    for change in ("    iters: 7\n", "    env: {UCX_TLS: 'tcp,self'}\n", "    tasks_per_node: 1\n"):
+        changed = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC + change)).cases()}
+        if "tasks_per_node" in change:  # pingpong always runs 2 ranks: only the allreduce keys change
+            assert len(changed & base) == 2
+        else:
+            assert not changed & base, change
+
+
+def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, VALID_SPEC + "    env: {UCX_TLS: 'tcp,self', NCCL_PROTO: '^LL128'}\n")
+    campaign = load_campaign(spec)
+    cases = campaign.cases()
+    everything = plan_invocations(cases)
+    assert len(everything) == 1 and set(everything[0].cases) == set(cases)
+    command = everything[0].command(campaign, tmp_path / "rfm-1")
+    assert command[command.index("-p") + 1] == "^(mpich|openmpi)$"
+    assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,self", "NCCL_PROTO": "^LL128"}) in command
+    assert "commbench_run.max_bytes=1024" in command
+
+    # pingpong is stored for mpich only: pingpong runs on openmpi alone, allreduce on both
+    pending = [c for c in cases if not (c.op == "pingpong" and c.environ == "mpich")]
+    split = {inv.environments: {c.op for c in inv.cases} for inv in plan_invocations(pending)}
+    assert split == {("mpich", "openmpi"): {"allreduce"}, ("openmpi",): {"pingpong"}}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    itres: 10"),
+                 ["spec.yaml:7: checks[0].itres: unknown field"], id="unknown-field"),
+    pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    iters: many"),
+                 ["spec.yaml:7: checks[0].iters: Input should be a valid integer", "'many'"], id="wrong-type"),
+    pytest.param(VALID_SPEC.replace("site: local", "site: mars"),
+                 ["spec.yaml:2: site", "unknown site 'mars'"], id="unknown-site"),
+    pytest.param(VALID_SPEC.replace("node_counts: [1]", "node_counts: [1, 2]"),
+                 ["spec.yaml:3: node_counts[1]: 2 nodes requested, but partition local:cpu of site 'local' has 1"],
+                 id="too-many-nodes"),
+    pytest.param(VALID_SPEC.replace("node_counts: [1]", "node_counts: [1, 3]"),
+                 ["node_counts[1]: Input should be 1 or 2"], id="node-count-not-offered"),
+    pytest.param(VALID_SPEC + "environments: [openmpi, intelmpi]\n",
+                 ["spec.yaml:8: environments[1]: 'intelmpi' is not an environment of local:local"],
+                 id="unknown-environment"),
+    pytest.param(VALID_SPEC.replace("site: local", "site: local\nsystem: local:gpu"),
+                 ["spec.yaml:3: system: system 'local' of site 'local' has no partition 'gpu'"], id="unknown-partition"),
+    pytest.param(VALID_SPEC + "    min_bytes: 4096\n", ["checks[0]: max_bytes (1024) is below min_bytes (4096)"],
+                 id="empty-size-range"),
+    pytest.param(VALID_SPEC.replace("name: t", "name: t\nname: u"), ["spec.yaml:2: malformed YAML: duplicate key 'name'"],
+                 id="duplicate-key"),
+    pytest.param(VALID_SPEC.replace("ops: [pingpong, allreduce]", "ops: [pingpong, allreduce"),
+                 ["spec.yaml:", "malformed YAML"], id="malformed-yaml"),
+    pytest.param("- just\n- a list\n", ["expected a mapping at the top level"], id="not-a-mapping"),
+    pytest.param(VALID_SPEC.replace("node_counts: [1]\n", ""), ["node_counts: required field is missing"],
+                 id="missing-field"),
+])
+def test_bad_spec_is_refused_and_nothing_is_written(tmp_path: Path, text: str, expected: list[str]) -> None:
+    spec = write_spec(tmp_path, text)
+    with pytest.raises(SpecError) as raised:
+        load_campaign(spec)
+    for fragment in expected:
+        assert fragment in str(raised.value)
+
+    # Through the CLI: an existing database is left byte for byte as it was, a missing one is not created.
+    existing = tmp_path / "existing.db"
+    open_store(f"sqlite:///{existing}").close()
+    digest = hashlib.sha256(existing.read_bytes()).hexdigest()
+    missing = tmp_path / "missing.db"
+    for db in (existing, missing):
+        result = CliRunner().invoke(app, ["run", str(spec), "--db", f"sqlite:///{db}",
+                                          "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 2, result.stdout + result.stderr
+        assert "invalid campaign spec" in result.stderr
+        for fragment in expected:
+            assert fragment in result.stderr
+    assert hashlib.sha256(existing.read_bytes()).hexdigest() == digest
+    assert not missing.exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_site_override_is_checked(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", str(SMOKE), "--site", "mars", "--db", f"sqlite:///{tmp_path}/x.db"])
+    assert result.exit_code == 2
+    assert "--site: unknown site 'mars'" in result.stderr
+    spec = write_spec(tmp_path, VALID_SPEC.replace("site: local", "site: local\nsystem: local"))
+    with pytest.raises(SpecError, match="site 'localslurm' has no system 'local'"):
+        load_campaign(spec, site_override="localslurm")
+
+
+def test_dry_run_shows_plan_and_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "results.db"
+    result = CliRunner().invoke(app, ["run", str(SMOKE), "--dry-run", "--db", f"sqlite:///{db}",
+                                      "--runs-dir", str(tmp_path / "runs")], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.count("smoke/local/local:cpu/") == 6
+    assert "reframe invocation 1:" in result.stdout and "-p '^(mpich|openmpi)$'" in result.stdout
+    assert not db.exists() and not (tmp_path / "runs").exists()
+
+
+def test_help_lists_commands() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for command in ("run", "results"):
+        assert command in result.stdout
