@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections import defaultdict
@@ -29,7 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.records import RecordError, load_records, parse_records
+from campaigns.records import RecordError, parse_records
 from campaigns.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store
 
@@ -48,15 +49,18 @@ _RESULT_STYLE = {"OK": "green", "FAIL": "bold red", "SKIP": "yellow", "ABORT": "
 
 @dataclass
 class CaseResult:
-    """What became of one test case. status: pass, fail, error (ReFrame did not run it), or stored
-    (a passed run with this key is already in the store, so it was not run again)."""
+    """What became of one test case. status: pass, fail, error (ReFrame did not run it to the end), or
+    stored (a passed run with this key is already in the store, so it was not run again)."""
 
     case: TestCase
     status: str
     reason: str | None = None
     perf: dict[str, tuple[float, str]] = field(default_factory=dict)
     num_records: int = 0
+    num_tasks: int | None = None
     job_id: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
     directory: Path | None = None
 
 
@@ -93,10 +97,15 @@ class Invocation:
         if check.tasks_per_node is not None:
             cmd += ["-S", f"{check.check}.num_tasks_per_node={check.tasks_per_node}"]
         if check.env:
-            # JSON: knob values may contain the ',' and ':' of ReFrame's short dict syntax.
-            cmd += ["-S", f"{check.check}.env_vars={json.dumps(check.env)}"]
+            cmd += ["-S", env_vars_setting(check.check, check.env)]
         cmd += ["--prefix", str(prefix), "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
+
+
+def env_vars_setting(check: str, env: dict[str, str]) -> str:
+    """`-S` argument that sets a check's env_vars to exactly `env`: JSON, since values may hold the ','
+    and ':' of ReFrame's short dict syntax, and shell-quoted, since ReFrame writes `export NAME=VALUE`."""
+    return f"{check}.env_vars=" + json.dumps({name: shlex.quote(value) for name, value in env.items()})
 
 
 def _reframe_value(value: Any) -> str:
@@ -161,7 +170,7 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console) -> int:
         return proc.wait()
 
 
-def _testcases(report_path: Path) -> list[dict[str, Any]]:
+def report_testcases(report_path: Path) -> list[dict[str, Any]]:
     """The report's test cases; of a test case retried (--max-retries), the last try."""
     report = json.loads(report_path.read_text(encoding="utf-8"))
     latest: dict[tuple[str, str, str], dict[str, Any]] = {}
@@ -181,7 +190,7 @@ def _matching(case: TestCase, testcases: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def _valid_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each line that is a valid record, and what is wrong with the others (failed runs)."""
+    """Each line that is a valid record, and what is wrong with the others."""
     records: list[dict[str, Any]] = []
     problems: list[str] = []
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
@@ -197,49 +206,53 @@ def _timestamp(unix: float | None) -> datetime | None:
     return datetime.fromtimestamp(unix, UTC) if unix else None
 
 
-def _outcome(case: TestCase, tc: dict[str, Any] | None, reframe_rc: int,
-             prefix: Path) -> tuple[CaseResult, list[dict[str, Any]], dict[str, Any]]:
-    """The result, the records to store and the RunInfo extras of one test case."""
+def _failure(tc: dict[str, Any], testcases: list[dict[str, Any]]) -> tuple[str, str]:
+    """Status and reason of a test case that did not pass."""
+    if tc["result"] == "fail":
+        return "fail", f"{tc.get('fail_phase')}: {tc.get('fail_reason')}"
+    if tc["result"] == "fail_deps":  # its build (fixture) failed
+        failed = [f"{dep['display_name']} failed in {dep.get('fail_phase')}: {dep.get('fail_reason')} "
+                  f"(see {dep.get('stagedir')})"
+                  for dep in testcases if dep.get("fixture") and dep["result"] == "fail"
+                  and [dep["unique_name"], f"{dep['system']}:{dep['partition']}", dep["environ"]]
+                  in tc.get("dependencies_actual", [])]
+        return "fail", "; ".join(failed) or "a dependency failed"
+    return "error", f"ReFrame result {tc['result']}: {tc.get('fail_reason') or 'no reason given'}"
+
+
+def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: int,
+             prefix: Path) -> tuple[CaseResult, list[dict[str, Any]]]:
+    """The result of one test case and the records to store with it."""
+    tc = _matching(case, testcases)
     if tc is None:
-        reason = (f"ReFrame (exit code {reframe_rc}) did not report this test case; "
-                  f"see {prefix / REFRAME_LOG}")
-        return CaseResult(case, "error", reason), [], {}
-    if tc["result"] == "pass":
-        status, reason = "pass", None
-    elif tc["result"] == "fail":
-        status, reason = "fail", f"{tc.get('fail_phase')}: {tc.get('fail_reason')}"
-    else:  # skip, abort
-        status, reason = "error", f"ReFrame result {tc['result']}: {tc.get('fail_reason') or ''}".strip()
-    directory = Path(tc["outputdir"] if status == "pass" else tc["stagedir"])
-    path = directory / RECORDS_FILE
+        reason = f"ReFrame (exit code {reframe_rc}) did not report this test case; see {prefix / REFRAME_LOG}"
+        return CaseResult(case, "error", reason), []
+    status, reason = ("pass", None) if tc["result"] == "pass" else _failure(tc, testcases)
+    # A passed test case's files are in its output directory; a failed one's stay in its stage directory.
+    where = tc.get("outputdir") if status == "pass" else tc.get("stagedir")
+    directory = Path(where) if where else None
     records: list[dict[str, Any]] = []
-    if path.is_file():
-        try:
-            records = load_records(path)
-        except RecordError as exc:
-            if status == "pass":
-                status, reason = "fail", f"records: {exc}"
-            records, problems = _valid_records(path)
-            if problems and status != "pass":
-                reason = f"{reason}; {len(problems)} invalid record line(s) not stored, first: {problems[0]}"
+    if directory is not None and (directory / RECORDS_FILE).is_file():
+        records, problems = _valid_records(directory / RECORDS_FILE)
+        if problems:
+            note = f"{len(problems)} invalid record line(s) not stored, first: {problems[0]}"
+            status, reason = ("fail", note) if status == "pass" else (status, f"{reason}; {note}")
     elif status == "pass":
         status, reason = "fail", f"no {RECORDS_FILE} in {directory}"
     perf = {name.split(":")[-1]: (values[0], values[4]) for name, values in (tc.get("perfvalues") or {}).items()}
-    extras = {"num_tasks": tc.get("num_tasks") or case.num_tasks, "job_id": tc.get("jobid"),
-              "started_at": _timestamp(tc.get("job_submit_time")),
-              "finished_at": _timestamp(tc.get("job_completion_time_unix"))}
-    result = CaseResult(case, status, reason, perf, len(records), tc.get("jobid"), directory)
-    return result, records, extras
+    return CaseResult(case, status, reason, perf, len(records), num_tasks=tc.get("num_tasks"),
+                      job_id=tc.get("jobid"), started_at=_timestamp(tc.get("job_submit_time")),
+                      finished_at=_timestamp(tc.get("job_completion_time_unix")), directory=directory), records
 
 
-def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]], extras: dict[str, Any]) -> None:
+def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]]) -> None:
     case = result.case
     store.ingest(RunInfo(
         run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
         partition=case.partition, environ=case.environ, check_name=case.check, parameters=case.parameters,
-        num_nodes=case.num_nodes, num_tasks=extras.get("num_tasks", case.num_tasks), status=result.status,
-        reason=result.reason, started_at=extras.get("started_at"), finished_at=extras.get("finished_at"),
-        job_id=extras.get("job_id")), records, replace=True)
+        num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
+        reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
+        job_id=result.job_id), records, replace=True)
 
 
 def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Console,
@@ -262,9 +275,9 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
             cmd = invocation.command(campaign, prefix)
             rc = stream_reframe(cmd, prefix, console)
             report = prefix / REPORT_FILE
-            testcases = _testcases(report) if report.is_file() else []
+            testcases = report_testcases(report) if report.is_file() else []
             for case in invocation.cases:
-                result, records, extras = _outcome(case, _matching(case, testcases), rc, prefix)
-                ingest_case(store, result, records, extras)
+                result, records = case_outcome(case, testcases, rc, prefix)
+                ingest_case(store, result, records)
                 results[case.run_key] = result
     return CampaignResult(run_dir, store.url, [results[c.run_key] for c in cases])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -124,10 +124,7 @@ class System(_Model):
         return partitions
 
     def partition(self, name: str) -> Partition:
-        for partition in self.partitions:
-            if partition.name == name:
-                return partition
-        raise KeyError(name)
+        return _by_name(self.partitions, name)
 
 
 class Environment(_Model):
@@ -173,16 +170,10 @@ class Site(_Model):
         return self
 
     def system(self, name: str) -> System:
-        for system in self.systems:
-            if system.name == name:
-                return system
-        raise KeyError(name)
+        return _by_name(self.systems, name)
 
     def environment(self, name: str) -> Environment:
-        for environment in self.environments:
-            if environment.name == name:
-                return environment
-        raise KeyError(name)
+        return _by_name(self.environments, name)
 
     @property
     def directory(self) -> Path:
@@ -191,6 +182,17 @@ class Site(_Model):
     @property
     def reframe_config(self) -> Path:
         return self.directory / REFRAME_CONFIG_FILE
+
+
+NamedT = TypeVar("NamedT", Partition, System, Environment)
+
+
+def _by_name(items: list[NamedT], name: str) -> NamedT:
+    """The item called `name`; KeyError if there is none."""
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(name)
 
 
 def _require_unique(names: list[str], what: str) -> None:

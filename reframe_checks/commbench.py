@@ -8,20 +8,19 @@ test by having the feature `commbench`; environments by the feature `mpi`.
 Variables (set with `-S [commbench_run.]NAME=VALUE`): min_bytes, max_bytes, step_factor, sizes
 (overrides the range: `-S commbench_run.sizes=8,1024`), warmup, iters, bench_timeout (seconds),
 check_data, transport, extra_args (more commbench options), time_limit (the job's, default 10m),
-num_tasks_per_node (collectives;
-pingpong always runs 2 ranks), and the built-in env_vars for extra environment variables of the
-run (communication knobs). Values that
-contain commas or colons must use the JSON form:
+num_tasks_per_node (collectives; pingpong always runs 2 ranks), and the built-in env_vars: extra
+environment variables of the run (communication knobs). Values with commas or colons need the JSON
+form (the short form NAME:VALUE,NAME:VALUE splits on both):
 
     -S commbench_run.env_vars='{"UCX_TLS":"tcp,self","NCCL_PROTO":"^LL128"}'
 
-(the short form `-S commbench_run.env_vars=NAME:VALUE,NAME:VALUE` splits on ',' and ':').
+As everywhere in ReFrame, each value lands in the job script as `export NAME=VALUE`, so it is a shell
+word: quote what the shell must not split or expand, e.g. '{"X":"\'a b\'"}' (commcamp does this).
 """
 import functools
 import json
 import os
 import re
-import shlex
 
 import jsonschema
 import reframe as rfm
@@ -34,7 +33,7 @@ RECORD_SCHEMA = os.path.join(BENCH_SRC, 'schema', 'commbench-record.schema.json'
 RECORDS_FILE = 'commbench.jsonl'
 BUILD_DIR = 'build'
 
-# commbench's exit codes (bench_src/README.md)
+# commbench's exit codes (commbench --help)
 EXIT_CODES = {1: 'data validation failed', 2: 'bad arguments', 3: 'timeout',
               4: 'runtime error or unsupported'}
 
@@ -102,7 +101,7 @@ class commbench_run(rfm.RunOnlyRegressionTest):
     num_nodes = parameter([1, 2])
     commbench = fixture(commbench_build, scope='environment')
 
-    #: Message sizes min_bytes, min_bytes*step_factor, ... <= max_bytes (bytes, powers allowed).
+    #: Message sizes (bytes) min_bytes, min_bytes*step_factor, ... <= max_bytes.
     min_bytes = variable(int, value=8)
     max_bytes = variable(int, value=1 << 20)
     step_factor = variable(int, value=4)
@@ -143,8 +142,6 @@ class commbench_run(rfm.RunOnlyRegressionTest):
         bad_names = [name for name in self.env_vars if not re.fullmatch(r'[A-Za-z_][A-Za-z0-9_]*', name)]
         if bad_names:
             raise ValueError(f'env_vars: invalid variable names {bad_names}')
-        # ReFrame writes `export NAME=VALUE` verbatim: quote the values (knobs like NCCL_PROTO=^LL128).
-        self.env_vars = {name: shlex.quote(str(value)) for name, value in self.env_vars.items()}
         if self.sizes:
             size_opts = ['--sizes', ','.join(str(size) for size in self.sizes)]
         else:

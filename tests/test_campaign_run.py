@@ -2,11 +2,15 @@
 the runner stores every test case, skips stored passes, and records failures with their records."""
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from campaigns.cli import app
+from campaigns.runner import case_outcome, plan_invocations, report_testcases
+from campaigns.spec import load_campaign
 from campaigns.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,3 +86,25 @@ def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path
     assert all(env["OMPI_COMMCAMP_PROBE"] == "tcp,self:x ^y" for env in frame["env"])
     for record in frame.to_dict("records"):
         assert record["wrong_elements"] > 0
+
+
+def test_build_failure_is_the_reason_of_the_run(tmp_path: Path) -> None:
+    """ReFrame marks the run test `fail_deps` when its build fixture fails; the stored reason is the build's."""
+    broken = tmp_path / "src"
+    broken.mkdir()
+    (broken / "CMakeLists.txt").write_text('project(broken C)\nmessage(FATAL_ERROR "broken on purpose")\n')
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: b\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+                    "checks:\n  - check: commbench_run\n    ops: [pingpong]\n")
+    campaign = load_campaign(spec)
+    (case,) = campaign.cases()
+    (invocation,) = plan_invocations([case])
+    prefix = tmp_path / "rfm"
+    cmd = invocation.command(campaign, prefix)
+    cmd[-1:-1] = ["-S", f"commbench_build.sourcesdir={broken}"]
+    rc = subprocess.run(cmd, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+                        timeout=300, check=False).returncode
+    assert rc == 1
+    result, records = case_outcome(case, report_testcases(prefix / "report.json"), rc, prefix)
+    assert (result.status, records) == ("fail", [])
+    assert "commbench_build ~local:cpu+openmpi failed in compile_wait: build error" in result.reason

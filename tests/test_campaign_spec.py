@@ -90,7 +90,8 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     assert len(everything) == 1 and set(everything[0].cases) == set(cases)
     command = everything[0].command(campaign, tmp_path / "rfm-1")
     assert command[command.index("-p") + 1] == "^(mpich|openmpi)$"
-    assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,self", "NCCL_PROTO": "^LL128"}) in command
+    # JSON (the values hold ',' and ':'), each value one shell word for the job script's export
+    assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,self", "NCCL_PROTO": "'^LL128'"}) in command
     assert "commbench_run.max_bytes=1024" in command
 
     # pingpong is stored for mpich only: pingpong runs on openmpi alone, allreduce on both
