@@ -18,7 +18,7 @@ from fixtures_store import commbench_record, error_record, run_info, sqlite_only
 
 from campaigns.records import RecordError
 from campaigns.store import DEFAULT_URL, Store, StoreError, default_url, open_store
-from campaigns.store.migrate import head_revision
+from campaigns.store.migrate import VERSION_TABLE, current_revision, head_revision
 from campaigns.store.models import Base
 
 Counts = Callable[[], dict[str, int]]
@@ -215,7 +215,7 @@ def test_run_without_records(store: Store) -> None:
 
 def test_fresh_database_is_at_head(store: Store) -> None:
     with store.engine.connect() as connection:
-        assert MigrationContext.configure(connection).get_current_revision() == head_revision()
+        assert current_revision(connection) == head_revision()
 
 
 @sqlite_only
@@ -227,7 +227,8 @@ def test_sqlite_uses_wal_and_foreign_keys(store: Store) -> None:
 
 def test_models_match_migrations(store: Store) -> None:
     with store.engine.connect() as connection:
-        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        assert compare_metadata(context, Base.metadata) == []
 
 
 def _open_and_ingest(url: str, writer: int) -> None:
@@ -255,7 +256,7 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     open_store(store_url).close()
     engine = sqlalchemy.create_engine(store_url)
     with engine.begin() as connection:
-        connection.exec_driver_sql("UPDATE alembic_version SET version_num = '9999_from_the_future'")
+        connection.exec_driver_sql("UPDATE store_alembic_version SET version_num = '9999_from_the_future'")
     engine.dispose()
     with pytest.raises(StoreError, match="schema revision '9999_from_the_future', newer than this commcamp"):
         open_store(store_url)
@@ -305,3 +306,15 @@ def test_default_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_url() == DEFAULT_URL == f"sqlite:///{repo}/results/commcamp.db"
     monkeypatch.setenv("COMMCAMP_DB_URL", "sqlite:////elsewhere.db")
     assert default_url() == "sqlite:////elsewhere.db"
+
+
+def test_store_and_optuna_share_one_database(tmp_path: Path) -> None:
+    """The tuner keeps its Optuna study in the results database: both schemas must coexist, in either order."""
+    from tuners.study import open_storage
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    open_store(url).close()
+    open_storage(url, heartbeat_interval=None).get_all_studies()
+    store = open_store(url)
+    assert store.runs() == []
+    store.close()

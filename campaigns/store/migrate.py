@@ -14,6 +14,8 @@ from campaigns.store.errors import StoreError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 _PG_MIGRATION_LOCK = 0x636F6D6D63616D70  # advisory lock key ("commcamp"), held until the transaction ends
+# Optuna keeps its own alembic revision in `alembic_version` of the same database: ours must not share it.
+VERSION_TABLE = "store_alembic_version"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -37,7 +39,7 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
-    return MigrationContext.configure(connection).get_current_revision()
+    return MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
 def upgrade_to_head(connection: Connection, display_url: str) -> None:
