@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -43,20 +44,26 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _print_summary(console: Console, result: CampaignResult) -> None:
-    table = Table(title="Test cases", title_justify="left")
-    for column in ("test case", "op", "nodes", "tasks", "env", "latency (us)", "goodput (GB/s)",
-                   "busbw (GB/s)", "records", "result"):
-        table.add_column(column, justify="right" if column in ("nodes", "tasks", "records") else "left")
+def _print_summary(console: Console, campaign: Campaign, result: CampaignResult) -> None:
+    targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
+    table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
+                  caption="lat: latency (us) at the smallest size; goodput, busbw (GB/s) at the largest; "
+                          "recs: records stored",
+                  caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = (["partition"] if len(targets) > 1 else []) + ["env", "op", "nodes", "ranks", "lat",
+                                                              "goodput", "busbw", "recs", "result"]
+    for column in columns:
+        text = column in ("partition", "env", "op", "result")
+        table.add_column(column, justify="left" if text else "right", no_wrap=True)
     style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red"}
     for item in result.results:
         case = item.case
         perf = {name: value for name, (value, _) in item.perf.items()}
-        table.add_row(f"{case.check} {case.system}:{case.partition}", case.op, str(case.num_nodes),
-                      str(case.num_tasks), case.environ, _fmt(perf.get("small_latency")),
-                      _fmt(perf.get("large_goodput")), _fmt(perf.get("large_busbw")),
-                      str(item.num_records) if item.status != "stored" else "-",
-                      f"[{style[item.status]}]{item.status}[/]")
+        row = ([f"{case.system}:{case.partition}"] if len(targets) > 1 else []) + [
+            case.environ, case.op, str(case.num_nodes), str(case.num_tasks), _fmt(perf.get("small_latency")),
+            _fmt(perf.get("large_goodput")), _fmt(perf.get("large_busbw")),
+            str(item.num_records) if item.status != "stored" else "-", f"[{style[item.status]}]{item.status}[/]"]
+        table.add_row(*row)
     console.print(table)
     for item in result.results:
         if item.status in ("fail", "error"):
@@ -118,7 +125,7 @@ def run(
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_FAILED) from None
-    _print_summary(console, result)
+    _print_summary(console, campaign, result)
     console.print(f"Results: {escape(result.db_url)}")
     if result.run_dir is not None:
         console.print(f"Run directory: {result.run_dir}")

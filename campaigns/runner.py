@@ -41,6 +41,7 @@ RECORDS_FILE = "commbench.jsonl"
 REPORT_FILE = "report.json"
 REFRAME_LOG = "reframe.out"
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # ReFrame colours failed performance values even with --nocolor
 # "[       OK ] ( 3/14) commbench_run %op=pingpong %num_nodes=1 /b72462f8 @local:cpu+openmpi"
 _RESULT_LINE = re.compile(r"^\[\s*(OK|FAIL|SKIP|ABORT|XFAIL|XPASS)\s*\] \(\s*(\d+)/(\d+)\) (.*)$")
 _RESULT_STYLE = {"OK": "green", "FAIL": "bold red", "SKIP": "yellow", "ABORT": "bold red",
@@ -157,7 +158,7 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console) -> int:
         assert proc.stdout is not None
         for line in proc.stdout:
             log.write(line)
-            text = line.rstrip()
+            text = _ANSI_ESCAPE.sub("", line.rstrip())
             match = _RESULT_LINE.match(text)
             if match:
                 kind, done, total, name = match.groups()
@@ -165,6 +166,8 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console) -> int:
                 status.update(f"ReFrame: {done}/{total} test cases done")
             elif text.startswith("P: "):
                 console.print(f"        [dim]{escape(text[3:])}[/]")
+            elif text.startswith("==> test failed"):
+                console.print(f"        [red]{escape(text[4:])}[/]", soft_wrap=True)
             elif re.match(r"^\[\s*(PASSED|FAILED)\s*\]", text):
                 console.print(escape(text))
         return proc.wait()
