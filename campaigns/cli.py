@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from campaigns import results_cli
-from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, run_campaign
+from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
 from campaigns.spec import Campaign, SpecError, load_campaign
 from campaigns.store import StoreError, default_url, open_store
 
@@ -107,6 +107,11 @@ def run(
     except SpecError as exc:
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if not dry_run and (problems := preflight(campaign)):
+        errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
+                     escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE)
     url = db or default_url()
     if dry_run and (force or _stored_nothing_yet(url)):
         _print_plan(console, campaign, stored=set())

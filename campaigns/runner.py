@@ -133,6 +133,32 @@ def plan_invocations(cases: list[TestCase]) -> list[Invocation]:
             for (index, partition, environs), names in groups.items()]
 
 
+# What ReFrame's Slurm backends need from this host, probed before anything runs.
+_SLURM_PROBES = {
+    "slurm": [(["sinfo", "-h", "-o", "%P"], "Slurm's controller is not reachable"),
+              (["sacct", "-n", "-X", "-j", "1", "-o", "jobid"],
+               "ReFrame's slurm scheduler polls sacct, which fails here")],
+    "squeue": [(["sinfo", "-h", "-o", "%P"], "Slurm's controller is not reachable")],
+}
+
+
+def preflight(campaign: Campaign) -> list[str]:
+    """Problems that would make every job of the campaign fail, e.g. a Slurm site used without its
+    environment (for localslurm: eval "$(site_configs/localslurm/cluster/cluster.sh env)")."""
+    problems = []
+    for scheduler in sorted({p.scheduler for p in campaign.partitions}):
+        for cmd, what in _SLURM_PROBES.get(scheduler, []):
+            try:
+                probe = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"{what}: {shlex.join(cmd)}: {exc}")
+                continue
+            if probe.returncode != 0:
+                output = (probe.stderr or probe.stdout).strip()
+                problems.append(f"{what}: {shlex.join(cmd)} exited {probe.returncode}: {output}")
+    return problems
+
+
 def new_run_dir(campaign: Campaign, runs_dir: Path) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     runs_dir.mkdir(parents=True, exist_ok=True)

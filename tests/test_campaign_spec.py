@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +178,15 @@ def test_help_lists_commands() -> None:
     assert result.exit_code == 0
     for command in ("run", "results"):
         assert command in result.stdout
+
+
+def test_slurm_site_without_its_environment_is_refused(tmp_path: Path) -> None:
+    """A SLURM_CONF that does not exist: the Slurm probes fail, so nothing runs and nothing is written."""
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf"), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("commcamp")), "run", str(SMOKE_SLURM), "--db", f"sqlite:///{tmp_path}/r.db",
+         "--runs-dir", str(tmp_path / "runs")], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "site localslurm cannot run jobs from here" in result.stderr
+    assert "sinfo -h -o %P exited" in result.stderr and "site_configs/localslurm/site.yaml" in result.stderr
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
