@@ -145,9 +145,13 @@ _SLURM_PROBES = {
 def preflight(campaign: Campaign) -> list[str]:
     """Problems that would make every job of the campaign fail, e.g. a Slurm site used without its
     environment (for localslurm: eval "$(site_configs/localslurm/cluster/cluster.sh env)")."""
+    schedulers = sorted({p.scheduler for p in campaign.partitions} & set(_SLURM_PROBES))
+    conf = os.environ.get("SLURM_CONF")
+    if schedulers and conf and not Path(conf).is_file():
+        return [f"SLURM_CONF={conf} does not exist (Slurm's commands would retry it for a minute)"]
     problems = []
-    for scheduler in sorted({p.scheduler for p in campaign.partitions}):
-        for cmd, what in _SLURM_PROBES.get(scheduler, []):
+    for scheduler in schedulers:
+        for cmd, what in _SLURM_PROBES[scheduler]:
             try:
                 probe = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
             except (OSError, subprocess.TimeoutExpired) as exc:

@@ -180,13 +180,25 @@ def test_help_lists_commands() -> None:
         assert command in result.stdout
 
 
-def test_slurm_site_without_its_environment_is_refused(tmp_path: Path) -> None:
-    """A SLURM_CONF that does not exist: the Slurm probes fail, so nothing runs and nothing is written."""
-    env = {**os.environ, "SLURM_CONF": str(tmp_path / "no-such-slurm.conf"), "PATH": "/usr/bin:/bin"}
+NO_SYSTEM_SLURM = pytest.mark.skipif(Path("/etc/slurm/slurm.conf").exists(), reason="this host has a Slurm config")
+
+
+@pytest.mark.parametrize(("slurm_conf", "expected"), [
+    pytest.param("no-such-slurm.conf", "no-such-slurm.conf does not exist", id="missing-slurm-conf"),
+    pytest.param(None, "Slurm's controller is not reachable: sinfo -h -o %P exited", id="no-slurm-conf",
+                 marks=NO_SYSTEM_SLURM),
+])
+def test_slurm_site_without_its_environment_is_refused(tmp_path: Path, slurm_conf: str | None,
+                                                       expected: str) -> None:
+    """Without the cluster's environment the Slurm probes fail: nothing runs and nothing is written."""
+    env = {name: value for name, value in os.environ.items() if name != "SLURM_CONF"}
+    env["PATH"] = "/usr/bin:/bin"  # no sacct shim either
+    if slurm_conf:
+        env["SLURM_CONF"] = str(tmp_path / slurm_conf)
     result = subprocess.run(
         [str(Path(sys.executable).with_name("commcamp")), "run", str(SMOKE_SLURM), "--db", f"sqlite:///{tmp_path}/r.db",
          "--runs-dir", str(tmp_path / "runs")], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "site localslurm cannot run jobs from here" in result.stderr
-    assert "sinfo -h -o %P exited" in result.stderr and "site_configs/localslurm/site.yaml" in result.stderr
+    assert expected in result.stderr and "site_configs/localslurm/site.yaml" in result.stderr
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
