@@ -38,11 +38,12 @@ def pairs_on_one_node(nranks: int) -> int:
     return nranks * (nranks - 1) // 2
 
 
-def check_result_record(record: dict[str, Any], nranks: int) -> None:
+def check_result_record(record: dict[str, Any], nranks: int, batch: int = 1) -> None:
     """Internal consistency of one result record."""
     assert record["kind"] == "result" and record["valid"] is True and record["check"] is True
     assert record["wrong_elements"] == 0 and record["error"] is None and record["reason"] is None
     assert len(record["samples_us"]) == ITERS == record["iters"]
+    assert record["batch"] == batch
     stats = record["stats"]
     samples = sorted(record["samples_us"])
     assert stats["min_us"] == pytest.approx(samples[0]) and stats["max_us"] == pytest.approx(samples[-1])
@@ -118,7 +119,7 @@ def test_every_op_records_validate(
         by_op.setdefault(record["op"], []).append(record)
     # the cpu build runs every op the mpi transport implements, h2d/d2h need a GPU backend
     assert set(by_op) == {"pingpong", "pingpong_bi", "allreduce", "alltoall", "allgather", "reduce_scatter",
-                          "bcast", "pairmatrix"}
+                          "bcast", "pairmatrix", "sendrecv"}
     for op, recs in by_op.items():
         if op == "pairmatrix":
             assert len(recs) == len(SIZES) * pairs_on_one_node(nranks) * 2
@@ -132,6 +133,33 @@ def test_every_op_records_validate(
     # the human table: one row per record
     rows = [line for line in done.stdout.splitlines() if line.startswith("  ")]
     assert len(rows) == len(records)
+
+
+@pytest.mark.parametrize("mpi", MPIS)
+def test_sendrecv_ring_and_batched_samples(
+    commbench_builds: dict[str, CommbenchBuild],
+    record_validator: jsonschema.Draft202012Validator,
+    tmp_path: Path,
+    mpi: str,
+) -> None:
+    """3 ranks: rank - 1 and rank + 1 differ, so only a ring shift validates; --batch is recorded
+    and every sample is still one per timed sample (elapsed / batch)."""
+    output = tmp_path / "out.jsonl"
+    nranks, batch = 3, 4
+    done = run_commbench(
+        commbench_builds[mpi], nranks,
+        ["--op", "sendrecv,pingpong,allreduce", "--sizes", ",".join(str(s) for s in SIZES), "--iters", str(ITERS),
+         "--warmup", "1", "--batch", str(batch), "--output", str(output)],
+    )
+    assert done.returncode == 0, done.stderr
+    records = read_records(output)
+    assert [(r["op"], r["requested_bytes"]) for r in records] == [
+        (op, size) for op in ("sendrecv", "pingpong", "allreduce") for size in SIZES]
+    for record in records:
+        record_validator.validate(record)
+        check_result_record(record, nranks, batch)
+    for record in records[: len(SIZES)]:
+        assert "pair" not in record and "direction" not in record and record["busbw_factor"] == 1.0
 
 
 def test_peer_override_and_append(
@@ -161,12 +189,12 @@ def test_planted_corruption_is_detected(
     done = run_commbench(
         commbench_builds[mpi],
         nranks,
-        ["--op", "pingpong,allreduce,alltoall,bcast", "--sizes", "256", "--iters", "2", "--warmup", "0",
+        ["--op", "pingpong,allreduce,alltoall,bcast,sendrecv", "--sizes", "256", "--iters", "2", "--warmup", "0",
          "--inject", "corrupt", "--output", str(output)],
     )
     assert done.returncode == 1, done.stderr
     records = read_records(output)
-    assert [r["op"] for r in records] == ["pingpong", "allreduce", "alltoall", "bcast"]
+    assert [r["op"] for r in records] == ["pingpong", "allreduce", "alltoall", "bcast", "sendrecv"]
     for record in records:
         record_validator.validate(record)
         # one element overwritten before each of the two checks (timed loop, extra iteration)
@@ -258,6 +286,8 @@ BAD_ARGUMENTS = [
     (["--inject", "boom"], "--inject"),
     (["--frobnicate"], "--frobnicate"),
     (["--iters"], "--iters"),
+    (["--batch", "0"], "--batch"),
+    (["--batch", "many"], "--batch"),
 ]
 
 
@@ -286,7 +316,7 @@ def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
     helped = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30, check=False)
     assert helped.returncode == 0
     for flag in ("--op", "--transport", "--list", "--min-bytes", "--max-bytes", "--step-factor", "--sizes",
-                 "--warmup", "--iters", "--check", "--no-check", "--peer", "--device", "--assume-gpu-aware-mpi",
+                 "--warmup", "--iters", "--batch", "nccl-tests' throughput method", "--check", "--no-check", "--peer", "--device", "--assume-gpu-aware-mpi",
                  "--timeout", "--output", "--inject", "--version", "--help", "TEST ONLY", "Exit codes",
                  "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2"):
         assert flag in helped.stdout, flag
@@ -295,7 +325,7 @@ def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
     listed = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=30, check=False)
     assert listed.stdout.splitlines() == [
         "backend cpu",
-        "transport mpi ops pingpong,pingpong_bi,allreduce,alltoall,allgather,reduce_scatter,bcast,pairmatrix",
+        "transport mpi ops pingpong,pingpong_bi,allreduce,alltoall,allgather,reduce_scatter,bcast,pairmatrix,sendrecv",
     ]
 
 

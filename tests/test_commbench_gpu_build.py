@@ -122,3 +122,21 @@ def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cuda backend cannot be compiled here")
+def test_gpu_scripts_build_step(tmp_path: Path) -> None:
+    """The build step gpu-acceptance.sh and compare-nccl-tests.sh share (scripts/common.sh)."""
+    env = dict(os.environ, MPICC="mpicc.openmpi", JOBS="2")
+    if NVCC:
+        env["PATH"] = f"{Path(NVCC).parent}:{env['PATH']}"
+    done = subprocess.run(
+        ["bash", "-c", '. bench_src/scripts/common.sh && cb_build_cuda "$1" "$1/build.log" && '
+                       'echo "bin=$CB_BIN werror=$CB_WERROR_BUILD nvls=$NCCL_NVLS_ENABLE"', "build", str(tmp_path)],
+        cwd=BENCH_SRC.parent, capture_output=True, text=True, timeout=1200, env=env, check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    binary = tmp_path / "build" / "cuda" / "commbench"
+    assert f"bin={binary} werror=ok nvls=0" in done.stdout
+    assert listed_transports(binary)["ccl"].startswith(
+        "transport ccl ops pingpong,pingpong_bi,allreduce,alltoall,allgather,reduce_scatter,bcast,pairmatrix,sendrecv")

@@ -6,24 +6,18 @@
 # usage (from the repository root, on the GPU machine):
 #   bench_src/scripts/gpu-acceptance.sh OUTDIR
 # environment: MPIRUN (default mpirun), MPICC (default mpicc), CUDA_ARCHS (default 90),
-#   NPS (default "4 2"), SIZES, PAIR_SIZES, ITERS, WARMUP, CASE_LIMIT_S (per run, default 600).
+#   NPS (default "4 2"), SIZES, PAIR_SIZES, PEER_PAIR_SIZES (d2d, d2d-kernel; default PAIR_SIZES
+#   plus 1G), ITERS, WARMUP, CASE_LIMIT_S (per run, default 600).
 # Writes OUTDIR/acceptance.log (everything), OUTDIR/summary.txt, OUTDIR/cases.tsv,
 # OUTDIR/records/*.jsonl, OUTDIR/logs/*.log and OUTDIR/acceptance.tar.gz (records + logs +
 # summary). Exit status: 0 when every case ended with its expected exit code, else 1.
 set -u -o pipefail
 
-# NVLink multicast can take a shared host's GPUs out of service: never let anything use it.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
 if [ $# -ne 1 ]; then
     echo "usage: $0 OUTDIR" >&2
     exit 2
 fi
-if [ ! -f bench_src/Makefile ]; then
-    echo "$0: run this from the repository root (bench_src/Makefile not found)" >&2
-    exit 2
-fi
+. "$(dirname "$0")/common.sh"
 OUT=$(realpath -m "$1")
 mkdir -p "$OUT/records" "$OUT/logs" || exit 2
 : >"$OUT/cases.tsv"
@@ -33,42 +27,20 @@ MPIRUN=${MPIRUN:-mpirun}
 NPS=${NPS:-"4 2"}
 SIZES=${SIZES:-8,64,512,4K,32K,256K,2M,16M,128M,1G}
 PAIR_SIZES=${PAIR_SIZES:-8,1M,256M}
+# the D2D targets are stated at 1 GiB; one more size costs the peer-mapped pair matrices ~1 s each
+PEER_PAIR_SIZES=${PEER_PAIR_SIZES:-$PAIR_SIZES,1G}
 ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-2}
 CASE_LIMIT_S=${CASE_LIMIT_S:-600}
-BIN="$OUT/build/cuda/commbench"
 STARTED=$(date +%s)
 
-echo "== commbench GPU acceptance, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname)"
-echo "== git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed files"
-echo "== env: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
-nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,driver_version --format=csv || echo "nvidia-smi failed"
-nvidia-smi topo -m || true
-command -v cmake && cmake --version | head -1
-command -v nvcc && nvcc --version | tail -2
-command -v "$MPIRUN" && "$MPIRUN" --version 2>&1 | head -2
-ls -l /usr/include/nccl.h /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null
+echo "== commbench GPU acceptance"
+cb_environment
 
-build() { # build DIR [CMAKE_ARGS]
-    make -C bench_src cuda BUILD_DIR="$1" MPICC="${MPICC:-mpicc}" CUDA_ARCHS="${CUDA_ARCHS:-90}" JOBS=8 \
-        CMAKE_ARGS="${2:-}" >>"$OUT/logs/build.log" 2>&1
-}
 echo "== build (cuda backend, warnings are errors)"
-WERROR_BUILD=ok
-if ! build "$OUT/build"; then
-    # A newer compiler's new warning must not cost the measurements: say so loudly, build without -Werror.
-    WERROR_BUILD=FAILED
-    grep -E "warning:|error:" "$OUT/logs/build.log" | head -20
-    echo "WARNING: the -Werror build FAILED (log: $OUT/logs/build.log); measuring a build without -Werror"
-    if ! build "$OUT/build-nowerror" -DCOMMBENCH_WERROR=OFF; then
-        tail -50 "$OUT/logs/build.log"
-        echo "BUILD FAILED (log: $OUT/logs/build.log)"
-        exit 1
-    fi
-    BIN="$OUT/build-nowerror/cuda/commbench"
-fi
-echo "-Werror build: $WERROR_BUILD" >"$OUT/logs/build-status.txt"
-tail -3 "$OUT/logs/build.log"
+cb_build_cuda "$OUT" "$OUT/logs/build.log" || exit 1
+BIN=$CB_BIN
+echo "-Werror build: $CB_WERROR_BUILD" >"$OUT/logs/build-status.txt"
 "$BIN" --version
 "$BIN" --list | tee "$OUT/logs/list.txt"
 
@@ -108,20 +80,23 @@ run_case() {
 }
 
 COMMON=(--iters "$ITERS" --warmup "$WARMUP" --timeout 300)
+FIRST_NP=${NPS%% *}
 for np in $NPS; do
     echo "== np $np"
     for transport in staging d2d d2d-kernel ccl; do
         run_case "np${np}-${transport}" 0 "$np" -- --transport "$transport" --op "$(ops_of "$transport" pairmatrix)" \
             --sizes "$SIZES" "${COMMON[@]}"
+        pair_sizes=$PAIR_SIZES
+        case $transport in d2d | d2d-kernel) pair_sizes=$PEER_PAIR_SIZES ;; esac
         run_case "np${np}-${transport}-pairmatrix" 0 "$np" -- --transport "$transport" --op pairmatrix \
-            --sizes "$PAIR_SIZES" "${COMMON[@]}"
+            --sizes "$pair_sizes" "${COMMON[@]}"
     done
     # Open MPI without CUDA support must answer with 'unsupported' error records (exit 4).
     run_case "np${np}-mpi" 0,4 "$np" -- --transport mpi --sizes "$SIZES" "${COMMON[@]}"
-    run_case "np${np}-memcpy" 0 "$np" -- --transport memcpy --sizes "$SIZES" "${COMMON[@]}"
+    # Host copies are per rank: one pass with every GPU copying at once is enough (another is ~20 s).
+    [ "$np" = "$FIRST_NP" ] && run_case "np${np}-memcpy" 0 "$np" -- --transport memcpy --sizes "$SIZES" "${COMMON[@]}"
 done
 
-FIRST_NP=${NPS%% *}
 echo "== NCCL over its socket transport (the one-host stand-in for a network), np $FIRST_NP"
 run_case "np${FIRST_NP}-ccl-socket" 0 "$FIRST_NP" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 -- --transport ccl \
     --op allreduce,alltoall,pingpong --sizes 8,64K,16M,256M "${COMMON[@]}"

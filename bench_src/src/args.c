@@ -157,6 +157,7 @@ enum opt_id {
     OPT_SIZES,
     OPT_WARMUP,
     OPT_ITERS,
+    OPT_BATCH,
     OPT_CHECK,
     OPT_NO_CHECK,
     OPT_PEER,
@@ -184,6 +185,7 @@ static const struct {
     {"--sizes", OPT_SIZES, 1},
     {"--warmup", OPT_WARMUP, 1},
     {"--iters", OPT_ITERS, 1},
+    {"--batch", OPT_BATCH, 1},
     {"--check", OPT_CHECK, 0},
     {"--no-check", OPT_NO_CHECK, 0},
     {"--peer", OPT_PEER, 1},
@@ -200,6 +202,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
     a->action = CB_ACT_RUN;
     a->warmup = 5;
     a->iters = 20;
+    a->batch = 1;
     a->check = 1;
     a->peer = -1;
     a->device = -1;
@@ -271,6 +274,11 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
             if (parse_long(value, 1, CB_MAX_ITERS, &v))
                 return fail(err, errlen, "%s: '%s' is not an integer in [1, %d]", name, value, CB_MAX_ITERS);
             a->iters = (int)v;
+            break;
+        case OPT_BATCH:
+            if (parse_long(value, 1, CB_MAX_BATCH, &v))
+                return fail(err, errlen, "%s: '%s' is not an integer in [1, %d]", name, value, CB_MAX_BATCH);
+            a->batch = (int)v;
             break;
         case OPT_CHECK: a->check = 1; break;
         case OPT_NO_CHECK: a->check = 0; break;

@@ -9,6 +9,7 @@
 #define CB_MAX_NAMES 32
 #define CB_MAX_BYTES (1ull << 40) /* 1 TiB: anything larger is a typo */
 #define CB_MAX_ITERS 1000000
+#define CB_MAX_BATCH 100000
 #define CB_MAX_TIMEOUT_S 604800.0 /* one week */
 
 enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST };
@@ -23,6 +24,7 @@ struct cb_args {
     uint64_t sizes[CB_MAX_SIZES];
     int nsizes;
     int warmup, iters;
+    int batch; /* operations per timed sample, one completion wait at the end */
     int check;
     int peer;   /* -1: the last rank */
     int device; /* -1: node-local rank modulo visible devices */

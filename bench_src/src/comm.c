@@ -65,9 +65,9 @@ int cb_notify_recv(int peer)
                         "MPI_Recv(notify)");
 }
 
-int cb_notify_exchange(int peer)
+int cb_notify_exchange(int to, int from)
 {
-    return cb_mpi_check(MPI_Sendrecv(NULL, 0, MPI_BYTE, peer, CB_TAG_NOTIFY, NULL, 0, MPI_BYTE, peer, CB_TAG_NOTIFY,
+    return cb_mpi_check(MPI_Sendrecv(NULL, 0, MPI_BYTE, to, CB_TAG_NOTIFY, NULL, 0, MPI_BYTE, from, CB_TAG_NOTIFY,
                                      MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv(notify)");
 }

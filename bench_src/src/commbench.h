@@ -86,7 +86,8 @@ int cb_allgather(const void *mine, void *all, size_t bytes_each);
 int cb_bcast(void *buf, size_t bytes, int root);
 int cb_notify_send(int peer);
 int cb_notify_recv(int peer);
-int cb_notify_exchange(int peer);
+/* Empty message to `to` and from `from` at the same time (the same rank for a pairwise exchange). */
+int cb_notify_exchange(int to, int from);
 /* Every rank passes its status; all get the worst one and the message of the lowest rank with it. */
 int cb_agree(int status, char *msg, size_t msglen);
 /* MPI_Abort(MPI_COMM_WORLD, code); _exit(code) if that returns. Also called from the watchdog
@@ -112,8 +113,11 @@ enum cb_cap {
 
 enum cb_backend_bit { CB_ON_CPU = 1u << 0, CB_ON_CUDA = 1u << 1, CB_ON_HIP = 1u << 2 };
 
-/* All counts are float32 elements. Every primitive returns only when the data is in place
- * (for GPUs: after stream completion), returns CB_OK or CB_ERROR (+ cb_errorf). */
+/* All counts are float32 elements. Every primitive returns CB_OK or CB_ERROR (+ cb_errorf), and
+ * returns only when the data is in place (for GPUs: after stream completion) -- unless the
+ * transport has `complete`: then a primitive may return once its work is queued in stream order,
+ * and complete() waits for everything queued since the last call. The driver calls it after each
+ * batch of operations (--batch), so a batch overlaps launching with device work like nccl-tests. */
 struct cb_transport {
     const char *name;
     const char *summary;
@@ -128,14 +132,16 @@ struct cb_transport {
     /* my send[0:count] -> peer's recv[0:count] */
     int (*send)(void *state, int peer, size_t count);
     int (*recv)(void *state, int peer, size_t count);
-    /* send and recv with peer at the same time */
-    int (*exchange)(void *state, int peer, size_t count);
+    /* my send[0:count] -> to's recv[0:count] and from's send[0:count] -> my recv[0:count] at the
+     * same time (to == from: a pairwise exchange; to != from: one step of a ring shift) */
+    int (*exchange)(void *state, int to, int from, size_t count);
     int (*allreduce)(void *state, size_t count); /* sum */
     int (*alltoall)(void *state, size_t count_per_peer);
     int (*allgather)(void *state, size_t count_per_rank);
     int (*reduce_scatter)(void *state, size_t count_per_rank); /* sum */
     int (*bcast)(void *state, size_t count, int root);         /* in place in recv */
     int (*copy)(void *state, size_t count);
+    int (*complete)(void *state); /* NULL: every primitive completes before it returns */
 };
 
 enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };

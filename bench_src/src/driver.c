@@ -1,9 +1,10 @@
 /* The measurement driver: transports x ops x instances x sizes.
  *
- * Per measurement: fill inputs, warm up, then time every iteration with MPI_Wtime between a
- * barrier and the primitive's return (which includes GPU stream completion). The recorded sample
- * of iteration i is the maximum over ranks. Validation checks the output of the timed loop, then
- * refills with a new seed and checks one more untimed iteration. */
+ * Per measurement: fill inputs, warm up, then time every sample with MPI_Wtime from just after a
+ * barrier to the completion of --batch operations (GPU stream completion included; transports with
+ * a complete() hook queue the batch and wait once at its end). Sample = elapsed / batch; the
+ * recorded sample i is the maximum over ranks. Validation checks the output of the timed loop,
+ * then refills with a new seed and checks one more untimed operation. */
 #include "driver.h"
 
 #include <mpi.h>
@@ -103,6 +104,7 @@ static void emit(struct run *run, const struct cb_op *op, const struct cb_transp
                           .samples_us = samples,
                           .iters = run->args->iters,
                           .warmup = run->args->warmup,
+                          .batch = run->args->batch,
                           .check = run->args->check,
                           .wrong = wrong};
     cb_stats_compute(samples, (size_t)r.iters, &r.stats);
@@ -115,12 +117,25 @@ static void emit(struct run *run, const struct cb_op *op, const struct cb_transp
     cb_emit_result(&r);
 }
 
-/* Warmup + timed iterations; samples[i] = this rank's time of timed iteration i. */
+/* n operations back to back, then one wait for all of them (a no-op where every primitive
+ * completes on return). After a failed issue nothing is awaited: the error decides. */
+static int run_batch(const struct cb_op *op, const struct cb_exec *exec, int n)
+{
+    int rc = CB_OK;
+    for (int k = 0; !rc && k < n; k++)
+        rc = op->run(exec);
+    if (!rc && exec->transport->complete)
+        rc = exec->transport->complete(exec->state);
+    return rc;
+}
+
+/* Warmup + timed samples of --batch operations each; samples[i] = this rank's time per operation
+ * in timed sample i. Only the operations and their completion are timed, not the barrier. */
 static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_exec *exec, double *samples)
 {
     const struct cb_args *args = run->args;
     const struct cb_ctx *ctx = run->ctx;
-    double divisor = exec->inst->dir == CB_DIR_UNI ? 2.0 : 1.0; /* ping-pong: one-way time */
+    double divisor = (exec->inst->dir == CB_DIR_UNI ? 2.0 : 1.0) * args->batch; /* ping-pong: one-way time */
     int rc = CB_OK;
     for (int i = 0; !rc && i < args->warmup + args->iters; i++) {
         if (args->inject == CB_INJECT_HANG && i == args->warmup && !run->hung && ctx->rank == inject_rank(ctx))
@@ -128,7 +143,7 @@ static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_e
         rc = cb_barrier();
         double t0 = MPI_Wtime();
         if (!rc)
-            rc = op->run(exec);
+            rc = run_batch(op, exec, args->batch);
         double t1 = MPI_Wtime();
         if (i >= args->warmup)
             samples[i - args->warmup] = (t1 - t0) * 1e6 / divisor;
@@ -168,7 +183,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         if (!rc)
             rc = cb_barrier();
         if (!rc)
-            rc = op->run(&exec);
+            rc = run_batch(op, &exec, 1);
         if (!rc)
             rc = verify(run, &data, bufs, &wrong);
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))

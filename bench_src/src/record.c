@@ -306,6 +306,7 @@ void cb_emit_result(const struct cb_result *r)
     begin_record(&j, "result", r->op, r->transport, r->plan, r->inst);
     cb_json_kint(&j, "iters", r->iters);
     cb_json_kint(&j, "warmup", r->warmup);
+    cb_json_kint(&j, "batch", r->batch);
     cb_json_key(&j, "samples_us");
     cb_json_begin_array(&j);
     for (int i = 0; i < r->iters; i++)

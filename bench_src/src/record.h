@@ -13,7 +13,7 @@ struct cb_result {
     const struct cb_plan *plan;
     const struct cb_instance *inst;
     const double *samples_us;
-    int iters, warmup;
+    int iters, warmup, batch;
     struct cb_stats stats;
     double latency_us, goodput_gbs, algbw_gbs, busbw_gbs, busbw_factor;
     double aggregate_gbs; /* bidirectional only */

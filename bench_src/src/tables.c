@@ -4,7 +4,7 @@
 #include "commbench.h"
 
 extern const struct cb_op cb_op_pingpong, cb_op_pingpong_bi, cb_op_allreduce, cb_op_alltoall, cb_op_allgather,
-    cb_op_reduce_scatter, cb_op_bcast, cb_op_pairmatrix, cb_op_h2d, cb_op_d2h;
+    cb_op_reduce_scatter, cb_op_bcast, cb_op_pairmatrix, cb_op_sendrecv, cb_op_h2d, cb_op_d2h;
 
 const struct cb_op *const cb_ops[] = {
     &cb_op_pingpong,
@@ -15,6 +15,7 @@ const struct cb_op *const cb_ops[] = {
     &cb_op_reduce_scatter,
     &cb_op_bcast,
     &cb_op_pairmatrix,
+    &cb_op_sendrecv,
     &cb_op_h2d,
     &cb_op_d2h,
     NULL,

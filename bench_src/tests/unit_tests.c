@@ -50,7 +50,7 @@ static int err_mentions(const char *text)
 static void test_args(void)
 {
     CHECK(parse(NULL) == 0);
-    CHECK(args.action == CB_ACT_RUN && args.warmup == 5 && args.iters == 20 && args.check == 1);
+    CHECK(args.action == CB_ACT_RUN && args.warmup == 5 && args.iters == 20 && args.batch == 1 && args.check == 1);
     CHECK(args.peer == -1 && args.device == -1 && args.timeout_s == 300.0 && args.output == NULL);
     CHECK(args.nsizes == 20 && args.sizes[0] == 8 && args.sizes[19] == 4u << 20);
 
@@ -82,6 +82,10 @@ static void test_args(void)
     CHECK(parse("--iters", "", NULL) == -1 && err_mentions("--iters"));
     CHECK(parse("--iters", "10000001", NULL) == -1 && err_mentions("--iters"));
     CHECK(parse("--warmup", "-1", NULL) == -1 && err_mentions("--warmup"));
+    CHECK(parse("--batch", "20", NULL) == 0 && args.batch == 20);
+    CHECK(parse("--batch=100000", NULL) == 0 && args.batch == 100000);
+    CHECK(parse("--batch", "0", NULL) == -1 && err_mentions("--batch") && err_mentions("'0'"));
+    CHECK(parse("--batch", "100001", NULL) == -1 && err_mentions("[1, 100000]"));
     CHECK(parse("--min-bytes", "0", NULL) == -1 && err_mentions("--min-bytes"));
     CHECK(parse("--min-bytes", "-8", NULL) == -1 && err_mentions("--min-bytes"));
     CHECK(parse("--max-bytes", "2048G", NULL) == -1 && err_mentions("--max-bytes"));

@@ -1,7 +1,8 @@
-/* ccl: NCCL (cuda backend) or RCCL (hip backend). Each primitive is issued (alltoall and
- * point-to-point as grouped send/recv, like nccl-tests), then completion is awaited the way
- * nccl-tests does: poll the stream and the communicator's asynchronous error. Without the
- * library at build time the transport exists but reports itself unsupported. */
+/* ccl: NCCL (cuda backend) or RCCL (hip backend). Primitives only issue their operation on the
+ * backend's stream (alltoall and point-to-point as grouped send/recv, like nccl-tests); complete()
+ * waits the way nccl-tests does: poll the stream and the communicator's asynchronous error. The
+ * driver calls complete() after every batch of operations (--batch; 1 = after each one). Without
+ * the library at build time the transport exists but reports itself unsupported. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ struct ccl_state {
     const struct cb_ctx *ctx;
     ncclComm_t comm;
     float *send, *recv;
+    int *every_rank; /* 0 .. nranks-1, the peers of alltoall (allocated once, not per operation) */
 };
 
 static int ccl_ok(ncclResult_t r, const char *what)
@@ -49,10 +51,10 @@ static int still_running(ncclResult_t r)
 #endif
 }
 
-static int wait_done(struct ccl_state *st, int issued)
+/* sched_yield, as nccl-tests does, leaves the core to NCCL's proxy thread while the GPU works. */
+static int ccl_complete(void *state)
 {
-    if (issued != CB_OK)
-        return issued;
+    struct ccl_state *st = (struct ccl_state *)state;
     for (;;) {
         gpu_error e = GPU(StreamQuery)(cb_gpu_stream());
         if (e == GPU(Success))
@@ -76,15 +78,25 @@ static int ccl_open(const struct cb_ctx *ctx, void **state)
         return CB_ERROR;
     }
     st->ctx = ctx;
+    st->every_rank = (int *)malloc((size_t)ctx->nranks * sizeof *st->every_rank);
+    if (!st->every_rank) {
+        cb_errorf("out of memory");
+        free(st);
+        return CB_ERROR;
+    }
+    for (int r = 0; r < ctx->nranks; r++)
+        st->every_rank[r] = r;
     int rc = ctx->rank == 0 ? ccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId") : CB_OK;
     if (rc)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
     if (cb_agree(rc, msg, sizeof msg) != CB_OK || cb_bcast(&id, sizeof id, 0) != CB_OK) {
         cb_errorf("%s", msg);
-        free(st);
-        return CB_ERROR;
+        rc = CB_ERROR;
     }
-    if (ccl_ok(ncclCommInitRank(&st->comm, ctx->nranks, id, ctx->rank), "ncclCommInitRank")) {
+    if (!rc)
+        rc = ccl_ok(ncclCommInitRank(&st->comm, ctx->nranks, id, ctx->rank), "ncclCommInitRank");
+    if (rc) {
+        free(st->every_rank);
         free(st);
         return CB_ERROR;
     }
@@ -96,6 +108,7 @@ static void ccl_close(void *state)
 {
     struct ccl_state *st = (struct ccl_state *)state;
     ncclCommDestroy(st->comm);
+    free(st->every_rank);
     free(st);
 }
 
@@ -117,90 +130,81 @@ static void ccl_detach(void *state)
     st->send = st->recv = NULL;
 }
 
-/* Issues one operation and waits for it; empty operations are skipped (as nccl-tests does). */
-template <typename Issue> static int issue_and_wait(void *state, size_t count, const char *what, Issue issue)
+/* Queues one operation on the stream; empty operations are skipped (as nccl-tests does). */
+template <typename Issue> static int issue(void *state, size_t count, const char *what, Issue call)
 {
     struct ccl_state *st = (struct ccl_state *)state;
     if (count == 0)
         return CB_OK;
-    return wait_done(st, ccl_ok(issue(st), what));
+    return ccl_ok(call(st), what);
 }
 
 static int ccl_send(void *state, int peer, size_t count)
 {
-    return issue_and_wait(state, count, "ncclSend", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclSend", [&](struct ccl_state *st) {
         return ncclSend(st->send, count, ncclFloat, peer, st->comm, cb_gpu_stream());
     });
 }
 
 static int ccl_recv(void *state, int peer, size_t count)
 {
-    return issue_and_wait(state, count, "ncclRecv", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclRecv", [&](struct ccl_state *st) {
         return ncclRecv(st->recv, count, ncclFloat, peer, st->comm, cb_gpu_stream());
     });
 }
 
-/* One group: chunk p of send goes to, and chunk p of recv comes from, each listed peer p. */
-static ncclResult_t grouped(struct ccl_state *st, const int *peers, int npeers, size_t count, size_t chunk_stride)
+/* One group of n transfers: transfer i sends send[i * stride:][:count] to to[i] and receives
+ * recv[i * stride:][:count] from from[i]. */
+static ncclResult_t grouped(struct ccl_state *st, const int *to, const int *from, int n, size_t count, size_t stride)
 {
     ncclResult_t r = ncclGroupStart();
-    for (int i = 0; r == ncclSuccess && i < npeers; i++) {
-        size_t at = (size_t)peers[i] * chunk_stride;
-        r = ncclSend(st->send + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream());
+    for (int i = 0; r == ncclSuccess && i < n; i++) {
+        size_t at = (size_t)i * stride;
+        r = ncclSend(st->send + at, count, ncclFloat, to[i], st->comm, cb_gpu_stream());
         if (r == ncclSuccess)
-            r = ncclRecv(st->recv + at, count, ncclFloat, peers[i], st->comm, cb_gpu_stream());
+            r = ncclRecv(st->recv + at, count, ncclFloat, from[i], st->comm, cb_gpu_stream());
     }
     ncclResult_t ended = ncclGroupEnd();
     return r != ncclSuccess ? r : ended;
 }
 
-static int ccl_exchange(void *state, int peer, size_t count)
+static int ccl_exchange(void *state, int to, int from, size_t count)
 {
-    return issue_and_wait(state, count, "grouped ncclSend/ncclRecv",
-                          [&](struct ccl_state *st) { return grouped(st, &peer, 1, count, 0); });
+    return issue(state, count, "grouped ncclSend/ncclRecv",
+                 [&](struct ccl_state *st) { return grouped(st, &to, &from, 1, count, 0); });
 }
 
 static int ccl_alltoall(void *state, size_t count)
 {
-    struct ccl_state *st = (struct ccl_state *)state;
-    int n = st->ctx->nranks;
-    int *peers = (int *)malloc((size_t)n * sizeof *peers);
-    if (!peers) {
-        cb_errorf("out of memory");
-        return CB_ERROR;
-    }
-    for (int p = 0; p < n; p++)
-        peers[p] = p;
-    int rc = issue_and_wait(state, count, "grouped ncclSend/ncclRecv (alltoall)",
-                            [&](struct ccl_state *s) { return grouped(s, peers, n, count, count); });
-    free(peers);
-    return rc;
+    return issue(state, count, "grouped ncclSend/ncclRecv (alltoall)", [&](struct ccl_state *st) {
+        return grouped(st, st->every_rank, st->every_rank, st->ctx->nranks, count, count);
+    });
 }
 
 static int ccl_allreduce(void *state, size_t count)
 {
-    return issue_and_wait(state, count, "ncclAllReduce", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclAllReduce", [&](struct ccl_state *st) {
         return ncclAllReduce(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream());
     });
 }
 
 static int ccl_allgather(void *state, size_t count)
 {
-    return issue_and_wait(state, count, "ncclAllGather", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclAllGather", [&](struct ccl_state *st) {
         return ncclAllGather(st->send, st->recv, count, ncclFloat, st->comm, cb_gpu_stream());
     });
 }
 
 static int ccl_reduce_scatter(void *state, size_t count)
 {
-    return issue_and_wait(state, count, "ncclReduceScatter", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclReduceScatter", [&](struct ccl_state *st) {
         return ncclReduceScatter(st->send, st->recv, count, ncclFloat, ncclSum, st->comm, cb_gpu_stream());
     });
 }
 
 static int ccl_bcast(void *state, size_t count, int root)
 {
-    return issue_and_wait(state, count, "ncclBroadcast", [&](struct ccl_state *st) {
+    return issue(state, count, "ncclBroadcast", [&](struct ccl_state *st) {
         return ncclBroadcast(st->recv, st->recv, count, ncclFloat, root, st->comm, cb_gpu_stream());
     });
 }
@@ -239,6 +243,7 @@ const struct cb_transport cb_transport_ccl = {
     .reduce_scatter = ccl_reduce_scatter,
     .bcast = ccl_bcast,
     .copy = NULL,
+    .complete = ccl_complete,
 };
 #endif
 
@@ -279,6 +284,7 @@ const struct cb_transport cb_transport_ccl = {
     .reduce_scatter = NULL,
     .bcast = NULL,
     .copy = NULL,
+    .complete = NULL,
 };
 #endif
 

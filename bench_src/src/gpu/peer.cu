@@ -117,17 +117,22 @@ void cb_peer_detach(void *state)
     cb_barrier();
 }
 
-static int push_then(struct cb_peer_state *st, const struct cb_push *push, int (*complete)(int), int peer)
+/* This rank's pushes, complete on return. The peers are told afterwards (a notification or a
+ * barrier), even after a failure: they are waiting for it. */
+static int pushed(struct cb_peer_state *st, const struct cb_push *push)
 {
-    int rc = push->njobs > 0 && push->count > 0 ? st->engine->push(st, push) : CB_OK;
-    int done = complete(peer); /* even after a failure: the peers are waiting for it */
-    return rc ? rc : done;
+    return push->njobs > 0 && push->count > 0 ? st->engine->push(st, push) : CB_OK;
 }
 
-static int barrier_ignoring_peer(int peer)
+static int first_failure(int rc, int later_rc)
 {
-    (void)peer;
-    return cb_barrier();
+    return rc ? rc : later_rc;
+}
+
+static int push_then_barrier(struct cb_peer_state *st, const struct cb_push *push)
+{
+    int rc = pushed(st, push);
+    return first_failure(rc, cb_barrier());
 }
 
 static struct cb_push to_peer(const float *src, int peer, size_t count)
@@ -140,7 +145,8 @@ int cb_peer_send(void *state, int peer, size_t count)
 {
     struct cb_peer_state *st = (struct cb_peer_state *)state;
     struct cb_push p = to_peer(st->send, peer, count);
-    return push_then(st, &p, cb_notify_send, peer);
+    int rc = pushed(st, &p);
+    return first_failure(rc, cb_notify_send(peer));
 }
 
 int cb_peer_recv(void *state, int peer, size_t count)
@@ -150,11 +156,12 @@ int cb_peer_recv(void *state, int peer, size_t count)
     return cb_notify_recv(peer);
 }
 
-int cb_peer_exchange(void *state, int peer, size_t count)
+int cb_peer_exchange(void *state, int to, int from, size_t count)
 {
     struct cb_peer_state *st = (struct cb_peer_state *)state;
-    struct cb_push p = to_peer(st->send, peer, count);
-    return push_then(st, &p, cb_notify_exchange, peer);
+    struct cb_push p = to_peer(st->send, to, count);
+    int rc = pushed(st, &p);
+    return first_failure(rc, cb_notify_exchange(to, from));
 }
 
 int cb_peer_alltoall(void *state, size_t count)
@@ -162,7 +169,7 @@ int cb_peer_alltoall(void *state, size_t count)
     struct cb_peer_state *st = (struct cb_peer_state *)state;
     int rank = st->ctx->rank;
     struct cb_push p = {rank, st->ctx->nranks, st->send, count, (uint64_t)rank * count, count};
-    return push_then(st, &p, barrier_ignoring_peer, -1);
+    return push_then_barrier(st, &p);
 }
 
 int cb_peer_allgather(void *state, size_t count)
@@ -170,7 +177,7 @@ int cb_peer_allgather(void *state, size_t count)
     struct cb_peer_state *st = (struct cb_peer_state *)state;
     int rank = st->ctx->rank;
     struct cb_push p = {rank, st->ctx->nranks, st->send, 0, (uint64_t)rank * count, count};
-    return push_then(st, &p, barrier_ignoring_peer, -1);
+    return push_then_barrier(st, &p);
 }
 
 int cb_peer_bcast(void *state, size_t count, int root)
@@ -178,14 +185,13 @@ int cb_peer_bcast(void *state, size_t count, int root)
     struct cb_peer_state *st = (struct cb_peer_state *)state;
     int n = st->ctx->nranks;
     struct cb_push p = {(root + 1) % n, st->ctx->rank == root ? n - 1 : 0, st->recv, 0, 0, count};
-    return push_then(st, &p, barrier_ignoring_peer, -1);
+    return push_then_barrier(st, &p);
 }
 
 static int reduce_then_barrier(struct cb_peer_state *st, uint64_t offset, size_t count)
 {
     int rc = count ? st->engine->reduce(st, offset, count) : CB_OK;
-    int done = cb_barrier();
-    return rc ? rc : done;
+    return first_failure(rc, cb_barrier());
 }
 
 int cb_peer_allreduce(void *state, size_t count)

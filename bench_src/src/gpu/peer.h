@@ -43,7 +43,7 @@ int cb_peer_attach(void *state, const struct cb_bufs *bufs);
 void cb_peer_detach(void *state);
 int cb_peer_send(void *state, int peer, size_t count);
 int cb_peer_recv(void *state, int peer, size_t count);
-int cb_peer_exchange(void *state, int peer, size_t count);
+int cb_peer_exchange(void *state, int to, int from, size_t count);
 int cb_peer_allreduce(void *state, size_t count);
 int cb_peer_alltoall(void *state, size_t count);
 int cb_peer_allgather(void *state, size_t count);
@@ -59,7 +59,7 @@ int cb_peer_bcast(void *state, size_t count, int root);
         .allreduce = (tcaps)&CB_CAP_ALLREDUCE ? cb_peer_allreduce : NULL, .alltoall = cb_peer_alltoall,                \
         .allgather = cb_peer_allgather,                                                                                \
         .reduce_scatter = (tcaps)&CB_CAP_REDUCE_SCATTER ? cb_peer_reduce_scatter : NULL, .bcast = cb_peer_bcast,       \
-        .copy = NULL,                                                                                                  \
+        .copy = NULL, .complete = NULL,                                                                                \
     }
 
 #endif

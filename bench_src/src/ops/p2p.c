@@ -39,7 +39,7 @@ int cb_p2p_run(const struct cb_exec *e)
         return CB_OK;
     int other = rank == src ? dst : src;
     if (e->inst->dir == CB_DIR_BI)
-        return t->exchange(e->state, other, n);
+        return t->exchange(e->state, other, other, n);
     if (rank == src) {
         int rc = t->send(e->state, dst, n);
         return rc ? rc : t->recv(e->state, dst, n);

@@ -106,13 +106,13 @@ static int mpi_recv(void *state, int peer, size_t count)
                         "MPI_Recv");
 }
 
-static int mpi_exchange(void *state, int peer, size_t count)
+static int mpi_exchange(void *state, int to, int from, size_t count)
 {
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->recv, (int)count, MPI_FLOAT,
-                                     peer, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    return cb_mpi_check(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, to, CB_TAG_DATA, b->recv, (int)count, MPI_FLOAT,
+                                     from, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv");
 }
 

@@ -81,13 +81,13 @@ static int staging_recv(void *state, int peer, size_t count)
     return rc ? rc : b->copy(st->recv, st->host.recv, count * sizeof(float));
 }
 
-static int staging_exchange(void *state, int peer, size_t count)
+static int staging_exchange(void *state, int to, int from, size_t count)
 {
     struct staging *st = state;
     const struct cb_backend *b = st->ctx->backend;
     int rc = b->copy(st->host.send, st->send, count * sizeof(float));
     if (!rc)
-        rc = cb_transport_mpi.exchange(&st->host, peer, count);
+        rc = cb_transport_mpi.exchange(&st->host, to, from, count);
     return rc ? rc : b->copy(st->recv, st->host.recv, count * sizeof(float));
 }
 

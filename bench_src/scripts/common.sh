@@ -1,0 +1,53 @@
+# Shared by the GPU-machine scripts (gpu-acceptance.sh, compare-nccl-tests.sh); sourced from the
+# repository root.
+
+# NVLink multicast can take a shared host's GPUs out of service: never let anything use it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [ ! -f bench_src/Makefile ]; then
+    echo "$0: run this from the repository root (bench_src/Makefile not found)" >&2
+    exit 2
+fi
+
+# What the machine is: GPUs, topology, compilers, MPI, NCCL (stdout).
+cb_environment() {
+    echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname)"
+    echo "== git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) $(git status --porcelain 2>/dev/null | wc -l) changed files"
+    echo "== env: NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
+    nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,driver_version --format=csv || echo "nvidia-smi failed"
+    nvidia-smi topo -m || true
+    command -v cmake && cmake --version | head -1
+    command -v nvcc && nvcc --version | tail -2
+    command -v "${MPIRUN:-mpirun}" && "${MPIRUN:-mpirun}" --version 2>&1 | head -2
+    ls -l /usr/include/nccl.h /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null
+    dpkg -l 2>/dev/null | awk '$2 ~ /nccl|openmpi|mpich|cuda-runtime|cuda-toolkit/ {print $1, $2, $3}'
+}
+
+# _cb_make LOG BUILD_DIR [CMAKE_ARGS]
+_cb_make() {
+    make -C bench_src cuda BUILD_DIR="$2" MPICC="${MPICC:-mpicc}" CUDA_ARCHS="${CUDA_ARCHS:-90}" JOBS="${JOBS:-8}" \
+        CMAKE_ARGS="${3:-}" >>"$1" 2>&1
+}
+
+# cb_build_cuda OUT LOG: builds the cuda backend into OUT/build; if the -Werror build fails (a
+# newer compiler's new warning must not cost the measurements) it says so loudly and builds
+# OUT/build-nowerror without -Werror. Sets CB_BIN and CB_WERROR_BUILD (ok|FAILED); returns 1 when
+# no binary could be built.
+cb_build_cuda() {
+    local out=$1 log=$2
+    CB_WERROR_BUILD=ok
+    CB_BIN="$out/build/cuda/commbench"
+    if ! _cb_make "$log" "$out/build"; then
+        CB_WERROR_BUILD=FAILED
+        grep -E "warning:|error:" "$log" | head -20
+        echo "WARNING: the -Werror build FAILED (log: $log); measuring a build without -Werror"
+        if ! _cb_make "$log" "$out/build-nowerror" -DCOMMBENCH_WERROR=OFF; then
+            tail -50 "$log"
+            echo "BUILD FAILED (log: $log)"
+            return 1
+        fi
+        CB_BIN="$out/build-nowerror/cuda/commbench"
+    fi
+    tail -3 "$log"
+}
