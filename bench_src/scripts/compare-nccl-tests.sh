@@ -47,8 +47,8 @@ if [ -z "${NCCL_TESTS_DIR:-}" ]; then
     echo "$0: set NCCL_TESTS_DIR to an nccl-tests build (the directory with all_reduce_perf, or its parent)" >&2
     exit 2
 fi
-NT_BIN=$NCCL_TESTS_DIR
-[ -d "$NCCL_TESTS_DIR/build" ] && NT_BIN=$NCCL_TESTS_DIR/build
+NT_BIN=$(realpath -m "$NCCL_TESTS_DIR")
+[ -d "$NT_BIN/build" ] && NT_BIN=$NT_BIN/build
 PLAN=$(python3 "$HELPER" plan) || exit 2
 while read -r op binary; do
     if [ ! -x "$NT_BIN/$binary" ]; then
