@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import sqlalchemy
 
 from campaigns.store import RunInfo, Store, open_store
+from fixtures_pg import drop_database, new_database
 
 # Per-op busbw factor for 4 ranks, as the record schema defines it.
 _BUSBW_FACTOR = {"allreduce": 1.5, "allgather": 0.75, "alltoall": 0.75, "pingpong": 1.0, "bcast": 1.0}
@@ -69,28 +67,27 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
-# Set to a PostgreSQL URL (a role that may CREATE DATABASE) to run the store tests on PostgreSQL instead of
-# SQLite; each test then gets a database of its own. Unset (the default, and `make test`): SQLite files.
-STORE_PG_URL_ENV = "COMMCAMP_TEST_STORE_PG_URL"
-sqlite_only = pytest.mark.skipif(bool(os.environ.get(STORE_PG_URL_ENV)), reason="SQLite-specific")
-
-
 @pytest.fixture
-def store_url(tmp_path: Path) -> Iterator[str]:
-    server_url = os.environ.get(STORE_PG_URL_ENV)
-    if not server_url:
+def skip_unless_sqlite(request: pytest.FixtureRequest) -> None:
+    if request.getfixturevalue("store_url").startswith("postgresql"):
+        pytest.skip("SQLite-specific")
+
+
+sqlite_only = pytest.mark.usefixtures("skip_unless_sqlite")
+
+
+# Every store test runs twice: on a SQLite file and on a database of its own on the session's real
+# PostgreSQL server (tests/fixtures_pg.py).
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'results.db'}"
         return
-    name = f"commcamp_test_{uuid.uuid4().hex[:12]}"
-    admin = sqlalchemy.create_engine(server_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = new_database(request.getfixturevalue("postgres_server"))
     try:
-        yield sqlalchemy.make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        yield url
     finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.dispose()
+        drop_database(url)
 
 
 @pytest.fixture

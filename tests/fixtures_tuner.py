@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import glob
-import os
 import shutil
-import subprocess
 import tempfile
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -21,67 +17,6 @@ from tuners.scope import StudyScope
 @pytest.fixture(scope="session")
 def catalog() -> KnobCatalog:
     return KnobCatalog.load()
-
-
-PG_URL_ENV = "COMMCAMP_TEST_PG_URL"  # a PostgreSQL server URL (role may CREATE DATABASE); else a private one
-
-
-def _pg_bin() -> Path | None:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    return Path(found[-1]).parent if found else None
-
-
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """A PostgreSQL server URL: $COMMCAMP_TEST_PG_URL, or a throwaway cluster of Debian's
-    PostgreSQL started in a temp dir on a Unix socket only (run as user postgres when root)."""
-    if os.environ.get(PG_URL_ENV):
-        yield os.environ[PG_URL_ENV]
-        return
-    bin_dir = _pg_bin()
-    if bin_dir is None:
-        pytest.skip("PostgreSQL server binaries not installed (Debian package postgresql)")
-    run_as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    directory = Path(tempfile.mkdtemp(prefix="commcamp-pg-"))
-    if run_as:
-        shutil.chown(directory, "postgres", "postgres")
-    data, port = directory / "data", 54000 + os.getpid() % 1000
-    subprocess.run(
-        [*run_as, str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"],
-        check=True,
-        capture_output=True,
-    )
-    options = f"-k {directory} -p {port} -c listen_addresses= -c fsync=off"
-    subprocess.run(
-        [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(directory / "log"), "-w", "start"],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        yield f"postgresql+psycopg://postgres@/postgres?host={directory}&port={port}"
-    finally:
-        subprocess.run(
-            [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True
-        )
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
-    """A fresh database on the server, dropped afterwards."""
-    import sqlalchemy
-
-    name = f"tuner_{uuid.uuid4().hex[:12]}"
-    admin = sqlalchemy.create_engine(postgres_server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = sqlalchemy.make_url(postgres_server).set(database=name)
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.dispose()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from fixtures_tuner import ScriptedEvaluator, make_scope, postgres_server, postgres_url, sqlite_url  # noqa: F401  (fixtures)
+from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.evaluation import FailureKind, buckets_for_sizes
 from tuners.study import (
