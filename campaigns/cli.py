@@ -16,7 +16,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from campaigns import results_cli
+from campaigns import plugin_cli, results_cli, tune_cli
 from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
 from campaigns.spec import Campaign, SpecError, load_campaign
 from campaigns.store import StoreError, default_url, open_store
@@ -139,6 +139,8 @@ def run(
 
 
 results_cli.register(app)
+tune_cli.register(app)
+plugin_cli.register(app)
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """The tuning study: an Optuna study per scope, stored in an RDB, driven by an evaluator.
 
-- Trial 0 is the site's defaults (enqueued when the study is created).
+- Trial 0 is the site's defaults (enqueued when the study is created), followed by any seed
+  environments the caller names (e.g. the library's own defaults, every knob unset).
 - Failed, hung and invalid evaluations are FAIL trials with `outcome` and `fail_reason` user attrs;
   the study goes on.
 - Budget: trials with an `outcome` (measured or failed by the evaluator) count; `run()` stops when
@@ -52,7 +53,8 @@ FAIL_REASON = "fail_reason"
 BUCKET_US = "bucket_us"
 SIZE_US = "size_us"
 RECORD_IDS = "record_ids"
-ROLE = "role"  # "defaults" for trial 0
+ROLE = "role"  # "defaults" for trial 0, SEEDED for the trials enqueued after it
+SEEDED = "seeded"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
 COMPLETE = "complete"
 LOST = "lost"
@@ -201,6 +203,7 @@ class Tuner:
         seed: int | None = None,
         n_startup_trials: int = 8,
         baseline_env: Mapping[str, str] | None = None,
+        seed_envs: Sequence[Mapping[str, str]] = (),
         progress: bool = False,
     ) -> None:
         if n_trials is None and timeout_s is None:
@@ -222,6 +225,13 @@ class Tuner:
         baseline = space.catalog.default_env(space.knob_names) if baseline_env is None else baseline_env
         space.params_for_env(baseline)  # rejects knobs outside the space and values outside it
         self.baseline_env = space.env_from_values({name: baseline.get(name) for name in space.knob_names})
+        seeds = []
+        for env in seed_envs:
+            space.params_for_env(env)
+            seed = space.env_from_values({name: env.get(name) for name in space.knob_names})
+            if seed != self.baseline_env and seed not in seeds:
+                seeds.append(seed)
+        self.seed_envs = seeds
         self.progress = progress
 
     def load_study(self) -> optuna.Study:
@@ -258,6 +268,8 @@ class Tuner:
                 study.enqueue_trial(
                     self.space.params_for_env(self.baseline_env), user_attrs={ROLE: "defaults"}, skip_if_exists=True
                 )
+                for env in self.seed_envs:
+                    study.enqueue_trial(self.space.params_for_env(env), user_attrs={ROLE: SEEDED}, skip_if_exists=True)
         else:
             for key in ("knobs", "buckets", "baseline_env"):
                 if study.user_attrs.get(key) != setup[key]:
@@ -407,7 +419,9 @@ def finalization_candidates(
         return chosen
     baseline = dict(study.user_attrs.get("baseline_env", {}))
     try:
-        importances = optuna.importance.get_param_importances(study)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "less than 2 trials" per regime: expected on small studies
+            importances = optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError):  # too few complete trials to estimate importances
         return chosen
     weight: dict[str, float] = {}

@@ -1,0 +1,309 @@
+"""`commcamp tune`, `commcamp pretune`, `commcamp recommend` (and the hidden `tune-worker`).
+
+    commcamp tune SPEC.yaml [--trials N] [--workers N --db postgresql+psycopg://...]
+    commcamp tune --site localslurm --system localslurm:debug --library openmpi --op allreduce \\
+        --nodes 2 --tasks-per-node 1 --sizes 64K,1M --knobs OMPI_MCA_btl_tcp_sndbuf,OMPI_MCA_btl_tcp_rcvbuf
+    commcamp pretune --budget 10m --site localslurm ... --env-file tuned.env     (inside salloc/sbatch)
+    commcamp recommend --site S --system X --op allreduce --nodes 8 --size 64M
+
+Exit codes: 0 done; 1 a run or the study failed; 2 bad spec or usage; 3 (recommend) nothing measured
+for that context.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns.tuning import (
+    DEFAULT_RECOMMENDATIONS_DIR,
+    TuningOutcome,
+    TuningSetup,
+    TuningSpec,
+    finalize_study,
+    load_spec,
+    make_tuner,
+    prepare,
+    publish_recommendation,
+    run_tuning,
+    slurm_launcher,
+    submit_workers,
+    wait_for_jobs,
+    parse_size,
+    write_env_file,
+)
+from tuners.evaluation import format_bytes
+from tuners.recommend import format_lookup, lookup
+from tuners.study import study_progress
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_NOT_MEASURED = 3
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """'10m' -> 600.0; plain numbers are seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 90s, 10m, 1h)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _fail(console: Console, message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+# Options shared by tune and pretune: None = keep the spec's value (or the model default).
+SpecOpt = Annotated[Optional[Path], typer.Argument(help="tuning spec (YAML); options override its fields")]
+SiteOpt = Annotated[Optional[str], typer.Option(help="site (site_configs/<site>/)")]
+SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition")]
+EnvironOpt = Annotated[Optional[str], typer.Option(help="programming environment / MPI (openmpi, mpich)")]
+LibraryOpt = Annotated[Optional[str], typer.Option(help="library whose knobs are tuned: nccl, openmpi, mpich, ...")]
+LibVersionOpt = Annotated[Optional[str], typer.Option(help="its version (default: read from a probe run)")]
+OpOpt = Annotated[Optional[str], typer.Option(help="commbench op, e.g. allreduce")]
+TransportOpt = Annotated[Optional[str], typer.Option(help="commbench transport: mpi or ccl")]
+NodesOpt = Annotated[Optional[int], typer.Option(help="node count of the scope")]
+TpnOpt = Annotated[Optional[int], typer.Option(help="ranks per node")]
+GpusOpt = Annotated[Optional[int], typer.Option(help="GPUs per node of the scope")]
+SizesOpt = Annotated[Optional[str], typer.Option(help="message sizes, e.g. 64K,1M,4M")]
+KnobsOpt = Annotated[Optional[str], typer.Option(help="comma-separated knobs to search (default: all that apply)")]
+OverridesOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--knob-overrides", help="knob override file (defaults/pinned/forbidden/restrict); repeatable")]
+TrialsOpt = Annotated[Optional[int], typer.Option(help="trial budget (trials counted across workers/restarts)")]
+SamplerOpt = Annotated[Optional[str], typer.Option(help="tpe (default), gp or random")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="sampler seed")]
+ExecutorOpt = Annotated[Optional[str], typer.Option(help="reframe (campaign executor) or launcher")]
+LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor command, e.g. 'mpirun -np 4'")]
+CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
+DbOpt = Annotated[Optional[str], typer.Option(
+    help="Optuna storage URL (default: the results database; PostgreSQL for parallel workers)")]
+PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (results/recommendations)")]
+PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
+RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
+
+
+def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
+    """The spec file with the given fields replaced, or a spec from the fields alone; ValueError with
+    every problem otherwise."""
+    given = {k: v for k, v in fields.items() if v is not None}
+    for key in ("knobs", "launcher"):
+        if isinstance(given.get(key), str):
+            given[key] = [k for k in re.split(r"[,\s]+", given[key]) if k] if key == "knobs" \
+                else shlex.split(given[key])
+    try:
+        if spec_path is not None:
+            base = load_spec(spec_path).model_dump()
+            return TuningSpec.model_validate({**base, **given})
+        return TuningSpec.model_validate(given)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid tuning spec: {problems}") from None
+
+
+def _fields(**kwargs: Any) -> dict[str, Any]:
+    return kwargs
+
+
+def describe(setup: TuningSetup) -> list[str]:
+    space = ", ".join(setup.space.knob_names)
+    return [f"scope: {setup.scope.describe()}",
+            f"study: {setup.scope.study_name}",
+            f"knobs searched: {space}",
+            f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
+            "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
+            f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}"]
+
+
+def report_lines(outcome: TuningOutcome) -> list[str]:
+    progress = study_progress(outcome.study)
+    lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
+    if progress.best_speedup is not None:
+        lines.append(f"best trial: {(progress.best_speedup - 1) * 100:+.1f}% vs the defaults (single measurement)")
+    rec = outcome.recommendation
+    if rec is None:
+        return lines
+    lines.append(f"decision: {rec.decision}" + (f" -- {rec.gain.describe()}" if rec.gain else
+                                                  " (no candidate passed the test)"))
+    lines.append("export: " + (" ".join(f"{k}={v}" for k, v in rec.env.items()) or "(nothing)")
+                 + ("; unset: " + " ".join(rec.unset) if rec.unset else ""))
+    for size in rec.per_size:
+        lines.append(f"  {size.bucket:>16} {size.metric:8} {size.decision}"
+                     + (f" {size.gain.median:+.1%}" if size.gain else ""))
+    lines.extend(f"note: {n}" for n in [*rec.evidence.notes, *rec.plugin_notes])
+    if outcome.published is not None:
+        lines.append(f"published: {outcome.published.recommendations} ({outcome.published.env_file.name}, "
+                     f"module {outcome.published.module_name}"
+                     + (f", {outcome.published.tuner_config}" if outcome.published.tuner_config else "") + ")")
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tune(
+        spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
+        library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
+        transport: TransportOpt = None, nodes: NodesOpt = None, tasks_per_node: TpnOpt = None,
+        gpus_per_node: GpusOpt = None, sizes: SizesOpt = None, knobs: KnobsOpt = None,
+        knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
+        budget: Annotated[Optional[str], typer.Option(help="wall-time budget of the trials, e.g. 10m")] = None,
+        sampler: SamplerOpt = None, seed: SeedOpt = None, executor: ExecutorOpt = None,
+        launcher: LauncherOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
+        finalize: Annotated[Optional[bool], typer.Option(
+            "--finalize/--no-finalize", help="re-measure the best candidates and decide (default on)")] = None,
+        publish_dir: PublishOpt = None,
+        no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
+        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None,
+        workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
+    ) -> None:
+        """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
+        finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
+        console, errors = Console(), Console(stderr=True)
+        fields = _fields(site=site, system=system, environ=environ, library=library,
+                         library_version=library_version, op=op, transport=transport, nodes=nodes,
+                         tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, sizes=sizes, knobs=knobs,
+                         knob_overrides=knob_overrides, trials=trials,
+                         budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
+                         executor=executor, launcher=launcher, commbench=commbench, db=db,
+                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir)
+        try:
+            spec_obj = build_spec(spec, fields)
+            if finalize is not None:
+                spec_obj = spec_obj.model_copy(update={"finalize": spec_obj.finalize.model_copy(
+                    update={"enabled": finalize})})
+            if no_publish:
+                spec_obj = spec_obj.model_copy(update={"publish_dir": None})
+            if workers and spec_obj.storage_url().startswith("sqlite"):
+                raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
+                                 "SQLite takes one writer process at a time")
+            setup = prepare(spec_obj)
+        except ValueError as exc:
+            raise _fail(errors, str(exc)) from None
+        for line in describe(setup):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        if dry_run:
+            return
+        if workers:
+            tuner = make_tuner(setup)
+            tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
+            directory = Path(spec_obj.runs_dir) / f"tune-workers-{time.strftime('%Y%m%dT%H%M%S')}"
+            ids = submit_workers(spec_obj, workers, directory, os.environ)
+            console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
+                          f"(output in {directory})")
+            wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
+            study = tuner.load_study()
+            outcome = TuningOutcome(study, dict(tuner.baseline_env))
+            if spec_obj.finalize.enabled:
+                outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+                outcome.published = publish_recommendation(setup, outcome.recommendation)
+        else:
+            outcome = run_tuning(setup)
+        for line in report_lines(outcome):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        if study_progress(outcome.study).complete == 0:
+            raise _fail(errors, "no trial completed (see the trials' fail_reason)", EXIT_FAILED)
+
+    @app.command("tune-worker", hidden=True)
+    def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
+        """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
+        try:
+            spec_obj = TuningSpec.model_validate_json(spec.read_text())
+            setup = prepare(spec_obj)
+        except (OSError, ValueError) as exc:
+            raise _fail(Console(stderr=True), str(exc)) from None
+        study = make_tuner(setup).run()
+        progress = study_progress(study)
+        print(f"worker done: study {setup.scope.study_name}: {progress.counted} counted trials, "
+              f"{len(setup.evaluator.durations_s)} run here", flush=True)
+
+    @app.command()
+    def pretune(
+        budget: Annotated[str, typer.Option(help="total wall time: trials, then finalization (e.g. 10m)")],
+        env_file: Annotated[Path, typer.Option(help="sourceable file to write (export/unset lines)")],
+        spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
+        library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
+        transport: TransportOpt = None, gpus_per_node: GpusOpt = None, sizes: SizesOpt = None,
+        knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
+        sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
+        publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
+        trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
+    ) -> None:
+        """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
+        with srun in this allocation, finalization, then an env file for the job script to source."""
+        console, errors = Console(), Console(stderr=True)
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise _fail(errors, "pretune runs inside a Slurm allocation (salloc or an sbatch script): "
+                                "SLURM_JOB_ID is not set")
+        total = parse_duration(budget)
+        if not 0.1 <= trial_share <= 0.9:
+            raise _fail(errors, f"--trial-share {trial_share} must be within 0.1 .. 0.9")
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+        tasks = int(os.environ.get("SLURM_NTASKS") or nodes)
+        fields = _fields(site=site, system=system, environ=environ, library=library,
+                         library_version=library_version, op=op, transport=transport, nodes=nodes,
+                         tasks_per_node=max(1, tasks // nodes), gpus_per_node=gpus_per_node, sizes=sizes,
+                         knobs=knobs, knob_overrides=knob_overrides, trials=trials, budget_s=total * trial_share,
+                         sampler=sampler, seed=seed, executor="launcher", launcher="srun", commbench=commbench,
+                         db=db, runs_dir=runs_dir, publish_dir=publish_dir)
+        started = time.monotonic()
+        try:
+            spec_obj = build_spec(spec, fields)
+            spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
+                                                   "publish_dir": publish_dir})
+            setup = prepare(spec_obj)
+        except ValueError as exc:
+            raise _fail(errors, str(exc)) from None
+        for line in describe(setup):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
+        study = tuner.run()
+        durations = setup.evaluator.durations_s
+        per_run = sum(durations) / len(durations) if durations else float("inf")
+        left = total - (time.monotonic() - started)
+        outcome = TuningOutcome(study, dict(tuner.baseline_env))
+        outcome.report, outcome.recommendation = finalize_study(
+            setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
+        outcome.published = publish_recommendation(setup, outcome.recommendation)
+        write_env_file(env_file, outcome.recommendation, setup.catalog)
+        for line in report_lines(outcome):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "
+                      f"(source it before the application's srun)")
+
+    @app.command()
+    def recommend(
+        site: Annotated[str, typer.Option(help="site")],
+        system: Annotated[str, typer.Option(help="system")],
+        op: Annotated[str, typer.Option(help="commbench op, e.g. allreduce")],
+        nodes: Annotated[int, typer.Option(help="node count of the job")],
+        size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
+        gpus_per_node: GpusOpt = None,
+        partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
+        transport: TransportOpt = None, library: LibraryOpt = None,
+        root: Annotated[Path, typer.Option(help="recommendations root")] = DEFAULT_RECOMMENDATIONS_DIR,
+    ) -> None:
+        """Print the published settings for a job context and the measured scope they come from. A node
+        count, GPU count or size that was not measured is said so; nothing is extrapolated."""
+        errors = Console(stderr=True)
+        try:
+            size_bytes = None if size is None else parse_size(size)
+            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,
+                            partition=partition, transport=transport, library=library, size=size_bytes)
+        except ValueError as exc:
+            raise _fail(errors, str(exc)) from None
+        print(format_lookup(result))
+        if size_bytes is not None and result.size_result is not None:
+            print(f"# size {format_bytes(size_bytes)}: bucket {result.size_result.bucket} -> "
+                  f"{result.size_result.decision}")
+        if not result.measured:
+            raise typer.Exit(EXIT_NOT_MEASURED)

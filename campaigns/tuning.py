@@ -1,0 +1,718 @@
+"""Tuning campaigns: commbench runs as the tuner's evaluator (tuners/README.md, "The evaluator contract").
+
+A trial is one commbench sweep of the study's message sizes with the trial's knob environment applied,
+run by an executor:
+
+- `ReframeExecutor`: through the campaign runner (reframe_checks/commbench.py on a site's partition:
+  `local`, or Slurm on `localslurm`), one ReFrame invocation per trial, knobs via the check's env_vars.
+- `LauncherExecutor`: commbench started directly by a launcher command: `mpirun -np 4` on the GPU machine,
+  `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
+
+Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
+(an inherited NCCL_PROTO must not leak into a trial that leaves it unset), plus the trial's knobs, plus
+the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
+variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
+Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
+credited: the trial is INVALID with the names in its reason (a typo, a name this version does not know,
+or a code path this run does not take). Libraries without such a log (MPICH, UCX, ...) are recorded as
+unverified in the trial, never silently as read.
+
+Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
+wrong data (exit 1, a record with valid=false) or an unread knob = INVALID; anything else that is not a
+clean run = FAILED, with the reason from the records or the launcher's output.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from campaigns.records import RecordError, parse_records
+from tuners.catalog import KnobCatalog, Library
+from tuners.evaluation import Evaluation, FailureKind, SizeBucket, buckets_for_sizes
+from tuners.finalize import Candidate, FinalReport, Thresholds, finalize
+from tuners.recommendation import Recommendation, build_recommendation
+from tuners.scope import StudyScope
+from tuners.space import SearchSpace, build_space
+from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
+from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KNOBS_DIR = REPO_ROOT / "site_configs" / "knobs"
+DEFAULT_RECOMMENDATIONS_DIR = REPO_ROOT / "results" / "recommendations"
+DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
+DEFAULT_PLUGIN = REPO_ROOT / "build" / "nccl_tuner-release" / "libnccl-tuner-commcamp.so"  # commcamp plugin build
+RECORDS_FILE = "commbench.jsonl"
+OUTPUT_FILE = "output.txt"
+
+# How each library says which variables it took from the environment (None: it does not say).
+READ_LOG_ENV: dict[Library, dict[str, str]] = {
+    Library.NCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
+    Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
+    Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro"},
+}
+# NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
+_NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
+# Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
+_OMPI_READ = re.compile(r"^\[[^\]]*\] ([A-Za-z0-9_]+)=(.*) \(environment\)\s*$", re.MULTILINE)
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(text: str | int) -> int:
+    """'64M' -> 67108864 (K, M, G, T are powers of 1024, as commbench's --sizes)."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (bytes, optionally with K, M, G or T: 64K, 1M)")
+    return int(match.group(1)) * _SCALE[match.group(2).upper()]
+
+
+def knobs_read(library: Library, output: str) -> dict[str, str] | None:
+    """The variables the library reports it took, name -> value as printed; None if it has no such log."""
+    if library in (Library.NCCL, Library.RCCL):
+        return {name: value.rstrip(".") for name, value in _NCCL_READ.findall(output)}
+    if library is Library.OPENMPI:
+        return {f"OMPI_MCA_{name}": value for name, value in _OMPI_READ.findall(output)}
+    return None
+
+
+def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
+    """The caller's environment without any catalog knob or read-log switch."""
+    switches = set(READ_LOG_ENV.get(library, {}))
+    return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
+
+
+# ----------------------------------------------------------------------------------------------- runs
+@dataclasses.dataclass(frozen=True)
+class BenchRequest:
+    """What one trial measures: commbench's op, transport and sizes, and how long it may take."""
+
+    op: str
+    transport: str
+    sizes: tuple[int, ...]
+    warmup: int = 2
+    iters: int = 10
+    batch: int = 1
+    bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
+    time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
+
+    def commbench_args(self, validate: bool, output: Path) -> list[str]:
+        return ["--op", self.op, "--transport", self.transport, "--sizes", ",".join(map(str, self.sizes)),
+                "--warmup", str(self.warmup), "--iters", str(self.iters), "--batch", str(self.batch),
+                "--timeout", str(self.bench_timeout_s), "--check" if validate else "--no-check",
+                "--output", str(output)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What an executor saw of one commbench run."""
+
+    records: list[dict[str, Any]]
+    output: str  # launcher / job output: where the libraries' read logs are
+    exit_code: int | None  # commbench's exit code; None when unknown
+    timed_out: bool = False
+    failure: str | None = None  # the executor's own reason (launch error, ReFrame failure)
+    directory: Path | None = None
+
+
+class Executor(Protocol):
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome: ...
+
+
+def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    if not path.is_file():
+        return [], []
+    records: list[dict[str, Any]] = []
+    problems = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        if line.strip():
+            try:
+                records += parse_records(line, f"{path.name} line {number}")
+            except RecordError as exc:
+                problems.append(str(exc))
+    return records, problems
+
+
+def _new_directory(parent: Path, label: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = parent / f"{label}-{stamp}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+class LauncherExecutor:
+    """commbench under a launcher command (`mpirun -np 4`, `srun --mpi=pmix -N2 -n4`), in its own process
+    group so that the hard time limit kills the whole launch."""
+
+    def __init__(self, launcher: Sequence[str], commbench: Path, runs_dir: Path, base_env: Mapping[str, str]) -> None:
+        if not launcher:
+            raise ValueError("the launcher command is empty")
+        if not os.access(commbench, os.X_OK):
+            raise ValueError(f"commbench binary {commbench} does not exist or is not executable")
+        self.launcher = list(launcher)
+        self.commbench = Path(commbench)
+        self.runs_dir = runs_dir
+        self.base_env = dict(base_env)
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        directory = _new_directory(self.runs_dir, "run")
+        records_path = directory / RECORDS_FILE
+        cmd = [*self.launcher, str(self.commbench), *request.commbench_args(validate, records_path)]
+        (directory / "command.txt").write_text(
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " " + shlex.join(cmd) + "\n")
+        timed_out = False
+        with open(directory / OUTPUT_FILE, "w+", encoding="utf-8", errors="replace") as log:
+            try:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**self.base_env, **env},
+                                        cwd=directory, start_new_session=True)
+            except OSError as exc:
+                return RunOutcome([], "", None, failure=f"cannot start {shlex.join(self.launcher)}: {exc}",
+                                  directory=directory)
+            try:
+                code: int | None = proc.wait(timeout=request.time_limit_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                code = None
+            log.seek(0)
+            output = log.read()
+        records, problems = _read_records(records_path)
+        failure = f"{len(problems)} invalid record line(s), first: {problems[0]}" if problems else None
+        if timed_out:
+            failure = f"killed at the hard time limit of {request.time_limit_s} s"
+        return RunOutcome(records, output, code, timed_out, failure, directory)
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# commbench check sanity messages (reframe_checks/commbench.py) -> what happened.
+_RFM_EXIT = re.compile(r"commbench exited with code (\d+)")
+
+
+class ReframeExecutor:
+    """One ReFrame invocation of the commbench check per run, on one partition and environment of a
+    site, with the knobs as the check's env_vars (campaigns.runner builds the command and reads back
+    the test case's outcome and records)."""
+
+    def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
+                 runs_dir: Path, base_env: Mapping[str, str]) -> None:
+        from campaigns.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
+
+        if nodes not in (1, 2):
+            raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
+        self.runs_dir = runs_dir
+        self.base_env = dict(base_env)
+        self.directory = _new_directory(runs_dir, "reframe")
+        spec_path = self.directory / "campaign.yaml"
+        spec_path.write_text(yaml.safe_dump({
+            "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
+            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]}))
+        try:
+            self.campaign = load_campaign(spec_path)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        self.count = 0
+
+    def campaign_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
+        from campaigns.spec import Campaign
+
+        check = self.campaign.spec.checks[0]
+        extra = ["--batch", str(request.batch)] if request.batch > 1 else []
+        check = check.model_copy(update={
+            "ops": [request.op], "sizes": list(request.sizes), "warmup": request.warmup, "iters": request.iters,
+            "timeout_s": request.bench_timeout_s, "time_limit_s": request.time_limit_s, "check_data": validate,
+            "transports": [request.transport], "env": dict(env), "extra_args": extra})
+        spec = self.campaign.spec.model_copy(update={"checks": [check]})
+        campaign: Campaign = dataclasses.replace(self.campaign, spec=spec)
+        return campaign
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        from campaigns.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
+
+        self.count += 1
+        campaign = self.campaign_for(env, request, validate)
+        (case,) = campaign.cases()
+        (invocation,) = plan_invocations([case])
+        prefix = self.directory / f"rfm-{self.count}"
+        prefix.mkdir()
+        cmd = invocation.command(campaign, prefix)
+        with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
+            try:
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                    env={**self.base_env, "TMPDIR": str(prefix)},
+                                    timeout=request.time_limit_s + 120, check=False).returncode
+            except subprocess.TimeoutExpired:
+                return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
+                                  prefix)
+        report = prefix / REPORT_FILE
+        result, records = case_outcome(case, report_testcases(report) if report.is_file() else [], rc, prefix)
+        output = ""
+        if result.directory is not None:
+            output = "".join(p.read_text(errors="replace") for p in sorted(result.directory.glob("rfm_job.*"))
+                             if p.suffix in (".out", ".err"))
+        if result.status == "pass":
+            return RunOutcome(records, output, 0, directory=result.directory)
+        reason = result.reason or f"ReFrame status {result.status}"
+        match = _RFM_EXIT.search(reason)
+        exit_code = int(match.group(1)) if match else None
+        timed_out = "hit its time limit" in reason or exit_code == 3
+        return RunOutcome(records, output, exit_code, timed_out, reason, result.directory or prefix)
+
+
+# ----------------------------------------------------------------------------------------- evaluator
+class CommbenchEvaluator:
+    """The tuner's evaluator: one commbench run per call through `executor`, judged as the module
+    docstring says. `exempt` knobs are not held to the read-log check (recorded as unverified)."""
+
+    def __init__(self, executor: Executor, request: BenchRequest, library: Library, catalog: KnobCatalog,
+                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None) -> None:
+        self.executor = executor
+        self.request = request
+        self.library = library
+        self.catalog = catalog
+        self.exempt = exempt
+        self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
+        self.durations_s: list[float] = []
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        started = time.monotonic()
+        outcome = self.executor.run({**env, **READ_LOG_ENV.get(self.library, {})}, self.request, validate)
+        self.durations_s.append(time.monotonic() - started)
+        evaluation = self.judge(env, outcome, validate)
+        if self.ingest is not None:
+            ids = self.ingest(env, outcome, evaluation)
+            evaluation = dataclasses.replace(evaluation, record_ids=tuple(ids))
+        return evaluation
+
+    def unread(self, env: Mapping[str, str], output: str) -> list[str] | None:
+        """Knobs of this library set in env that its read log does not show; None = no read log."""
+        read = knobs_read(self.library, output)
+        if read is None:
+            return None
+        mine = [name for name in env if name in self.catalog and self.library in self.catalog[name].libraries]
+        return [name for name in mine if name not in read and name not in self.exempt]
+
+    def judge(self, env: Mapping[str, str], outcome: RunOutcome, validate: bool) -> Evaluation:
+        results = [r for r in outcome.records if r["kind"] == "result" and r["op"] == self.request.op]
+        errors = [r for r in outcome.records if r["kind"] == "error"]
+        tail = _tail(outcome.output)
+        where = f" (run directory {outcome.directory})" if outcome.directory else ""
+        if outcome.timed_out or outcome.exit_code == 3 or any(r.get("reason") == "timeout" for r in errors):
+            detail = outcome.failure or next((r["error"] for r in errors), "commbench's watchdog fired (exit 3)")
+            return Evaluation.failed(FailureKind.TIMEOUT, f"hung: {detail}{where}")
+        wrong = [f"{r['bytes']} B: {r.get('wrong_elements')} wrong" for r in results if not r["valid"]]
+        if outcome.exit_code == 1 or wrong:
+            return Evaluation.failed(FailureKind.INVALID,
+                                     f"data validation failed ({'; '.join(wrong) or 'exit code 1'}){where}")
+        if errors:
+            first = errors[0]
+            return Evaluation.failed(FailureKind.FAILED,
+                                     f"commbench error record ({first.get('reason')}): {first.get('error')}{where}")
+        if outcome.failure or outcome.exit_code != 0:
+            reason = outcome.failure or f"exit code {outcome.exit_code}"
+            return Evaluation.failed(FailureKind.FAILED, f"{reason}{where}; output ends: {tail}")
+        unread = self.unread(env, outcome.output)
+        if unread:
+            return Evaluation.failed(
+                FailureKind.INVALID,
+                f"{self.library} did not report reading {', '.join(unread)} (read log "
+                f"{' '.join(f'{k}={v}' for k, v in READ_LOG_ENV[self.library].items())}): a name this version "
+                f"does not know, or a code path this run does not take; not credited{where}")
+        times = {int(r.get("requested_bytes", r["bytes"])): r["samples_us"] for r in results
+                 if r["bytes"] > 0 and min(r["samples_us"], default=0) > 0}
+        if not times:
+            return Evaluation.failed(FailureKind.FAILED, f"no result records for op {self.request.op}{where}")
+        checked = bool(results) and all(r.get("check") and r["valid"] for r in results)
+        return Evaluation(times_us=times, validated=validate and checked)
+
+
+def _tail(text: str, limit: int = 400) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()][-6:]
+    return " | ".join(lines)[-limit:] or "(no output)"
+
+
+# ------------------------------------------------------------------------------------------- the spec
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FinalizeSpec(_Model):
+    """Finalization (tuners/finalize.py): re-measure the best candidates interleaved with the baseline."""
+
+    enabled: bool = True
+    candidates: int = Field(default=2, ge=1, le=6, description="k best distinct settings re-measured")
+    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    min_effect: float = Field(default=0.03, ge=0)
+    rounds: int = Field(default=10, ge=2)
+
+
+class TuningSpec(_Model):
+    """One tuning study: where and what commbench measures, which knobs, the budget, the outputs.
+    YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
+
+    site: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+    system: str = Field(description="system:partition (ReFrame executor: a partition of the site)")
+    environ: str = Field(default="openmpi", description="programming environment (ReFrame) / MPI of the binary")
+    library: Library
+    library_version: str | None = Field(default=None, description="None: read from a probe run's records")
+    op: str
+    transport: Literal["mpi", "ccl"] = "mpi"
+    nodes: int = Field(default=1, ge=1)
+    tasks_per_node: int = Field(default=2, ge=1)
+    gpus_per_node: int = Field(default=1, ge=1, description="the scope's GPUs per node (1 on CPU partitions)")
+    sizes: list[int] = Field(min_length=1)
+    sizes_per_bucket: int = Field(default=2, ge=1)
+    warmup: int = Field(default=2, ge=0)
+    iters: int = Field(default=10, ge=1)
+    batch: int = Field(default=1, ge=1)
+    bench_timeout_s: int = Field(default=60, ge=1)
+    time_limit_s: int = Field(default=300, ge=10)
+    knobs: list[str] | None = Field(default=None, description="None: every catalog knob that applies")
+    knob_overrides: list[Path] = Field(default=[], description="more knob override files (defaults, pins)")
+    unverifiable_knobs: list[str] = Field(default=[], description="knobs exempt from the read-log check")
+    trials: int | None = Field(default=20, ge=1)
+    budget_s: float | None = Field(default=None, gt=0, description="wall-time budget of the trial phase")
+    sampler: SamplerName = SamplerName.TPE
+    seed: int | None = 0
+    n_startup_trials: int = Field(default=4, ge=1)
+    seed_library_defaults: bool = Field(default=True, description="trial 1 = every searched knob unset")
+    executor: Literal["reframe", "launcher"] = "reframe"
+    launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
+    commbench: Path | None = Field(default=None, description="launcher executor: the binary")
+    db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    finalize: FinalizeSpec = FinalizeSpec()
+    publish_dir: Path | None = Field(default=DEFAULT_RECOMMENDATIONS_DIR, description="None: do not publish")
+    plugin_library: Path | None = None
+    runs_dir: Path = DEFAULT_RUNS_DIR
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _sizes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.split(",")
+        return sorted({parse_size(v) for v in value}) if isinstance(value, list) else value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuningSpec:
+        if ":" not in self.system:
+            raise ValueError(f"system {self.system!r} must be system:partition")
+        if self.trials is None and self.budget_s is None:
+            raise ValueError("give a budget: trials and/or budget_s")
+        if self.executor == "reframe" and self.transport != "mpi":
+            raise ValueError("the ReFrame commbench check runs transport mpi; use the launcher executor for ccl")
+        if self.executor == "launcher" and self.launcher is None:
+            raise ValueError("the launcher executor needs `launcher` (e.g. [mpirun, -np, '4'])")
+        return self
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def request(self) -> BenchRequest:
+        return BenchRequest(self.op, self.transport, tuple(self.sizes), self.warmup, self.iters, self.batch,
+                            self.bench_timeout_s, self.time_limit_s)
+
+    def storage_url(self) -> str:
+        from campaigns.store import default_url  # lazily: the store pulls in alembic
+
+        return self.db or default_url()
+
+
+def load_spec(path: Path, **overrides: Any) -> TuningSpec:
+    from campaigns.yamlio import YamlDocument, YamlModelError
+
+    try:
+        document = YamlDocument(Path(path))
+        spec = document.validate(TuningSpec)
+    except YamlModelError as exc:
+        raise ValueError(str(exc)) from None
+    return spec.model_copy(update={k: v for k, v in overrides.items() if v is not None}) if overrides else spec
+
+
+def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """The base catalog with the site's knob file (site_configs/knobs/<site>.yaml, if any) and the
+    spec's override files applied in order; also the files used."""
+    catalog = KnobCatalog.load()
+    files = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if p.is_file()] + [Path(p) for p in spec.knob_overrides]
+    for path in files:
+        try:
+            overrides = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: cannot read knob overrides: {exc}") from exc
+        catalog = catalog.for_site(overrides, str(path))
+    return catalog, [str(p) for p in files]
+
+
+def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
+    """The version a run's records name for `library` (NCCL/RCCL from `versions`, MPIs from
+    `mpi_library`)."""
+    for record in records:
+        versions = record.get("versions") or {}
+        if library in (Library.NCCL, Library.RCCL) and versions.get(library.value):
+            return str(versions[library.value])
+        text = record.get("mpi_library") or ""
+        if library is Library.OPENMPI and "Open MPI" in text:
+            match = re.search(r"v(\d+\.\d+\.\d+)", text)
+            return match.group(1) if match else None
+        if library is Library.MPICH and "MPICH" in text:
+            match = re.search(r"Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+            return match.group(1) if match else None
+    return None
+
+
+# --------------------------------------------------------------------------------------- the workflow
+@dataclasses.dataclass
+class TuningSetup:
+    spec: TuningSpec
+    catalog: KnobCatalog
+    knob_files: list[str]
+    space: SearchSpace
+    scope: StudyScope
+    buckets: tuple[SizeBucket, ...]
+    evaluator: CommbenchEvaluator
+    versions: dict[str, str]
+
+
+def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
+    runs_dir = Path(spec.runs_dir)
+    if spec.executor == "reframe":
+        return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
+                               base_env)
+    assert spec.launcher is not None
+    commbench = spec.commbench or REPO_ROOT / "build" / "bench" / f"cpu-{spec.environ}" / "commbench"
+    return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)
+
+
+def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
+    """Each run goes into the results store as a run of campaign `tune` (status pass/fail, its valid
+    records); the trial keeps the run's id."""
+    from campaigns.store import RunInfo, open_store
+
+    def ingest(env: Mapping[str, str], outcome: RunOutcome, evaluation: Evaluation) -> list[str]:
+        system, _, partition = spec.system.partition(":")
+        info = RunInfo(run_key=f"tune/{scope_label}/{uuid.uuid4().hex}", campaign="tune", site=spec.site,
+                       system=system, partition=partition, environ=spec.environ, check_name="commbench_run",
+                       parameters={"op": spec.op, "sizes": list(spec.sizes), "env": dict(env),
+                                   "transport": spec.transport, "batch": spec.batch, "iters": spec.iters},
+                       num_nodes=spec.nodes, num_tasks=spec.ranks,
+                       status="pass" if evaluation.ok else "fail",
+                       reason=None if evaluation.ok else f"{evaluation.failure}: {evaluation.reason}"[:2000])
+        with open_store(url) as store:
+            return [f"run:{store.ingest(info, outcome.records)}"]
+
+    return ingest
+
+
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+    """Everything a study needs, checked before any trial runs. Without `library_version` one probe
+    run with the site's defaults at the smallest size reads it from commbench's records."""
+    catalog, files = site_catalog(spec)
+    library = Library(spec.library)
+    base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
+    executor = make_executor(spec, base_env)
+    request = spec.request()
+    version = spec.library_version
+    if version is None:
+        probe = executor.run({**catalog.default_env(), **READ_LOG_ENV.get(library, {})},
+                             dataclasses.replace(request, sizes=request.sizes[:1], iters=1, warmup=0), False)
+        version = library_version(probe.records, library)
+        if version is None:
+            raise ValueError(f"cannot tell the {library} version from the probe run "
+                             f"({outcome_summary(probe)}); give library_version")
+    space = build_space(catalog, {library: version}, knobs=spec.knobs, op=spec.op, transport=spec.transport)
+    system, _, partition = spec.system.partition(":")
+    scope = StudyScope(site=spec.site, system=system, partition=partition, library=library,
+                       library_version=version, op=spec.op, transport=spec.transport, nodes=spec.nodes,
+                       gpus_per_node=spec.gpus_per_node)
+    buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
+    ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
+    evaluator = CommbenchEvaluator(executor, request, library, catalog,
+                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
+    versions = {library.value: version, "commcamp": _git_commit()}
+    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions)
+
+
+def outcome_summary(outcome: RunOutcome) -> str:
+    return (f"exit {outcome.exit_code}, {len(outcome.records)} records"
+            + (f", {outcome.failure}" if outcome.failure else "") + f"; output ends: {_tail(outcome.output)}")
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=False).stdout.strip()
+    except OSError:
+        out = ""
+    return out or "unknown"
+
+
+def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
+               timeout_s: float | None = None) -> Tuner:
+    spec = setup.spec
+    seeds = [{}] if spec.seed_library_defaults else []
+    return Tuner(setup.scope, setup.space, setup.evaluator,
+                 storage if storage is not None else open_storage(spec.storage_url()), setup.buckets,
+                 n_trials=spec.trials, timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
+                 sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
+                 seed_envs=seeds, progress=progress)
+
+
+@dataclasses.dataclass
+class TuningOutcome:
+    study: Any
+    baseline_env: dict[str, str]
+    report: FinalReport | None = None
+    recommendation: Recommendation | None = None
+    published: PublishedFiles | None = None
+
+
+def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
+                   max_evaluations: int | None = None) -> tuple[FinalReport, Recommendation]:
+    """Re-measure the best candidates against the baseline (tuners.finalize) and build the
+    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
+    fin = setup.spec.finalize
+    thresholds = Thresholds(alpha=fin.alpha, min_effect=fin.min_effect, rounds=fin.rounds)
+    found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)
+    from tuners.finalize import rounds_needed
+
+    keep = len(found)
+    while max_evaluations is not None and keep > 0 and \
+            max(fin.rounds, rounds_needed(keep, fin.alpha)) * (keep + 1) > max_evaluations:
+        keep -= 1
+    candidates = [Candidate(env, number) for number, env in found[:keep]]
+    report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
+                      needs_validation=setup.space.may_corrupt_knobs)
+    if keep < len(found):
+        report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
+                                                                   "candidates left out to fit the time budget"))
+    rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
+    return report, rec
+
+
+def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> PublishedFiles | None:
+    spec = setup.spec
+    if spec.publish_dir is None:
+        return None
+    plugin = spec.plugin_library or (DEFAULT_PLUGIN if rec.plugin_rules else None)
+    return publish(Path(spec.publish_dir), rec, setup.catalog,
+                   plugin_library=None if plugin is None else str(Path(plugin).resolve()))
+
+
+def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
+    """The study (resumed if it exists), then finalization and publishing if the spec asks for them."""
+    tuner = make_tuner(setup, progress=progress)
+    study = tuner.run()
+    outcome = TuningOutcome(study, dict(tuner.baseline_env))
+    if setup.spec.finalize.enabled:
+        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+        outcome.published = publish_recommendation(setup, outcome.recommendation)
+    return outcome
+
+
+def recommendation_env_text(rec: Recommendation, catalog: KnobCatalog) -> str:
+    """The sourceable env file of a recommendation (pretune's output), values validated again."""
+    return env_file_text(rec, catalog.validate_env(rec.env), list(rec.unset))
+
+
+def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> None:
+    write_atomic(path, recommendation_env_text(rec, catalog))
+
+
+# ------------------------------------------------------------------------------------ Slurm workers
+def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
+    """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
+    and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml."""
+    from campaigns.site import SiteError, load_site
+
+    try:
+        site = load_site(spec.site)
+    except SiteError:
+        return None
+    system_name, _, partition_name = spec.system.partition(":")
+    partition = site.system(system_name).partition(partition_name)
+    return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def site_env(spec: TuningSpec) -> dict[str, str]:
+    """What the site environment exports for its jobs, minus commcamp's launcher selector."""
+    found = _site_partition(spec)
+    env = {} if found is None else dict(found[1])
+    env.pop("COMMCAMP_MPIEXEC", None)
+    return env
+
+
+def slurm_launcher(spec: TuningSpec, inside_allocation: bool) -> list[str]:
+    """srun for the spec's MPI (the site environment's SLURM_MPI_TYPE). Inside an allocation srun uses
+    it; outside it makes one with the site partition's access options."""
+    found = _site_partition(spec)
+    if found is None:
+        raise ValueError(f"site {spec.site!r} has no site.yaml: cannot tell how to launch with srun there")
+    partition, env = found
+    cmd = ["srun", f"--mpi={env.get('SLURM_MPI_TYPE', 'none')}", "-N", str(spec.nodes), "-n", str(spec.ranks)]
+    return cmd if inside_allocation else [*cmd, *partition.access]
+
+
+def worker_spec(spec: TuningSpec) -> TuningSpec:
+    """The spec a Slurm worker runs: launcher executor with srun in its own allocation, no finalization."""
+    return spec.model_copy(update={"executor": "launcher", "launcher": slurm_launcher(spec, True),
+                                   "finalize": spec.finalize.model_copy(update={"enabled": False}),
+                                   "publish_dir": None})
+
+
+def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping[str, str]) -> list[int]:
+    """N sbatch jobs, each a tuning worker on the same study (PostgreSQL storage)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spec_path = directory / "worker-spec.json"
+    write_atomic(spec_path, worker_spec(spec).model_dump_json(indent=2))
+    found = _site_partition(spec)
+    access = [] if found is None else list(found[0].access)
+    limit_min = max(1, int((spec.budget_s or spec.time_limit_s * (spec.trials or 1)) // 60) + 2)
+    ids = []
+    for number in range(workers):
+        command = shlex.join([sys.executable, "-m", "campaigns.cli", "tune-worker", str(spec_path)])
+        sbatch = ["sbatch", "--parsable", "-N", str(spec.nodes), f"--ntasks-per-node={spec.tasks_per_node}",
+                  "-t", str(limit_min), "-J", f"commcamp-tune-{number}", "-o", str(directory / "worker-%j.out"),
+                  *access, "--wrap", f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}"]
+        out = subprocess.run(sbatch, capture_output=True, text=True, env=dict(env), timeout=60, check=False)
+        if out.returncode != 0:
+            raise RuntimeError(f"sbatch failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+        ids.append(int(out.stdout.strip().split(";")[0]))
+    return ids
+
+
+def wait_for_jobs(job_ids: Sequence[int], env: Mapping[str, str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(map(str, job_ids))], capture_output=True,
+                             text=True, env=dict(env), timeout=30, check=False)
+        if out.returncode == 0 and not out.stdout.strip():
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tuning workers {list(job_ids)} still queued or running after {timeout_s:.0f} s")
+        time.sleep(1)
+
