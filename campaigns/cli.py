@@ -1,10 +1,13 @@
 """`commcamp`: run benchmark campaigns through ReFrame and query the results store.
 
-Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage.
+Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage,
+130 interrupted (what finished is stored). Health campaigns: 0 healthy, 1 degraded, 2 failed.
 """
 from __future__ import annotations
 
+import re
 import shlex
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,13 +19,18 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from campaigns import plugin_cli, results_cli, tune_cli
+from campaigns import plugin_cli, report_cli, results_cli, tune_cli
+from campaigns.characterize import PlacementError, placer_for
+from campaigns.health import HealthCheck, print_summary, write_verdict
 from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
 from campaigns.spec import Campaign, SpecError, load_campaign
 from campaigns.store import StoreError, default_url, open_store
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+DEFAULT_HEALTH_DIR = DEFAULT_RUNS_DIR.parent / "health"
+DEFAULT_REPORTS_DIR = DEFAULT_RUNS_DIR.parent / "reports"
 
 app = typer.Typer(
     help="commcamp: benchmark campaigns for HPC interconnects. Runs commbench through ReFrame on a site "
@@ -55,7 +63,7 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
     for column in columns:
         text = column in ("partition", "env", "op", "result")
         table.add_column(column, justify="left" if text else "right", no_wrap=True)
-    style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red"}
+    style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red", "unplaceable": "yellow"}
     for item in result.results:
         case = item.case
         perf = {name: value for name, (value, _) in item.perf.items()}
@@ -66,19 +74,23 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
         table.add_row(*row)
     console.print(table)
     for item in result.results:
-        if item.status in ("fail", "error"):
+        if item.status in ("fail", "error", "unplaceable"):
             console.print(f"[bold red]{item.status}[/] {escape(item.case.run_key)}: {escape(item.reason or '')}",
                           soft_wrap=True)
+    for item in result.unstored:
+        console.print(f"[bold red]not stored[/] {escape(item.case.run_key)}: {escape(item.store_error or '')}",
+                      soft_wrap=True)
 
 
-def _print_plan(console: Console, campaign: Campaign, stored: set[str]) -> None:
-    cases = campaign.cases()
+def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
+    cases = campaign.cases(tag)
     table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
-    for column in ("run key", "op", "nodes", "tasks", "env", "action"):
+    for column in ("run key", "op", "transport", "nodes", "tasks", "placement", "env", "action"):
         table.add_column(column)
     for case in cases:
         action = "skip (stored)" if case.run_key in stored else "run"
-        table.add_row(case.run_key, case.op, str(case.num_nodes), str(case.num_tasks), case.environ, action)
+        table.add_row(case.run_key, case.op, case.transport, str(case.num_nodes), str(case.num_tasks),
+                      case.placement, case.environ, action)
     console.print(table)
     pending = [c for c in cases if c.run_key not in stored]
     for number, invocation in enumerate(plan_invocations(pending), start=1):
@@ -99,14 +111,26 @@ def run(
         "--dry-run", help="validate the spec and show the test cases and ReFrame commands; run and write nothing")] = False,
     runs_dir: Annotated[Path, typer.Option(
         help="where run directories (ReFrame stage, output, perflogs, report) go")] = DEFAULT_RUNS_DIR,
+    tag: Annotated[Optional[str], typer.Option(
+        help="run tag, part of every run key (health: the night; default there: today's UTC date)")] = None,
+    verdict: Annotated[Optional[Path], typer.Option(
+        help="health: the verdict JSON file [default: results/health/<campaign>-<tag>.json]")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        help="characterize: the HTML report [default: results/reports/<campaign>.html]")] = None,
 ) -> None:
-    """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force)."""
+    """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
+    Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
     console, errors = Console(), Console(stderr=True)
     try:
         campaign = load_campaign(spec, site)
     except SpecError as exc:
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_USAGE) from None
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
+        errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
+        raise typer.Exit(EXIT_USAGE)
+    if campaign.spec.kind == "health" and tag is None:
+        tag = datetime.now(UTC).date().isoformat()
     if not dry_run and (problems := preflight(campaign)):
         errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
                      escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
@@ -114,8 +138,15 @@ def run(
         raise typer.Exit(EXIT_USAGE)
     url = db or default_url()
     if dry_run and (force or _stored_nothing_yet(url)):
-        _print_plan(console, campaign, stored=set())
+        _print_plan(console, campaign, stored=set(), tag=tag)
         return
+    placer = None
+    if not dry_run:
+        try:
+            placer = placer_for(campaign)
+        except PlacementError as exc:
+            errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
     try:
         store = open_store(url)
     except StoreError as exc:
@@ -123,22 +154,45 @@ def run(
         raise typer.Exit(EXIT_USAGE) from None
     with store:
         if dry_run:
-            _print_plan(console, campaign, stored={c.run_key for c in campaign.cases() if store.has_run(c.run_key)})
+            _print_plan(console, campaign, stored={c.run_key for c in campaign.cases(tag) if store.has_run(c.run_key)},
+                        tag=tag)
             return
+        assert placer is not None
         try:
-            result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir)
+            result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir, tag=tag,
+                                  placer=placer)
+            _print_summary(console, campaign, result)
+            console.print(f"Results: {escape(result.db_url)}")
+            if result.run_dir is not None:
+                console.print(f"Run directory: {result.run_dir}")
+            if campaign.spec.kind == "health":
+                assert tag is not None
+                check = HealthCheck(campaign, store, tag, console=console, runs_dir=runs_dir, placer=placer)
+                night = check.evaluate(result)
+                path = verdict or DEFAULT_HEALTH_DIR / f"{campaign.name}-{tag}.json"
+                write_verdict(night, path)
+                print_summary(console, night, path)
+                raise typer.Exit(night.exit_code)
+            if campaign.spec.kind == "characterize":
+                path = report or DEFAULT_REPORTS_DIR / f"{campaign.name}.html"
+                report_cli.write_campaign_report(store, campaign, path)
+                console.print(f"Report: {path}")
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_FAILED) from None
-    _print_summary(console, campaign, result)
-    console.print(f"Results: {escape(result.db_url)}")
-    if result.run_dir is not None:
-        console.print(f"Run directory: {result.run_dir}")
+        except KeyboardInterrupt:
+            errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
+                         "again to continue (stored passes are skipped)")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if result.unstored:
+        errors.print(f"[bold red]{len(result.unstored)} test case(s) could not be stored[/] (see above); their "
+                     f"records stay in the run directory")
     if not result.all_passed:
         raise typer.Exit(EXIT_FAILED)
 
 
 results_cli.register(app)
+report_cli.register(app)
 tune_cli.register(app)
 plugin_cli.register(app)
 

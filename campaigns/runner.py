@@ -8,10 +8,17 @@ runner starts the `reframe` of this Python environment with the site's configura
 time>/rfm-<n>/: stage, output, perflogs, report.json, reframe.out, ReFrame's debug log), and its
 output streams to the terminal while it runs.
 
-Afterwards every test case becomes one run in the store, whatever its outcome: status `pass` or
-`fail` (with ReFrame's failure phase and reason), or `error` when ReFrame never ran it; with it go the
-records of its commbench.jsonl that are valid (a failed run keeps those it produced). A run key
+Every test case becomes one run in the store, whatever its outcome: status `pass` or `fail` (with
+ReFrame's failure phase and reason), or `error` when ReFrame never ran it; with it go the records of its
+commbench.jsonl that are valid (a failed run keeps those it produced). A test case is stored as soon as
+ReFrame prints its result line (its records are then in ReFrame's output or stage directory), so an
+interrupted campaign keeps every case that finished; when the invocation ends, its run report adds the
+job id, times and ReFrame's exact failure reason (the run is replaced in one transaction). A run key
 (campaigns.spec.TestCase.run_key) names each test case; passed runs are skipped on the next run.
+
+Placements (characterize campaigns) and pair tests (health isolation) become Slurm options through
+ReFrame's `-J` (campaigns.characterize.Placer); test cases that need different options go into
+different invocations. The network distance the ranks spanned is stored with each run's parameters.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import shlex
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,9 +38,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns.characterize import Placer, PlacementError, Topology
 from campaigns.records import RecordError, parse_records
 from campaigns.spec import Campaign, TestCase
-from campaigns.store import RunInfo, Store
+from campaigns.store import RunInfo, Store, StoreError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKS_DIR = REPO_ROOT / "reframe_checks"
@@ -44,14 +53,17 @@ REFRAME_LOG = "reframe.out"
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # ReFrame colours failed performance values even with --nocolor
 # "[       OK ] ( 3/14) commbench_run %op=pingpong %num_nodes=1 /b72462f8 @local:cpu+openmpi"
 _RESULT_LINE = re.compile(r"^\[\s*(OK|FAIL|SKIP|ABORT|XFAIL|XPASS)\s*\] \(\s*(\d+)/(\d+)\) (.*)$")
+_TEST_NAME = re.compile(r"^(?P<check>\w+) %op=(?P<op>\w+) %num_nodes=(?P<nodes>\d+) /(?P<hash>[0-9a-f]+) "
+                        r"@(?P<system>[\w-]+):(?P<partition>[\w-]+)\+(?P<environ>[\w-]+)$")
 _RESULT_STYLE = {"OK": "green", "FAIL": "bold red", "SKIP": "yellow", "ABORT": "bold red",
                  "XFAIL": "yellow", "XPASS": "red"}
 
 
 @dataclass
 class CaseResult:
-    """What became of one test case. status: pass, fail, error (ReFrame did not run it to the end), or
-    stored (a passed run with this key is already in the store, so it was not run again)."""
+    """What became of one test case. status: pass, fail, error (ReFrame did not run it to the end),
+    stored (a passed run with this key is already in the store, so it was not run again), or unplaceable
+    (the topology cannot give its placement; nothing stored). `store_error`: the store refused it."""
 
     case: TestCase
     status: str
@@ -63,6 +75,8 @@ class CaseResult:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     directory: Path | None = None
+    hosts: tuple[str, ...] = ()
+    store_error: str | None = None
 
 
 @dataclass
@@ -73,7 +87,11 @@ class CampaignResult:
 
     @property
     def all_passed(self) -> bool:
-        return all(r.status in ("pass", "stored") for r in self.results)
+        return all(r.status in ("pass", "stored") and r.store_error is None for r in self.results)
+
+    @property
+    def unstored(self) -> list[CaseResult]:
+        return [r for r in self.results if r.store_error is not None]
 
 
 @dataclass(frozen=True)
@@ -84,17 +102,21 @@ class Invocation:
     partition: str
     environments: tuple[str, ...]
     cases: tuple[TestCase, ...]
+    job_options: tuple[str, ...] = ()
 
     def command(self, campaign: Campaign, prefix: Path) -> list[str]:
         reframe = Path(sys.executable).with_name("reframe")
         check = campaign.spec.checks[self.check_index]
+        variables = dict(self.cases[0].variables)  # one invocation: one set of variables
         cmd = [str(reframe), "-C", str(campaign.site.reframe_config), "-c", str(CHECKS_DIR / "commbench.py"),
                "--system", f"{campaign.system.name}:{self.partition}",
                "-p", "^(" + "|".join(re.escape(env) for env in self.environments) + ")$"]
         for name in sorted({case.reframe_name for case in self.cases}):
             cmd += ["-n", name]
-        for name, value in check.variables().items():
+        for name, value in variables.items():
             cmd += ["-S", f"{check.check}.{name}={_reframe_value(value)}"]
+        # `--job-option=` form: argparse would take a bare `-J --nodelist=...` value for an option
+        cmd += [f"--job-option={option}" for option in self.job_options]
         if check.tasks_per_node is not None:
             cmd += ["-S", f"{check.check}.num_tasks_per_node={check.tasks_per_node}"]
         if check.env:
@@ -117,20 +139,26 @@ def _reframe_value(value: Any) -> str:
     return str(value)
 
 
-def plan_invocations(cases: list[TestCase]) -> list[Invocation]:
+JobOptions = Callable[[TestCase], tuple[str, ...]]
+
+
+def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda case: ()) -> list[Invocation]:
     """Group test cases into as few ReFrame runs as the selection options allow: `-p` and `-n` select
     a product (environments x names), so test cases whose names want different environment sets go
-    into separate invocations; so do different check entries (different variables) and partitions."""
-    by_name: dict[tuple[int, str, str], set[str]] = defaultdict(set)
+    into separate invocations; so do different check entries, variables (transports), Slurm job options
+    (placements) and partitions."""
+    Group = tuple[int, str, tuple[tuple[str, Any], ...], tuple[str, ...]]
+    by_name: dict[tuple[Group, str], set[str]] = defaultdict(set)
     for case in cases:
-        by_name[case.check_index, case.partition, case.reframe_name].add(case.environ)
-    groups: dict[tuple[int, str, tuple[str, ...]], set[str]] = defaultdict(set)
-    for (index, partition, name), environs in by_name.items():
-        groups[index, partition, tuple(sorted(environs))].add(name)
-    return [Invocation(index, partition, environs,
-                       tuple(c for c in cases if c.check_index == index and c.partition == partition
-                             and c.environ in environs and c.reframe_name in names))
-            for (index, partition, environs), names in groups.items()]
+        group: Group = (case.check_index, case.partition, case.variables, job_options(case))
+        by_name[group, case.reframe_name].add(case.environ)
+    groups: dict[tuple[Group, tuple[str, ...]], set[str]] = defaultdict(set)
+    for (group, name), environs in by_name.items():
+        groups[group, tuple(sorted(environs))].add(name)
+    return [Invocation(group[0], group[1], environs,
+                       tuple(c for c in cases if (c.check_index, c.partition, c.variables, job_options(c)) == group
+                             and c.environ in environs and c.reframe_name in names), job_options=group[3])
+            for (group, environs), names in groups.items()]
 
 
 # What ReFrame's Slurm backends need from this host, probed before anything runs.
@@ -176,8 +204,13 @@ def new_run_dir(campaign: Campaign, runs_dir: Path) -> Path:
     raise RuntimeError(f"cannot create a run directory under {runs_dir}")
 
 
-def stream_reframe(cmd: list[str], prefix: Path, console: Console) -> int:
-    """Run ReFrame, keep its output in prefix/reframe.out, show test case results as they come."""
+ResultHandler = Callable[[str, dict[str, str]], None]
+
+
+def stream_reframe(cmd: list[str], prefix: Path, console: Console,
+                   on_result: ResultHandler | None = None) -> int:
+    """Run ReFrame, keep its output in prefix/reframe.out, show test case results as they come, and
+    hand each run test's result (OK, FAIL, ...) with its parsed name to `on_result` right away."""
     prefix.mkdir(parents=True)
     # ReFrame writes its debug log (rfm-*.log) to $TMPDIR: keep it with the run.
     env = {**os.environ, "TMPDIR": str(prefix)}
@@ -186,21 +219,37 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console) -> int:
                            env=env, cwd=REPO_ROOT) as proc,
           console.status("ReFrame: loading checks") as status):
         assert proc.stdout is not None
-        for line in proc.stdout:
-            log.write(line)
-            text = _ANSI_ESCAPE.sub("", line.rstrip())
-            match = _RESULT_LINE.match(text)
-            if match:
-                kind, done, total, name = match.groups()
-                console.print(f"[{_RESULT_STYLE[kind]}]{kind:>5}[/] ({done}/{total}) {escape(name)}")
-                status.update(f"ReFrame: {done}/{total} test cases done")
-            elif text.startswith("P: "):
-                console.print(f"        [dim]{escape(text[3:])}[/]")
-            elif text.startswith("==> test failed"):
-                console.print(f"        [red]{escape(text[4:])}[/]", soft_wrap=True)
-            elif re.match(r"^\[\s*(PASSED|FAILED)\s*\]", text):
-                console.print(escape(text))
+        try:
+            _follow(proc, log, console, status, on_result)
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or a handler failed: ReFrame cancels its jobs on SIGTERM.
+            proc.terminate()
+            raise
         return proc.wait()
+
+
+def _follow(proc: subprocess.Popen[str], log: Any, console: Console, status: Any,
+            on_result: ResultHandler | None) -> None:
+    """Copy ReFrame's output to the log, show what matters, report test case results."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        text = _ANSI_ESCAPE.sub("", line.rstrip())
+        match = _RESULT_LINE.match(text)
+        if match:
+            kind, done, total, name = match.groups()
+            console.print(f"[{_RESULT_STYLE[kind]}]{kind:>5}[/] ({done}/{total}) {escape(name)}")
+            status.update(f"ReFrame: {done}/{total} test cases done")
+            test = _TEST_NAME.match(name.strip())
+            if test and on_result is not None:
+                on_result(kind, test.groupdict())
+        elif text.startswith("P: "):
+            console.print(f"        [dim]{escape(text[3:])}[/]")
+        elif text.startswith("==> test failed"):
+            console.print(f"        [red]{escape(text[4:])}[/]", soft_wrap=True)
+        elif re.match(r"^\[\s*(PASSED|FAILED)\s*\]", text):
+            console.print(escape(text))
 
 
 def report_testcases(report_path: Path) -> list[dict[str, Any]]:
@@ -275,22 +324,106 @@ def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: in
     perf = {name.split(":")[-1]: (values[0], values[4]) for name, values in (tc.get("perfvalues") or {}).items()}
     return CaseResult(case, status, reason, perf, len(records), num_tasks=tc.get("num_tasks"),
                       job_id=tc.get("jobid"), started_at=_timestamp(tc.get("job_submit_time")),
-                      finished_at=_timestamp(tc.get("job_completion_time_unix")), directory=directory), records
+                      finished_at=_timestamp(tc.get("job_completion_time_unix")), directory=directory,
+                      hosts=_hosts(records)), records
 
 
-def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]]) -> None:
+def _hosts(records: list[dict[str, Any]]) -> tuple[str, ...]:
+    return tuple(sorted({host for record in records for host in record["hostnames"]}))
+
+
+def early_outcome(case: TestCase, kind: str, test: dict[str, str],
+                  prefix: Path) -> tuple[CaseResult, list[dict[str, Any]]]:
+    """A test case's result from its live result line, before ReFrame's run report exists: a passed
+    test's records are in its output directory, a failed one's in its stage directory."""
+    where = "output" if kind == "OK" else "stage"
+    directory = prefix / where / test["system"] / test["partition"] / test["environ"] / f"{test['check']}_{test['hash']}"
+    records, problems = (_valid_records(directory / RECORDS_FILE) if (directory / RECORDS_FILE).is_file()
+                         else ([], [f"no {RECORDS_FILE} in {directory}"]))
+    if kind == "OK" and not problems:
+        status, reason = "pass", None
+    elif kind == "OK":
+        status, reason = "fail", problems[0]
+    else:
+        status = "fail" if kind == "FAIL" else "error"
+        reason = f"ReFrame result {kind}; the reason follows in its run report (see {prefix / REFRAME_LOG})"
+    return CaseResult(case, status, reason, num_records=len(records), directory=directory,
+                      hosts=_hosts(records)), records
+
+
+def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
+                topology: Topology | None = None) -> None:
+    """Store (or replace) the run of one test case with its records; a store failure is kept in
+    result.store_error (the records stay in result.directory) so the campaign goes on."""
     case = result.case
-    store.ingest(RunInfo(
-        run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
-        partition=case.partition, environ=case.environ, check_name=case.check, parameters=case.parameters,
-        num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
-        reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
-        job_id=result.job_id), records, replace=True)
+    parameters = case.parameters
+    if case.nodelist:
+        parameters["nodelist"] = list(case.nodelist)
+    if result.hosts:
+        parameters["hosts"] = list(result.hosts)
+        if topology is not None:
+            parameters["network_distance"] = topology.distance(result.hosts)
+    if case.tag:
+        parameters["tag"] = case.tag
+    try:
+        store.ingest(RunInfo(
+            run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
+            partition=case.partition, environ=case.environ, check_name=case.check, parameters=parameters,
+            num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
+            reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
+            job_id=result.job_id), records, replace=True)
+        result.store_error = None
+    except StoreError as exc:
+        result.store_error = f"{exc} (its records stay in {result.directory})"
+
+
+def _matching_case(cases: tuple[TestCase, ...], test: dict[str, str]) -> TestCase | None:
+    for case in cases:
+        if (case.check == test["check"] and case.op == test["op"] and case.num_nodes == int(test["nodes"])
+                and case.partition == test["partition"] and case.environ == test["environ"]):
+            return case
+    return None
+
+
+def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, console: Console, run_dir: Path,
+              placer: Placer, first_invocation: int = 1) -> list[CaseResult]:
+    """Run test cases through ReFrame (invocations numbered from `first_invocation` under run_dir),
+    storing each as it completes; their results in the order given."""
+    results: dict[str, CaseResult] = {}
+    placeable = []
+    for case in cases:
+        try:
+            placer.job_options(case)
+            placeable.append(case)
+        except PlacementError as exc:
+            results[case.run_key] = CaseResult(case, "unplaceable", f"placement {case.placement}: {exc}")
+    topology = placer.topology
+    for number, invocation in enumerate(plan_invocations(placeable, placer.job_options), start=first_invocation):
+        prefix = run_dir / f"rfm-{number}"
+
+        def store_now(kind: str, test: dict[str, str], invocation: Invocation = invocation,
+                      prefix: Path = prefix) -> None:
+            case = _matching_case(invocation.cases, test)
+            if case is not None:
+                result, records = early_outcome(case, kind, test, prefix)
+                ingest_case(store, result, records, topology)
+                results[case.run_key] = result
+
+        rc = stream_reframe(invocation.command(campaign, prefix), prefix, console, store_now)
+        report = prefix / REPORT_FILE
+        testcases = report_testcases(report) if report.is_file() else []
+        for case in invocation.cases:
+            if testcases or case.run_key not in results:
+                result, records = case_outcome(case, testcases, rc, prefix)
+                ingest_case(store, result, records, topology)
+                results[case.run_key] = result
+    return [results[c.run_key] for c in cases]
 
 
 def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Console,
-                 runs_dir: Path = DEFAULT_RUNS_DIR) -> CampaignResult:
-    cases = campaign.cases()
+                 runs_dir: Path = DEFAULT_RUNS_DIR, tag: str | None = None,
+                 placer: Placer | None = None) -> CampaignResult:
+    cases = campaign.cases(tag)
     pending = [c for c in cases if force or not store.has_run(c.run_key)]
     results = {c.run_key: CaseResult(c, "stored", "a passed run with this key is stored")
                for c in cases if c not in pending}
@@ -303,14 +436,7 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
         console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
                       f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
                       f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
-        for number, invocation in enumerate(plan_invocations(pending), start=1):
-            prefix = run_dir / f"rfm-{number}"
-            cmd = invocation.command(campaign, prefix)
-            rc = stream_reframe(cmd, prefix, console)
-            report = prefix / REPORT_FILE
-            testcases = report_testcases(report) if report.is_file() else []
-            for case in invocation.cases:
-                result, records = case_outcome(case, testcases, rc, prefix)
-                ingest_case(store, result, records)
-                results[case.run_key] = result
+        for result in run_cases(campaign, pending, store, console=console, run_dir=run_dir,
+                                placer=placer or Placer()):
+            results[result.case.run_key] = result
     return CampaignResult(run_dir, store.url, [results[c.run_key] for c in cases])

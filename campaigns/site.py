@@ -3,34 +3,61 @@
 A site is what ReFrame calls a configuration: systems, each with partitions, plus the programming
 environments (MPI stacks) those partitions offer. site.yaml holds the DATA; the site's ReFrame
 configuration (`site_configs/<site>/reframe_config.py`, via `site_configs/reframe_site.py`) reads the
-same file with plain PyYAML and hands each partition's `commbench` block, node size and references to
-the checks as partition `extras`. This module is the strict reading of that file: commcamp validates
-every site it touches with it, so a typo in site.yaml is an error here, not a silently ignored key.
+same file with plain PyYAML and hands each partition's `commbench` block, node size, reference
+benchmarks, knob defaults and references to the checks as partition `extras`. This module is the
+strict reading of that file: commcamp validates every site it touches with it, so a typo in site.yaml
+is an error here, not a silently ignored key. `check_site` (behind `commcamp site check`) goes further:
+the ReFrame configuration, the knob overrides against the catalog, env.sh and the Spack environment.
+
+Facts about real machines carry `source` (where the value comes from) and `verified` (true only where
+it was read on the machine itself); nothing here was measured unless a reference says so in its note.
 
 Importing this module has no side effects. The schema is versioned (`schema_version`) and every model
-forbids unknown keys; richer sites (GPUs and NICs per node, link bandwidths, knob catalogs, topology)
-extend `NodeSpec`, `Partition` and `Site` with new optional fields.
+forbids unknown keys.
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 from pathlib import Path
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns.yamlio import YamlDocument, YamlModelError
 
-SITE_CONFIGS_DIR = Path(__file__).resolve().parents[1] / "site_configs"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SITE_CONFIGS_DIR = REPO_ROOT / "site_configs"
+SPACK_ENV_DIR = REPO_ROOT / "spack_env"
 SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
+ENV_FILE = "env.sh"
 
-# What commbench's ReFrame check can measure and report (reframe_checks/commbench.py).
-COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall")
+# Ops of the campaign check `commbench_run` (reframe_checks/commbench.py; campaigns/spec.py).
+COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall", "pingpong_bi", "allgather", "reduce_scatter", "bcast",
+                 "sendrecv", "pairmatrix")
+# Every commbench op (commbench --list); h2d/d2h are the host<->device copies of the memcpy transport.
+ALL_OPS = (*COMMBENCH_OPS, "h2d", "d2h")
+TRANSPORTS = ("mpi", "staging", "d2d", "d2d-kernel", "ccl", "memcpy")
+# The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/spec.py).
+NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+# Metrics the checks report, by the ops they are taken for.
 COMMBENCH_METRICS = ("small_latency", "large_goodput", "large_busbw")
+PAIRMATRIX_METRICS = ("worst_pair_latency", "worst_pair_goodput", "worst_pair_bi_goodput")
+HOSTDEVICE_METRICS = ("small_latency", "pinned_goodput", "pageable_goodput")
+ALL_METRICS = tuple(dict.fromkeys((*COMMBENCH_METRICS, *PAIRMATRIX_METRICS, *HOSTDEVICE_METRICS)))
+# Message-size sets of site.yaml `commbench.sizes` (which check uses which: site_configs/README.md).
+SIZE_SETS = ("health", "small", "large", "matrix", "hostdevice")
+# NVLink multicast (NVLS) can take a shared host's GPUs out of service (shared/notes/gpu-device.md):
+# every partition whose GPUs can do it must switch it off in every library that would use it.
+NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
+NodeCount = Literal[NODE_COUNTS]  # type: ignore[valid-type]
+Bytes = Annotated[int, Field(ge=1)]
 
 
 class SiteError(ValueError):
@@ -41,24 +68,120 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _Fact(_Model):
+    """A value about a real machine: where it comes from, and whether it was read on the machine."""
+
+    source: str = Field(min_length=1, description="document, file or command the value comes from")
+    verified: bool = Field(default=False, description="true only if checked on the real machine")
+
+
 class NodeSpec(_Model):
     """What one node of a partition offers a job."""
 
     cores: int | None = Field(default=None, ge=1, description="CPU cores per node; null = not recorded")
-    gpus: int = Field(default=0, ge=0, description="GPUs per node (0 on CPU partitions)")
+    gpus: int = Field(default=0, ge=0, description="GPUs (AMD: GCDs) per node, 0 on CPU partitions")
+    gpu_model: str = ""
+    numa_nodes: int | None = Field(default=None, ge=1)
+    nics: int | None = Field(default=None, ge=0, description="high-speed network interfaces per node")
+    nic_model: str = ""
+    nvlink_multicast: bool = Field(default=False, description="the GPUs can use NVLink multicast (NVLS); "
+                                                              "the partition must then switch it off")
+    source: str = ""
+    verified: bool = False
+
+
+class Bandwidth(_Fact):
+    """A nominal (datasheet) bandwidth per direction in GB/s (1e9 bytes/s): one value, or a range where
+    it depends on the pair (e.g. LUMI's 1 to 4 Infinity Fabric links between two GCDs)."""
+
+    gbs: float | None = Field(default=None, gt=0)
+    min_gbs: float | None = Field(default=None, gt=0)
+    max_gbs: float | None = Field(default=None, gt=0)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Bandwidth:
+        ranged = self.min_gbs is not None and self.max_gbs is not None
+        if (self.gbs is not None) == ranged or (not ranged and (self.min_gbs or self.max_gbs)):
+            raise ValueError("give gbs, or min_gbs and max_gbs")
+        if ranged and self.min_gbs > self.max_gbs:  # type: ignore[operator]
+            raise ValueError(f"min_gbs {self.min_gbs} is above max_gbs {self.max_gbs}")
+        return self
+
+
+class Links(_Model):
+    """Nominal bandwidths per direction, for "is my number right?": between two GPUs of a node, of one
+    NIC (inter-node), and between the host and one GPU."""
+
+    gpu_pair: Bandwidth | None = None
+    nic: Bandwidth | None = None
+    host_device: Bandwidth | None = None
+
+
+class LibraryVersion(_Fact):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._+-]*$")
+    version: str = Field(min_length=1)
+
+
+class Network(_Fact):
+    """The fabric between nodes and how to tell where a node sits in it (health isolation, placement)."""
+
+    fabric: str = Field(min_length=1)
+    topology: str = Field(min_length=1)
+    location: Literal["cray-xname", "slurm-topology", "single-host"]
+    location_how: str = Field(min_length=1, description="how to read a node's network location")
+
+
+class Resource(_Model):
+    """A ReFrame partition resource; `_rfm_gpu` carries the scheduler option for num_gpus_per_node."""
+
+    name: str = Field(min_length=1)
+    options: list[str] = []
+
+
+class SizeSet(_Model):
+    """Message sizes in bytes: an explicit list, or min_bytes * step_factor^k up to max_bytes."""
+
+    sizes: list[Bytes] | None = Field(default=None, min_length=1)
+    min_bytes: Bytes | None = None
+    max_bytes: Bytes | None = None
+    step_factor: int | None = Field(default=None, ge=2, le=1024)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SizeSet:
+        ranged = (self.min_bytes, self.max_bytes, self.step_factor)
+        if self.sizes is not None and any(v is not None for v in ranged):
+            raise ValueError("give sizes, or min_bytes/max_bytes/step_factor, not both")
+        if self.sizes is None and any(v is None for v in ranged):
+            raise ValueError("give sizes, or all of min_bytes, max_bytes and step_factor")
+        if self.sizes is None and self.max_bytes < self.min_bytes:  # type: ignore[operator]
+            raise ValueError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
+        return self
+
+    def values(self) -> list[int]:
+        if self.sizes is not None:
+            return list(self.sizes)
+        assert self.min_bytes and self.max_bytes and self.step_factor
+        sizes, size = [], self.min_bytes
+        while size <= self.max_bytes:
+            sizes.append(size)
+            size *= self.step_factor
+        return sizes
 
 
 class Reference(_Model):
-    """Expected value of one commbench performance metric; the check applies the first entry that
-    matches the test case (op, node count, environment, message size).
+    """Expected value of one commbench performance metric; the checks apply the first entry that
+    matches the test case (op, transport, node count, rank count, environment, message size).
 
     Thresholds are ReFrame's: fractions of `value`, lower in [-1, 0], upper >= 0, null = unbounded.
     """
 
-    op: Literal[COMMBENCH_OPS]  # type: ignore[valid-type]
-    metric: Literal[COMMBENCH_METRICS]  # type: ignore[valid-type]
+    op: Literal[ALL_OPS]  # type: ignore[valid-type]
+    metric: Literal[ALL_METRICS]  # type: ignore[valid-type]
     bytes: int = Field(ge=0, description="message size the metric is taken at")
+    transport: Transport | None = Field(default=None, description="null = any transport")
     nodes: int | None = Field(default=None, ge=1, description="null = any node count")
+    ranks: int | None = Field(default=None, ge=1, description="null = any rank count")
     environ: Name | None = Field(default=None, description="null = any environment")
     value: float = Field(gt=0)
     lower: float | None = Field(default=None, ge=-1, le=0)
@@ -69,6 +192,10 @@ class Reference(_Model):
     def _bounded(self) -> Reference:
         if self.lower is None and self.upper is None:
             raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
+        wanted = (PAIRMATRIX_METRICS if self.op == "pairmatrix" else
+                  HOSTDEVICE_METRICS if self.op in ("h2d", "d2h") else COMMBENCH_METRICS)
+        if self.metric not in wanted:
+            raise ValueError(f"metric {self.metric!r} is not reported for op {self.op!r} (it has: {', '.join(wanted)})")
         return self
 
 
@@ -76,8 +203,89 @@ class CommbenchPartition(_Model):
     """How commbench is built and run on a partition."""
 
     backend: Literal["cpu", "cuda", "hip"]
+    build: Literal["cmake", "spack"] = "cmake"
+    cmake_options: list[str] = Field(default=[], description="extra -D options, e.g. -DCOMMBENCH_CUDA_ARCHS=90")
+    build_jobs: int = Field(default=2, ge=1)
+    spack_env: str = Field(default="", description="Spack environment directory (build: spack), repository-relative")
+    spack_spec: str = Field(default="", description="the commbench spec that environment installs (build: spack)")
     tasks_per_node: int = Field(ge=1, description="ranks per node for collectives (pingpong uses 2 ranks)")
+    transports: list[Transport] = Field(min_length=1)
+    default_transport: Transport
+    expect_unsupported: dict[Transport, str] = Field(
+        default={}, description="transports commbench must report as unsupported here, with the reason")
+    node_counts: list[NodeCount] = Field(min_length=1, description="node counts of the suite's checks")
+    sizes: dict[Literal[SIZE_SETS], SizeSet]  # type: ignore[valid-type]
+    launcher_options: list[str] = Field(default=[], description="e.g. LUMI's --cpu-bind=mask_cpu:... for GCDs")
+    job_options: list[str] = Field(default=[], description="scheduler options of every commbench job")
     references: list[Reference] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CommbenchPartition:
+        _require_unique(list(self.transports), "transport")
+        _require_unique([str(n) for n in self.node_counts], "node count")
+        if self.backend == "cpu" and set(self.transports) != {"mpi"}:
+            raise ValueError("the cpu backend has one transport, mpi")
+        for name in self.expect_unsupported:
+            if name not in self.transports:
+                raise ValueError(f"expect_unsupported names {name!r}, which is not in transports")
+        if self.default_transport not in self.transports or self.default_transport in self.expect_unsupported:
+            raise ValueError(f"default_transport {self.default_transport!r} must be a supported transport")
+        if self.build == "spack" and not (self.spack_env and self.spack_spec):
+            raise ValueError("build: spack needs spack_env and spack_spec")
+        needed = {"health", "small", "large", "matrix"} | ({"hostdevice"} if "memcpy" in self.transports else set())
+        missing = sorted(needed - set(self.sizes))
+        if missing:
+            raise ValueError(f"sizes needs the size sets {missing}")
+        for ref in self.references:
+            if ref.transport is not None and (ref.transport not in self.transports
+                                              or ref.transport in self.expect_unsupported):
+                raise ValueError(f"a {ref.op} reference is for transport {ref.transport!r}, "
+                                 f"which does not run here")
+        return self
+
+
+class BenchReference(_Model):
+    """Expected value of a third-party benchmark's metric (see reframe_checks/reference_benchmarks.py)."""
+
+    benchmark: str = Field(pattern=r"^[a-z0-9_]+$", description="e.g. all_reduce_perf, osu_latency")
+    metric: Literal["small_latency", "large_busbw", "large_bandwidth", "large_latency"]
+    bytes: int = Field(ge=0)
+    nodes: int | None = Field(default=None, ge=1)
+    ranks: int | None = Field(default=None, ge=1)
+    environ: Name | None = None
+    value: float = Field(gt=0)
+    lower: float | None = Field(default=None, ge=-1, le=0)
+    upper: float | None = Field(default=None, ge=0)
+    note: str = ""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BenchReference:
+        if self.lower is None and self.upper is None:
+            raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
+        return self
+
+
+class ReferenceBenchmark(_Model):
+    """Where a partition gets nccl-tests / rccl-tests / OSU from, tried in this order: the directory
+    in `dir_variable` (or `default_dir`, repository-relative), `modules`, the Spack spec."""
+
+    package: Literal["nccl-tests", "rccl-tests", "osu-micro-benchmarks"]
+    dir_variable: EnvVarName | None = None
+    default_dir: str = ""
+    modules: list[str] = []
+    spack_spec: str = ""
+    args: list[str] = Field(default=[], description="sizes and iterations for every benchmark")
+    tasks_per_node: int | None = Field(default=None, ge=1, description="default: commbench's tasks_per_node")
+    node_counts: list[NodeCount] = Field(min_length=1)
+    references: list[BenchReference] = []
+    source: str = ""
+    verified: bool = False
+
+    @model_validator(mode="after")
+    def _locatable(self) -> ReferenceBenchmark:
+        if not (self.dir_variable or self.default_dir or self.modules or self.spack_spec):
+            raise ValueError("say where the binaries are: dir_variable, default_dir, modules or spack_spec")
+        return self
 
 
 class Partition(_Model):
@@ -90,14 +298,40 @@ class Partition(_Model):
     nodes: int = Field(ge=1, description="most nodes one job may use")
     node: NodeSpec = NodeSpec()
     environments: list[Name] = Field(min_length=1)
+    modules: list[str] = []
     env_vars: dict[EnvVarName, str] = {}
+    prepare_cmds: list[str] = []
+    resources: list[Resource] = []
+    links: Links | None = None
+    libraries: list[LibraryVersion] = []
     commbench: CommbenchPartition | None = None
+    reference_benchmarks: dict[Literal["nccl_tests", "osu"], ReferenceBenchmark] = {}
 
     @field_validator("environments")
     @classmethod
     def _unique_environments(cls, names: list[str]) -> list[str]:
         _require_unique(names, "environment")
         return names
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Partition:
+        counts = list(self.commbench.node_counts) if self.commbench else []
+        for bench in self.reference_benchmarks.values():
+            counts += bench.node_counts
+        too_many = sorted({n for n in counts if n > self.nodes})
+        if too_many:
+            raise ValueError(f"node counts {too_many} exceed the partition's {self.nodes} node(s)")
+        expected = {"nccl_tests": ("nccl-tests", "rccl-tests"), "osu": ("osu-micro-benchmarks",)}
+        for key, bench in self.reference_benchmarks.items():
+            if bench.package not in expected[key]:
+                raise ValueError(f"reference_benchmarks.{key} cannot be package {bench.package!r}")
+        if self.node.nvlink_multicast:
+            missing = {k: v for k, v in NVLINK_MULTICAST_OFF.items() if self.env_vars.get(k) != v}
+            if missing:
+                raise ValueError("the GPUs can use NVLink multicast, which can take a shared host's GPUs out "
+                                 "of service: env_vars must set " +
+                                 ", ".join(f"{k}={v}" for k, v in missing.items()))
+        return self
 
 
 class System(_Model):
@@ -146,6 +380,10 @@ class Site(_Model):
     schema_version: Literal[1]
     name: Name
     description: str = ""
+    network: Network | None = None
+    knobs: dict[str, Any] = Field(
+        default={}, description="overrides of the knob catalog (tuners.catalog.SiteKnobOverrides: defaults, "
+                                "forbidden, pinned, restrict); checked by `commcamp site check`")
     systems: list[System] = Field(min_length=1)
     environments: list[Environment] = Field(min_length=1)
 
@@ -156,17 +394,21 @@ class Site(_Model):
         known = {e.name for e in self.environments}
         for system in self.systems:
             for partition in system.partitions:
+                where = f"{system.name}:{partition.name}"
                 unknown = [name for name in partition.environments if name not in known]
                 if unknown:
-                    raise ValueError(f"partition {system.name}:{partition.name} lists environments "
-                                     f"{unknown} that are not defined under 'environments'")
-                for ref in partition.commbench.references if partition.commbench else []:
+                    raise ValueError(f"partition {where} lists environments {unknown} that are not defined "
+                                     f"under 'environments'")
+                references: list[Reference | BenchReference] = [
+                    *(partition.commbench.references if partition.commbench else []),
+                    *(ref for bench in partition.reference_benchmarks.values() for ref in bench.references)]
+                for ref in references:
                     if ref.environ is not None and ref.environ not in partition.environments:
-                        raise ValueError(f"a reference of {system.name}:{partition.name} names environment "
-                                         f"{ref.environ!r}, which the partition does not offer")
+                        raise ValueError(f"a reference of {where} names environment {ref.environ!r}, which the "
+                                         f"partition does not offer")
                     if ref.nodes is not None and ref.nodes > partition.nodes:
-                        raise ValueError(f"a reference of {system.name}:{partition.name} is for {ref.nodes} "
-                                         f"nodes; the partition has {partition.nodes}")
+                        raise ValueError(f"a reference of {where} is for {ref.nodes} nodes; the partition has "
+                                         f"{partition.nodes}")
         return self
 
     def system(self, name: str) -> System:
@@ -182,6 +424,17 @@ class Site(_Model):
     @property
     def reframe_config(self) -> Path:
         return self.directory / REFRAME_CONFIG_FILE
+
+    @property
+    def env_file(self) -> Path:
+        return self.directory / ENV_FILE
+
+    def knob_catalog(self) -> Any:
+        """The knob catalog (site_configs/knobs/catalog.yaml) with this site's `knobs:` applied
+        (tuners.catalog.KnobCatalog); raises tuners.catalog.CatalogError naming the key."""
+        from tuners.catalog import KnobCatalog
+
+        return KnobCatalog.load().for_site(self.knobs, str(self.directory / SITE_FILE))
 
 
 NamedT = TypeVar("NamedT", Partition, System, Environment)
@@ -226,3 +479,90 @@ def load_site(name: str) -> Site:
     if not site.reframe_config.is_file():
         raise SiteError(f"site {name!r} has no ReFrame configuration {site.reframe_config}")
     return site
+
+
+def check_site(name: str) -> list[str]:
+    """Every problem of a site's files, each as `FILE: key: message`; empty when the site is sound.
+
+    site.yaml (schema and consistency), its ReFrame configuration (imports, validates against ReFrame's
+    schema, every system:partition resolves), the knob overrides against the catalog, env.sh (exists,
+    is valid bash, sets RFM_CONFIG_FILES) and, where a partition builds with Spack or the site has one,
+    spack_env/<site>/spack.yaml (keys of Spack's environment schema)."""
+    try:
+        site = load_site(name)
+    except SiteError as exc:
+        return str(exc).splitlines()
+    problems = _reframe_config_problems(site.reframe_config)
+    try:
+        site.knob_catalog()
+    except ValueError as exc:  # CatalogError is a ValueError; its message names the file and key
+        problems.append(str(exc))
+    problems += _env_file_problems(site.env_file)
+    spack_envs = {SPACK_ENV_DIR / site.name} | {REPO_ROOT / p.commbench.spack_env for s in site.systems
+                                                for p in s.partitions if p.commbench and p.commbench.build == "spack"}
+    for env_dir in sorted(spack_envs):
+        manifest = env_dir / "spack.yaml"
+        if manifest.is_file() or env_dir != SPACK_ENV_DIR / site.name:
+            problems += _spack_problems(manifest)
+    return problems
+
+
+def _reframe_config_problems(path: Path) -> list[str]:
+    # ReFrame is imported here only: the rest of this module must not need it.
+    import jsonschema
+    import reframe
+    from reframe.core.config import load_config
+    from reframe.core.exceptions import ConfigError
+
+    try:
+        config = load_config(str(path))
+    except Exception as exc:  # the file is Python: anything can go wrong while importing it
+        return [f"{path}: cannot load: {type(exc).__name__}: {exc}"]
+    schema_file = Path(reframe.INSTALL_PREFIX) / "reframe" / "schemas" / "config.json"
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    raw = _loaded_module_config(path)
+    problems = [f"{path}: {'.'.join(str(p) for p in error.absolute_path) or '(config)'}: {error.message}"
+                for error in jsonschema.Draft7Validator(schema).iter_errors(raw)]
+    if problems:
+        return problems
+    for system in raw["systems"]:
+        for partition in system["partitions"]:
+            fullname = f"{system['name']}:{partition['name']}"
+            try:
+                config.select_subconfig(fullname)
+                config.validate()
+            except ConfigError as exc:
+                problems.append(f"{path}: systems.{fullname}: {exc}")
+    return problems
+
+
+def _loaded_module_config(path: Path) -> dict[str, Any]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_commcamp_site_config_{path.parent.name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.site_configuration  # type: ignore[no-any-return]
+
+
+def _env_file_problems(path: Path) -> list[str]:
+    if not path.is_file():
+        return [f"{path}: missing (it sets RFM_CONFIG_FILES so that plain `reframe` finds the configuration)"]
+    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
+    if syntax.returncode != 0:
+        return [f"{path}: not valid bash: {syntax.stderr.strip()}"]
+    if not re.search(r"^\s*export\s+RFM_CONFIG_FILES=", path.read_text(encoding="utf-8"), re.MULTILINE):
+        return [f"{path}: does not export RFM_CONFIG_FILES"]
+    return []
+
+
+def _spack_problems(manifest: Path) -> list[str]:
+    import importlib.util
+
+    checker_file = SPACK_ENV_DIR / "spack_schema.py"
+    spec = importlib.util.spec_from_file_location("_commcamp_spack_schema", checker_file)
+    assert spec is not None and spec.loader is not None
+    checker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checker)
+    return list(checker.check_environment_file(manifest))

@@ -22,6 +22,21 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
         tasks_per_node: 2            # collectives; default from the site (pingpong: 2 ranks)
         env: {UCX_TLS: "tcp,self"}   # extra environment of the runs (knobs)
         extra_args: [--peer, "1"]    # more commbench options (no commas)
+        transports: [mpi]            # commbench --transport values; one test case each (default mpi)
+
+Campaign kinds (`kind`, default `run`):
+
+- `characterize`: the full sweep of a system. `max_nodes: 8` stands for node_counts 1, 2, 4, 8, and
+  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1),
+  `different-switch` / `different-group` (a --nodelist spread over leaf switches / top-level groups of
+  the live Slurm topology). Every run is labelled with the network distance its ranks actually spanned.
+  `commcamp run` writes the HTML report afterwards (campaigns/report.py).
+- `health`: the nightly check (campaigns/health.py). Each night's runs have their own run keys (the run
+  tag, by default the UTC date); each metric is judged against its reference (`references` here, then
+  the site's) and against the same metric of earlier nights; multi-node failures are isolated to a node
+  or link with pairwise tests. Settings under `health:` (HealthSettings below).
+
+`references` (all kinds) use site.yaml's reference format and take precedence over the site's.
 
 `load_campaign` reads and validates it (every model forbids unknown keys) and checks it against the
 site; any problem raises SpecError naming the file, line, field path and what is wrong.
@@ -29,6 +44,7 @@ site; any problem raises SpecError naming the file, line, field path and what is
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,12 +52,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from campaigns.site import COMMBENCH_OPS, EnvVarName, Name, Partition, Site, SiteError, System, load_site
+from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
+                            load_site)
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
 
 # The node counts reframe_checks/commbench.py is parameterized with (its `num_nodes`).
-COMMBENCH_NODE_COUNTS = (1, 2)
-PINGPONG_RANKS = 2
+COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+# Ops between rank 0 and one peer (the check's PAIR_OPS): 2 ranks, so on 1 or 2 nodes only.
+PAIR_OPS = ("pingpong", "pingpong_bi")
+PAIR_RANKS = 2
+SLURM_SCHEDULERS = ("slurm", "squeue")
+PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
+CAMPAIGN_KINDS = ("run", "characterize", "health")
+TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
 
 
 class SpecError(ValueError):
@@ -74,13 +97,13 @@ class CommbenchCheckSpec(_Model):
     timeout_s: int = Field(default=120, ge=1)
     time_limit_s: int = Field(default=600, ge=1)
     check_data: bool = True
-    transport: Literal["mpi"] = "mpi"
+    transports: list[TransportName] = Field(default=["mpi"], min_length=1)
     tasks_per_node: int | None = Field(default=None, ge=1)
     env: dict[EnvVarName, str] = {}
     # ReFrame's list syntax for -S splits on ','.
     extra_args: list[Annotated[str, Field(pattern=r"^[^,]+$")]] = []
 
-    @field_validator("ops", "sizes")
+    @field_validator("ops", "sizes", "transports")
     @classmethod
     def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
         return values if values is None else _unique(values)
@@ -91,11 +114,11 @@ class CommbenchCheckSpec(_Model):
             raise ValueError(f"max_bytes ({self.max_bytes}) is below min_bytes ({self.min_bytes})")
         return self
 
-    def variables(self) -> dict[str, Any]:
-        """The check's variables, as ReFrame gets them (`-S commbench_run.NAME=VALUE`)."""
+    def variables(self, transport: str) -> dict[str, Any]:
+        """The check's variables for one transport, as ReFrame gets them (`-S commbench_run.NAME=VALUE`)."""
         values: dict[str, Any] = {"warmup": self.warmup, "iters": self.iters, "bench_timeout": self.timeout_s,
                                   "time_limit": f"{self.time_limit_s}s",
-                                  "check_data": self.check_data, "transport": self.transport}
+                                  "check_data": self.check_data, "transport": transport}
         if self.extra_args:
             values["extra_args"] = list(self.extra_args)
         if self.sizes:
@@ -105,25 +128,89 @@ class CommbenchCheckSpec(_Model):
         return values
 
 
+class IsolationSettings(_Model):
+    """The pairwise tests that name the node or link behind a degraded multi-node test: pingpong between
+    two nodes (Slurm --nodelist), judged like every health metric and against the other pairs."""
+
+    environ: Name | None = Field(default=None, description="default: the campaign's first environment")
+    sizes: list[Annotated[int, Field(ge=1)]] = Field(default=[8, 65536], min_length=1)
+    warmup: int = Field(default=2, ge=0)
+    iters: int = Field(default=20, ge=1)
+    timeout_s: int = Field(default=60, ge=1)
+    time_limit_s: int = Field(default=120, ge=1)
+    peer_factor: float = Field(default=3.0, gt=1, description="a pair this many times worse than the best "
+                                                                "pair tested is bad, whatever its history")
+    max_pairs: int = Field(default=16, ge=1, description="most pair tests one isolation runs")
+
+
+class HealthSettings(_Model):
+    """How a health campaign judges each metric: against its reference, and against the median of the last
+    `history_nights` nights with a robust spread (1.4826 x MAD, at least `min_spread` x the median)."""
+
+    history_nights: int = Field(default=14, ge=1)
+    min_history: int = Field(default=3, ge=1, description="nights needed before history is judged")
+    degraded_z: float = Field(default=3.0, gt=0)
+    failed_z: float = Field(default=6.0, gt=0)
+    degraded_change: float = Field(default=0.10, ge=0, description="relative change needed for degraded")
+    failed_change: float = Field(default=0.50, ge=0, description="relative change needed for failed")
+    min_spread: float = Field(default=0.02, ge=0)
+    isolate: bool = True
+    isolation: IsolationSettings = IsolationSettings()
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HealthSettings:
+        if self.failed_z < self.degraded_z or self.failed_change < self.degraded_change:
+            raise ValueError("failed_z / failed_change must not be below degraded_z / degraded_change")
+        return self
+
+
 class CampaignSpec(_Model):
     name: Name
+    kind: Literal[CAMPAIGN_KINDS] = "run"  # type: ignore[valid-type]
     description: str = ""
     site: Name
     system: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?$")
     environments: list[Name] | None = Field(default=None, min_length=1)
-    node_counts: list[Literal[COMMBENCH_NODE_COUNTS]] = Field(min_length=1)  # type: ignore[valid-type]
+    node_counts: list[Literal[COMMBENCH_NODE_COUNTS]] | None = Field(  # type: ignore[valid-type]
+        default=None, min_length=1)
+    max_nodes: int | None = Field(default=None, ge=1, description="node_counts 1, 2, 4, ... up to this")
+    placements: list[Literal[PLACEMENTS]] = Field(default=["any"], min_length=1)  # type: ignore[valid-type]
+    references: list[Reference] = []
+    health: HealthSettings | None = None
     checks: list[CommbenchCheckSpec] = Field(min_length=1)
 
-    @field_validator("environments", "node_counts")
+    @field_validator("environments", "node_counts", "placements")
     @classmethod
     def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
         return values if values is None else _unique(values)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignSpec:
+        if (self.node_counts is None) == (self.max_nodes is None):
+            raise ValueError("give node_counts or max_nodes (one of them)")
+        if self.health is not None and self.kind != "health":
+            raise ValueError(f"'health' settings need kind: health (this is kind {self.kind})")
+        return self
+
+    @property
+    def nodes(self) -> list[int]:
+        if self.node_counts is not None:
+            return list(self.node_counts)
+        assert self.max_nodes is not None
+        return [n for n in COMMBENCH_NODE_COUNTS if n & (n - 1) == 0 and n <= self.max_nodes]
+
+    @property
+    def health_settings(self) -> HealthSettings:
+        return self.health or HealthSettings()
 
 
 @dataclass(frozen=True)
 class TestCase:
     """One ReFrame test case the campaign runs: a check with its variables on one partition and
-    environment; `run_key` identifies it in the results store."""
+    environment, one transport and placement; `run_key` identifies it in the results store.
+
+    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run
+    key but not of `series_key`, which names the same measurement across nights and pairs."""
 
     campaign: str
     site: str
@@ -137,21 +224,37 @@ class TestCase:
     tasks_per_node: int
     variables: tuple[tuple[str, Any], ...]
     env: tuple[tuple[str, str], ...]
+    placement: str = "any"
+    tag: str | None = None
+    nodelist: tuple[str, ...] = ()
 
     @property
     def num_tasks(self) -> int:
         return self.num_nodes * self.tasks_per_node
 
     @property
+    def transport(self) -> str:
+        return str(dict(self.variables)["transport"])
+
+    @property
     def parameters(self) -> dict[str, Any]:
-        return {"op": self.op, "num_nodes": self.num_nodes, "num_tasks_per_node": self.tasks_per_node,
-                **dict(self.variables), "env": dict(self.env)}
+        parameters = {"op": self.op, "num_nodes": self.num_nodes, "num_tasks_per_node": self.tasks_per_node,
+                      **dict(self.variables), "env": dict(self.env)}
+        if self.placement != "any":
+            parameters["placement"] = self.placement
+        return parameters
+
+    @property
+    def series_key(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
+        where = "pair/" if self.nodelist else ""
+        return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
+                f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/{where}{digest}")
 
     @property
     def run_key(self) -> str:
-        digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
-        return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
-                f"{self.check}/{self.op}/{self.num_nodes}n/{digest}")
+        pair = f"/{'+'.join(self.nodelist)}" if self.nodelist else ""
+        return self.series_key + pair + (f"@{self.tag}" if self.tag else "")
 
     @property
     def reframe_name(self) -> str:
@@ -172,7 +275,13 @@ class Campaign:
     def name(self) -> str:
         return self.spec.name
 
-    def cases(self) -> list[TestCase]:
+    @property
+    def references(self) -> list[Reference]:
+        """The campaign's own references first, then those of its partitions (first match wins)."""
+        return [*self.spec.references,
+                *(ref for p in self.partitions if p.commbench for ref in p.commbench.references)]
+
+    def cases(self, tag: str | None = None) -> list[TestCase]:
         cases = []
         for index, check in enumerate(self.spec.checks):
             for partition in self.partitions:
@@ -180,16 +289,18 @@ class Campaign:
                 for environ in self.environments:
                     if environ not in partition.environments:
                         continue
-                    for op in check.ops:
-                        for nodes in self.spec.node_counts:
-                            per_node = (PINGPONG_RANKS // nodes if op == "pingpong"
-                                        else check.tasks_per_node or partition.commbench.tasks_per_node)
-                            cases.append(TestCase(
-                                campaign=self.name, site=self.site.name, system=self.system.name,
-                                partition=partition.name, environ=environ, check=check.check,
-                                check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
-                                variables=tuple(check.variables().items()),
-                                env=tuple(sorted(check.env.items()))))
+                    for transport, op, nodes, placement in itertools.product(
+                            check.transports, check.ops, self.spec.nodes, self.spec.placements):
+                        if (op in PAIR_OPS and nodes > PAIR_RANKS) or (nodes == 1 and placement != "any"):
+                            continue
+                        per_node = (PAIR_RANKS // nodes if op in PAIR_OPS
+                                    else check.tasks_per_node or partition.commbench.tasks_per_node)
+                        cases.append(TestCase(
+                            campaign=self.name, site=self.site.name, system=self.system.name,
+                            partition=partition.name, environ=environ, check=check.check,
+                            check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
+                            variables=tuple(check.variables(transport).items()),
+                            env=tuple(sorted(check.env.items())), placement=placement, tag=tag))
         return cases
 
 
@@ -228,12 +339,24 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
         if env not in offered:
             problems.append((("environments", index), f"{env!r} is not an environment of "
                                                       f"{site.name}:{system.name} (it has: {', '.join(offered)})"))
-    for index, nodes in enumerate(spec.node_counts):
+    for index, nodes in enumerate(spec.node_counts or []):
         for partition in partitions:
             if nodes > partition.nodes:
                 problems.append((("node_counts", index),
                                  f"{nodes} nodes requested, but partition {system.name}:{partition.name} of site "
                                  f"{site.name!r} has {partition.nodes}"))
+    for partition in partitions:
+        if spec.max_nodes is not None and spec.max_nodes > partition.nodes:
+            problems.append((("max_nodes",), f"{spec.max_nodes} nodes requested, but partition "
+                                             f"{system.name}:{partition.name} of site {site.name!r} has "
+                                             f"{partition.nodes}"))
+        if spec.placements != ["any"] and partition.scheduler not in SLURM_SCHEDULERS:
+            problems.append((("placements",), f"placements other than 'any' need Slurm; partition "
+                                              f"{system.name}:{partition.name} uses {partition.scheduler!r}"))
+    isolation_env = spec.health.isolation.environ if spec.health else None
+    if isolation_env is not None and isolation_env not in (spec.environments or offered):
+        problems.append((("health", "isolation", "environ"), f"{isolation_env!r} is not an environment of "
+                                                             f"this campaign"))
     if problems:
         return None, problems
     return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),

@@ -1,0 +1,475 @@
+"""Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
+the node or link behind a degraded multi-node test, and write a verdict.
+
+Metrics of a run (as reframe_checks/commbench.py's performance variables): small_latency (latency_us at
+the smallest size, lower is better), large_goodput and large_busbw (GB/s at the largest size, higher is
+better). Each is judged
+
+- against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
+  the bounds is `failed`;
+- against its own history: the same series (run key without the tag) on the last `history_nights`
+  nights; with median m and robust spread s = max(1.4826 MAD, min_spread |m|), a value worse than m by
+  z = |x - m| / s >= degraded_z (failed_z) AND by a relative change >= degraded_change (failed_change)
+  is `degraded` (`failed`). Fewer than `min_history` nights: not judged on history.
+
+A run that failed (commbench error, data validation, Slurm job failure) is `failed` with its reason.
+
+Isolation (health.isolate): the hosts of degraded/failed multi-node runs are suspects. Pingpong between
+two nodes (Slurm --nodelist) is run first over a ring of all nodes involved, then between each remaining
+suspect and a node a good pair cleared. A pair is bad when its metrics are degraded/failed as above
+(reference and the history of earlier pair tests) or when it is `peer_factor` times worse than the best
+pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
+nodes is a culprit link.
+
+Exit status of `commcamp run` for a health campaign: 0 healthy, 1 degraded, 2 failed (2 is also bad
+usage, as for every commcamp command). The verdict JSON (written atomically) holds every metric with its
+evidence, the per-node verdicts and the isolation's pair tests.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from campaigns.characterize import Placer
+from campaigns.runner import CampaignResult, new_run_dir, run_cases
+from campaigns.site import Reference
+from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.store import Store
+
+STATUSES = ("ok", "degraded", "failed")
+EXIT_CODES = {"ok": 0, "degraded": 1, "failed": 2}
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
+# name -> (record field, smallest or largest size, unit, higher is better)
+METRICS = {
+    "small_latency": ("latency_us", min, "us", False),
+    "large_goodput": ("goodput_gbs", max, "GB/s", True),
+    "large_busbw": ("busbw_gbs", max, "GB/s", True),
+}
+MULTI_RECORD_OPS = ("pairmatrix",)  # several records per size: no single metric value
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=STATUSES.index, default="ok")
+
+
+@dataclass
+class Judgement:
+    status: str
+    evidence: list[str]
+    reference: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+
+
+def judge(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
+          settings: HealthSettings) -> Judgement:
+    """One metric value against its reference and its history (see the module docstring)."""
+    status, evidence = "ok", []
+    ref_info = None
+    if reference is not None:
+        low = reference.value * (1 + reference.lower) if reference.lower is not None else None
+        high = reference.value * (1 + reference.upper) if reference.upper is not None else None
+        ref_info = {"value": reference.value, "lower": reference.lower, "upper": reference.upper,
+                    "low_bound": low, "high_bound": high, "note": reference.note}
+        if low is not None and value < low:
+            status = "failed"
+            evidence.append(f"{value:.4g} below the reference bound {low:.4g} (reference {reference.value:.4g})")
+        elif high is not None and value > high:
+            status = "failed"
+            evidence.append(f"{value:.4g} above the reference bound {high:.4g} (reference {reference.value:.4g})")
+    hist_info = None
+    if len(history) >= settings.min_history:
+        median = statistics.median(history)
+        mad = statistics.median(abs(v - median) for v in history)
+        spread = max(MAD_TO_SIGMA * mad, settings.min_spread * abs(median))
+        worse_by = (median - value) if higher_is_better else (value - median)
+        z = worse_by / spread if spread > 0 else (float("inf") if worse_by > 0 else 0.0)
+        change = worse_by / abs(median) if median else 0.0
+        hist_info = {"nights": len(history), "median": median, "spread": spread, "z": z, "change": change}
+        verdict = ("failed" if z >= settings.failed_z and change >= settings.failed_change
+                   else "degraded" if z >= settings.degraded_z and change >= settings.degraded_change else "ok")
+        if verdict != "ok":
+            evidence.append(f"{value:.4g} is {change:.0%} worse than the median {median:.4g} of {len(history)} "
+                            f"earlier nights ({z:.1f} robust sigma)")
+        status = worst([status, verdict])
+    elif history:
+        evidence.append(f"history of {len(history)} night(s) is below min_history {settings.min_history}: "
+                        f"not judged on history")
+    return Judgement(status, evidence, ref_info, hist_info)
+
+
+def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
+    """(metric, bytes) -> value from the valid result records of one run."""
+    results = records[(records["kind"] == "result") & records["valid"]]
+    if results.empty or results["op"].iloc[0] in MULTI_RECORD_OPS:
+        return {}
+    values = {}
+    for name, (column, pick, _unit, _higher) in METRICS.items():
+        size = int(pick(results["bytes"]))
+        at_size = results[results["bytes"] == size][column].dropna()
+        if not at_size.empty:
+            values[name, size] = float(at_size.iloc[0])
+    return values
+
+
+def find_reference(references: list[Reference], case: TestCase, metric: str, size: int) -> Reference | None:
+    for ref in references:
+        if (ref.op == case.op and ref.metric == metric and ref.bytes == size and ref.nodes in (None, case.num_nodes)
+                and ref.environ in (None, case.environ)):
+            return ref
+    return None
+
+
+@dataclass
+class MetricVerdict:
+    run_key: str
+    series_key: str
+    op: str
+    environ: str
+    transport: str
+    num_nodes: int
+    hosts: list[str]
+    metric: str
+    bytes: int | None
+    value: float | None
+    unit: str
+    status: str
+    evidence: list[str]
+    reference: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+
+
+@dataclass
+class PairTest:
+    nodes: tuple[str, str]
+    run_key: str
+    status: str
+    evidence: list[str]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Isolation:
+    suspects: list[str]
+    pairs: list[PairTest] = field(default_factory=list)
+    culprit_nodes: list[str] = field(default_factory=list)
+    culprit_links: list[tuple[str, str]] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Verdict:
+    campaign: str
+    site: str
+    system: str
+    tag: str
+    status: str
+    metrics: list[MetricVerdict]
+    nodes: dict[str, dict[str, Any]]
+    isolation: Isolation | None
+    db: str
+    run_dirs: list[str]
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "exit_code": self.exit_code}
+
+
+class HealthCheck:
+    """Judges tonight's runs of a health campaign (stored under `tag`) and isolates culprits."""
+
+    def __init__(self, campaign: Campaign, store: Store, tag: str, *, console: Console, runs_dir: Path,
+                 placer: Placer) -> None:
+        self.campaign = campaign
+        self.store = store
+        self.tag = tag
+        self.settings = campaign.spec.health_settings
+        self.console = console
+        self.runs_dir = runs_dir
+        self.placer = placer
+        self.run_dirs: list[Path] = []
+        self._invocations = 0
+        self._runs = {run.run_key: run for run in store.runs(campaign=campaign.name, site=campaign.site.name,
+                                                             system=campaign.system.name)}
+
+    # --- data ---------------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        self._runs = {run.run_key: run for run in self.store.runs(
+            campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name)}
+
+    def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
+        """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
+        earlier = [run for key, run in self._runs.items()
+                   if key.startswith(case.series_key) and run.status == "pass"
+                   and run.parameters.get("tag") not in (None, self.tag)]
+        nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
+        ids = [run.id for run in earlier if run.parameters["tag"] in nights]
+        history: dict[tuple[str, int], list[float]] = {}
+        if ids:
+            frame = self.store.measurements(run_id=ids)
+            for _run_id, records in frame.groupby("run_id"):
+                for key, value in run_metrics(records).items():
+                    history.setdefault(key, []).append(value)
+        return history
+
+    def judge_case(self, case: TestCase) -> list[MetricVerdict]:
+        run = self._runs.get(case.run_key)
+        base = dict(run_key=case.run_key, series_key=case.series_key, op=case.op, environ=case.environ,
+                    transport=case.transport, num_nodes=case.num_nodes)
+        if run is None:
+            return [MetricVerdict(**base, hosts=[], metric="run", bytes=None, value=None, unit="", status="failed",
+                                  evidence=["no run stored for tonight: the test case did not run"])]
+        hosts = list(run.parameters.get("hosts", []))
+        if run.status != "pass":
+            return [MetricVerdict(**base, hosts=hosts, metric="run", bytes=None, value=None, unit="",
+                                  status="failed", evidence=[f"run {run.status}: {run.reason}"])]
+        values = run_metrics(self.store.measurements(run_id=run.id))
+        history = self._history(case)
+        verdicts = []
+        for (metric, size), value in sorted(values.items()):
+            _column, _pick, unit, higher = METRICS[metric]
+            judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
+                              history.get((metric, size), []), self.settings)
+            verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
+                                          status=judgement.status, evidence=judgement.evidence,
+                                          reference=judgement.reference, history=judgement.history))
+        return verdicts
+
+    # --- isolation ----------------------------------------------------------------------------------
+    def _pair_campaign(self, template: TestCase) -> tuple[Campaign, int]:
+        iso = self.settings.isolation
+        base = self.campaign.spec.checks[template.check_index]
+        check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
+                                   iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
+                                   transports=[template.transport], env=base.env, check_data=base.check_data)
+        spec = self.campaign.spec.model_copy(update={"checks": [*self.campaign.spec.checks, check]})
+        return dataclasses.replace(self.campaign, spec=spec), len(spec.checks) - 1
+
+    def _pair_case(self, template: TestCase, campaign: Campaign, index: int, pair: tuple[str, str]) -> TestCase:
+        check = campaign.spec.checks[index]
+        return TestCase(campaign=self.campaign.name, site=template.site, system=template.system,
+                        partition=template.partition,
+                        environ=self.settings.isolation.environ or template.environ, check=check.check,
+                        check_index=index, op="pingpong", num_nodes=PAIR_RANKS, tasks_per_node=1,
+                        variables=tuple(check.variables(template.transport).items()),
+                        env=tuple(sorted(check.env.items())), tag=self.tag, nodelist=pair)
+
+    def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
+        campaign, index = self._pair_campaign(template)
+        cases = [self._pair_case(template, campaign, index, pair) for pair in pairs]
+        cases = [c for c in cases if not self.store.has_run(c.run_key)]  # resumable within the night
+        if not cases:
+            return
+        if not self.run_dirs:
+            self.run_dirs.append(new_run_dir(self.campaign, self.runs_dir))
+        self.console.print(f"Isolation: pingpong between {', '.join('+'.join(c.nodelist) for c in cases)}")
+        run_cases(campaign, cases, self.store, console=self.console, run_dir=self.run_dirs[-1], placer=self.placer,
+                  first_invocation=self._next_invocation())
+        self._refresh()
+
+    def _next_invocation(self) -> int:
+        existing = [int(p.name.split("-")[1]) for p in self.run_dirs[-1].glob("rfm-*")]
+        return max(existing, default=0) + 1
+
+    def _judge_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> list[PairTest]:
+        campaign, index = self._pair_campaign(template)
+        tests = []
+        for pair in pairs:
+            case = self._pair_case(template, campaign, index, pair)
+            verdicts = self.judge_case(case)
+            tests.append(PairTest(pair, case.run_key, worst(v.status for v in verdicts),
+                                  [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status != "ok"],
+                                  {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None}))
+        # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
+        factor = self.settings.isolation.peer_factor
+        for name in {name for test in tests for name in test.values}:
+            higher = METRICS[name.split("@")[0]][3]
+            measured = [t.values[name] for t in tests if name in t.values]
+            best = max(measured) if higher else min(measured)
+            for test in tests:
+                value = test.values.get(name)
+                if value is None or best <= 0:
+                    continue
+                ratio = best / value if higher else value / best
+                if ratio >= factor:
+                    test.status = worst([test.status, "degraded"])
+                    test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
+        return tests
+
+    def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
+        suspects = sorted({host for v in bad for host in v.hosts})
+        isolation = Isolation(suspects=suspects)
+        template_key = max(bad, key=lambda v: v.num_nodes).run_key
+        template = next(c for c in self.campaign.cases(self.tag) if c.run_key == template_key)
+        nodes = sorted(set(suspects) | good_multi_hosts)
+        if len(nodes) < 2:
+            isolation.note = "fewer than two nodes involved: nothing to isolate"
+            return isolation
+        ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+        if len(nodes) % 2:
+            ring.append((nodes[-1], nodes[0]))
+        tested: list[tuple[str, str]] = ring[:self.settings.isolation.max_pairs]
+        self._run_pairs(template, tested)
+        results = self._judge_pairs(template, tested)
+        cleared = {node for test in results if test.status == "ok" for node in test.nodes}
+        remaining = [s for s in suspects if s not in cleared
+                     and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
+        if remaining and cleared:
+            partner = sorted(cleared - set(suspects)) or sorted(cleared)
+            extra = [(partner[0], s) for s in remaining][:max(0, self.settings.isolation.max_pairs - len(tested))]
+            self._run_pairs(template, extra)
+            tested += extra
+            results = self._judge_pairs(template, tested)
+            cleared = {node for test in results if test.status == "ok" for node in test.nodes}
+        isolation.pairs = results
+        isolation.cleared = sorted(cleared)
+        for test in results:
+            if test.status == "ok":
+                continue
+            a, b = test.nodes
+            if a in cleared and b in cleared:
+                isolation.culprit_links.append(test.nodes)
+            for node, other in ((a, b), (b, a)):
+                if other in cleared and node not in cleared and node not in isolation.culprit_nodes:
+                    isolation.culprit_nodes.append(node)
+        named = set(isolation.culprit_nodes) | cleared
+        isolation.unresolved = [s for s in suspects if s not in named]
+        if not cleared:
+            isolation.note = ("no pair of nodes tested healthy: a system-wide problem, or bad nodes on every "
+                              "pair tested")
+        elif not isolation.culprit_nodes and not isolation.culprit_links:
+            isolation.note = "every pair test was healthy: the multi-node problem did not show between two nodes"
+        return isolation
+
+    # --- verdict ------------------------------------------------------------------------------------
+    def evaluate(self, result: CampaignResult) -> Verdict:
+        if result.run_dir is not None:
+            self.run_dirs.append(result.run_dir)
+        self._refresh()
+        metrics: list[MetricVerdict] = []
+        for item in result.results:
+            if item.status == "unplaceable":
+                continue  # the topology cannot give this placement tonight: nothing was measured
+            metrics += self.judge_case(item.case)
+        bad_multi = [m for m in metrics if m.status != "ok" and m.num_nodes > 1]
+        bad_runs = {m.run_key for m in bad_multi}
+        good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
+        isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+        nodes = self._node_verdicts(metrics, isolation)
+        return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
+                       tag=self.tag, status=worst(m.status for m in metrics), metrics=metrics, nodes=nodes,
+                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs])
+
+    @staticmethod
+    def _node_verdicts(metrics: list[MetricVerdict], isolation: Isolation | None) -> dict[str, dict[str, Any]]:
+        nodes: dict[str, dict[str, Any]] = {}
+        for metric in metrics:
+            for host in metric.hosts:
+                nodes.setdefault(host, {"status": "ok", "evidence": []})
+        for metric in metrics:
+            if metric.status == "ok" or metric.num_nodes > 1:
+                continue
+            for host in metric.hosts:  # a single-node run names its node directly
+                nodes[host]["status"] = worst([nodes[host]["status"], metric.status])
+                nodes[host]["evidence"].append(f"{metric.op} on 1 node, {metric.metric}: {metric.status}")
+        unisolated = [m for m in metrics if m.status != "ok" and m.num_nodes > 1]
+        if isolation is None:
+            for metric in unisolated:
+                for host in metric.hosts:
+                    nodes[host]["status"] = worst([nodes[host]["status"], metric.status])
+                    nodes[host]["evidence"].append(f"in {metric.op} on {metric.num_nodes} nodes ({metric.status}); "
+                                                   f"not isolated")
+            return nodes
+        for test in isolation.pairs:
+            for host in test.nodes:
+                nodes.setdefault(host, {"status": "ok", "evidence": []})
+        for host in isolation.culprit_nodes:
+            bad_pairs = [t for t in isolation.pairs if host in t.nodes and t.status != "ok"]
+            nodes[host]["status"] = worst([nodes[host]["status"], *(t.status for t in bad_pairs)])
+            nodes[host]["evidence"] += [f"pair {'+'.join(t.nodes)} {t.status}: {'; '.join(t.evidence)}"
+                                        for t in bad_pairs]
+        status_of_suspects = worst(m.status for m in unisolated)
+        for host in isolation.unresolved:
+            nodes[host]["status"] = worst([nodes[host]["status"], status_of_suspects])
+            nodes[host]["evidence"].append("in a bad multi-node test; the pair tests could not clear it")
+        for a, b in isolation.culprit_links:
+            for host in (a, b):
+                nodes[host]["evidence"].append(f"link {a}<->{b} bad while both nodes are healthy with others")
+        return nodes
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write a text file atomically (temp file + rename): readers see the old file or the new one."""
+    path = path.absolute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; the file is meant to be read by others
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def write_verdict(verdict: Verdict, path: Path) -> None:
+    write_atomically(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
+
+
+_STYLE = {"ok": "green", "degraded": "bold yellow", "failed": "bold red"}
+
+
+def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_rows: int = 12) -> None:
+    """One screen: the overall verdict, the metrics that are not ok, the nodes, the isolation outcome."""
+    counts = {s: sum(m.status == s for m in verdict.metrics) for s in STATUSES}
+    console.print(f"[{_STYLE[verdict.status]}]HEALTH {verdict.status.upper()}[/] {escape(verdict.campaign)} on "
+                  f"{verdict.site}:{verdict.system}, night {verdict.tag}: {counts['ok']} ok, "
+                  f"{counts['degraded']} degraded, {counts['failed']} failed metric(s)")
+    bad = [m for m in verdict.metrics if m.status != "ok"]
+    if bad:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for column in ("status", "env", "op", "nodes", "metric", "value", "evidence"):
+            table.add_column(column, overflow="fold")
+        for m in bad[:max_rows]:
+            value = "-" if m.value is None else f"{m.value:.4g} {m.unit}"
+            size = "" if m.bytes is None else f"@{m.bytes}"
+            table.add_row(f"[{_STYLE[m.status]}]{m.status}[/]", m.environ, m.op, str(m.num_nodes),
+                          f"{m.metric}{size}", value, escape("; ".join(m.evidence)))
+        console.print(table)
+        if len(bad) > max_rows:
+            console.print(f"... and {len(bad) - max_rows} more in the verdict file")
+    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}[/]" for n, v in sorted(verdict.nodes.items()))
+    console.print(f"nodes: {node_text or '-'}")
+    iso = verdict.isolation
+    if iso is not None:
+        pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)
+        console.print(f"isolation: pairs {pairs or '-'}")
+        if iso.culprit_nodes:
+            console.print(f"[bold red]culprit node(s): {', '.join(iso.culprit_nodes)}[/]")
+        if iso.culprit_links:
+            console.print(f"[bold red]culprit link(s): {', '.join(a + '<->' + b for a, b in iso.culprit_links)}[/]")
+        if iso.note:
+            console.print(f"isolation: {escape(iso.note)}")
+    console.print(f"verdict: {verdict_path}")

@@ -1,0 +1,323 @@
+"""`commcamp report`: one self-contained HTML file from the results store (plotly.js inline, once; no
+network access needed to view it).
+
+plotly.js (4.6 MiB) is embedded gzip-compressed and base64-encoded (1.8 MiB) and unpacked in the browser
+with DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+); each figure is a JSON block that the
+page draws once plotly is loaded. `document.body.dataset.plots` then holds the number of plots drawn.
+
+Sections, each shown when the data has it:
+1. Goodput vs message size, one plot per op, one line per transport / node count / network distance
+   (median over runs), nominal link bandwidths dashed (seed 001 Figs. 3, 5, 6).
+2. GPU-pair heatmaps from `pairmatrix` records: latency at the smallest size, goodput (uni) and aggregate
+   bandwidth (bi) at the largest size, per transport (seeds 000, 004).
+3. Distributions of per-iteration times (violin + box, p50/p95/p99 in the table) at the smallest, a middle
+   and the largest size per op and transport (seed 001 Fig. 8); each distribution is drawn from 201
+   quantiles of its stored samples, so the file stays small whatever the iteration count.
+4. Nightly trend of every health metric with its reference band (the site's references).
+5. Health summary: the verdict files given (`--verdict`), metric and node tables.
+"""
+from __future__ import annotations
+
+import base64
+import gzip
+import html
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas
+import plotly.graph_objects as go
+import plotly.io as pio
+import plotly.offline
+
+from campaigns.health import METRICS, find_reference, run_metrics
+from campaigns.site import Reference, SiteError, load_site
+from campaigns.store import Store
+
+QUANTILES = np.linspace(0, 1, 201)
+PAIR_OPS = ("pairmatrix",)
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; }
+.ok { color: #1a7f37; } .degraded { color: #b58100; font-weight: bold; } .failed { color: #c62828; font-weight: bold; }
+.note { color: #555; font-size: 0.9em; }
+.plots { display: flex; flex-wrap: wrap; gap: 1em; } .plots > div { flex: 1 1 640px; }
+"""
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """A nominal link bandwidth drawn dashed on the goodput plots."""
+
+    label: str
+    gbs: float
+
+
+_LOADER = """
+(async () => {
+  const packed = document.getElementById('plotly-js-gzip').textContent;
+  const bytes = Uint8Array.from(atob(packed), c => c.charCodeAt(0));
+  const code = await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text();
+  (0, eval)(code);  // global scope: defines window.Plotly
+  let drawn = 0;
+  for (const block of document.querySelectorAll('script.figure')) {
+    const figure = JSON.parse(block.textContent);
+    await Plotly.newPlot(block.previousElementSibling, figure.data, figure.layout,
+                         {displaylogo: false, responsive: true});
+    drawn += 1;
+  }
+  document.body.dataset.plots = String(drawn);
+})().catch(error => {
+  console.error('report: ' + error);
+  document.body.insertAdjacentHTML('afterbegin', '<p style="color:red">Plots could not be drawn: ' + error + '</p>');
+});
+"""
+
+
+def _figure_html(fig: go.Figure) -> str:
+    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50))
+    if fig.layout.height is None:
+        fig.update_layout(height=420)
+    # "</" inside a script element would end it; "<\/" is the same JSON string.
+    spec = pio.to_json(fig, validate=False, pretty=False).replace("</", "<\\/")
+    return f"<div><div class='plot'></div><script type='application/json' class='figure'>{spec}</script></div>"
+
+
+def _plotly_js_packed() -> str:
+    return base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode(), compresslevel=9)).decode()
+
+
+def _series_label(row: pandas.Series) -> str:
+    distance = row.get("network_distance")
+    where = f", {distance}" if isinstance(distance, str) else ""
+    batch = (row["extra"] or {}).get("batch", 1) if isinstance(row["extra"], dict) else 1
+    batched = f", batch {batch}" if batch > 1 else ""  # nccl-tests' throughput method, not per-op latency
+    return f"{row['transport']}, {row['nodes']} node(s), {row['ranks']} ranks{where}{batched}"
+
+
+def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
+    results = frame[(frame["kind"] == "result") & frame["valid"] & ~frame["op"].isin(PAIR_OPS)
+                    & frame["goodput_gbs"].notna() & (frame["bytes"] > 0)]
+    if results.empty:
+        return ""
+    parts = []
+    for op, rows in results.groupby("op", sort=True):
+        fig = go.Figure()
+        rows = rows.assign(series=rows.apply(_series_label, axis=1))
+        for series, points in rows.groupby("series", sort=True):
+            curve = points.groupby("bytes")["goodput_gbs"].median().sort_index()
+            fig.add_trace(go.Scatter(x=curve.index, y=curve.values, mode="lines+markers", name=series,
+                                     hovertemplate="%{x} B: %{y:.3g} GB/s"))
+        for link in nominal:
+            fig.add_hline(y=link.gbs, line_dash="dash", line_color="#555",
+                          annotation_text=f"{link.label} nominal {link.gbs:g} GB/s", annotation_position="top left")
+        fig.update_layout(title=f"{op}: goodput vs message size (median over runs)", legend_title="transport")
+        fig.update_xaxes(type="log", title="message size (bytes)", exponentformat="power")
+        fig.update_yaxes(type="log", title="goodput (GB/s)")
+        parts.append(_figure_html(fig))
+    note = ("Nominal link bandwidths dashed: " + ", ".join(f"{n.label} {n.gbs:g} GB/s" for n in nominal)
+            if nominal else "No nominal link bandwidth known for this site (site data or --nominal).")
+    return (f"<h2>Goodput vs message size</h2><p class='note'>{html.escape(note)}</p>"
+            f"<div class='plots'>{''.join(parts)}</div>")
+
+
+def _pair_matrix(rows: pandas.DataFrame, column: str) -> tuple[list[int], np.ndarray]:
+    ranks = sorted(set(rows["pair_src"].astype(int)) | set(rows["pair_dst"].astype(int)))
+    index = {rank: i for i, rank in enumerate(ranks)}
+    matrix = np.full((len(ranks), len(ranks)), np.nan)
+    for (src, dst), value in rows.groupby(["pair_src", "pair_dst"])[column].median().items():
+        matrix[index[int(src)], index[int(dst)]] = value
+        if np.isnan(matrix[index[int(dst)], index[int(src)]]):
+            matrix[index[int(dst)], index[int(src)]] = value  # a pair measured one way shows both ways
+    return ranks, matrix
+
+
+def heatmap_section(frame: pandas.DataFrame) -> str:
+    pairs = frame[(frame["op"] == "pairmatrix") & (frame["kind"] == "result") & frame["valid"]
+                  & frame["pair_src"].notna()]
+    if pairs.empty:
+        return ""
+    parts = []
+    for (transport, direction), rows in pairs.groupby(["transport", "direction"], sort=True):
+        small, large = rows["bytes"].min(), rows["bytes"].max()
+        bandwidth = "aggregate_gbs" if direction == "bi" and rows["extra"].notna().any() else "goodput_gbs"
+        for size, column, what, unit, scale in (
+                (small, "latency_us", "latency", "us", "Viridis_r"),
+                (large, bandwidth, "aggregate bandwidth" if bandwidth == "aggregate_gbs" else "goodput", "GB/s",
+                 "Viridis")):
+            at_size = rows[rows["bytes"] == size]
+            if column == "aggregate_gbs":
+                at_size = at_size.assign(aggregate_gbs=[(e or {}).get("aggregate_gbs") for e in at_size["extra"]])
+            at_size = at_size[at_size[column].notna()]
+            if at_size.empty:
+                continue
+            ranks, matrix = _pair_matrix(at_size, column)
+            labels = [f"GPU {r}" for r in ranks]
+            fig = go.Figure(go.Heatmap(z=matrix, x=labels, y=labels, colorscale=scale, colorbar_title=unit,
+                                       text=np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.3g}")(matrix),
+                                       texttemplate="%{text}", hovertemplate="%{y} -> %{x}: %{z:.4g} " + unit))
+            fig.update_layout(title=f"{transport} {direction}: {what} at {int(size)} B", height=420)
+            fig.update_yaxes(autorange="reversed", title="source")
+            fig.update_xaxes(title="destination")
+            parts.append(_figure_html(fig))
+    return f"<h2>GPU pairs</h2><div class='plots'>{''.join(parts)}</div>"
+
+
+def _picked_sizes(sizes: list[int]) -> list[int]:
+    sizes = sorted(set(sizes))
+    return sorted({sizes[0], sizes[len(sizes) // 2], sizes[-1]})
+
+
+def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]) -> str:
+    rows = frame[(frame["kind"] == "result") & frame["measurement_id"].isin(samples.keys())
+                 & ~frame["op"].isin(PAIR_OPS)]
+    if rows.empty:
+        return ""
+    parts, table = [], []
+    for op, by_op in rows.groupby("op", sort=True):
+        fig = go.Figure()
+        for transport, by_transport in by_op.groupby("transport", sort=True):
+            for size in _picked_sizes(list(by_transport["bytes"])):
+                ids = by_transport[by_transport["bytes"] == size]["measurement_id"]
+                values = np.concatenate([samples[i] for i in ids])
+                quantiles = np.quantile(values, QUANTILES)
+                fig.add_trace(go.Violin(y=quantiles, name=f"{transport} {int(size)} B", box_visible=True,
+                                        meanline_visible=False, points=False, spanmode="hard"))
+                p50, p95, p99 = np.percentile(values, [50, 95, 99])
+                table.append({"op": op, "transport": transport, "bytes": int(size), "samples": len(values),
+                              "p50 us": f"{p50:.4g}", "p95 us": f"{p95:.4g}", "p99 us": f"{p99:.4g}",
+                              "max us": f"{values.max():.4g}"})
+        fig.update_layout(title=f"{op}: per-iteration times", showlegend=False)
+        fig.update_yaxes(type="log", title="time per iteration (us)")
+        parts.append(_figure_html(fig))
+    return (f"<h2>Per-iteration time distributions</h2><div class='plots'>{''.join(parts)}</div>"
+            f"{pandas.DataFrame(table).to_html(index=False, border=0)}")
+
+
+def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: list[Reference]) -> str:
+    tagged = runs[runs["tag"].notna() & (runs["status"] == "pass") & ~runs["pair"]]
+    if tagged.empty:
+        return ""
+    points = []
+    for run in tagged.itertuples():
+        for (metric, size), value in run_metrics(frame[frame["run_id"] == run.id]).items():
+            points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
+                           "op": run.op, "nodes": run.num_nodes, "environ": run.environ})
+    if not points:
+        return ""
+    data = pandas.DataFrame(points)
+    parts = []
+    for (series, metric, size), rows in data.groupby(["series", "metric", "bytes"], sort=True):
+        rows = rows.sort_values("tag")
+        first = rows.iloc[0]
+        unit = METRICS[metric][2]
+        fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
+        ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), first["environ"]), metric,
+                             int(size))
+        if ref is not None:
+            low = ref.value * (1 + ref.lower) if ref.lower is not None else None
+            high = ref.value * (1 + ref.upper) if ref.upper is not None else None
+            fig.add_hrect(y0=low if low is not None else 0, y1=high if high is not None else ref.value * 10,
+                          fillcolor="green", opacity=0.12, line_width=0, annotation_text="reference band")
+            fig.add_hline(y=ref.value, line_dash="dot", line_color="green")
+        fig.add_hline(y=float(rows["value"].median()), line_dash="dash", line_color="#888",
+                      annotation_text="median of the nights shown")
+        fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n: {metric} @ {size} B",
+                          showlegend=False, height=320)
+        fig.update_xaxes(type="category", title="night")
+        fig.update_yaxes(title=unit)
+        parts.append(_figure_html(fig))
+    return f"<h2>Nightly trends</h2><div class='plots'>{''.join(parts)}</div>"
+
+
+@dataclass(frozen=True)
+class _CaseLike:
+    """What find_reference reads of a test case."""
+
+    op: str
+    num_nodes: int
+    environ: str
+
+
+def _value_text(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:.4g} {html.escape(unit)}"
+
+
+def health_section(verdicts: list[dict[str, Any]]) -> str:
+    if not verdicts:
+        return ""
+    parts = ["<h2>Health summary</h2>"]
+    for verdict in verdicts:
+        status = verdict["status"]
+        parts.append(f"<h3>{html.escape(verdict['campaign'])} night {html.escape(str(verdict['tag']))}: "
+                     f"<span class='{status}'>{status}</span></h3>")
+        rows = "".join(
+            f"<tr><td class='{m['status']}'>{m['status']}</td><td>{html.escape(m['environ'])}</td>"
+            f"<td>{html.escape(m['op'])}</td><td>{m['num_nodes']}</td><td>{html.escape(m['metric'])}"
+            f"{'' if m['bytes'] is None else '@' + str(m['bytes'])}</td>"
+            f"<td>{_value_text(m['value'], m['unit'])}</td>"
+            f"<td>{html.escape('; '.join(m['evidence']))}</td></tr>"
+            for m in verdict["metrics"])
+        parts.append("<table><tr><th>status</th><th>env</th><th>op</th><th>nodes</th><th>metric</th><th>value</th>"
+                     f"<th>evidence</th></tr>{rows}</table>")
+        nodes = "".join(f"<tr><td>{html.escape(n)}</td><td class='{v['status']}'>{v['status']}</td>"
+                        f"<td>{html.escape('; '.join(v['evidence']))}</td></tr>"
+                        for n, v in sorted(verdict["nodes"].items()))
+        parts.append(f"<table><tr><th>node</th><th>status</th><th>evidence</th></tr>{nodes}</table>")
+        iso = verdict.get("isolation")
+        if iso:
+            culprits = ", ".join(iso["culprit_nodes"] + [f"{a}<->{b}" for a, b in iso["culprit_links"]]) or "none"
+            parts.append(f"<p>Isolation: culprit(s) {html.escape(culprits)}; pairs: "
+                         + html.escape(", ".join(f"{'+'.join(p['nodes'])} {p['status']}" for p in iso["pairs"]))
+                         + (f"; {html.escape(iso['note'])}" if iso.get("note") else "") + "</p>")
+    return "".join(parts)
+
+
+def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
+    runs = [run for run in store.runs() if run.id in set(run_ids)]
+    return pandas.DataFrame([{
+        "id": run.id, "run_key": run.run_key, "status": run.status, "environ": run.environ,
+        "num_nodes": run.num_nodes, "op": run.parameters.get("op"), "tag": run.parameters.get("tag"),
+        "pair": bool(run.parameters.get("nodelist")), "network_distance": run.parameters.get("network_distance"),
+        "series": run.run_key.rsplit("@", 1)[0]} for run in runs],
+        columns=["id", "run_key", "status", "environ", "num_nodes", "op", "tag", "pair", "network_distance", "series"])
+
+
+def site_references(sites: list[str]) -> list[Reference]:
+    references: list[Reference] = []
+    for name in sites:
+        try:
+            site = load_site(name)
+        except SiteError:
+            continue  # measurements ingested under a site name without site data (e.g. reference runs)
+        references += [ref for system in site.systems for partition in system.partitions
+                       if partition.commbench for ref in partition.commbench.references]
+    return references
+
+
+def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: list[dict[str, Any]],
+                 **filters: Any) -> str:
+    frame = store.measurements(**filters)
+    if frame.empty:
+        raise ValueError(f"no measurements in {store.url} match the filters")
+    runs = _runs_frame(store, sorted(set(frame["run_id"])))
+    frame = frame.merge(runs[["id", "network_distance"]].rename(columns={"id": "run_id"}), on="run_id", how="left")
+    samples = store.sample_arrays(**filters)
+    sections = [goodput_section(frame, nominal), heatmap_section(frame), distribution_section(frame, samples),
+                trend_section(frame, runs, site_references(sorted(set(frame["site"])))), health_section(verdicts)]
+    provenance = (frame.groupby(["site", "system", "backend", "commbench_version", "mpi_library"], dropna=False)
+                  .agg(runs=("run_id", "nunique"), measurements=("measurement_id", "size"),
+                       first=("timestamp", "min"), last=("timestamp", "max")).reset_index())
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    header = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {generated} from {html.escape(store.url)}"
+              f" with filters {html.escape(json.dumps({k: v for k, v in filters.items() if v}, default=str))}: "
+              f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.</p>"
+              f"{provenance.to_html(index=False, border=0)}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{header}{''.join(sections)}"
+            f"<script type='application/octet-stream' id='plotly-js-gzip'>{_plotly_js_packed()}</script>"
+            f"<script>{_LOADER}</script></body></html>")

@@ -1,0 +1,88 @@
+"""`commcamp report`: the HTML report of stored results (campaigns/report.py). campaigns/cli.py mounts it
+with register(app); characterize campaigns call write_campaign_report after their run."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns.health import write_atomically
+from campaigns.report import Nominal, build_report
+from campaigns.results_cli import DbOption, _expected_errors, _with_measurement_filters
+from campaigns.site import SiteError, load_site
+from campaigns.spec import Campaign
+from campaigns.store import MeasurementFilter, Store, open_store
+
+
+def site_nominal(site_name: str) -> list[Nominal]:
+    """Nominal link bandwidths from the site's data, where its site.yaml has them (`links` of a
+    partition's node: name -> GB/s per direction)."""
+    try:
+        site = load_site(site_name)
+    except SiteError:
+        return []
+    found: dict[str, float] = {}
+    for system in site.systems:
+        for partition in system.partitions:
+            for name, gbs in (getattr(partition.node, "links", None) or {}).items():
+                found[f"{name}"] = float(getattr(gbs, "gbs", gbs))
+    return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
+
+
+def _parse_nominal(texts: list[str]) -> list[Nominal]:
+    nominal = []
+    for text in texts:
+        match = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9.]+(?:[eE][0-9]+)?)\s*", text)
+        if match is None or float(match.group(2)) <= 0:
+            raise typer.BadParameter(f"{text!r} is not LABEL=GBPS (e.g. 'NVLink 4 x18=450')", param_hint="--nominal")
+        nominal.append(Nominal(match.group(1), float(match.group(2))))
+    return nominal
+
+
+def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
+    verdicts = []
+    for path in paths:
+        try:
+            verdict = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read health verdict {path}: {exc}") from exc
+        if not isinstance(verdict, dict) or not {"campaign", "status", "metrics", "nodes"} <= verdict.keys():
+            raise ValueError(f"{path} is not a commcamp health verdict")
+        verdicts.append(verdict)
+    return verdicts
+
+
+def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
+    text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
+                        nominal=site_nominal(campaign.site.name), verdicts=[], campaign=[campaign.name])
+    write_atomically(output, text)
+
+
+@_with_measurement_filters
+def report(filters: MeasurementFilter,
+           output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (replaced atomically)")],
+           title: Annotated[str, typer.Option(help="heading of the report")] = "commcamp report",
+           nominal: Annotated[Optional[list[str]], typer.Option(
+               help="nominal link bandwidth LABEL=GB/s drawn dashed (repeatable); added to the site's")] = None,
+           verdict: Annotated[Optional[list[Path]], typer.Option(
+               help="health verdict JSON for the summary table (repeatable)")] = None,
+           db: DbOption = None) -> None:
+    """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
+    links = _parse_nominal(nominal or [])
+    with _expected_errors():
+        verdicts = _load_verdicts(verdict or [])
+        for site in filters.site or []:
+            links += site_nominal(site)
+        with open_store(db) as store:
+            text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
+        write_atomically(output, text)
+    Console().print(f"wrote {escape(str(output))} ({output.stat().st_size / 2**20:.1f} MiB)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)
