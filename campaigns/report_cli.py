@@ -20,8 +20,8 @@ from campaigns.store import MeasurementFilter, Store, open_store
 
 
 def site_nominal(site_name: str) -> list[Nominal]:
-    """Nominal link bandwidths from the site's data, where its site.yaml has them (`links` of a
-    partition's node: name -> GB/s per direction)."""
+    """Nominal link bandwidths from the site's data where its site.yaml has them: a partition's `links`,
+    name -> {gbs: GB/s per direction, ...}. A site without site data (or without links) has none."""
     try:
         site = load_site(site_name)
     except SiteError:
@@ -29,8 +29,10 @@ def site_nominal(site_name: str) -> list[Nominal]:
     found: dict[str, float] = {}
     for system in site.systems:
         for partition in system.partitions:
-            for name, gbs in (getattr(partition.node, "links", None) or {}).items():
-                found[f"{name}"] = float(getattr(gbs, "gbs", gbs))
+            for name, link in (getattr(partition, "links", None) or {}).items():
+                gbs = link.get("gbs") if isinstance(link, dict) else getattr(link, "gbs", None)
+                if gbs:
+                    found[name] = float(gbs)
     return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
 
 
