@@ -572,12 +572,14 @@ def _git_commit() -> str:
 
 
 def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
-               timeout_s: float | None = None) -> Tuner:
+               timeout_s: float | None = None, n_trials: int | None = None) -> Tuner:
+    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget."""
     spec = setup.spec
     seeds = [{}] if spec.seed_library_defaults else []
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(spec.storage_url()), setup.buckets,
-                 n_trials=spec.trials, timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
+                 n_trials=n_trials if n_trials is not None else spec.trials,
+                 timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
                  seed_envs=seeds, progress=progress)
 
