@@ -19,7 +19,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from campaigns import plugin_cli, report_cli, results_cli, tune_cli
+from campaigns import plugin_cli, report_cli, results_cli, site_cli, tune_cli
 from campaigns.characterize import PlacementError, placer_for
 from campaigns.health import HealthCheck, print_summary, write_verdict
 from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
@@ -195,6 +195,7 @@ results_cli.register(app)
 report_cli.register(app)
 tune_cli.register(app)
 plugin_cli.register(app)
+site_cli.register(app)
 
 
 def main() -> None:

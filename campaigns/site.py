@@ -498,12 +498,14 @@ def check_site(name: str) -> list[str]:
     except ValueError as exc:  # CatalogError is a ValueError; its message names the file and key
         problems.append(str(exc))
     problems += _env_file_problems(site.env_file)
-    spack_envs = {SPACK_ENV_DIR / site.name} | {REPO_ROOT / p.commbench.spack_env for s in site.systems
-                                                for p in s.partitions if p.commbench and p.commbench.build == "spack"}
-    for env_dir in sorted(spack_envs):
+    required = {REPO_ROOT / p.commbench.spack_env for s in site.systems for p in s.partitions
+                if p.commbench and p.commbench.build == "spack"}
+    for env_dir in sorted(required | {SPACK_ENV_DIR / site.name}):
         manifest = env_dir / "spack.yaml"
-        if manifest.is_file() or env_dir != SPACK_ENV_DIR / site.name:
+        if manifest.is_file():
             problems += _spack_problems(manifest)
+        elif env_dir in required:
+            problems.append(f"{manifest}: missing (a partition of site {site.name!r} builds commbench with Spack)")
     return problems
 
 
@@ -559,10 +561,14 @@ def _env_file_problems(path: Path) -> list[str]:
 
 def _spack_problems(manifest: Path) -> list[str]:
     import importlib.util
+    import sys
 
-    checker_file = SPACK_ENV_DIR / "spack_schema.py"
-    spec = importlib.util.spec_from_file_location("_commcamp_spack_schema", checker_file)
-    assert spec is not None and spec.loader is not None
-    checker = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(checker)
+    name = "_commcamp_spack_check"
+    checker = sys.modules.get(name)
+    if checker is None:
+        spec = importlib.util.spec_from_file_location(name, SPACK_ENV_DIR / "spack_check.py")
+        assert spec is not None and spec.loader is not None
+        checker = importlib.util.module_from_spec(spec)
+        sys.modules[name] = checker  # its dataclasses look their module up there
+        spec.loader.exec_module(checker)
     return list(checker.check_environment_file(manifest))

@@ -317,7 +317,7 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
 
     @sanity_function
     def validate_records(self):
-        assert_job_ended(self, EXIT_UNSUPPORTED if self.expect_unsupported else 0, EXIT_CODES)
+        assert_job_ended(self, 'commbench', EXIT_UNSUPPORTED if self.expect_unsupported else 0, EXIT_CODES)
         records = self.records()
         sn.evaluate(sn.assert_true(records, msg=f'{RECORDS_FILE} has no records'))
         for number, record in enumerate(records, start=1):

@@ -1,19 +1,25 @@
 """Turn a site's data file (site_configs/<site>/site.yaml) into a ReFrame configuration.
 
-Each `site_configs/<site>/reframe_config.py` is two lines around `site_configuration(<its site.yaml>)`.
+Each `site_configs/<site>/reframe_config.py` is `site_configuration_for(__file__)` (its site.yaml).
 This module needs only ReFrame and PyYAML (both in any ReFrame install), so a site can point its own
 ReFrame at the file. The strict validation of site.yaml lives in commcamp (campaigns/site.py); here
 the data is only reshaped:
 
 * each partition's check-relevant data goes into its ReFrame `extras`, which checks read as
-  `self.current_partition.extras` (checks never hard-code site specifics):
-  `nodes`, `cores_per_node`, `gpus_per_node` and, for partitions that run commbench, `commbench`
-  (`backend`, `tasks_per_node`, `references`); such partitions also get the feature `commbench`;
+  `self.current_partition.extras` (checks never hard-code site specifics): `nodes`, `cores_per_node`,
+  `gpus_per_node`, `commbench` (the site.yaml block as it is: backend, build, transports, sizes,
+  node counts, launcher/job options, references), `reference_benchmarks` and `knob_defaults` (the
+  site's `knobs.defaults`, applied under each check's env_vars);
+* features say what a partition runs, so that checks select with `valid_systems` instead of skipping:
+  `commbench`, `commbench_<transport>` per transport, `commbench_nodes_<n>` per suite node count, and
+  `<benchmark>` / `<benchmark>_nodes_<n>` per reference benchmark (`nccl_tests`, `osu`);
+* the site's pinned knobs (`knobs.pinned`) are added to every partition's env_vars: in every job;
 * every environment gets the extras `mpi` (library family) and the features listed in site.yaml;
 * stage, output and perflog directories default to results/runs/reframe/ of this repository and the
   run report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
 * perflogs (filelog) carry what users miss in ReFrame's default ones: node count, tasks, GPUs per
-  node, pass/fail, and per performance variable its value, unit, reference and thresholds.
+  node, pass/fail, the transport, and per performance variable its value, unit, reference and
+  thresholds.
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ PERFLOG_FORMAT = "|".join([
     "%(check_job_completion_time)s", "%(version)s", "%(check_display_name)s", "%(check_system)s",
     "%(check_partition)s", "%(check_environ)s", "%(check_result)s", "%(check_num_nodes)s",
     "%(check_num_tasks)s", "%(check_num_tasks_per_node)s", "%(check_num_gpus_per_node)s",
-    "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_perfvalues)s",
+    "%(check_transport)s", "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_perfvalues)s",
 ])
 # One block per performance variable; the header names them <variable>_value, <variable>_unit, ...
 PERFLOG_FORMAT_PERFVARS = "|".join([
@@ -69,20 +75,41 @@ def _register_launchers() -> None:
 
 
 def _pairs(mapping: dict[str, Any] | None) -> list[list[str]]:
-    return [[name, str(value)] for name, value in (mapping or {}).items()]
+    return [[name, _text(value)] for name, value in (mapping or {}).items()]
 
 
-def _partition(part: dict[str, Any]) -> dict[str, Any]:
+def _text(value: Any) -> str:
+    """YAML gives ints and bools where environment variables hold strings."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _features(part: dict[str, Any]) -> list[str]:
+    features = []
+    commbench = part.get("commbench")
+    if commbench:
+        features.append("commbench")
+        features += [f"commbench_{transport}" for transport in commbench["transports"]]
+        features += [f"commbench_nodes_{n}" for n in commbench["node_counts"]]
+    for name, bench in (part.get("reference_benchmarks") or {}).items():
+        features.append(name)
+        features += [f"{name}_nodes_{n}" for n in bench["node_counts"]]
+    return features
+
+
+def _partition(part: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
     node = part.get("node") or {}
     extras: dict[str, Any] = {
         "nodes": part["nodes"],
         "cores_per_node": node.get("cores"),
         "gpus_per_node": node.get("gpus", 0),
+        "knob_defaults": {name: _text(value) for name, value in (knobs.get("defaults") or {}).items()
+                          if value is not None},
+        "reference_benchmarks": part.get("reference_benchmarks") or {},
     }
-    features = []
     if part.get("commbench"):
         extras["commbench"] = {"references": [], **part["commbench"]}
-        features.append("commbench")
     return {
         "name": part["name"],
         "descr": part.get("description", ""),
@@ -91,8 +118,11 @@ def _partition(part: dict[str, Any]) -> dict[str, Any]:
         "access": list(part.get("access", [])),
         "max_jobs": part.get("max_jobs", 1),
         "environs": list(part["environments"]),
-        "env_vars": _pairs(part.get("env_vars")),
-        "features": features,
+        "modules": list(part.get("modules", [])),
+        "env_vars": _pairs({**(part.get("env_vars") or {}), **(knobs.get("pinned") or {})}),
+        "prepare_cmds": list(part.get("prepare_cmds", [])),
+        "resources": [{"name": r["name"], "options": list(r.get("options", []))} for r in part.get("resources", [])],
+        "features": _features(part),
         "extras": extras,
     }
 
@@ -111,6 +141,11 @@ def _environment(env: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def site_configuration_for(config_file: str) -> dict[str, Any]:
+    """The configuration of the site whose reframe_config.py is `config_file` (its site.yaml is beside it)."""
+    return site_configuration(Path(config_file).with_name("site.yaml"))
+
+
 def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
     """The ReFrame `site_configuration` dictionary for one site.yaml."""
     _register_launchers()
@@ -125,7 +160,7 @@ def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
                 "hostnames": list(system["hostnames"]),
                 "modules_system": system.get("modules_system", "nomod"),
                 "prefix": str(DEFAULT_PREFIX),
-                "partitions": [_partition(part) for part in system["partitions"]],
+                "partitions": [_partition(part, site.get("knobs") or {}) for part in system["partitions"]],
             }
             for system in site["systems"]
         ],

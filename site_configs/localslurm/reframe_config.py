@@ -1,12 +1,8 @@
-"""ReFrame configuration of site 'localslurm' (data: site.yaml beside this file).
-
-    eval "$(site_configs/localslurm/cluster/cluster.sh env)"
-    reframe -C site_configs/localslurm/reframe_config.py -c reframe_checks -r
-"""
+"""ReFrame configuration of site 'localslurm': the local Slurm cluster of cluster/cluster.sh (usage: env.sh). Data: site.yaml beside this file."""
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from reframe_site import site_configuration as _site_configuration  # noqa: E402
+from reframe_site import site_configuration_for  # noqa: E402
 
-site_configuration = _site_configuration(Path(__file__).with_name("site.yaml"))
+site_configuration = site_configuration_for(__file__)

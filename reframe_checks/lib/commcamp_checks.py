@@ -1,0 +1,96 @@
+"""What every commcamp ReFrame check shares: site data from the partition's extras, the site's job and
+launcher options, the knob defaults under each test's env_vars, references, job-outcome sanity.
+
+Not a check file: the check files (reframe_checks/*.py) put this directory on sys.path, and ReFrame
+does not load it as a test file unless asked to recurse (`-R`), where it registers nothing.
+
+Site data arrives through `site_configs/reframe_site.py` (partition extras and features); check code
+holds no site-specific value.
+"""
+import re
+
+import reframe.utility.sanity as sn
+
+# The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
+NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+
+# Job states that mean the job did not end normally. ReFrame treats them all as "completed", and a job
+# killed at its time limit can still report exit code 0 (e.g. Slurm's jobcomp/filetxt log).
+FAILED_JOB_STATES = {'BOOT_FAIL', 'CANCELLED', 'DEADLINE', 'FAILED', 'FAILURE', 'NODE_FAIL',
+                     'OUT_OF_MEMORY', 'PREEMPTED', 'TIMEOUT'}
+
+_ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+
+
+def largest_node_count(test, feature):
+    '''The most nodes any partition of the current system offers for checks that select `feature`
+    (0 if none does); used at init to drop test variants no partition can run.'''
+    return max((part.extras.get('nodes', 0) for part in test.current_system.partitions
+                if feature in part.features), default=0)
+
+
+def apply_site_environment(test, job_options=(), launcher_options=()):
+    '''Knob defaults of the site under the test's own env_vars (`-S env_vars=...` wins per variable),
+    plus the site's scheduler and launcher options. Call from a run_after('setup') hook.'''
+    bad = [name for name in test.env_vars if not _ENV_NAME.fullmatch(name)]
+    if bad:
+        raise ValueError(f'env_vars: invalid variable names {bad}')
+    if test.knob_defaults:
+        test.env_vars = {**test.current_partition.extras.get('knob_defaults', {}), **test.env_vars}
+    test.job.options += list(job_options)
+    test.job.launcher.options += list(launcher_options)
+
+
+def reference_entry(references, metric, unit, **case):
+    '''ReFrame's (value, lower, upper, unit) from the first reference for `metric` whose keys match the
+    test case; keys a reference leaves out (or sets to null) match anything. None if none matches.'''
+    for ref in references:
+        if ref['metric'] != metric:
+            continue
+        if all(ref.get(key) in (None, value) for key, value in case.items()):
+            return ref['value'], ref.get('lower'), ref.get('upper'), unit
+    return None
+
+
+def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
+    '''The job was not killed (time limit, node failure, ...) and `program` exited with the expected code.'''
+    states = set((test.job.state or '').split(','))
+    sn.evaluate(sn.assert_not_in('TIMEOUT', states, msg=f'the job hit its time limit ({test.time_limit})'))
+    exitcode = test.job.exitcode
+    meaning = (exit_codes or {}).get(exitcode, 'unexpected')
+    sn.evaluate(sn.assert_eq(exitcode, expected_exitcode,
+                             msg=f'{program} exited with code {{0}} ({meaning}), expected {{1}}'))
+    sn.evaluate(sn.assert_false(states & FAILED_JOB_STATES, msg=f'the job ended in state {test.job.state}'))
+
+
+# nccl-tests / rccl-tests: "#  Rank  0 Group  0 Pid   5108 on         vm device  0 [0000:00:06] NVIDIA H200"
+_CCL_TESTS_RANK = re.compile(r'^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\b', re.MULTILINE)
+
+
+def parse_ccl_tests(text):
+    '''nccl-tests / rccl-tests output -> (rows, hosts): rows of the size table as dicts (bytes, time_us,
+    algbw_gbs, busbw_gbs, wrong: out-of-place; wrong_inplace: '0', a count or 'N/A'), and each rank's
+    host, indexed by rank.'''
+    rows = []
+    for line in text.splitlines():
+        words = line.split()
+        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+        if len(words) >= 13 and words[0].isdigit() and words[1].isdigit():
+            rows.append({'bytes': int(words[0]), 'time_us': float(words[5]), 'algbw_gbs': float(words[6]),
+                         'busbw_gbs': float(words[7]), 'wrong': words[8], 'wrong_inplace': words[12]})
+    hosts = dict((int(rank), host) for rank, host in _CCL_TESTS_RANK.findall(text))
+    return rows, [hosts[rank] for rank in sorted(hosts)]
+
+
+def parse_osu(text):
+    '''OSU micro-benchmark output -> rows (bytes, value): the first number after the size is latency
+    (us) or bandwidth (MB/s) depending on the benchmark; header and comment lines start with #.'''
+    rows = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) >= 2 and words[0].isdigit():
+            try:
+                rows.append({'bytes': int(words[0]), 'value': float(words[1])})
+            except ValueError:
+                continue
+    return rows

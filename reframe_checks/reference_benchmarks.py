@@ -1,0 +1,233 @@
+"""Reference benchmarks the field compares against: NVIDIA nccl-tests (or AMD rccl-tests, same
+binaries and output) and the OSU micro-benchmarks, run where the site provides them.
+
+A partition offers one by its site.yaml `reference_benchmarks.nccl_tests` / `.osu` (features
+`nccl_tests`, `nccl_tests_nodes_<n>`, `osu`, `osu_nodes_<n>`); the checks never build them. Where the
+binaries come from is tried in order: the directory named by `dir_variable` (e.g. NCCL_TESTS_DIR; or
+`default_dir`, repository-relative; the binary may sit in it or in its build/ or any subdirectory),
+the site's `modules` (when the modules system has them), the Spack spec (`spack find` must know it).
+When none has them the test case is skipped with the reason, naming what was tried.
+
+| check | parameters | tags |
+| --- | --- | --- |
+| `nccl_tests_run` | benchmark (all_reduce_perf, all_gather_perf, alltoall_perf, sendrecv_perf) x num_nodes | `reference`, `collective` / `p2p`; all_reduce_perf also `health` |
+| `osu_run` | benchmark (osu_latency, osu_bw, osu_allreduce, osu_alltoall) x num_nodes | `reference`, `p2p` / `collective` |
+
+nccl-tests run one process per GPU (`-g 1`) with data checking (`-c 1`) after the site's `args`
+(sizes, iterations). Sanity: exit code 0, no wrong elements, "Out of bounds values : 0 OK", one rank
+line per task on the expected number of hosts. Performance: `small_latency` (out-of-place time at the
+smallest size, us) and `large_busbw` (out-of-place bus bandwidth at the largest size, GB/s).
+OSU: the site's `args` (e.g. `-d cuda D D`, `-m 8:1048576`); sanity: exit code 0 and the OSU table;
+performance: osu_latency `small_latency`, osu_bw `large_bandwidth` (GB/s), collectives
+`small_latency` and `large_latency` (us). References: the benchmark's `references` in site.yaml.
+Variables: extra_args (more benchmark options), knob_defaults, time_limit, and ReFrame's env_vars
+(`-S env_vars='{"NCCL_ALGO":"Ring"}'`), as for the commbench checks.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import reframe as rfm
+import reframe.core.runtime as rt
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, parse_ccl_tests,  # noqa: E402
+                             parse_osu, reference_entry)
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _find_binary(directory, binary):
+    '''The executable `binary` in `directory` or below it (build trees, OSU's libexec layout), or None.'''
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        if binary in files and os.access(os.path.join(root, binary), os.X_OK):
+            return os.path.join(root, binary)
+    return None
+
+
+class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
+    '''A third-party benchmark binary the site provides, laid out like the commbench checks.'''
+
+    valid_prog_environs = ['+mpi']
+    sourcesdir = None
+    time_limit = '10m'
+    #: More options of the benchmark, after the site's `args`.
+    extra_args = variable(typ.List[str], value=[])
+    #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
+    knob_defaults = variable(typ.Bool, value=True)
+    #: reference_benchmarks key in site.yaml (and feature name).
+    SUITE = ''
+    PAIR_BENCHMARKS = ()
+
+    @run_after('init')
+    def select(self):
+        self.valid_systems = [f'+{self.SUITE} +{self.SUITE}_nodes_{self.num_nodes}']
+        self.skip_if(self.benchmark in self.PAIR_BENCHMARKS and self.num_nodes > 2, 'a pair test: 1 or 2 nodes')
+
+    @property
+    def site(self):
+        return self.current_partition.extras['reference_benchmarks'][self.SUITE]
+
+    def fixed_args(self):
+        '''Options the check itself needs (nccl-tests: one GPU per process, data check).'''
+        return []
+
+    @run_after('setup')
+    def set_layout(self):
+        extras = self.current_partition.extras
+        commbench = extras.get('commbench', {})
+        if self.benchmark in self.PAIR_BENCHMARKS:
+            self.num_tasks_per_node = 2 // self.num_nodes
+        else:
+            self.num_tasks_per_node = (self.num_tasks_per_node or self.site.get('tasks_per_node')
+                                       or commbench.get('tasks_per_node') or max(extras['gpus_per_node'], 1))
+        self.num_tasks = self.num_nodes * self.num_tasks_per_node
+        self.num_gpus_per_node = extras['gpus_per_node']
+        self.locate()
+        apply_site_environment(self, commbench.get('job_options', []), commbench.get('launcher_options', []))
+        self.executable_opts = [*self.site.get('args', []), *self.fixed_args(), *self.extra_args]
+
+    def locate(self):
+        '''Point the test at the benchmark binary, or skip saying what was tried.'''
+        site, binary, tried = self.site, self.benchmark, []
+        variable_name = site.get('dir_variable')
+        directory = os.environ.get(variable_name, '') if variable_name else ''
+        if variable_name and not directory:
+            tried.append(f'${variable_name} is not set')
+        directory = directory or site.get('default_dir', '')
+        if directory:
+            directory = directory if os.path.isabs(directory) else os.path.join(REPO_ROOT, directory)
+            path = _find_binary(directory, binary) if os.path.isdir(directory) else None
+            if path:
+                self.executable = path
+                return
+            tried.append(f'no executable {binary} in {directory}')
+        modules = site.get('modules', [])
+        if modules:
+            modules_system = rt.runtime().modules_system
+            missing = [m for m in modules if not modules_system.available_modules(m)]
+            if not missing:
+                self.modules = list(modules)
+                self.executable = binary
+                return
+            tried.append(f'modules not available: {", ".join(missing)}')
+        spec = site.get('spack_spec')
+        if spec:
+            if shutil.which('spack') is None:
+                tried.append(f'spack is not on PATH (for {spec})')
+            elif subprocess.run(['spack', 'find', spec], capture_output=True, check=False).returncode != 0:
+                tried.append(f'spack find {spec} found nothing')
+            else:
+                self.prerun_cmds = [f'eval "$(spack load --sh {spec})"']
+                self.executable = binary
+                return
+        self.skip(f'{site["package"]} is not available on {self.current_partition.fullname}: {"; ".join(tried)}')
+
+    def output(self):
+        path = os.path.join(self.stagedir, sn.evaluate(self.stdout))
+        with open(path, encoding='utf-8', errors='replace') as stream:
+            return stream.read()
+
+    def metric_at(self, name):
+        raise NotImplementedError
+
+    def metrics(self):
+        raise NotImplementedError
+
+    @run_after('init')
+    def set_perf_variables(self):
+        self.perf_variables = {name: sn.make_performance_function(lambda n=name: self.metric_at(n)[0], unit)
+                               for name, unit in self.metrics().items()}
+
+    @run_before('performance')
+    def set_references(self):
+        if self.is_dry_run():
+            return
+        table = {}
+        for name, unit in self.metrics().items():
+            entry = reference_entry(self.site.get('references', []), name, unit, benchmark=self.benchmark,
+                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
+                                    environ=self.current_environ.name)
+            if entry is not None:
+                table[name] = entry
+        self.reference = {self.current_partition.fullname: table}
+
+
+@rfm.simple_test
+class nccl_tests_run(ReferenceBenchmarkTest):
+    '''nccl-tests (or rccl-tests): one binary over the site's size range.'''
+
+    descr = 'nccl-tests / rccl-tests reference benchmark'
+    benchmark = parameter(['all_reduce_perf', 'all_gather_perf', 'alltoall_perf', 'sendrecv_perf'])
+    num_nodes = parameter(NODE_COUNTS)
+    SUITE = 'nccl_tests'
+
+    @run_after('init')
+    def set_tags(self):
+        kind = 'p2p' if self.benchmark == 'sendrecv_perf' else 'collective'
+        self.tags = {'reference', kind} | ({'health'} if self.benchmark == 'all_reduce_perf' else set())
+
+    def fixed_args(self):
+        return ['-g', '1', '-c', '1']
+
+    def metrics(self):
+        return {'small_latency': 'us', 'large_busbw': 'GB/s'}
+
+    def metric_at(self, name):
+        rows, _ = parse_ccl_tests(self.output())
+        moving = [r for r in rows if r['bytes'] > 0] or rows
+        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
+        return (row['time_us'] if name == 'small_latency' else row['busbw_gbs']), row['bytes']
+
+    @sanity_function
+    def validate_output(self):
+        assert_job_ended(self, self.benchmark)
+        text = self.output()
+        rows, hosts = parse_ccl_tests(text)
+        sn.evaluate(sn.assert_true(rows, msg='no size table in the output'))
+        for row in rows:
+            sn.evaluate(sn.assert_eq(row['wrong'], '0', msg=f'{row["bytes"]} B: {{0}} wrong elements (out of place)'))
+            sn.evaluate(sn.assert_in(row['wrong_inplace'], ('0', 'N/A'),
+                                     msg=f'{row["bytes"]} B: {{0}} wrong elements (in place)'))
+        sn.evaluate(sn.assert_found(r'Out of bounds values\s*:\s*0\s+OK', self.stdout))
+        sn.evaluate(sn.assert_eq(len(hosts), self.num_tasks, msg='{0} ranks reported, expected {1}'))
+        return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
+
+
+@rfm.simple_test
+class osu_run(ReferenceBenchmarkTest):
+    '''OSU micro-benchmarks: latency and bandwidth between two ranks, two collectives.'''
+
+    descr = 'OSU micro-benchmarks reference benchmark'
+    benchmark = parameter(['osu_latency', 'osu_bw', 'osu_allreduce', 'osu_alltoall'])
+    num_nodes = parameter(NODE_COUNTS)
+    SUITE = 'osu'
+    PAIR_BENCHMARKS = ('osu_latency', 'osu_bw')
+
+    @run_after('init')
+    def set_tags(self):
+        self.tags = {'reference', 'p2p' if self.benchmark in self.PAIR_BENCHMARKS else 'collective'}
+
+    def metrics(self):
+        if self.benchmark == 'osu_bw':
+            return {'large_bandwidth': 'GB/s'}
+        if self.benchmark == 'osu_latency':
+            return {'small_latency': 'us'}
+        return {'small_latency': 'us', 'large_latency': 'us'}
+
+    def metric_at(self, name):
+        rows = parse_osu(self.output())
+        moving = [r for r in rows if r['bytes'] > 0] or rows
+        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
+        # osu_bw reports MB/s (1e6 bytes/s)
+        return (row['value'] / 1000 if name == 'large_bandwidth' else row['value']), row['bytes']
+
+    @sanity_function
+    def validate_output(self):
+        assert_job_ended(self, self.benchmark)
+        sn.evaluate(sn.assert_found(r'# OSU MPI', self.stdout, msg='no OSU banner in the output'))
+        return sn.assert_true(parse_osu(self.output()), msg='no size table in the output')

@@ -1,0 +1,12 @@
+# Source on the GPU machine: `. site_configs/h200/env.sh`, then `reframe -c reframe_checks -r`
+# (or site_configs/h200/run-suite.sh OUTDIR, which sources this file itself).
+_commcamp_site=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export RFM_CONFIG_FILES="$_commcamp_site/reframe_config.py"
+# NVLink multicast can put the shared host's GPUs out of service: off for everything started from here
+# (the ReFrame configuration also exports these in every job).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Everything runs as root there.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# nccl-tests for the reference check (site.yaml reference_benchmarks.nccl_tests); an existing build.
+export NCCL_TESTS_DIR="${NCCL_TESTS_DIR:-$(cd "$_commcamp_site/../.." && pwd)/third_party/nccl-tests/build}"
+unset _commcamp_site

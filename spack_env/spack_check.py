@@ -1,0 +1,226 @@
+"""Static checks of the Spack side, without Spack (it cannot be installed on the machines that run CI):
+
+* `check_environment_file(path)`: a spack.yaml is well-formed YAML (no duplicate keys) and uses only
+  keys of Spack's environment schema, for the sections commcamp's environments use (packages and their
+  externals, concretizer, view, repos, develop, specs); other sections are checked by name only.
+* `read_recipe(path)`: what a package.py declares (class, bases, variants, dependencies, the CMake
+  cache variables its cmake_args define), read with `ast`, nothing imported.
+
+The key lists below are transcribed from Spack's JSON schemas in spack/spack, lib/spack/spack/schema
+(read through the project's public-code index; "Copyright Spack Project Developers" versions, i.e.
+Spack v1.x):
+  env.py         the `spack:` section = every section of merged.py + `specs`, `include_concrete`
+  merged.py      sections: bootstrap cdash compilers concretizer config container ci definitions
+                 develop env_vars include mirrors modules packages repos toolchains upstreams view
+  packages.py    `all` and per-package keys, external entries (additionalProperties: False)
+  concretizer.py (commit 060b0cac53c79742b41ab8f8ef295c3737cb3dd4) concretizer keys
+  view.py        (commit 0f37fb1e2a79217865fc3aa2a8ae3bad17759273) view: bool, path or named views
+  repos.py       list of paths, or name -> path | {git, branch, commit, tag, destination, paths}
+  develop.py     name -> {spec (required), path}
+  spec_list.py   a spec list entry: a string, or {matrix, exclude}
+Only key names and the shapes above are vendored; no Spack code is.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SPACK_SECTIONS = frozenset({
+    "bootstrap", "cdash", "compilers", "concretizer", "config", "container", "ci", "definitions", "develop",
+    "env_vars", "include", "mirrors", "modules", "packages", "repos", "toolchains", "upstreams", "view",
+    "specs", "include_concrete"})
+PACKAGE_KEYS = frozenset({"require", "prefer", "conflict", "version", "buildable", "permissions",
+                          "package_attributes", "variants", "externals"})
+ALL_PACKAGES_KEYS = frozenset({"require", "prefer", "conflict", "target", "compiler", "buildable", "permissions",
+                               "package_attributes", "providers", "variants"})
+EXTERNAL_KEYS = frozenset({"spec", "prefix", "modules", "id", "extra_attributes", "dependencies"})
+CONCRETIZER_KEYS = frozenset({"reuse", "enable_node_namespace", "targets", "unify", "splice", "duplicates",
+                              "static_analysis", "timeout", "error_on_timeout", "os_compatible"})
+VIEW_KEYS = frozenset({"root", "link", "link_type", "select", "exclude", "projections"})
+REPO_GIT_KEYS = frozenset({"git", "branch", "commit", "tag", "destination", "paths"})
+DEVELOP_KEYS = frozenset({"spec", "path"})
+SPEC_MATRIX_KEYS = frozenset({"matrix", "exclude"})
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Refuses duplicate mapping keys (Spack's YAML loader does too; PyYAML keeps the last one)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key, deep=True) for key, _ in node.value]
+        for index, key in enumerate(keys):
+            if key in keys[:index]:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                        node.value[index][0].start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_environment_file(path: Path) -> list[str]:
+    """Every problem of a spack.yaml, as `FILE: key.path: message`; empty when it passes."""
+    try:
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except OSError as exc:
+        return [f"{path}: cannot read: {exc}"]
+    except yaml.YAMLError as exc:
+        return [f"{path}: malformed YAML: {exc}"]
+    return [f"{path}: {where}: {message}" for where, message in check_manifest(data)]
+
+
+def check_manifest(data: Any) -> list[tuple[str, str]]:
+    """(key path, message) for every problem of a parsed spack.yaml."""
+    if not isinstance(data, dict) or set(data) != {"spack"}:
+        return [("(document)", "a Spack environment manifest has exactly one top-level key, 'spack'")]
+    spack = data["spack"]
+    if not isinstance(spack, dict):
+        return [("spack", "must be a mapping")]
+    problems = [(f"spack.{key}", "not a section of Spack's environment schema") for key in spack
+                if key not in SPACK_SECTIONS]
+    checks = {"packages": _packages, "concretizer": _concretizer, "view": _view, "repos": _repos,
+              "develop": _develop, "specs": _specs}
+    for section, check in checks.items():
+        if section in spack:
+            problems += list(check(f"spack.{section}", spack[section]))
+    return problems
+
+
+def _unknown(where: str, mapping: Any, allowed: frozenset[str]) -> Iterator[tuple[str, str]]:
+    if not isinstance(mapping, dict):
+        yield where, "must be a mapping"
+        return
+    for key in mapping:
+        if key not in allowed:
+            yield f"{where}.{key}", f"unknown key (allowed: {', '.join(sorted(allowed))})"
+
+
+def _packages(where: str, packages: Any) -> Iterator[tuple[str, str]]:
+    if not isinstance(packages, dict):
+        yield where, "must be a mapping"
+        return
+    for name, settings in packages.items():
+        here = f"{where}.{name}"
+        yield from _unknown(here, settings, ALL_PACKAGES_KEYS if name == "all" else PACKAGE_KEYS)
+        if not isinstance(settings, dict) or name == "all":
+            continue
+        if "buildable" in settings and not isinstance(settings["buildable"], bool):
+            yield f"{here}.buildable", "must be true or false"
+        externals = settings.get("externals", [])
+        if not isinstance(externals, list):
+            yield f"{here}.externals", "must be a list"
+            continue
+        for index, external in enumerate(externals):
+            yield from _unknown(f"{here}.externals[{index}]", external, EXTERNAL_KEYS)
+            if isinstance(external, dict) and not isinstance(external.get("spec"), str):
+                yield f"{here}.externals[{index}].spec", "required (a spec string)"
+
+
+def _concretizer(where: str, concretizer: Any) -> Iterator[tuple[str, str]]:
+    yield from _unknown(where, concretizer, CONCRETIZER_KEYS)
+    if isinstance(concretizer, dict) and concretizer.get("unify", True) not in (True, False, "when_possible"):
+        yield f"{where}.unify", "must be true, false or when_possible"
+
+
+def _view(where: str, view: Any) -> Iterator[tuple[str, str]]:
+    if isinstance(view, (bool, str)):
+        return
+    if not isinstance(view, dict):
+        yield where, "must be true/false, a path, or named views"
+        return
+    for name, descriptor in view.items():
+        yield from _unknown(f"{where}.{name}", descriptor, VIEW_KEYS)
+        if isinstance(descriptor, dict) and "root" not in descriptor:
+            yield f"{where}.{name}.root", "required"
+
+
+def _repos(where: str, repos: Any) -> Iterator[tuple[str, str]]:
+    if isinstance(repos, list):
+        for index, path in enumerate(repos):
+            if not isinstance(path, str):
+                yield f"{where}[{index}]", "must be a path"
+        return
+    if not isinstance(repos, dict):
+        yield where, "must be a list of paths or a mapping of repository names"
+        return
+    for name, repo in repos.items():
+        if not isinstance(repo, str):
+            yield from _unknown(f"{where}.{name}", repo, REPO_GIT_KEYS)
+
+
+def _develop(where: str, develop: Any) -> Iterator[tuple[str, str]]:
+    if not isinstance(develop, dict):
+        yield where, "must be a mapping of package names"
+        return
+    for name, entry in develop.items():
+        yield from _unknown(f"{where}.{name}", entry, DEVELOP_KEYS)
+        if isinstance(entry, dict) and "spec" not in entry:
+            yield f"{where}.{name}.spec", "required"
+
+
+def _specs(where: str, specs: Any) -> Iterator[tuple[str, str]]:
+    if not isinstance(specs, list):
+        yield where, "must be a list"
+        return
+    for index, spec in enumerate(specs):
+        if not isinstance(spec, str):
+            yield from _unknown(f"{where}[{index}]", spec, SPEC_MATRIX_KEYS)
+
+
+@dataclass
+class Recipe:
+    """What a package.py declares, as written (read with ast)."""
+
+    class_name: str
+    bases: list[str]
+    variants: dict[str, Any] = field(default_factory=dict)  # name -> default (None if not a literal)
+    dependencies: list[str] = field(default_factory=list)
+    cmake_defines: set[str] = field(default_factory=set)  # first argument of self.define[_from_variant](...)
+    variant_defines: dict[str, str] = field(default_factory=dict)  # define_from_variant: CMake name -> variant
+    spec_variants: set[str] = field(default_factory=set)  # variants read in the methods: spec.variants["x"]
+
+
+def read_recipe(path: Path) -> Recipe:
+    """The package class of a package.py; SyntaxError if it is not valid Python, ValueError if it
+    defines no class."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    if not classes:
+        raise ValueError(f"{path}: no package class")
+    cls = classes[0]
+    recipe = Recipe(cls.name, [ast.unparse(base) for base in cls.bases])
+    for node in ast.walk(cls):
+        if not isinstance(node, ast.Call):
+            continue
+        name = ast.unparse(node.func)
+        first = node.args[0] if node.args else None
+        literal = first.value if isinstance(first, ast.Constant) else None
+        if name == "variant" and isinstance(literal, str):
+            default = next((kw.value for kw in node.keywords if kw.arg == "default"), None)
+            recipe.variants[literal] = default.value if isinstance(default, ast.Constant) else None
+        elif name == "depends_on" and isinstance(literal, str):
+            recipe.dependencies.append(literal)
+        elif name in ("self.define", "self.define_from_variant") and isinstance(literal, str):
+            recipe.cmake_defines.add(literal)
+            if name == "self.define_from_variant" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+                recipe.variant_defines[literal] = node.args[1].value
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("variants")
+                and isinstance(node.slice, ast.Constant)):
+            recipe.spec_variants.add(node.slice.value)
+    return recipe
+
+
+def main(argv: list[str]) -> int:
+    """`python spack_env/spack_check.py [spack.yaml ...]` (default: every spack_env/*/spack.yaml)."""
+    here = Path(__file__).resolve().parent
+    paths = [Path(a) for a in argv] or sorted(here.glob("*/spack.yaml"))
+    problems = [p for path in paths for p in check_environment_file(path)]
+    print("\n".join(problems) or f"{len(paths)} environment(s): ok")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
