@@ -56,7 +56,7 @@ from campaigns.tuning import (
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us
 from tuners.finalize import rounds_needed
-from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, is_counted, study_progress
+from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, Tuner, is_counted, study_progress
 from tuners.writers import write_atomic
 
 # Margin kept before the deadline for writing results (and the shell's tarball).
@@ -158,13 +158,34 @@ def busbw_gbs(op: str, ranks: int, size: int, time_us: float) -> float:
     return size / (time_us * 1e-6) / 1e9 * factor
 
 
+def reserve_runs(setup: TuningSetup) -> int:
+    """Runs to keep for finalizing one candidate: its rounds, each baseline + candidate."""
+    fin = setup.spec.finalize
+    return max(fin.rounds, rounds_needed(1, fin.alpha)) * 2
+
+
+def per_run_s(setup: TuningSetup, default: float) -> float:
+    durations = setup.evaluator.durations_s[-5:]
+    return sum(durations) / len(durations) if durations else default
+
+
+def run_trials(ctx: Context, setup: TuningSetup, n_trials: int) -> Tuner:
+    """Trials one at a time up to `n_trials`, stopping early so that finalizing one candidate still fits."""
+    tuner = make_tuner(setup, n_trials=1)
+    for index in range(1, n_trials + 1):
+        if index > 1 and ctx.left() < per_run_s(setup, 5.0) * (reserve_runs(setup) + 1):
+            ctx.say(f"deadline near: {index - 1} trials, the rest of the time is for finalization")
+            break
+        tuner = make_tuner(setup, n_trials=index)
+        tuner.run()
+    return tuner
+
+
 def finalize_within(ctx: Context, setup: TuningSetup, study: Any, baseline: Mapping[str, str]) -> dict[str, Any]:
     """Finalize with as many candidates as the time left allows (none: keep defaults, said so)."""
-    durations = setup.evaluator.durations_s
-    per_run = sum(durations) / len(durations) if durations else 10.0
+    per_run = per_run_s(setup, 10.0)
     budget = int(max(0.0, ctx.left()) // per_run)
-    fin = setup.spec.finalize
-    if max(fin.rounds, rounds_needed(1, fin.alpha)) * 2 > budget:
+    if reserve_runs(setup) > budget:
         return {"finalized": False, "reason": f"{budget} runs of ~{per_run:.1f} s left before the deadline; "
                                               "too few for one candidate's rounds"}
     report, rec = finalize_study(setup, study, baseline, max_evaluations=budget)
@@ -213,9 +234,8 @@ def phase_samplers(ctx: Context) -> dict[str, Any]:
             f"{tpe.catalog.default_env(tpe.space.knob_names)}")
     tuner = random_ = None
     for index in range(1, max(phase.trials, phase.random_trials) + 1):
-        per_run = max(tpe.evaluator.durations_s[-3:] or [5.0])
-        if ctx.left() < per_run * 2 + 30:  # keep room for finalization's first rounds
-            ctx.say(f"deadline near: stopping the trials at round {index}")
+        if index > 1 and ctx.left() < per_run_s(tpe, 5.0) * (reserve_runs(tpe) + 3):
+            ctx.say(f"deadline near: stopping the trials at round {index}, the rest is for finalization")
             break
         if index <= phase.trials:
             tuner = make_tuner(tpe, n_trials=index)
@@ -269,9 +289,8 @@ def phase_samplers(ctx: Context) -> dict[str, Any]:
 def _one_aa_tune(ctx: Context, number: int, slot: Mapping[str, str]) -> dict[str, Any]:
     setup = prepare(ctx.spec(db=f"sqlite:///{ctx.directory / f'tune-{number}.db'}", seed=number),
                     environ=ctx.environ(slot), ingest=False)
-    per_run = 5.0
-    tuner = make_tuner(setup, timeout_s=max(1.0, ctx.left() - 20 * per_run))
-    study = tuner.run()
+    tuner = run_trials(ctx, setup, setup.spec.trials or 1)
+    study = tuner.load_study()
     fin = finalize_within(ctx, setup, study, tuner.baseline_env)
     ctx.say(f"A/A tune {number} ({slot}): {fin.get('decision', fin.get('reason'))}")
     return {"tune": number, "slot": slot, "trials": trial_rows(study), "finalization": public(fin),
@@ -321,10 +340,8 @@ def phase_tune(ctx: Context) -> dict[str, Any]:
     setup = prepare(ctx.spec(db=f"sqlite:///{ctx.directory / 'study.db'}"), environ=ctx.environ(), ingest=False)
     ctx.say(f"space {', '.join(setup.space.knob_names)}; site defaults "
             f"{setup.catalog.default_env(setup.space.knob_names)}")
-    durations_guess = 6.0
-    reserve = (rounds_needed(1, setup.spec.finalize.alpha) + 1) * 2 * durations_guess
-    tuner = make_tuner(setup, timeout_s=max(1.0, ctx.left() - reserve))
-    study = tuner.run()
+    tuner = run_trials(ctx, setup, setup.spec.trials or 1)
+    study = tuner.load_study()
     fin = finalize_within(ctx, setup, study, tuner.baseline_env)
     rows = trial_rows(study)
     largest = max(setup.spec.sizes)

@@ -1,0 +1,167 @@
+"""The tuner's campaign side on this machine: commbench (cpu backend, Open MPI) as the evaluator through
+the launcher and ReFrame executors, its verdicts (timeout, invalid data, unread knob, failed launch),
+`commcamp tune` end to end with publishing, and `commcamp recommend` on what it published."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from campaigns.cli import app
+from campaigns.tuning import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor, knobs_read,
+                              parse_size, strip_knobs)
+from tuners.catalog import KnobCatalog, Library
+from tuners.evaluation import FailureKind
+
+REPO = Path(__file__).resolve().parents[1]
+COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
+MPIRUN = ["mpirun.openmpi", "-np", "2", "--bind-to", "none"]
+PLANTED = REPO / "site_configs" / "knobs" / "planted" / "tcp-buffers.yaml"
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+REQUEST = BenchRequest("allreduce", "mpi", (1024, 65536), warmup=1, iters=3, bench_timeout_s=20, time_limit_s=60)
+
+
+@pytest.fixture(scope="module")
+def catalog() -> KnobCatalog:
+    return KnobCatalog.load()
+
+
+def evaluator(tmp_path: Path, catalog: KnobCatalog, commbench: Path = COMMBENCH,
+              request: BenchRequest = REQUEST) -> CommbenchEvaluator:
+    base = strip_knobs({**os.environ, **OMPI_ENV}, catalog, Library.OPENMPI)
+    return CommbenchEvaluator(LauncherExecutor(MPIRUN, commbench, tmp_path, base), request, Library.OPENMPI,
+                              catalog)
+
+
+def wrapper(tmp_path: Path, body: str) -> Path:
+    """A 'commbench' that runs the real one with extra options (its --inject test hooks) or misbehaves."""
+    path = tmp_path / "commbench-wrapper"
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_read_logs_of_nccl_and_open_mpi() -> None:
+    # NCCL 2.28.3 as it printed on the H200 machine (NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING)
+    nccl = ("vm:6715:6869 [2] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.\n"
+            "vm:6715:6869 [2] NCCL INFO NCCL_PROTO set by environment to LL\n")
+    assert knobs_read(Library.NCCL, nccl) == {"NCCL_NVLS_ENABLE": "0", "NCCL_PROTO": "LL"}
+    ompi = "[c3n1:17542] btl_tcp_sndbuf=65536 (environment)\n[vm:1] coll_tuned_use_dynamic_rules=true (environment)\n"
+    assert knobs_read(Library.OPENMPI, ompi) == {"OMPI_MCA_btl_tcp_sndbuf": "65536",
+                                                 "OMPI_MCA_coll_tuned_use_dynamic_rules": "true"}
+    assert knobs_read(Library.MPICH, "anything") is None
+    assert parse_size("64M") == 64 << 20 and parse_size("8") == 8
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size("64 apples")
+
+
+def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, catalog: KnobCatalog,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # An inherited knob must not leak into a trial that leaves it unset.
+    monkeypatch.setenv("OMPI_MCA_btl_tcp_rcvbuf", "4096")
+    evaluate = evaluator(tmp_path, catalog)
+    good = evaluate({"OMPI_MCA_btl_tcp_sndbuf": "65536"})
+    assert good.ok, good.reason
+    assert sorted(good.times_us) == [1024, 65536] and all(len(s) == 3 for s in good.times_us.values())
+    record = json.loads((next(tmp_path.glob("run-*")) / "commbench.jsonl").read_text().splitlines()[0])
+    assert record["env"]["OMPI_MCA_btl_tcp_sndbuf"] == "65536" and "OMPI_MCA_btl_tcp_rcvbuf" not in record["env"]
+    validated = evaluate({}, validate=True)
+    assert validated.ok and validated.validated
+    # A knob Open MPI does not know is never credited.
+    fake = KnobCatalog.from_document({"schema_version": 1, "knobs": {"OMPI_MCA_coll_tuned_no_such_param": {
+        "libraries": ["openmpi"], "type": "bool", "safety": "safe", "description": "misspelt on purpose"}}},
+        "test catalog")
+    unread = evaluator(tmp_path, fake)({"OMPI_MCA_coll_tuned_no_such_param": "1"})
+    assert unread.failure is FailureKind.INVALID
+    assert "did not report reading OMPI_MCA_coll_tuned_no_such_param" in unread.reason
+    exempt = evaluator(tmp_path, fake)
+    exempt.exempt = frozenset({"OMPI_MCA_coll_tuned_no_such_param"})
+    assert exempt({"OMPI_MCA_coll_tuned_no_such_param": "1"}).ok
+
+
+def test_hang_corruption_crash_and_hard_limit_are_failed_trials(tmp_path: Path, catalog: KnobCatalog) -> None:
+    hang = evaluator(tmp_path, catalog, wrapper(tmp_path, f'exec {COMMBENCH} "$@" --inject hang'),
+                     BenchRequest("allreduce", "mpi", (1024,), iters=3, bench_timeout_s=2, time_limit_s=60))({})
+    assert hang.failure is FailureKind.TIMEOUT and "hung" in hang.reason
+    corrupt = evaluator(tmp_path, catalog, wrapper(tmp_path, f'exec {COMMBENCH} "$@" --inject corrupt'))({},
+                                                                                                  validate=True)
+    assert corrupt.failure is FailureKind.INVALID and "data validation failed" in corrupt.reason
+    crash = evaluator(tmp_path, catalog, wrapper(tmp_path, "echo 'segfault here' >&2; exit 139"))({})
+    assert crash.failure is FailureKind.FAILED and "segfault here" in crash.reason
+    stuck = evaluator(tmp_path, catalog, wrapper(tmp_path, "sleep 60"),
+                      BenchRequest("allreduce", "mpi", (1024,), time_limit_s=2))({})
+    assert stuck.failure is FailureKind.TIMEOUT and "hard time limit of 2 s" in stuck.reason
+
+
+def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Path, catalog: KnobCatalog) -> None:
+    base = strip_knobs(dict(os.environ), catalog, Library.OPENMPI)
+    executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base)
+    evaluate = CommbenchEvaluator(executor, REQUEST, Library.OPENMPI, catalog)
+    result = evaluate({"OMPI_MCA_btl_tcp_sndbuf": "8192"})
+    assert result.ok, result.reason
+    assert sorted(result.times_us) == [1024, 65536]
+    script = next(tmp_path.glob("reframe-*/rfm-1/**/rfm_job.sh"))
+    assert "export OMPI_MCA_btl_tcp_sndbuf=8192" in script.read_text()
+    assert "export OMPI_MCA_mpi_show_mca_params=enviro" in script.read_text()
+
+
+def commcamp(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
+    return result.exit_code, result.stdout + result.stderr
+
+
+def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:
+    """The whole path on this machine (launcher executor, Open MPI over its TCP BTL so that the planted
+    4 KiB socket buffers hurt), then the lookup of what was published."""
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce", "nodes": 1,
+        "tasks_per_node": 2, "sizes": ["64K", "1M"], "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
+        "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"], "knob_overrides": [str(PLANTED)],
+        "trials": 3, "executor": "launcher", "launcher": MPIRUN, "db": f"sqlite:///{tmp_path / 'study.db'}",
+        "finalize": {"candidates": 1, "alpha": 0.05}, "publish_dir": str(tmp_path / "rec"),
+        "runs_dir": str(tmp_path / "runs")}))
+    env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
+    code, out = commcamp("tune", str(spec), "--dry-run", env=env)
+    assert code == 0, out
+    assert "knobs searched: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
+    assert not (tmp_path / "study.db").exists() or "trials:" not in out
+    code, out = commcamp("tune", str(spec), env=env)
+    assert code == 0, out
+    assert "trials: 3 counted" in out and "decision: " in out
+    published = yaml.safe_load((tmp_path / "rec" / "local" / "local" / "recommendations.yaml").read_text())
+    (rec,) = published["recommendations"]
+    assert rec["scope"]["nodes"] == 1 and rec["evidence"]["trials_counted"] == 3
+    # The lookup names the measured scope; another node count is refused, not extrapolated.
+    code, out = commcamp("recommend", "--site", "local", "--system", "local", "--op", "allreduce", "--nodes", "1",
+                         "--size", "1M", "--root", str(tmp_path / "rec"))
+    assert code == 0, out
+    assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
+    code, out = commcamp("recommend", "--site", "local", "--system", "local", "--op", "allreduce", "--nodes", "8",
+                         "--root", str(tmp_path / "rec"))
+    assert code == 3
+    assert "# NOT MEASURED: not measured for 8 nodes" in out and "export" not in out
+
+
+def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
+    code, out = commcamp("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+                         "allreduce", "--sizes", "1M")
+    assert code == 2 and "must be system:partition" in out
+    code, out = commcamp("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
+                         "allreduce", "--sizes", "1M", "--knobs", "NCCL_NVLS_ENABLE", "--library-version", "4.1.4",
+                         "--executor", "launcher", "--launcher", "mpirun", "--db", f"sqlite:///{tmp_path}/x.db")
+    assert code == 2 and "NCCL_NVLS_ENABLE cannot be searched" in out
+    code, out = commcamp("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
+                         "allreduce", "--sizes", "1M", "--workers", "2", "--db", f"sqlite:///{tmp_path}/x.db")
+    assert code == 2 and "parallel workers need PostgreSQL" in out
+    code, out = commcamp("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site", "local",
+                         env={"SLURM_JOB_ID": ""})
+    assert code == 2 and "inside a Slurm allocation" in out
+    assert sys.executable  # the CLI ran in-process
