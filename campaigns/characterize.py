@@ -1,8 +1,8 @@
 """Characterization campaigns: where multi-node jobs are placed, and how far apart their ranks really were.
 
-The network topology is Slurm's own (`scontrol show topology`, topology/tree): leaf switches hold nodes,
-higher switches hold switches. A group is a subtree under a top-level switch's children (the dragonfly
-group, or on a two-level tree the leaf itself is under the one top switch, so there is one group).
+The network topology is Slurm's own (`scontrol show topology`, topology/tree): leaf switches (level 0)
+hold nodes, higher switches hold switches. A group is the subtree under one child of a top switch (a
+dragonfly group); a two-level tree (leaves under one top switch) is one group.
 
 Placements of a multi-node test case (spec `placements`):
   any               Slurm chooses
@@ -18,6 +18,7 @@ different-switch, different-group (or `unknown` without topology data).
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -61,27 +62,48 @@ def _fields(line: str) -> dict[str, str]:
     return dict(word.split("=", 1) for word in line.split() if "=" in word)
 
 
-def _expand(hostlist: str, env: Mapping[str, str] | None) -> list[str]:
-    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True,
-                         timeout=30, check=False, env=dict(env) if env is not None else None)
-    if out.returncode != 0:
-        raise PlacementError(f"scontrol show hostnames {hostlist} exited {out.returncode}: {out.stderr.strip()}")
-    return out.stdout.split()
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm host list syntax -> names: 'n[1-3,7],login01' -> n1 n2 n3 n7 login01 (zero padding kept;
+    several bracket groups in one name multiply out)."""
+    names: list[str] = []
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", hostlist):
+        parts = re.split(r"\[([^\]]*)\]", item)
+        choices: list[list[str]] = []
+        for index, part in enumerate(parts):
+            if index % 2 == 0:
+                choices.append([part])
+                continue
+            expanded = []
+            for piece in part.split(","):
+                low, _, high = piece.partition("-")
+                if not low.isdigit() or (high and not high.isdigit()):
+                    raise PlacementError(f"cannot read the Slurm host list {hostlist!r}")
+                width = len(low)
+                expanded += [str(n).zfill(width) for n in range(int(low), int(high or low) + 1)]
+            choices.append(expanded)
+        names += ["".join(combo) for combo in itertools.product(*choices)]
+    return names
 
 
-def parse_topology(text: str, env: Mapping[str, str] | None = None) -> Topology:
-    """`scontrol show topology` output -> Topology (host lists expanded with `scontrol show hostnames`)."""
+def parse_topology(text: str) -> Topology:
+    """`scontrol show topology` output -> Topology."""
     switches = [_fields(line) for line in text.splitlines() if line.startswith("SwitchName=")]
     if not switches:
         raise PlacementError("Slurm has no network topology (TopologyPlugin=topology/tree and topology.conf)")
-    children = {s["SwitchName"]: _expand(s["Switches"], env) for s in switches if s.get("Switches")}
-    leaves = {s["SwitchName"]: _expand(s["Nodes"], env) for s in switches if s.get("Nodes")}
+    children = {s["SwitchName"]: expand_hostlist(s["Switches"]) for s in switches if s.get("Switches")}
+    # Slurm lists every node below a higher switch too (Nodes=); the leaves are the level-0 switches.
+    leaves = {s["SwitchName"]: expand_hostlist(s["Nodes"]) for s in switches
+              if s.get("Nodes") and s.get("Level", "0" if not s.get("Switches") else "1") == "0"}
     parent = {child: name for name, kids in children.items() for child in kids}
     tops = [name for name in {s["SwitchName"] for s in switches} if name not in parent]
 
-    def group(switch: str) -> str:
-        # the ancestor just below a top switch; a switch with no parent is its own group
-        while switch in parent and parent[switch] not in tops:
+    def group(leaf: str) -> str:
+        # The ancestor just below a top switch (a dragonfly group switch); where leaves hang directly off
+        # the top switch (two levels) there are no groups but the whole tree: the top switch.
+        if leaf not in parent or parent[leaf] in tops:
+            return parent.get(leaf, leaf)
+        switch = leaf
+        while parent[switch] not in tops:
             switch = parent[switch]
         return switch
 
@@ -94,7 +116,7 @@ def slurm_topology(env: Mapping[str, str] | None = None) -> Topology:
                          check=False, env=dict(env) if env is not None else None)
     if out.returncode != 0:
         raise PlacementError(f"scontrol show topology exited {out.returncode}: {(out.stderr or out.stdout).strip()}")
-    return parse_topology(out.stdout, env)
+    return parse_topology(out.stdout)
 
 
 def _spread(buckets: list[list[str]], count: int, what: str) -> list[str]:

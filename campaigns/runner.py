@@ -147,17 +147,18 @@ def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda cas
     a product (environments x names), so test cases whose names want different environment sets go
     into separate invocations; so do different check entries, variables (transports), Slurm job options
     (placements) and partitions."""
-    Group = tuple[int, str, tuple[tuple[str, Any], ...], tuple[str, ...]]
-    by_name: dict[tuple[Group, str], set[str]] = defaultdict(set)
+    def group_of(case: TestCase) -> tuple[int, str, str, tuple[str, ...]]:
+        return case.check_index, case.partition, json.dumps(case.variables), job_options(case)
+
+    by_name: dict[tuple[tuple[int, str, str, tuple[str, ...]], str], set[str]] = defaultdict(set)
     for case in cases:
-        group: Group = (case.check_index, case.partition, case.variables, job_options(case))
-        by_name[group, case.reframe_name].add(case.environ)
-    groups: dict[tuple[Group, tuple[str, ...]], set[str]] = defaultdict(set)
+        by_name[group_of(case), case.reframe_name].add(case.environ)
+    groups: dict[tuple[tuple[int, str, str, tuple[str, ...]], tuple[str, ...]], set[str]] = defaultdict(set)
     for (group, name), environs in by_name.items():
         groups[group, tuple(sorted(environs))].add(name)
     return [Invocation(group[0], group[1], environs,
-                       tuple(c for c in cases if (c.check_index, c.partition, c.variables, job_options(c)) == group
-                             and c.environ in environs and c.reframe_name in names), job_options=group[3])
+                       tuple(c for c in cases if group_of(c) == group and c.environ in environs
+                             and c.reframe_name in names), job_options=group[3])
             for (group, environs), names in groups.items()]
 
 

@@ -1,0 +1,151 @@
+"""Health judgement, topology and placement, campaign kinds: the logic without a cluster.
+(The real thing on the local Slurm cluster: tests/test_health_localslurm.py.)"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from campaigns.characterize import Placer, PlacementError, Topology, expand_hostlist, parse_topology
+from campaigns.health import judge, worst
+from campaigns.runner import plan_invocations
+from campaigns.site import Reference
+from campaigns.spec import HealthSettings, load_campaign
+
+SETTINGS = HealthSettings()
+TWO_LEVEL = """\
+SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=n[1-2]
+SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=n3
+SwitchName=top Level=1 LinkSpeed=1 Nodes=n[1-3] Switches=leaf[1-2]
+"""
+# A dragonfly as Slurm's tree plugin sees it: leaves under group switches under one top switch.
+DRAGONFLY = """\
+SwitchName=g1l1 Level=0 LinkSpeed=1 Nodes=x1000c0s[0-1]
+SwitchName=g1l2 Level=0 LinkSpeed=1 Nodes=x1000c1s0
+SwitchName=g2l1 Level=0 LinkSpeed=1 Nodes=x2000c0s[0-1]
+SwitchName=group1 Level=1 LinkSpeed=1 Switches=g1l[1-2]
+SwitchName=group2 Level=1 LinkSpeed=1 Switches=g2l1
+SwitchName=top Level=2 LinkSpeed=1 Switches=group[1-2]
+"""
+
+
+def test_judge_against_history_uses_a_robust_spread() -> None:
+    history = [10.0, 10.2, 9.9, 10.1, 10.0, 55.0]  # one bad night does not move median or MAD much
+    assert judge(10.3, False, None, history, SETTINGS).status == "ok"
+    degraded = judge(12.0, False, None, history, SETTINGS)
+    assert degraded.status == "degraded"
+    assert "worse than the median 10.05 of 6 earlier nights" in degraded.evidence[0]
+    assert judge(20.0, False, None, history, SETTINGS).status == "failed"
+    # Better than usual is never a problem, whichever direction is good.
+    assert judge(1.0, False, None, history, SETTINGS).status == "ok"
+    assert judge(100.0, True, None, history, SETTINGS).status == "ok"
+    assert judge(6.0, True, None, history, SETTINGS).status == "degraded"  # 40 % less bandwidth
+    assert judge(4.0, True, None, history, SETTINGS).status == "failed"
+
+
+def test_judge_needs_enough_nights_and_a_real_change() -> None:
+    assert judge(50.0, False, None, [10.0, 10.0], SETTINGS).status == "ok"  # below min_history
+    assert "not judged on history" in judge(50.0, False, None, [10.0, 10.0], SETTINGS).evidence[0]
+    # Identical history (MAD 0): the spread floor (2 % of the median) keeps z finite; 5 % worse is not
+    # degraded because degraded_change is 10 %.
+    flat = [10.0] * 5
+    assert judge(10.5, False, None, flat, SETTINGS).status == "ok"
+    assert judge(11.5, False, None, flat, SETTINGS).status == "degraded"
+
+
+def test_judge_against_the_reference() -> None:
+    ref = Reference(op="pingpong", metric="large_goodput", bytes=32768, value=1.2, lower=-0.9)
+    assert judge(0.5, True, ref, [], SETTINGS).status == "ok"
+    failed = judge(0.1, True, ref, [], SETTINGS)
+    assert failed.status == "failed" and "below the reference bound 0.12" in failed.evidence[0]
+    assert failed.reference is not None and failed.reference["low_bound"] == pytest.approx(0.12)
+    latency = Reference(op="pingpong", metric="small_latency", bytes=8, value=10.0, upper=1.0)
+    assert judge(25.0, False, latency, [], SETTINGS).status == "failed"
+    assert worst(["ok", "failed", "degraded"]) == "failed" and worst([]) == "ok"
+
+
+def test_topology_and_network_distance() -> None:
+    assert expand_hostlist("n[1-3],login01,r[01-02]n[1-2]") == [
+        "n1", "n2", "n3", "login01", "r01n1", "r01n2", "r02n1", "r02n2"]
+    with pytest.raises(PlacementError, match="cannot read the Slurm host list"):
+        expand_hostlist("n[a-b]")
+    tree = parse_topology(TWO_LEVEL)
+    assert tree.leaf_of == {"n1": "leaf1", "n2": "leaf1", "n3": "leaf2"}
+    assert [tree.distance(h) for h in (["n1", "n1"], ["n1", "n2"], ["n2", "n3"], ["n1", "zz"])] == [
+        "intra-node", "same-switch", "different-switch", "unknown"]
+    fly = parse_topology(DRAGONFLY)
+    assert fly.group_of["x1000c1s0"] == "group1" and fly.group_of["x2000c0s1"] == "group2"
+    assert fly.distance(["x1000c0s0", "x1000c1s0"]) == "different-switch"
+    assert fly.distance(["x1000c0s0", "x2000c0s0"]) == "different-group"
+    with pytest.raises(PlacementError, match="no network topology"):
+        parse_topology("")
+
+
+def _spec(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    return path
+
+
+CHARACTERIZE = """\
+name: char
+kind: characterize
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+max_nodes: 2
+placements: [any, same-switch, different-switch, different-group]
+checks:
+  - check: commbench_run
+    ops: [pingpong, allreduce]
+    transports: [mpi]
+    sizes: [8, 1024]
+"""
+
+
+def test_characterize_cases_and_placements(tmp_path: Path) -> None:
+    campaign = load_campaign(_spec(tmp_path, CHARACTERIZE))
+    cases = campaign.cases()
+    # 1 node: placement any only; 2 nodes: every placement, for both ops
+    assert sorted((c.op, c.num_nodes, c.placement) for c in cases) == sorted(
+        [(op, 1, "any") for op in ("pingpong", "allreduce")]
+        + [(op, 2, p) for op in ("pingpong", "allreduce")
+           for p in ("any", "same-switch", "different-switch", "different-group")])
+    assert len({c.run_key for c in cases}) == len(cases)
+    placer = Placer(parse_topology(TWO_LEVEL))
+    options = {}
+    for case in cases:
+        try:
+            options[case.op, case.num_nodes, case.placement] = placer.job_options(case)
+        except PlacementError as exc:
+            options[case.op, case.num_nodes, case.placement] = str(exc)
+    assert options["pingpong", 2, "any"] == ()
+    assert options["pingpong", 2, "same-switch"] == ("--switches=1",)
+    assert options["pingpong", 2, "different-switch"] == ("--nodelist=n1,n3",)
+    assert options["pingpong", 2, "different-group"] == "the topology has 1 groups; the placement needs two"
+    placeable = [c for c in cases if c.placement != "different-group"]
+    invocations = plan_invocations(placeable, placer.job_options)
+    # one ReFrame run per distinct set of Slurm options (none, --switches=1, --nodelist=n1,n3)
+    assert sorted(i.job_options for i in invocations) == [(), ("--nodelist=n1,n3",), ("--switches=1",)]
+    command = next(i for i in invocations if i.job_options).command(campaign, tmp_path / "rfm")
+    assert any(arg.startswith("--job-option=--") for arg in command)
+
+
+def test_health_run_keys_carry_the_night(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, CHARACTERIZE.replace("kind: characterize", "kind: health").replace(
+        "max_nodes: 2", "node_counts: [2]").replace("placements: [any, same-switch, different-switch, different-group]",
+                                                     "placements: [any]"))
+    campaign = load_campaign(spec)
+    night1, night2 = campaign.cases("2026-11-20"), campaign.cases("2026-11-21")
+    assert [c.series_key for c in night1] == [c.series_key for c in night2]
+    assert not {c.run_key for c in night1} & {c.run_key for c in night2}
+    assert all(c.run_key.endswith("@2026-11-21") for c in night2)
+    assert campaign.spec.health_settings.history_nights == 14
+
+
+def test_topology_with_one_switch_cannot_spread() -> None:
+    flat = Topology(leaf_of={"a": "s", "b": "s"}, group_of={"a": "s", "b": "s"})
+    spec_case = load_campaign(Path(__file__).resolve().parents[1] / "campaigns" / "health-localslurm.yaml").cases()
+    spread = next(c for c in spec_case if c.placement == "different-switch")
+    with pytest.raises(PlacementError, match="1 leaf switches"):
+        Placer(flat).job_options(spread)
