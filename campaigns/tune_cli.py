@@ -39,6 +39,7 @@ from campaigns.tuning import (
     wait_for_jobs,
     parse_size,
     write_env_file,
+    write_summary,
 )
 from tuners.evaluation import format_bytes
 from tuners.recommend import format_lookup, lookup
@@ -165,6 +166,8 @@ def register(app: typer.Typer) -> None:
         plugin_library: PluginOpt = None, runs_dir: RunsOpt = None,
         workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
+        summary: Annotated[Optional[Path], typer.Option(
+            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
@@ -208,6 +211,8 @@ def register(app: typer.Typer) -> None:
                 outcome.published = publish_recommendation(setup, outcome.recommendation)
         else:
             outcome = run_tuning(setup)
+        if summary is not None:
+            write_summary(summary, setup, outcome)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if study_progress(outcome.study).complete == 0:
@@ -237,6 +242,8 @@ def register(app: typer.Typer) -> None:
         sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
         publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
         trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
+        summary: Annotated[Optional[Path], typer.Option(
+            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
@@ -275,6 +282,8 @@ def register(app: typer.Typer) -> None:
             setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
         outcome.published = publish_recommendation(setup, outcome.recommendation)
         write_env_file(env_file, outcome.recommendation, setup.catalog)
+        if summary is not None:
+            write_summary(summary, setup, outcome)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "

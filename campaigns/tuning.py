@@ -217,7 +217,8 @@ _RFM_EXIT = re.compile(r"commbench exited with code (\d+)")
 class ReframeExecutor:
     """One ReFrame invocation of the commbench check per run, on one partition and environment of a
     site, with the knobs as the check's env_vars (campaigns.runner builds the command and reads back
-    the test case's outcome and records)."""
+    the test case's outcome and records). commbench is built once: the first passing run keeps its
+    stage files and later runs restore that build (ReFrame's --restore-session)."""
 
     def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
                  runs_dir: Path, base_env: Mapping[str, str]) -> None:
@@ -237,6 +238,7 @@ class ReframeExecutor:
         except SpecError as exc:
             raise ValueError(str(exc)) from None
         self.count = 0
+        self.built: Path | None = None  # report of the run whose build later runs restore
 
     def campaign_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
         from campaigns.spec import Campaign
@@ -261,16 +263,23 @@ class ReframeExecutor:
         prefix = self.directory / f"rfm-{self.count}"
         prefix.mkdir()
         cmd = invocation.command(campaign, prefix)
+        # The first run keeps its build (stage files); later runs restore it instead of building again.
+        extra = ["--restore-session", str(self.built)] if self.built else ["--keep-stage-files"]
         with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
             try:
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                    env={**self.base_env, "TMPDIR": str(prefix)},
+                rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=REPO_ROOT, env={**self.base_env, "TMPDIR": str(prefix)},
                                     timeout=request.time_limit_s + 120, check=False).returncode
             except subprocess.TimeoutExpired:
                 return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
                                   prefix)
         report = prefix / REPORT_FILE
+        if self.built and "could not restore" in (prefix / REFRAME_LOG).read_text(errors="replace"):
+            self.built = None  # the kept build is gone: build again
+            return self.run(env, request, validate)
         result, records = case_outcome(case, report_testcases(report) if report.is_file() else [], rc, prefix)
+        if self.built is None and result.status == "pass":
+            self.built = report
         output = ""
         if result.directory is not None:
             output = "".join(p.read_text(errors="replace") for p in sorted(result.directory.glob("rfm_job.*"))
@@ -405,6 +414,7 @@ class TuningSpec(_Model):
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
     publish_dir: Path | None = Field(default=DEFAULT_RECOMMENDATIONS_DIR, description="None: do not publish")
     plugin_library: Path | None = None
@@ -577,7 +587,9 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
     spec = setup.spec
     seeds = [{}] if spec.seed_library_defaults else []
     return Tuner(setup.scope, setup.space, setup.evaluator,
-                 storage if storage is not None else open_storage(spec.storage_url()), setup.buckets,
+                 storage if storage is not None else open_storage(
+                     spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
+                 setup.buckets,
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
@@ -634,6 +646,56 @@ def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
         outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
         outcome.published = publish_recommendation(setup, outcome.recommendation)
     return outcome
+
+
+def _command_output(cmd: list[str]) -> str:
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable: {exc}"
+    return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else ""
+
+
+def provenance() -> dict[str, Any]:
+    """Where and with what a tuning run ran: date, host, commit, tool versions."""
+    import platform
+
+    import optuna
+
+    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"], capture_output=True, text=True,
+                           timeout=20, check=False).stdout.count("\n")
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
+            "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
+            "optuna": optuna.__version__, "command": sys.argv,
+            "reframe": _command_output([str(Path(sys.executable).with_name("reframe")), "--version"]),
+            "slurm": _command_output(["sinfo", "--version"]),
+            "open_mpi": _command_output(["ompi_info", "--version"])}
+
+
+def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str, Any]:
+    """Everything a committed result needs: spec, scope, every counted trial, the finalization evidence,
+    the files written, and the provenance."""
+    from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, is_counted, study_progress
+
+    trials = [{"number": t.number, "role": t.user_attrs.get(ROLE, ""), "outcome": t.user_attrs[OUTCOME],
+               "objective_us": t.value, "bucket_us": t.user_attrs.get(BUCKET_US), "env": t.user_attrs.get(ENV),
+               "fail_reason": t.user_attrs.get(FAIL_REASON, ""), "record_ids": t.user_attrs.get("record_ids", [])}
+              for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]
+    rec = outcome.recommendation
+    return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
+            "study": setup.scope.study_name, "knob_files": setup.knob_files,
+            "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
+            "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
+            "recommendation": None if rec is None else rec.model_dump(mode="json"),
+            "files": None if outcome.published is None else {
+                k: str(v) for k, v in dataclasses.asdict(outcome.published).items()},
+            "provenance": provenance()}
+
+
+def write_summary(path: Path, setup: TuningSetup, outcome: TuningOutcome) -> None:
+    import json
+
+    write_atomic(path, json.dumps(outcome_summary_data(setup, outcome), indent=2, default=str) + "\n")
 
 
 def recommendation_env_text(rec: Recommendation, catalog: KnobCatalog) -> str:

@@ -6,7 +6,8 @@
   the study goes on.
 - Budget: trials with an `outcome` (measured or failed by the evaluator) count; `run()` stops when
   they reach `n_trials` (also across restarts and across workers sharing the storage) or when its
-  own wall-time budget is spent.
+  own wall-time budget is spent. While the rest of the budget is other workers' running trials, a
+  worker with heartbeats waits: they count, or a dead worker's trial goes stale and is run here.
 - A worker killed mid-trial leaves a RUNNING trial. With heartbeats on, the next worker fails it
   (it never counts) and re-queues its parameters (`retry_of`), up to `max_retry` times, after which
   one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way.
@@ -288,13 +289,23 @@ class Tuner:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", ExperimentalWarning)
                     optuna.storages.fail_stale_trials(study)
-                if self.n_trials is not None and self._budget_used(study) >= self.n_trials:
-                    break
                 if deadline is not None and time.monotonic() >= deadline:
                     break
+                if self.n_trials is not None and self._budget_used(study) >= self.n_trials:
+                    heartbeat = self._heartbeat_s()
+                    if study_progress(study).counted >= self.n_trials or heartbeat is None:
+                        break
+                    # The rest of the budget is other workers' running trials: wait until they count, or
+                    # until a dead worker's trial goes stale and comes back as a waiting trial to run here.
+                    time.sleep(min(heartbeat, 5))
+                    continue
                 study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
                 display.update(study_progress(study))
         return study
+
+    def _heartbeat_s(self) -> int | None:
+        """The storage's heartbeat interval; None without heartbeats (a dead worker's trial never goes stale)."""
+        return self.storage.get_heartbeat_interval() if isinstance(self.storage, RDBStorage) else None
 
     def _budget_used(self, study: optuna.Study, before_number: int | None = None) -> int:
         """Counted trials plus trials other workers are running (they will count)."""

@@ -1,0 +1,140 @@
+"""`commcamp pretune` inside allocations of the local Slurm cluster (sbatch and salloc), and tuning with
+parallel workers as Slurm jobs on one PostgreSQL study, one of them killed."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import sqlalchemy
+import yaml
+
+from fixtures_slurm import SlurmCluster
+from tuners.study import RETRY_OF, is_counted
+
+REPO = Path(__file__).resolve().parents[1]
+COMMCAMP = Path(sys.executable).with_name("commcamp")
+COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
+PLANTED = REPO / "site_configs" / "knobs" / "planted" / "tcp-buffers.yaml"
+KNOBS = "OMPI_MCA_btl_tcp_sndbuf,OMPI_MCA_btl_tcp_rcvbuf"
+SCOPE_OPTIONS = ["--site", "localslurm", "--system", "localslurm:debug", "--environ", "openmpi", "--library",
+                 "openmpi", "--op", "allreduce", "--sizes", "64K,1M", "--knobs", KNOBS, "--knob-overrides",
+                 str(PLANTED)]
+
+# The sbatch example of the README (commcamp pretune before the application's srun), with commbench as
+# the application: its records show which environment the application step really had.
+SBATCH_EXAMPLE = """#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --time=5
+# Autotune in this allocation first (here 60 s), then run the application with the result.
+{commcamp} pretune --budget 60s {scope} --db {db} --runs-dir {runs} --env-file tuned-$SLURM_JOB_ID.env
+source tuned-$SLURM_JOB_ID.env
+srun --mpi=pmix {commbench} --op allreduce --sizes 1M --iters 5 --output app-$SLURM_JOB_ID.jsonl
+"""
+
+
+@pytest.mark.slurm
+def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_cluster: SlurmCluster,
+                                                                      tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(SBATCH_EXAMPLE.format(
+        commcamp=COMMCAMP, scope=shlex.join(SCOPE_OPTIONS), db=f"sqlite:///{tmp_path / 'pretune.db'}",
+        runs=tmp_path / "runs", commbench=COMMBENCH))
+    job = slurm_cluster.sbatch(f"--chdir={tmp_path}", f"--output={tmp_path}/job-%j.out", str(script))
+    end = slurm_cluster.wait_job_end(job, timeout=300)
+    log = (tmp_path / f"job-{job}.out").read_text()
+    assert (end.state, end.exit_code) == ("COMPLETED", 0), log[-3000:]
+    assert f"wrote tuned-{job}.env after" in log
+    env_text = (tmp_path / f"tuned-{job}.env").read_text()
+    assert env_text.startswith("# commcamp recommendation")
+    # The planted 4 KiB buffers cost far more than the noise: the recommendation drops them.
+    assert "decision: change" in env_text, log[-3000:]
+    assert "export OMPI_MCA_btl_tcp_sndbuf='4096'" not in env_text
+    (record, *_) = [json.loads(line) for line in (tmp_path / f"app-{job}.jsonl").read_text().splitlines()]
+    assert record["env"].get("OMPI_MCA_btl_tcp_sndbuf") != "4096" and len(set(record["hostnames"])) == 2
+    # Every trial ran as a step of this job (srun in the allocation), not as a job of its own.
+    commands = [p.read_text() for p in (tmp_path / "runs").glob("run-*/command.txt")]
+    assert commands and all(" srun --mpi=pmix -N 2 -n 2 " in c and "--partition" not in c for c in commands)
+
+
+@pytest.mark.slurm
+def test_pretune_under_salloc(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    env_file = tmp_path / "tuned.env"
+    cmd = ["timeout", "-k", "10", "240", "salloc", "-N", "2", "--ntasks-per-node=1", "-p", slurm_cluster.partition,
+           str(COMMCAMP), "pretune", "--budget", "25s", *SCOPE_OPTIONS, "--trials", "3",
+           "--db", f"sqlite:///{tmp_path / 'pretune.db'}", "--runs-dir", str(tmp_path / "runs"),
+           "--env-file", str(env_file), "--summary", str(tmp_path / "summary.json")]
+    result = slurm_cluster.run(cmd, timeout=300, check=False, cwd=REPO)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert env_file.read_text().startswith("# commcamp recommendation")
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["scope"]["nodes"] == 2 and summary["progress"]["counted"] >= 2
+    assert summary["provenance"]["slurm"].startswith("slurm")
+
+
+def _socket_url(url: str) -> str:
+    """The same database through PostgreSQL's unix socket: jobs on the cluster's nodes (own network
+    namespaces) cannot reach the server's 127.0.0.1, but they share its filesystem."""
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as connection:
+        directory = connection.exec_driver_sql("SHOW unix_socket_directories").scalar_one().split(",")[0]
+        port = connection.exec_driver_sql("SHOW port").scalar_one()
+    engine.dispose()
+    parsed = sqlalchemy.make_url(url)
+    return parsed.set(host=None, port=None, query={"host": directory, "port": str(port)}).render_as_string(
+        hide_password=False)
+
+
+@pytest.mark.slurm
+@pytest.mark.postgres
+def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, postgres_url: str,
+                                                   tmp_path: Path) -> None:
+    url = _socket_url(postgres_url)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "localslurm", "system": "localslurm:debug", "environ": "openmpi", "library": "openmpi",
+        "library_version": "4.1.4", "op": "allreduce", "nodes": 1, "tasks_per_node": 2, "sizes": [65536, 262144],
+        "iters": 50, "warmup": 1, "knobs": KNOBS.split(","), "knob_overrides": [str(PLANTED)], "trials": 12,
+        "heartbeat_s": 2, "executor": "launcher", "launcher": ["srun"], "commbench": str(COMMBENCH), "db": url,
+        "runs_dir": str(tmp_path / "runs"), "publish_dir": None}))
+    coordinator = subprocess.Popen([str(COMMCAMP), "tune", str(spec), "--workers", "2", "--no-finalize"], cwd=REPO,
+                                   env={**slurm_cluster.env, "COLUMNS": "200"}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
+    storage = optuna.storages.RDBStorage(url)
+    name = "localslurm/localslurm:debug/openmpi-4.1.4/allreduce/mpi/all/n1/g2"
+    deadline = time.monotonic() + 240
+    while True:  # both workers running trials at the same time: then kill one of them mid-trial
+        try:
+            running = [t for t in optuna.load_study(study_name=name, storage=storage).get_trials()
+                       if t.state is optuna.trial.TrialState.RUNNING]
+        except KeyError:
+            running = []
+        if len(running) == 2 and len([t for t in optuna.load_study(study_name=name, storage=storage).trials
+                                      if is_counted(t)]) >= 3:
+            break
+        assert time.monotonic() < deadline and coordinator.poll() is None, coordinator.communicate()[0][-3000:]
+        time.sleep(0.3)
+    jobs = slurm_cluster.run(["squeue", "-h", "-o", "%i %j"]).stdout.split("\n")
+    workers = sorted(int(line.split()[0]) for line in jobs if "commcamp-tune" in line)
+    assert len(workers) == 2
+    slurm_cluster.run(["scancel", "--signal=KILL", "--full", str(workers[0])])
+    output, _ = coordinator.communicate(timeout=400)
+    assert coordinator.returncode == 0, output[-3000:]
+    assert "submitted 2 tuning workers" in output and "trials: 12 counted" in output
+    study = optuna.load_study(study_name=name, storage=storage)
+    counted = [t for t in study.trials if is_counted(t)]
+    # Nothing lost, nothing counted twice: the killed worker's trial was failed (not counted) and
+    # queued again with the same parameters for the surviving worker.
+    assert len(counted) == 12 and len({t.number for t in counted}) == 12
+    lost = [t for t in study.trials if t.state is optuna.trial.TrialState.FAIL and not is_counted(t)]
+    reruns = [t for t in counted if RETRY_OF in t.user_attrs]
+    assert len(lost) == 1 and len(reruns) == 1
+    assert reruns[0].user_attrs[RETRY_OF] == [lost[0].number] and reruns[0].params == lost[0].params
+    survivor = (tmp_path / "runs").glob("tune-workers-*/worker-*.out")
+    assert any("worker done" in path.read_text() for path in survivor)

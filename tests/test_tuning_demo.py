@@ -1,0 +1,76 @@
+"""Tuning demonstrations on this machine: CI demonstration 1 (a planted bad Open MPI default on the local
+Slurm cluster, recovered through ReFrame runs; results/tuning/ci-localslurm/) and the plumbing of the GPU
+demonstration script (results/tuning/gpu-demo.sh --cpu)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures_slurm import SlurmCluster
+
+REPO = Path(__file__).resolve().parents[1]
+COMMCAMP = Path(sys.executable).with_name("commcamp")
+CI_SPEC = REPO / "results" / "tuning" / "ci-localslurm" / "spec.yaml"
+PLANTED = {"OMPI_MCA_btl_tcp_sndbuf": "4096", "OMPI_MCA_btl_tcp_rcvbuf": "4096"}
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_ci_demo_recovers_a_planted_bad_default_on_localslurm(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    result = subprocess.run(
+        [str(COMMCAMP), "tune", str(CI_SPEC), "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir",
+         str(tmp_path / "runs"), "--publish-dir", str(tmp_path / "rec"), "--summary", str(summary)],
+        cwd=REPO, env={**slurm_cluster.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=900,
+        check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = json.loads(summary.read_text())
+    assert data["baseline_env"] == PLANTED
+    trials = data["trials"]
+    assert [t["outcome"] for t in trials] == ["complete"] * 3
+    assert trials[0]["role"] == "defaults" and trials[1]["env"] == {}  # trial 1: the library's own defaults
+    rec = data["recommendation"]
+    assert rec["decision"] == "change", result.stdout[-3000:]
+    assert rec["gain"]["median"] > 1.0  # more than 2x: the planted buffers cost far more than noise
+    assert not any(rec["env"].get(name) == "4096" for name in PLANTED)
+    one_mib = next(s for s in rec["per_size"] if s["bucket"] == "1MiB-1MiB")
+    assert one_mib["decision"] == "change"
+    # Every run went through ReFrame on Slurm, on two nodes.
+    reports = list((tmp_path / "runs").glob("reframe-*/rfm-*/report.json"))
+    assert len(reports) >= 3 + 2 * 6
+    records = [json.loads(line) for path in (tmp_path / "runs").glob("reframe-*/rfm-*/**/commbench.jsonl")
+               for line in path.read_text().splitlines() if line.strip()]
+    assert records and all(len(set(r["hostnames"])) == 2 for r in records)
+    env_file = (tmp_path / "rec" / "localslurm" / "localslurm").glob("*.env")
+    text = next(env_file).read_text()
+    assert "unset OMPI_MCA_btl_tcp_sndbuf" in text or "export OMPI_MCA_btl_tcp_sndbuf=" in text
+
+
+def test_gpu_demo_script_plumbing_on_cpu(tmp_path: Path) -> None:
+    """gpu-demo.sh --cpu: every phase kind runs, prints its time, and the bundle holds each phase's summary."""
+    out = tmp_path / "demo"
+    result = subprocess.run(
+        ["results/tuning/gpu-demo.sh", "--cpu", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env={**{k: v for k, v in __import__("os").environ.items() if k != "NCCL_TESTS_DIR"},
+             "PYTHON": sys.executable, "DEMO_TOTAL_S": "150", "DEMO_PHASES": "build probe-nvlink demo3 aa"},
+        check=False)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    for phase in ("build", "probe-nvlink", "demo3", "aa"):
+        assert f"== {phase}: exit status 0 after" in result.stdout
+    phases = (out / "phases.tsv").read_text().splitlines()
+    assert phases[0] == "phase\tstatus\telapsed_s\tbudget_s" and len(phases) == 5
+    listing = subprocess.run(["tar", "tzf", str(out / "gpu-demo.tar.gz")], capture_output=True, text=True,
+                             check=True).stdout.split()
+    for name in ("./probe-nvlink/probe.json", "./demo3/summary.json", "./aa/summary.json", "./environment.txt"):
+        assert name in listing
+    assert not any(name.startswith("./build/") for name in listing)
+    aa = json.loads((out / "aa" / "summary.json").read_text())
+    assert aa["tunes_requested"] == 2 and aa["tunes_finalized"] + len(aa["tunes"]) >= 2
+    demo3 = json.loads((out / "demo3" / "summary.json").read_text())
+    assert demo3["baseline_env"] == PLANTED and demo3["trials"]
+    probe = json.loads((out / "probe-nvlink" / "probe.json").read_text())
+    assert probe["library_version"] and probe["not_reported"] == []
