@@ -1,0 +1,44 @@
+"""`commcamp plugin build|path|install`: the tuner plugin built by its CMake project, located and installed."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from campaigns.cli import app
+
+EXPORTED = {f"ncclTunerPlugin_v{v}" for v in range(2, 7)}
+
+
+def commcamp(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_build_path_and_install(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    code, out, err = commcamp("plugin", "path", "--build-dir", str(build))
+    assert code == 1 and "no plugin at" in err and "commcamp plugin build" in err
+    code, out, err = commcamp("plugin", "build", "--build-dir", str(build))
+    assert code == 0, err
+    built = Path(out.strip())
+    assert built == (build / "libnccl-tuner-commcamp.so").resolve() and built.is_file()
+    code, out, _ = commcamp("plugin", "path", "--build-dir", str(build))
+    assert code == 0 and Path(out.strip()) == built
+    prefix = tmp_path / "prefix"
+    code, out, err = commcamp("plugin", "install", "--prefix", str(prefix), "--build-dir", str(build))
+    assert code == 0, err
+    installed = Path(out.strip())
+    assert installed == prefix.resolve() / "lib" / "libnccl-tuner-commcamp.so"
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(installed)], capture_output=True, text=True,
+                             check=True).stdout
+    assert {line.split()[-1] for line in symbols.splitlines()} == EXPORTED
+    assert not any(p.name.endswith(".a") for p in prefix.rglob("*"))  # only the plugin is installed
+
+
+def test_a_broken_build_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "build"
+    blocker.write_text("a file where the build directory should be\n")
+    code, _, err = commcamp("plugin", "build", "--build-dir", str(blocker))
+    assert code == 1 and "plugin build failed" in err
