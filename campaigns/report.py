@@ -22,6 +22,7 @@ import base64
 import gzip
 import html
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -113,9 +114,12 @@ def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
             fig.add_trace(go.Scatter(x=curve.index, y=curve.values, mode="lines+markers", name=series,
                                      hovertemplate="%{x} B: %{y:.3g} GB/s"))
         for link in nominal:
-            fig.add_hline(y=link.gbs, line_dash="dash", line_color="#555",
-                          annotation_text=f"{link.label} nominal {link.gbs:g} GB/s", annotation_position="top left")
-        fig.update_layout(title=f"{op}: goodput vs message size (median over runs)", legend_title="transport")
+            fig.add_hline(y=link.gbs, line_dash="dash", line_color="#555")
+            # On a log axis an annotation's y is log10 of the value (add_hline's own annotation gets it wrong).
+            fig.add_annotation(x=0, xref="paper", y=math.log10(link.gbs), yref="y", showarrow=False,
+                               xanchor="left", yanchor="bottom", text=f"{link.label} nominal {link.gbs:g} GB/s",
+                               font=dict(size=10, color="#555"))
+        fig.update_layout(title=f"{op}: goodput (median over runs)", legend_title="transport")
         fig.update_xaxes(type="log", title="message size (bytes)", exponentformat="power")
         fig.update_yaxes(type="log", title="goodput (GB/s)")
         parts.append(_figure_html(fig))
@@ -178,20 +182,22 @@ def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]
     if rows.empty:
         return ""
     parts, table = [], []
+    rows = rows.assign(series=rows.apply(_series_label, axis=1))
     for op, by_op in rows.groupby("op", sort=True):
         fig = go.Figure()
-        for transport, by_transport in by_op.groupby("transport", sort=True):
-            for size in _picked_sizes(list(by_transport["bytes"])):
-                ids = by_transport[by_transport["bytes"] == size]["measurement_id"]
+        for series, by_series in by_op.groupby("series", sort=True):
+            for size in _picked_sizes(list(by_series["bytes"])):
+                ids = by_series[by_series["bytes"] == size]["measurement_id"]
                 values = np.concatenate([samples[i] for i in ids])
-                quantiles = np.quantile(values, QUANTILES)
-                fig.add_trace(go.Violin(y=quantiles, name=f"{transport} {int(size)} B", box_visible=True,
-                                        meanline_visible=False, points=False, spanmode="hard"))
+                fig.add_trace(go.Violin(y=np.quantile(values, QUANTILES), name=f"{series}: {int(size)} B",
+                                        box_visible=True, meanline_visible=False, points=False, spanmode="hard"))
                 p50, p95, p99 = np.percentile(values, [50, 95, 99])
-                table.append({"op": op, "transport": transport, "bytes": int(size), "samples": len(values),
+                table.append({"op": op, "series": series, "bytes": int(size), "samples": len(values),
                               "p50 us": f"{p50:.4g}", "p95 us": f"{p95:.4g}", "p99 us": f"{p99:.4g}",
                               "max us": f"{values.max():.4g}"})
-        fig.update_layout(title=f"{op}: per-iteration times", showlegend=False)
+        fig.update_layout(title=f"{op}: per-iteration times (violin of 201 quantiles, box: quartiles)",
+                          showlegend=False)
+        fig.update_xaxes(tickangle=20)
         fig.update_yaxes(type="log", title="time per iteration (us)")
         parts.append(_figure_html(fig))
     return (f"<h2>Per-iteration time distributions</h2><div class='plots'>{''.join(parts)}</div>"
@@ -199,39 +205,38 @@ def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]
 
 
 def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: list[Reference]) -> str:
+    """One plot per health series and metric: its value night by night, the reference band."""
     tagged = runs[runs["tag"].notna() & (runs["status"] == "pass") & ~runs["pair"]]
-    if tagged.empty:
-        return ""
     points = []
     for run in tagged.itertuples():
-        for (metric, size), value in run_metrics(frame[frame["run_id"] == run.id]).items():
+        records = frame[frame["run_id"] == run.id]
+        for (metric, size), value in run_metrics(records).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
-                           "op": run.op, "nodes": run.num_nodes, "environ": run.environ})
+                           "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ})
     if not points:
         return ""
-    data = pandas.DataFrame(points)
     parts = []
-    for (series, metric, size), rows in data.groupby(["series", "metric", "bytes"], sort=True):
+    for (_series, metric, size), rows in pandas.DataFrame(points).groupby(["series", "metric", "bytes"], sort=True):
         rows = rows.sort_values("tag")
         first = rows.iloc[0]
-        unit = METRICS[metric][2]
         fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
         ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), first["environ"]), metric,
                              int(size))
         if ref is not None:
-            low = ref.value * (1 + ref.lower) if ref.lower is not None else None
-            high = ref.value * (1 + ref.upper) if ref.upper is not None else None
-            fig.add_hrect(y0=low if low is not None else 0, y1=high if high is not None else ref.value * 10,
-                          fillcolor="green", opacity=0.12, line_width=0, annotation_text="reference band")
+            low = ref.value * (1 + ref.lower) if ref.lower is not None else 0
+            high = ref.value * (1 + ref.upper) if ref.upper is not None else max(ref.value, rows["value"].max()) * 2
+            fig.add_hrect(y0=low, y1=high, fillcolor="green", opacity=0.12, line_width=0,
+                          annotation_text="reference band", annotation_position="top left")
             fig.add_hline(y=ref.value, line_dash="dot", line_color="green")
         fig.add_hline(y=float(rows["value"].median()), line_dash="dash", line_color="#888",
                       annotation_text="median of the nights shown")
         fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n: {metric} @ {size} B",
                           showlegend=False, height=320)
         fig.update_xaxes(type="category", title="night")
-        fig.update_yaxes(title=unit)
+        fig.update_yaxes(title=METRICS[metric][2])
         parts.append(_figure_html(fig))
-    return f"<h2>Nightly trends</h2><div class='plots'>{''.join(parts)}</div>"
+    note = "" if references else "<p class='note'>No references in the site data of these measurements.</p>"
+    return f"<h2>Nightly trends</h2>{note}<div class='plots'>{''.join(parts)}</div>"
 
 
 @dataclass(frozen=True)

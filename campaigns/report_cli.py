@@ -19,20 +19,28 @@ from campaigns.spec import Campaign
 from campaigns.store import MeasurementFilter, Store, open_store
 
 
-def site_nominal(site_name: str) -> list[Nominal]:
-    """Nominal link bandwidths from the site's data where its site.yaml has them: a partition's `links`,
-    name -> {gbs: GB/s per direction, ...}. A site without site data (or without links) has none."""
+_LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
+
+
+def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
+    """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
+    host_device; a range gives its two ends). A name without site data has none."""
     try:
         site = load_site(site_name)
     except SiteError:
         return []
     found: dict[str, float] = {}
     for system in site.systems:
+        if system_names and system.name not in system_names:
+            continue
         for partition in system.partitions:
-            for name, link in (getattr(partition, "links", None) or {}).items():
-                gbs = link.get("gbs") if isinstance(link, dict) else getattr(link, "gbs", None)
-                if gbs:
-                    found[name] = float(gbs)
+            links = getattr(partition, "links", None)
+            for name, bandwidth in (links.model_dump(exclude_none=True) if links is not None else {}).items():
+                label = _LINK_LABELS.get(name, name)
+                if bandwidth.get("gbs"):
+                    found[label] = bandwidth["gbs"]
+                else:
+                    found[f"{label} (min)"], found[f"{label} (max)"] = bandwidth["min_gbs"], bandwidth["max_gbs"]
     return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
 
 
@@ -61,7 +69,8 @@ def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
 
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
-                        nominal=site_nominal(campaign.site.name), verdicts=[], campaign=[campaign.name])
+                        nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
+                        campaign=[campaign.name])
     write_atomically(output, text)
 
 
@@ -78,8 +87,8 @@ def report(filters: MeasurementFilter,
     links = _parse_nominal(nominal or [])
     with _expected_errors():
         verdicts = _load_verdicts(verdict or [])
-        for site in filters.site or []:
-            links += site_nominal(site)
+        for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
+            links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
         with open_store(db) as store:
             text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
         write_atomically(output, text)

@@ -271,7 +271,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
-            run_id = store.ingest(run, records, replace=replace)
+            run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
                f"from {file} in {store.url}", markup=False)
 

@@ -372,7 +372,7 @@ def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
             partition=case.partition, environ=case.environ, check_name=case.check, parameters=parameters,
             num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
             reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
-            job_id=result.job_id), records, replace=True)
+            job_id=result.job_id), records, replace=True, validated=True)
         result.store_error = None
     except StoreError as exc:
         result.store_error = f"{exc} (its records stay in {result.directory})"
