@@ -465,17 +465,26 @@ def load_spec(path: Path, **overrides: Any) -> TuningSpec:
 
 
 def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
-    """The base catalog with the site's knob file (site_configs/knobs/<site>.yaml, if any) and the
-    spec's override files applied in order; also the files used."""
-    catalog = KnobCatalog.load()
-    files = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if p.is_file()] + [Path(p) for p in spec.knob_overrides]
-    for path in files:
+    """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
+    site_configs/knobs/<site>.yaml for a site without one) and the spec's override files applied in
+    order; also the files used."""
+    from campaigns.site import SiteError, load_site
+
+    try:
+        site = load_site(spec.site)
+    except SiteError:
+        site = None
+    catalog = KnobCatalog.load() if site is None else site.knob_catalog()
+    files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
+    extra = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
+    for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
         try:
             overrides = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ValueError(f"{path}: cannot read knob overrides: {exc}") from exc
         catalog = catalog.for_site(overrides, str(path))
-    return catalog, [str(p) for p in files]
+        files.append(str(path))
+    return catalog, files
 
 
 def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:

@@ -74,3 +74,34 @@ def test_gpu_demo_script_plumbing_on_cpu(tmp_path: Path) -> None:
     assert demo3["baseline_env"] == PLANTED and demo3["trials"]
     probe = json.loads((out / "probe-nvlink" / "probe.json").read_text())
     assert probe["library_version"] and probe["not_reported"] == []
+
+
+def test_gpu_demo_config_builds_every_phase_with_multicast_pinned_off(tmp_path: Path) -> None:
+    """What can be checked of the GPU run here: every phase of gpu-demo.yaml gives a valid spec and search
+    space on the h200 site, NCCL_NVLS_ENABLE is never searched and is 0 in every trial's environment."""
+    import yaml
+
+    from campaigns.tuning import site_catalog
+    from campaigns.tuning_demo import Context, DemoConfig
+    from tuners.space import build_space
+
+    config = DemoConfig.model_validate(yaml.safe_load((REPO / "results/tuning/gpu-demo.yaml").read_text()))
+    assert set(config.phases) == {"probe-nvlink", "probe-socket", "demo2", "demo3", "aa"}
+    for name, phase in config.phases.items():
+        spec = Context(config, name, phase, tmp_path, 0.0).spec()
+        catalog, _ = site_catalog(spec)
+        assert catalog.pinned["NCCL_NVLS_ENABLE"] == "0"
+        if phase.kind == "probe":
+            assert catalog.validate_env(phase.env)
+            continue
+        space = build_space(catalog, {"nccl": "2.28.3"}, knobs=spec.knobs, op=spec.op, transport=spec.transport)
+        assert "NCCL_NVLS_ENABLE" not in space.knob_names
+        defaults = space.env_from_values({k: catalog[k].default for k in space.knob_names})
+        assert defaults["NCCL_NVLS_ENABLE"] == "0"
+        if name == "demo2":
+            assert {k: defaults[k] for k in ("NCCL_MAX_CTAS", "NCCL_PROTO")} == {"NCCL_MAX_CTAS": "2",
+                                                                                 "NCCL_PROTO": "LL"}
+            assert space.dimensions[0].choices == ("Ring", "Tree", "unset")  # PAT has no allreduce
+        if name == "demo3":
+            assert (defaults["NCCL_P2P_DISABLE"], defaults["NCCL_SHM_DISABLE"]) == ("1", "1")
+            assert space.knob_names == ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE")
