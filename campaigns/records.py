@@ -122,6 +122,20 @@ def parse_records(text: str, source: str) -> list[dict[str, Any]]:
     return records
 
 
+def parse_record_lines(text: str, source: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Each line of JSON Lines text that is a valid record, and what is wrong with each other line
+    (a failed run's file may end in a truncated line; its complete records still count)."""
+    records: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                records += parse_records(line, f"{source} line {number}")
+            except RecordError as exc:
+                problems.append(str(exc))
+    return records, problems
+
+
 def load_records(path: Path) -> list[dict[str, Any]]:
     """Every record of a commbench JSON Lines file, each validated; an empty file gives []."""
     try:

@@ -39,7 +39,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns.characterize import Placer, PlacementError, Topology
-from campaigns.records import RecordError, parse_records
+from campaigns.records import parse_record_lines
 from campaigns.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store, StoreError
 
@@ -274,15 +274,7 @@ def _matching(case: TestCase, testcases: list[dict[str, Any]]) -> dict[str, Any]
 
 def _valid_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Each line that is a valid record, and what is wrong with the others."""
-    records: list[dict[str, Any]] = []
-    problems: list[str] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if line.strip():
-            try:
-                records += parse_records(line, f"{path.name} line {number}")
-            except RecordError as exc:
-                problems.append(str(exc))
-    return records, problems
+    return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
 
 
 def _timestamp(unix: float | None) -> datetime | None:

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from campaigns.records import RecordError, parse_records
+from campaigns.records import parse_record_lines
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, FailureKind, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, Thresholds, finalize
@@ -138,15 +138,7 @@ class Executor(Protocol):
 def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     if not path.is_file():
         return [], []
-    records: list[dict[str, Any]] = []
-    problems = []
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
-        if line.strip():
-            try:
-                records += parse_records(line, f"{path.name} line {number}")
-            except RecordError as exc:
-                problems.append(str(exc))
-    return records, problems
+    return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
 
 
 def _new_directory(parent: Path, label: str) -> Path:
