@@ -759,7 +759,7 @@ def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping
     limit_min = max(1, int((spec.budget_s or spec.time_limit_s * (spec.trials or 1)) // 60) + 2)
     ids = []
     for number in range(workers):
-        command = shlex.join([sys.executable, "-m", "campaigns.cli", "tune-worker", str(spec_path)])
+        command = shlex.join([str(Path(sys.executable).with_name("commcamp")), "tune-worker", str(spec_path)])
         sbatch = ["sbatch", "--parsable", "-N", str(spec.nodes), f"--ntasks-per-node={spec.tasks_per_node}",
                   "-t", str(limit_min), "-J", f"commcamp-tune-{number}", "-o", str(directory / "worker-%j.out"),
                   *access, "--wrap", f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}"]
