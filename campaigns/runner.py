@@ -26,10 +26,13 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -240,11 +243,11 @@ def _follow(proc: subprocess.Popen[str], log: Any, console: Console, status: Any
         match = _RESULT_LINE.match(text)
         if match:
             kind, done, total, name = match.groups()
+            test = _TEST_NAME.match(name.strip())
+            if test and on_result is not None:  # stored before it is shown
+                on_result(kind, test.groupdict())
             console.print(f"[{_RESULT_STYLE[kind]}]{kind:>5}[/] ({done}/{total}) {escape(name)}")
             status.update(f"ReFrame: {done}/{total} test cases done")
-            test = _TEST_NAME.match(name.strip())
-            if test and on_result is not None:
-                on_result(kind, test.groupdict())
         elif text.startswith("P: "):
             console.print(f"        [dim]{escape(text[3:])}[/]")
         elif text.startswith("==> test failed"):
@@ -327,12 +330,18 @@ def _hosts(records: list[dict[str, Any]]) -> tuple[str, ...]:
 
 def early_outcome(case: TestCase, kind: str, test: dict[str, str],
                   prefix: Path) -> tuple[CaseResult, list[dict[str, Any]]]:
-    """A test case's result from its live result line, before ReFrame's run report exists: a passed
-    test's records are in its output directory, a failed one's in its stage directory."""
-    where = "output" if kind == "OK" else "stage"
-    directory = prefix / where / test["system"] / test["partition"] / test["environ"] / f"{test['check']}_{test['hash']}"
-    records, problems = (_valid_records(directory / RECORDS_FILE) if (directory / RECORDS_FILE).is_file()
-                         else ([], [f"no {RECORDS_FILE} in {directory}"]))
+    """A test case's result from its live result line, before ReFrame's run report exists."""
+    relative = Path(test["system"], test["partition"], test["environ"], f"{test['check']}_{test['hash']}")
+    # ReFrame prints OK before its cleanup copies the files to the output directory and removes the stage
+    # directory: look in the stage directory first, then in the output directory.
+    records: list[dict[str, Any]] = []
+    problems = [f"no {RECORDS_FILE} in {prefix / 'stage' / relative} or {prefix / 'output' / relative}"]
+    for directory in (prefix / "stage" / relative, prefix / "output" / relative):
+        try:
+            records, problems = _valid_records(directory / RECORDS_FILE)
+            break
+        except FileNotFoundError:  # not there (yet), or removed by the cleanup while we looked
+            continue
     if kind == "OK" and not problems:
         status, reason = "pass", None
     elif kind == "OK":
@@ -342,6 +351,20 @@ def early_outcome(case: TestCase, kind: str, test: dict[str, str],
         reason = f"ReFrame result {kind}; the reason follows in its run report (see {prefix / REFRAME_LOG})"
     return CaseResult(case, status, reason, num_records=len(records), directory=directory,
                       hosts=_hosts(records)), records
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done (main thread only): a test case being stored is
+    stored whole, and the interrupt comes right after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
@@ -358,13 +381,14 @@ def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
             parameters["network_distance"] = topology.distance(result.hosts)
     if case.tag:
         parameters["tag"] = case.tag
+    run = RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
+                  partition=case.partition, environ=case.environ, check_name=case.check, parameters=parameters,
+                  num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
+                  reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
+                  job_id=result.job_id)
     try:
-        store.ingest(RunInfo(
-            run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
-            partition=case.partition, environ=case.environ, check_name=case.check, parameters=parameters,
-            num_nodes=case.num_nodes, num_tasks=result.num_tasks or case.num_tasks, status=result.status,
-            reason=result.reason, started_at=result.started_at, finished_at=result.finished_at,
-            job_id=result.job_id), records, replace=True, validated=True)
+        with signals_deferred():
+            store.ingest(run, records, replace=True, validated=True)
         result.store_error = None
     except StoreError as exc:
         result.store_error = f"{exc} (its records stay in {result.directory})"

@@ -1,0 +1,76 @@
+"""Campaigns lose nothing: each test case is stored as soon as ReFrame reports it, an interrupted campaign
+keeps what finished and the next run does only the rest; an unreachable database stops the campaign
+before anything runs."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from campaigns.store import open_store
+
+COMMCAMP = Path(sys.executable).with_name("commcamp")
+
+SPEC = """\
+name: resume
+site: local
+environments: [openmpi]
+node_counts: [1]
+checks:
+  - check: commbench_run
+    ops: [pingpong, allreduce, alltoall]
+    sizes: [8, 1024]
+    warmup: 1
+    iters: 4
+    timeout_s: 30
+"""
+
+
+def test_interrupted_campaign_keeps_finished_cases_and_resumes(tmp_path: Path) -> None:
+    spec = tmp_path / "resume.yaml"
+    spec.write_text(SPEC)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    cmd = [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs")]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "COLUMNS": "200"}) as proc:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if " OK " in line and "commbench_run" in line:  # the first run test finished: interrupt now
+                proc.send_signal(signal.SIGINT)
+                break
+        rest = proc.stdout.read()
+        code = proc.wait(timeout=120)
+    output = "".join(seen) + rest
+    assert code == 130, output
+    assert "interrupted" in output
+    with open_store(db) as store:
+        stored = store.runs()
+        frame = store.measurements()
+    assert 1 <= len(stored) < 3, output  # what finished is there, the rest is not
+    assert all(run.status == "pass" for run in stored), [(r.run_key, r.status, r.reason) for r in stored]
+    assert len(frame) == 2 * len(stored)  # both sizes of every stored case: nothing half-written
+
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False,
+                           env={**os.environ, "COLUMNS": "200"})
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"Running {3 - len(stored)} of 3 test case(s)" in again.stdout
+    with open_store(db) as store:
+        assert sorted(run.parameters["op"] for run in store.runs()) == ["allreduce", "alltoall", "pingpong"]
+
+
+def test_unreachable_database_stops_before_running(tmp_path: Path) -> None:
+    spec = tmp_path / "resume.yaml"
+    spec.write_text(SPEC)
+    started = time.monotonic()
+    result = subprocess.run([str(COMMCAMP), "run", str(spec), "--db", "postgresql+psycopg://u@127.0.0.1:1/x",
+                             "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 2
+    assert "cannot use the results store" in result.stderr and "Connection refused" in result.stderr
+    assert not (tmp_path / "runs").exists()
+    assert time.monotonic() - started < 60
