@@ -289,18 +289,19 @@ class Campaign:
                 for environ in self.environments:
                     if environ not in partition.environments:
                         continue
-                    for transport, op, nodes, placement in itertools.product(
-                            check.transports, check.ops, self.spec.nodes, self.spec.placements):
-                        if (op in PAIR_OPS and nodes > PAIR_RANKS) or (nodes == 1 and placement != "any"):
+                    for transport, op, nodes in itertools.product(check.transports, check.ops, self.spec.nodes):
+                        if op in PAIR_OPS and nodes > PAIR_RANKS:
                             continue
-                        per_node = (PAIR_RANKS // nodes if op in PAIR_OPS
-                                    else check.tasks_per_node or partition.commbench.tasks_per_node)
-                        cases.append(TestCase(
-                            campaign=self.name, site=self.site.name, system=self.system.name,
-                            partition=partition.name, environ=environ, check=check.check,
-                            check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
-                            variables=tuple(check.variables(transport).items()),
-                            env=tuple(sorted(check.env.items())), placement=placement, tag=tag))
+                        # one node has nothing to place: a single case, whatever the placements
+                        for placement in ["any"] if nodes == 1 else self.spec.placements:
+                            per_node = (PAIR_RANKS // nodes if op in PAIR_OPS
+                                        else check.tasks_per_node or partition.commbench.tasks_per_node)
+                            cases.append(TestCase(
+                                campaign=self.name, site=self.site.name, system=self.system.name,
+                                partition=partition.name, environ=environ, check=check.check,
+                                check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
+                                variables=tuple(check.variables(transport).items()),
+                                env=tuple(sorted(check.env.items())), placement=placement, tag=tag))
         return cases
 
 
