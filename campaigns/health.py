@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas
 from rich import box
@@ -126,10 +126,24 @@ def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
     return values
 
 
-def find_reference(references: list[Reference], case: TestCase, metric: str, size: int) -> Reference | None:
+class ReferenceKey(Protocol):
+    """What a reference is matched on (a TestCase has all of it)."""
+
+    op: str
+    num_nodes: int
+    num_tasks: int
+    environ: str
+    transport: str
+
+
+def find_reference(references: list[Reference], case: ReferenceKey, metric: str, size: int) -> Reference | None:
+    """The first reference for this op, metric and size whose optional fields (nodes, environ, transport,
+    ranks) are unset or match, as the check applies them."""
     for ref in references:
         if (ref.op == case.op and ref.metric == metric and ref.bytes == size and ref.nodes in (None, case.num_nodes)
-                and ref.environ in (None, case.environ)):
+                and ref.environ in (None, case.environ)
+                and getattr(ref, "transport", None) in (None, case.transport)
+                and getattr(ref, "ranks", None) in (None, case.num_tasks)):
             return ref
     return None
 

@@ -212,7 +212,8 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         records = frame[frame["run_id"] == run.id]
         for (metric, size), value in run_metrics(records).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
-                           "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ})
+                           "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ,
+                           "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0]})
     if not points:
         return ""
     parts = []
@@ -220,8 +221,8 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         rows = rows.sort_values("tag")
         first = rows.iloc[0]
         fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
-        ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), first["environ"]), metric,
-                             int(size))
+        ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), int(first["ranks"]),
+                                                   first["environ"], first["transport"]), metric, int(size))
         if ref is not None:
             low = ref.value * (1 + ref.lower) if ref.lower is not None else 0
             high = ref.value * (1 + ref.upper) if ref.upper is not None else max(ref.value, rows["value"].max()) * 2
@@ -245,7 +246,9 @@ class _CaseLike:
 
     op: str
     num_nodes: int
+    num_tasks: int
     environ: str
+    transport: str
 
 
 def _value_text(value: float | None, unit: str) -> str:

@@ -354,6 +354,14 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
         if spec.placements != ["any"] and partition.scheduler not in SLURM_SCHEDULERS:
             problems.append((("placements",), f"placements other than 'any' need Slurm; partition "
                                               f"{system.name}:{partition.name} uses {partition.scheduler!r}"))
+    for index, check in enumerate(spec.checks):
+        for partition in partitions:
+            offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
+            unknown = [t for t in check.transports if t not in offered_transports]
+            if unknown:
+                problems.append((("checks", index, "transports"),
+                                 f"{unknown} not offered by partition {system.name}:{partition.name} of site "
+                                 f"{site.name!r} (it has: {', '.join(offered_transports)})"))
     isolation_env = spec.health.isolation.environ if spec.health else None
     if isolation_env is not None and isolation_env not in (spec.environments or offered):
         problems.append((("health", "isolation", "environ"), f"{isolation_env!r} is not an environment of "

@@ -138,6 +138,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                  id="unknown-kind"),
     pytest.param(VALID_SPEC.replace("node_counts: [1]", "max_nodes: 4"),
                  ["max_nodes: 4 nodes requested, but partition local:cpu of site 'local' has 1"], id="max-nodes"),
+    pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, ccl]"),
+                 ["checks[0].transports: ['ccl'] not offered by partition local:cpu of site 'local' (it has: mpi)"],
+                 id="transport-not-offered"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, mpi]"),
                  ["spec.yaml:7: checks[0].transports: repeated values ['mpi']"], id="repeated-transport"),
 ])
