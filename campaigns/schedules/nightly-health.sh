@@ -20,5 +20,5 @@ night=$(date -u +%F)
 echo "commcamp nightly health: $1, night $night, $(date -u +%FT%TZ) on $(hostname)"
 COLUMNS=${COLUMNS:-120} "$HOME_DIR/.venv/bin/commcamp" run "$1" --tag "$night" "${@:2}"
 status=$?
-echo "commcamp nightly health: exit $status ($( case $status in 0) echo healthy;; 1) echo degraded;; 2) echo failed;; *) echo error;; esac))"
+echo "commcamp nightly health: exit $status ($( case $status in 0) echo healthy;; 1) echo degraded;; 2) echo "failed, or spec/site/database unusable";; *) echo error;; esac))"
 exit $status
