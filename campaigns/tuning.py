@@ -352,8 +352,10 @@ class CommbenchEvaluator:
         return Evaluation(times_us=times, validated=validate and checked)
 
 
-def _tail(text: str, limit: int = 400) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()][-6:]
+def _tail(text: str, limit: int = 1200) -> str:
+    """The end of a run's output for a failure reason (launchers add a box of their own after the
+    program's last words: keep enough lines to include those, drop the box's rules)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip().strip("-")][-15:]
     return " | ".join(lines)[-limit:] or "(no output)"
 
 

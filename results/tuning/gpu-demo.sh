@@ -14,8 +14,9 @@
 #                 config vs its best global env), interleaved repeats with per-size noise bands and verdicts
 #   demo3         network path (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, 2 processes): socket knobs tuned
 #   aa            nothing planted: 5 tunes on GPU pairs, false "change" recommendations counted
-# Everything lands under OUTDIR; OUTDIR/gpu-demo.tar.gz (without build trees) is rewritten after every
-# phase, so a call killed at its limit still returns what finished.
+# Everything lands under OUTDIR; the bundle (DEMO_BUNDLE, default OUTDIR/gpu-demo.tar.gz; everything but
+# the build trees) is rewritten after every phase, so a call killed at its limit still returns what
+# finished. The end prints every phase's summary.txt (the numbers, also when no file comes back).
 #
 #   results/tuning/gpu-demo.sh --cpu OUTDIR   the same plumbing on a CPU machine (gpu-demo-cpu.yaml:
 #                                             Open MPI knobs, cpu commbench); the plugin phase runs only
@@ -38,6 +39,8 @@ if [[ -e $1 && -n $(ls -A "$1" 2> /dev/null) ]]; then
 fi
 mkdir -p "$1"
 out=$(cd "$1" && pwd)
+bundle_path=${DEMO_BUNDLE:-$out/gpu-demo.tar.gz}
+mkdir -p "$(dirname "$bundle_path")"
 start=$(date +%s)
 deadline=$((start + ${DEMO_TOTAL_S:-500}))
 python=${PYTHON:-python3}
@@ -52,11 +55,12 @@ exec > >(tee -a "$out/demo.log") 2>&1
 
 bundle() {
   # GNU tar exits 1 when a file changed while it was read (demo.log grows as tee writes it): still complete.
-  local rc=0
-  tar -czf "$out/.gpu-demo.tar.gz.tmp" -C "$out" --warning=no-file-changed --exclude=./build \
-    --exclude=./build-nowerror --exclude=./plugin/build --exclude=./gpu-demo.tar.gz \
-    --exclude=./.gpu-demo.tar.gz.tmp . || rc=$?
-  if ((rc <= 1)); then mv "$out/.gpu-demo.tar.gz.tmp" "$out/gpu-demo.tar.gz"; else echo "bundle: tar exit $rc"; fi
+  local rc=0 tmp
+  tmp=$(dirname "$bundle_path")/.$(basename "$bundle_path").tmp
+  tar -czf "$tmp" -C "$out" --warning=no-file-changed --exclude=./build --exclude=./build-nowerror \
+    --exclude=./plugin/build --exclude=./plugin/check/build --exclude="./$(basename "$bundle_path")" \
+    --exclude="./.$(basename "$bundle_path").tmp" . || rc=$?
+  if ((rc <= 1)); then mv "$tmp" "$bundle_path"; else echo "bundle: tar exit $rc"; fi
 }
 elapsed() { echo $(($(date +%s) - start)); }
 timeline() { printf '%s\t%s\t%s\t%s\n' "$@" >> "$out/phases.tsv"; }
@@ -145,6 +149,11 @@ for phase in $phases; do
   fi
   bundle
 done
-echo "== done after $(elapsed) s; bundle: $out/gpu-demo.tar.gz"
+echo "== done after $(elapsed) s; bundle: $bundle_path"
 cat "$out/phases.tsv"
+# Most important last: a reader of only the output's tail sees demo2 and the plugin cases.
+for summary in "$out"/probe-*/summary.txt "$out"/aa/summary.txt "$out"/demo3/summary.txt \
+  "$out/plugin/check/comparison.txt" "$out"/demo2/summary.txt; do
+  [[ -f $summary ]] && { echo "---- $summary"; cat "$summary"; }
+done
 exit $status
