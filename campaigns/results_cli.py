@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
+import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +26,9 @@ from sqlalchemy import JSON
 from campaigns.records import load_records
 from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
 from campaigns.store.models import Measurement
+
+if TYPE_CHECKING:
+    import pandas
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -193,8 +197,12 @@ def export(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="file to write (replaced atomically)")],
            export_format: Annotated[Optional[ExportFormat], typer.Option(
                "--format", help="csv or parquet [default: from the output suffix]")] = None,
+           samples: Annotated[bool, typer.Option(
+               "--samples", help="one row per timed iteration (measurement_id, iteration, time_us and the "
+                                 "measurement's identity) instead of one per measurement")] = False,
            db: DbOption = None) -> None:
-    """Export measurements as CSV or Parquet; JSON-valued columns are written as JSON text."""
+    """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
+    written as JSON text."""
     if export_format is None:
         try:
             export_format = ExportFormat(output.suffix.lstrip(".").lower())
@@ -204,8 +212,10 @@ def export(filters: MeasurementFilter,
     with _expected_errors():
         with open_store(db) as store:
             frame = store.measurements(**vars(filters))
+            if samples:
+                frame = _sample_rows(frame, store.sample_arrays(**vars(filters)))
         for column in Measurement.__table__.columns:
-            if isinstance(column.type, JSON):
+            if isinstance(column.type, JSON) and column.key in frame:
                 frame[column.key] = [json.dumps(value, sort_keys=True) if value is not None else None
                                      for value in frame[column.key]]
         output = output.absolute()
@@ -220,7 +230,23 @@ def export(filters: MeasurementFilter,
         except BaseException:
             os.unlink(temp_name)
             raise
-    _console().print(f"exported {len(frame)} measurements to {output} ({export_format.value})", markup=False)
+    what = "samples" if samples else "measurements"
+    _console().print(f"exported {len(frame)} {what} to {output} ({export_format.value})", markup=False)
+
+
+_SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "environ", "op", "transport",
+                    "bytes", "ranks", "nodes", "timestamp"]
+
+
+def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
+    """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    ids = [mid for mid in measurements["measurement_id"] if mid in samples]
+    counts = [len(samples[mid]) for mid in ids]
+    identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]
+    frame = identity.loc[identity.index.repeat(counts)].reset_index(drop=True)
+    frame["iteration"] = [i for count in counts for i in range(count)]
+    frame["time_us"] = np.concatenate([samples[mid] for mid in ids]) if ids else np.array([], dtype=float)
+    return frame
 
 
 def _parameters(pairs: list[str]) -> dict[str, str]:

@@ -114,6 +114,22 @@ def test_export_reads_back(jsonl: Path, store_url: str, tmp_path: Path, suffix: 
     assert pandas.to_datetime(exported.timestamp).tolist() == stored.timestamp.tolist()
 
 
+def test_export_samples_long_format(jsonl: Path, store_url: str, tmp_path: Path) -> None:
+    assert _ingest(jsonl, store_url).exit_code == 0
+    output = tmp_path / "samples.parquet"
+    result = _invoke("export", "--db", store_url, "--output", output, "--op", "allreduce", "--samples")
+    assert result.exit_code == 0, result.output
+    exported = pandas.read_parquet(output)
+    with open_store(store_url) as store:
+        stored = store.measurements(op="allreduce")
+        expected = [value for mid in stored.measurement_id for value in store.samples(int(mid))]
+    assert f"exported {len(expected)} samples" in result.output
+    assert exported.time_us.tolist() == expected
+    first = exported[exported.measurement_id == stored.measurement_id.iloc[0]]
+    assert first.iteration.tolist() == list(range(len(first)))
+    assert set(exported.bytes) == {1024, 1 << 20} and set(exported.op) == {"allreduce"}
+
+
 def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path: Path) -> None:
     assert _ingest(jsonl, store_url).exit_code == 0
     output = tmp_path / "results.csv"
