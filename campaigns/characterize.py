@@ -158,6 +158,18 @@ class Placer:
         return (f"--nodelist={','.join(nodes)}",)
 
 
+def planned_job_options(case: TestCase) -> tuple[str, ...]:
+    """The Slurm options a case will get, without reading the topology (for --dry-run)."""
+    if case.nodelist:
+        return (f"--nodelist={','.join(case.nodelist)}",)
+    if case.placement == "any" or case.num_nodes == 1:
+        return ()
+    if case.placement == "same-switch":
+        return ("--switches=1",)
+    return (f"--nodelist=<{case.num_nodes} nodes spread over "
+            f"{'leaf switches' if case.placement == 'different-switch' else 'groups'}>",)
+
+
 def placer_for(campaign: Campaign, env: Mapping[str, str] | None = None) -> Placer:
     """A Placer with the Slurm topology loaded where the campaign runs on Slurm, so that every multi-node
     run gets its network distance. PlacementError only when the campaign's placements need a topology."""

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from campaigns import plugin_cli, report_cli, results_cli, site_cli, tune_cli
-from campaigns.characterize import PlacementError, placer_for
+from campaigns.characterize import PlacementError, placer_for, planned_job_options
 from campaigns.health import HealthCheck, print_summary, write_verdict
 from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
 from campaigns.spec import Campaign, SpecError, load_campaign
@@ -93,7 +93,7 @@ def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str
                       case.placement, case.environ, action)
     console.print(table)
     pending = [c for c in cases if c.run_key not in stored]
-    for number, invocation in enumerate(plan_invocations(pending), start=1):
+    for number, invocation in enumerate(plan_invocations(pending, planned_job_options), start=1):
         prefix = DEFAULT_RUNS_DIR / f"{campaign.name}-<time>" / f"rfm-{number}"
         console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(campaign, prefix))),
                       soft_wrap=True)
