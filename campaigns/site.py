@@ -517,16 +517,17 @@ def _reframe_config_problems(path: Path) -> list[str]:
     from reframe.core.exceptions import ConfigError
 
     try:
-        config = load_config(str(path))
+        raw = _loaded_module_config(path)
     except Exception as exc:  # the file is Python: anything can go wrong while importing it
         return [f"{path}: cannot load: {type(exc).__name__}: {exc}"]
     schema_file = Path(reframe.INSTALL_PREFIX) / "reframe" / "schemas" / "config.json"
     schema = json.loads(schema_file.read_text(encoding="utf-8"))
-    raw = _loaded_module_config(path)
     problems = [f"{path}: {'.'.join(str(p) for p in error.absolute_path) or '(config)'}: {error.message}"
                 for error in jsonschema.Draft7Validator(schema).iter_errors(raw)]
     if problems:
         return problems
+    config = load_config()  # ReFrame's builtin configuration, then this site's on top
+    config.update_config(raw, str(path))
     for system in raw["systems"]:
         for partition in system["partitions"]:
             fullname = f"{system['name']}:{partition['name']}"

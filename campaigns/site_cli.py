@@ -60,8 +60,9 @@ def show(site_name: Annotated[str, typer.Argument(help="a directory under site_c
     console.print(f"[bold]{site.name}[/]: {escape(site.description)}")
     if site.network:
         net = site.network
+        state = "verified" if net.verified else "unverified"
         console.print(f"network: {escape(net.fabric)}; {escape(net.topology)}; location by {net.location}: "
-                      f"{escape(net.location_how)} ({'verified' if net.verified else 'unverified'}; {escape(net.source)})")
+                      f"{escape(net.location_how)} ({state}; {escape(net.source)})")
     for system in site.systems:
         for part in system.partitions:
             links = part.links

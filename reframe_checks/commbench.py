@@ -53,7 +53,7 @@ from reframe.core.exceptions import SanityError
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
-                             largest_node_count, reference_entry)
+                             node_counts_up_to_partition_size, offered, reference_entry)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
@@ -79,6 +79,8 @@ TRANSPORT_OPS = {
     'ccl': (*SWEEP_OPS, 'pairmatrix'),
     'memcpy': ('h2d', 'd2h'),
 }
+# Transports between ranks (memcpy copies between a rank's host and its own device).
+PEER_TRANSPORTS = tuple(t for t in TRANSPORT_OPS if t != 'memcpy')
 # Peer-mapped device memory (CUDA/HIP IPC): ranks of one node only.
 SINGLE_NODE_TRANSPORTS = ('d2d', 'd2d-kernel')
 # Rank 0 and one peer: 2 ranks, on 1 or 2 nodes.
@@ -251,7 +253,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     def set_layout(self):
         extras, site = self.current_partition.extras, self.site
         where = self.current_partition.fullname
-        self.transport = self.transport or site['default_transport']
+        if not self.transport:
+            self.transport = site['default_transport']
         self.skip_if(self.num_nodes > extras['nodes'],
                      f'{where} has {extras["nodes"]} node(s), the test needs {self.num_nodes}')
         self.skip_if(self.transport not in site['transports'],
@@ -374,9 +377,9 @@ class commbench_sweep(CommbenchOpTest):
 
     descr = 'commbench: one op of one transport over one size range'
     op = parameter(SWEEP_OPS)
-    transport = parameter([t for t in TRANSPORT_OPS if t != 'memcpy'])
+    transport = parameter(offered(PEER_TRANSPORTS, lambda t: f'commbench_{t}'))
     size_range = parameter(['health', 'small', 'large'])
-    num_nodes = parameter(NODE_COUNTS)
+    num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'commbench_nodes_{n}'))
 
     @run_after('init')
     def select(self):
@@ -394,21 +397,19 @@ class commbench_sweep(CommbenchOpTest):
 
 @rfm.simple_test
 class commbench_run(CommbenchOpTest):
-    '''What a campaign runs (commcamp): one op on some nodes, the transport a variable. Variants with
-    more nodes than any partition of the system has are dropped at init; the rest skip on partitions
-    too small for them.'''
+    '''What a campaign runs (commcamp): one op on some nodes, the transport a variable. The node counts
+    go up to the largest commbench partition of the system; smaller partitions skip the larger ones.'''
 
     descr = 'commbench: one op over a range of message sizes'
     valid_systems = ['+commbench']
     op = parameter(CAMPAIGN_OPS)
-    num_nodes = parameter(NODE_COUNTS)
+    num_nodes = parameter(node_counts_up_to_partition_size('commbench'))
     #: commbench --transport; default: the partition's default_transport.
     transport = variable(str, value='')
     iters = 50
 
     @run_after('init')
     def select(self):
-        self.skip_if(self.num_nodes > largest_node_count(self, 'commbench'), 'more nodes than any partition has')
         self.skip_if(self.op in PAIR_OPS and self.num_nodes > 2, 'a pair op runs on 1 or 2 nodes')
         self.tags = {'campaign', _op_kind(self.op)}
 
@@ -435,8 +436,8 @@ class commbench_pairmatrix(CommbenchTest):
 
     descr = 'commbench: pair matrix within each node'
     op = 'pairmatrix'
-    transport = parameter([t for t in TRANSPORT_OPS if t != 'memcpy'])
-    num_nodes = parameter(NODE_COUNTS)
+    transport = parameter(offered(PEER_TRANSPORTS, lambda t: f'commbench_{t}'))
+    num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'commbench_nodes_{n}'))
 
     @run_after('init')
     def select(self):

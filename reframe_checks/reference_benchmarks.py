@@ -34,8 +34,8 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, parse_ccl_tests,  # noqa: E402
-                             parse_osu, reference_entry)
+from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, offered,  # noqa: E402
+                             parse_ccl_tests, parse_osu, reference_entry)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -138,9 +138,13 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     def metrics(self):
         raise NotImplementedError
 
+    def _metric(self, name):
+        return self.metric_at(name)[0]
+
     @run_after('init')
     def set_perf_variables(self):
-        self.perf_variables = {name: sn.make_performance_function(lambda n=name: self.metric_at(n)[0], unit)
+        # A bound method, not a closure: ReFrame copies the test per partition and environment.
+        self.perf_variables = {name: sn.make_performance_function(self._metric, unit, name)
                                for name, unit in self.metrics().items()}
 
     @run_before('performance')
@@ -163,7 +167,7 @@ class nccl_tests_run(ReferenceBenchmarkTest):
 
     descr = 'nccl-tests / rccl-tests reference benchmark'
     benchmark = parameter(['all_reduce_perf', 'all_gather_perf', 'alltoall_perf', 'sendrecv_perf'])
-    num_nodes = parameter(NODE_COUNTS)
+    num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'nccl_tests_nodes_{n}'))
     SUITE = 'nccl_tests'
 
     @run_after('init')
@@ -204,7 +208,7 @@ class osu_run(ReferenceBenchmarkTest):
 
     descr = 'OSU micro-benchmarks reference benchmark'
     benchmark = parameter(['osu_latency', 'osu_bw', 'osu_allreduce', 'osu_alltoall'])
-    num_nodes = parameter(NODE_COUNTS)
+    num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'osu_nodes_{n}'))
     SUITE = 'osu'
     PAIR_BENCHMARKS = ('osu_latency', 'osu_bw')
 

@@ -127,13 +127,19 @@ def _concretizer(where: str, concretizer: Any) -> Iterator[tuple[str, str]]:
 def _view(where: str, view: Any) -> Iterator[tuple[str, str]]:
     if isinstance(view, (bool, str)):
         return
-    if not isinstance(view, dict):
-        yield where, "must be true/false, a path, or named views"
+    yield from _named_entries(where, view, VIEW_KEYS, "root", "true/false, a path, or named views")
+
+
+def _named_entries(where: str, mapping: Any, allowed: frozenset[str], required: str,
+                   what: str) -> Iterator[tuple[str, str]]:
+    """A mapping of names to entries with `allowed` keys, `required` among them."""
+    if not isinstance(mapping, dict):
+        yield where, f"must be {what}"
         return
-    for name, descriptor in view.items():
-        yield from _unknown(f"{where}.{name}", descriptor, VIEW_KEYS)
-        if isinstance(descriptor, dict) and "root" not in descriptor:
-            yield f"{where}.{name}.root", "required"
+    for name, entry in mapping.items():
+        yield from _unknown(f"{where}.{name}", entry, allowed)
+        if isinstance(entry, dict) and required not in entry:
+            yield f"{where}.{name}.{required}", "required"
 
 
 def _repos(where: str, repos: Any) -> Iterator[tuple[str, str]]:
@@ -151,13 +157,7 @@ def _repos(where: str, repos: Any) -> Iterator[tuple[str, str]]:
 
 
 def _develop(where: str, develop: Any) -> Iterator[tuple[str, str]]:
-    if not isinstance(develop, dict):
-        yield where, "must be a mapping of package names"
-        return
-    for name, entry in develop.items():
-        yield from _unknown(f"{where}.{name}", entry, DEVELOP_KEYS)
-        if isinstance(entry, dict) and "spec" not in entry:
-            yield f"{where}.{name}.spec", "required"
+    yield from _named_entries(where, develop, DEVELOP_KEYS, "spec", "a mapping of package names")
 
 
 def _specs(where: str, specs: Any) -> Iterator[tuple[str, str]]:
@@ -179,6 +179,7 @@ class Recipe:
     dependencies: list[str] = field(default_factory=list)
     cmake_defines: set[str] = field(default_factory=set)  # first argument of self.define[_from_variant](...)
     variant_defines: dict[str, str] = field(default_factory=dict)  # define_from_variant: CMake name -> variant
+    cmake_values: dict[str, set[str]] = field(default_factory=dict)  # self.define(name, "literal") values
     spec_variants: set[str] = field(default_factory=set)  # variants read in the methods: spec.variants["x"]
 
 
@@ -204,8 +205,15 @@ def read_recipe(path: Path) -> Recipe:
             recipe.dependencies.append(literal)
         elif name in ("self.define", "self.define_from_variant") and isinstance(literal, str):
             recipe.cmake_defines.add(literal)
-            if name == "self.define_from_variant" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
-                recipe.variant_defines[literal] = node.args[1].value
+            second = node.args[1] if len(node.args) > 1 else None
+            values = [second] if isinstance(second, ast.Constant) else (
+                [second.body, second.orelse] if isinstance(second, ast.IfExp) else [])
+            for value in values:
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    if name == "self.define_from_variant":
+                        recipe.variant_defines[literal] = value.value
+                    else:
+                        recipe.cmake_values.setdefault(literal, set()).add(value.value)
     for node in ast.walk(cls):
         if (isinstance(node, ast.Subscript) and ast.unparse(node.value).endswith("variants")
                 and isinstance(node.slice, ast.Constant)):

@@ -1,29 +1,39 @@
-"""The ReFrame side on its own: site configurations built from site.yaml, the commbench check with
-references from partition extras, perflogs, and the documented plain `reframe ... -r` commands."""
+"""The ReFrame side on its own: site configurations built from site.yaml, the commbench checks with
+references from partition extras, knob defaults and env_vars overrides in every job, perflogs, the
+reference-benchmark checks, and the documented plain `reframe` commands on local and localslurm."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-from campaigns.site import available_sites, load_site
+from campaigns.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
+from campaigns.spec import COMMBENCH_NODE_COUNTS
+from fixtures_bench import CommbenchBuild
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).with_name("reframe")
 SITE_CONFIGS = REPO / "site_configs"
+CHECKS = REPO / "reframe_checks"
+NCCL_TESTS_OUTPUT = REPO / "results" / "reference" / "h200x4" / "run1" / "nccl-tests" / "all_reduce.txt"
+# Small and fast: every commbench check of a run below takes these.
+QUICK = ["-S", "iters=3", "-S", "warmup=1", "-S", "sizes=8,4096"]
 
 
-def reframe(config: Path, *args: str, prefix: Path, env: dict[str, str] | None = None,
+def reframe(config: Path | None, *args: str, prefix: Path, env: dict[str, str] | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`reframe -C config -c reframe_checks ARGS` with stage/output/perflogs/report under `prefix`."""
-    cmd = [str(REFRAME), "-C", str(config), "-c", str(REPO / "reframe_checks"), "--prefix", str(prefix),
+    """`reframe [-C config] -c reframe_checks ARGS` with stage/output/perflogs/report under `prefix`."""
+    cmd = [str(REFRAME), *(["-C", str(config)] if config else []), "-c", str(CHECKS), "--prefix", str(prefix),
            "--report-file", str(prefix / "report.json"), "--nocolor", *args]
     # TMPDIR: ReFrame's debug log (rfm-*.log) goes there.
     return subprocess.run(cmd, env={**(env or os.environ), "TMPDIR": str(prefix.parent)}, capture_output=True,
@@ -36,85 +46,252 @@ def perflog_rows(path: Path) -> list[dict[str, str]]:
     return [dict(zip(header, line.split("|"), strict=True)) for line in lines[1:]]
 
 
-def reframe_site_module() -> Any:
+def report_cases(prefix: Path) -> list[dict[str, Any]]:
+    report = json.loads((prefix / "report.json").read_text())
+    return [tc for run in report["runs"] for tc in run["testcases"] if not tc["fixture"]]
+
+
+def load_file(path: Path, name: str) -> ModuleType:
+    """Import a file as module `name` (a check file: ReFrame looks its classes up in sys.modules)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def copy_site(tmp_path: Path, name: str, edit: Any = None, source: str | None = None) -> Path:
+    """A copy of site_configs/<source or name> (site.yaml edited by `edit(data)`) whose reframe_config.py
+    loads it; returns the copy's reframe_config.py."""
+    site_dir = tmp_path / f"site-{name}"
+    site_dir.mkdir()
+    data = yaml.safe_load((SITE_CONFIGS / (source or name) / "site.yaml").read_text())
+    if edit:
+        edit(data)
+    (site_dir / "site.yaml").write_text(yaml.safe_dump(data))
+    (site_dir / "reframe_config.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(SITE_CONFIGS)!r})\n"
+        "from reframe_site import site_configuration_for\nsite_configuration = site_configuration_for(__file__)\n")
+    return site_dir / "reframe_config.py"
+
+
+def local_partition(data: dict[str, Any]) -> dict[str, Any]:
+    return data["systems"][0]["partitions"][0]
+
+
+def test_check_constants_agree_with_site_model_and_campaigns() -> None:
+    lib = load_file(CHECKS / "lib" / "commcamp_checks.py", "commcamp_checks_under_test")
+    commbench = load_file(CHECKS / "commbench.py", "commbench_checks_under_test")
+    assert tuple(lib.NODE_COUNTS) == NODE_COUNTS == COMMBENCH_NODE_COUNTS
+    assert tuple(commbench.CAMPAIGN_OPS) == COMMBENCH_OPS
+
+
+def test_transport_table_matches_commbench_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    """TRANSPORT_OPS mirrors `commbench --list` of every backend built here (cpu always; cuda and hip
+    when tests/test_commbench_gpu_build.py has built them): --list needs no GPU."""
+    table = load_file(CHECKS / "commbench.py", "commbench_checks_under_test").TRANSPORT_OPS
+    binaries = [commbench_builds["openmpi"].binary,
+                *(p for p in (REPO / "build" / "bench" / b / "commbench" for b in ("cuda", "hip")) if p.is_file())]
+    for binary in binaries:
+        listed = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True, timeout=30).stdout
+        transports = {m["name"]: tuple(m["ops"].split(","))
+                      for m in re.finditer(r"^transport (?P<name>\S+) ops (?P<ops>\S+)", listed, re.MULTILINE)}
+        assert transports, listed
+        for name, ops in transports.items():
+            assert set(table[name]) == set(ops), (binary, name)
+
+
+def test_reframe_configs_carry_site_data_as_extras_and_features() -> None:
     sys.path.insert(0, str(SITE_CONFIGS))
     try:
         import reframe_site
     finally:
         sys.path.remove(str(SITE_CONFIGS))
-    return reframe_site
-
-
-def test_reframe_configs_carry_site_data_as_extras() -> None:
-    reframe_site = reframe_site_module()
     for name in available_sites():
         site = load_site(name)
         config = reframe_site.site_configuration(site.directory / "site.yaml")
-        (system,) = config["systems"]
-        assert system["name"] == site.systems[0].name
-        for part, model in zip(system["partitions"], site.systems[0].partitions, strict=True):
-            assert part["extras"]["nodes"] == model.nodes
-            assert part["extras"]["gpus_per_node"] == model.node.gpus
-            assert part["extras"]["commbench"]["backend"] == model.commbench.backend
-            assert part["extras"]["commbench"]["references"] == [
-                ref.model_dump(exclude_defaults=True) | {"op": ref.op, "metric": ref.metric}
-                for ref in model.commbench.references]
-            assert "commbench" in part["features"]
-        assert {env["name"] for env in config["environments"]} == {env.name for env in site.environments}
+        for system, model in zip(config["systems"], site.systems, strict=True):
+            assert system["name"] == model.name
+            for part, part_model in zip(system["partitions"], model.partitions, strict=True):
+                commbench = part_model.commbench
+                assert commbench is not None
+                assert part["extras"]["nodes"] == part_model.nodes
+                assert part["extras"]["gpus_per_node"] == part_model.node.gpus
+                assert part["extras"]["commbench"]["transports"] == commbench.transports
+                assert {f"commbench_{t}" for t in commbench.transports} <= set(part["features"])
+                assert {f"commbench_nodes_{n}" for n in commbench.node_counts} <= set(part["features"])
+                assert set(part_model.reference_benchmarks) <= set(part["features"])
+                env = dict(part["env_vars"])
+                assert {k: str(v) for k, v in site.knobs.get("pinned", {}).items()}.items() <= env.items()
         assert config["general"][0]["report_file"].endswith("run-report-{sessionid}.json")
 
 
-def test_local_lists_every_op_and_node_count(tmp_path: Path) -> None:
-    result = reframe(SITE_CONFIGS / "local" / "reframe_config.py", "-l", prefix=tmp_path / "rfm")
+def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
+    """`-S env_vars=<JSON>` reaches the job script of every check (commbench and reference benchmarks)
+    over the site's knob defaults; knob_defaults=false leaves those out. Dry runs: scripts, no jobs."""
+    def edit(data: dict[str, Any]) -> None:
+        data["knobs"] = {"defaults": {"UCX_RNDV_THRESH": 8192, "UCX_TLS": "tcp,self"}}
+        local_partition(data)["reference_benchmarks"] = {"nccl_tests": {
+            "package": "nccl-tests", "dir_variable": "NCCL_TESTS_DIR", "node_counts": [1]}}
+    config = copy_site(tmp_path, "local", edit)
+    stand_in = tmp_path / "nccl-tests"
+    stand_in.mkdir()
+    for binary in ("all_reduce_perf", "all_gather_perf", "alltoall_perf", "sendrecv_perf"):
+        (stand_in / binary).write_text("#!/bin/sh\n")
+        (stand_in / binary).chmod(0o755)
+    env = {**os.environ, "NCCL_TESTS_DIR": str(stand_in)}
+    prefix = tmp_path / "override"
+    one_of_each = ["-n", "commbench_run%op=allreduce", "-n", "commbench_sweep%op=allreduce", "-n",
+                   "commbench_pairmatrix", "-n", "nccl_tests_run%benchmark=all_reduce_perf", "-p", "openmpi"]
+    result = reframe(config, "--dry-run", *one_of_each,
+                     "-S", 'env_vars={"UCX_RNDV_THRESH":"16384","COMMCAMP_PROBE":"a,b:c"}', prefix=prefix, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    for op in ("pingpong", "allreduce", "alltoall"):
-        for nodes in (1, 2):
-            assert f"commbench_run %op={op} %num_nodes={nodes}" in result.stdout
+    scripts = sorted((prefix / "stage").glob("local/cpu/*/*/rfm_job.sh"))
+    checks = {script.parent.name.rsplit("_", 1)[0] for script in scripts}
+    assert checks == {"commbench_run", "commbench_sweep", "commbench_pairmatrix", "nccl_tests_run"}
+    for script in scripts:
+        text = script.read_text()
+        assert "export UCX_RNDV_THRESH=16384" in text and "export COMMCAMP_PROBE=a,b:c" in text, script
+        assert "export UCX_TLS=tcp,self" in text, script  # the other default stays
+    prefix = tmp_path / "no-defaults"
+    result = reframe(config, "--dry-run", *one_of_each, "-S", "knob_defaults=false", prefix=prefix, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    scripts = list((prefix / "stage").glob("local/cpu/*/*/rfm_job.sh"))
+    assert scripts and not any("UCX_RNDV_THRESH" in script.read_text() for script in scripts)
 
 
-def test_references_from_extras_fail_and_perflog_says_so(tmp_path: Path) -> None:
-    """A site whose pingpong latency reference cannot be met: ReFrame fails the test case in its
-    performance stage, and the perflog line carries value, unit, reference, thresholds and results."""
-    site = yaml.safe_load((SITE_CONFIGS / "local" / "site.yaml").read_text())
-    site["systems"][0]["partitions"][0]["commbench"]["references"] = [
-        {"op": "pingpong", "metric": "small_latency", "bytes": 8, "value": 0.001, "upper": 0.5},
-        {"op": "pingpong", "metric": "large_goodput", "bytes": 64, "nodes": 1, "environ": "openmpi",
-         "value": 1e-6, "lower": -0.5},
-    ]
-    site_dir = tmp_path / "site"
-    site_dir.mkdir()
-    (site_dir / "site.yaml").write_text(yaml.safe_dump(site))
-    (site_dir / "reframe_config.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(SITE_CONFIGS)!r})\n"
-        "from pathlib import Path\nfrom reframe_site import site_configuration as build\n"
-        "site_configuration = build(Path(__file__).with_name('site.yaml'))\n")
+def test_references_and_expected_unsupported_transports_judge_the_run(tmp_path: Path) -> None:
+    """A reference the run cannot meet fails the test case in its performance stage (references for
+    another transport or rank count do not apply), and the perflog line says so. A transport the site
+    says must be unsupported (GPU-aware MPI on h200) fails when commbench measures it instead of
+    answering `unsupported` with exit code 4."""
+    def references(data: dict[str, Any]) -> None:
+        local_partition(data)["commbench"]["references"] = [
+            {"op": "pingpong", "metric": "small_latency", "bytes": 8, "ranks": 4, "value": 1e-6, "upper": 0.1},
+            {"op": "pingpong", "metric": "small_latency", "bytes": 8, "transport": "mpi", "value": 0.001,
+             "upper": 0.5},
+            {"op": "pingpong", "metric": "large_goodput", "bytes": 4096, "nodes": 1, "environ": "openmpi",
+             "value": 1e-6, "lower": -0.5},
+        ]
     prefix = tmp_path / "rfm"
-    result = reframe(site_dir / "reframe_config.py", "-n", "pingpong%num_nodes=1", "-p", "openmpi",
-                     "-S", "commbench_run.sizes=8,64", "-S", "commbench_run.iters=5", "-r", prefix=prefix)
+    result = reframe(copy_site(tmp_path, "local", references), "-n", "commbench_sweep%op=pingpong%transport=mpi"
+                     "%size_range=health", "-p", "openmpi", *QUICK, "-r", prefix=prefix)
     assert result.returncode == 1, result.stdout + result.stderr
-    (row,) = perflog_rows(prefix / "perflogs" / "local" / "cpu" / "commbench_run.log")
-    assert (row["result"], row["num_nodes"], row["num_tasks"], row["num_gpus_per_node"]) == ("fail", "1", "2", "0")
+    (row,) = perflog_rows(prefix / "perflogs" / "local" / "cpu" / "commbench_sweep.log")
+    assert (row["result"], row["num_nodes"], row["num_tasks"], row["num_gpus_per_node"], row["transport"]) == (
+        "fail", "1", "2", "0", "mpi")
     assert (row["small_latency_ref"], row["small_latency_upper_thres"], row["small_latency_result"]) == (
         "0.001", "0.5", "fail")
     assert (row["large_goodput_ref"], row["large_goodput_lower_thres"], row["large_goodput_result"]) == (
         "1e-06", "-0.5", "pass")
-    report = json.loads((prefix / "report.json").read_text())
-    (case,) = [tc for tc in report["runs"][0]["testcases"] if not tc["fixture"]]
+    (case,) = report_cases(prefix)
     assert case["fail_phase"] == "performance"
+
+    def unsupported(data: dict[str, Any]) -> None:
+        local_partition(data)["commbench"]["expect_unsupported"] = {"mpi": "pretend the MPI cannot"}
+    prefix = tmp_path / "rfm-unsupported"
+    result = reframe(copy_site(tmp_path, "local-unsupported", unsupported, source="local"), "-n",
+                     "commbench_pairmatrix", "-p", "openmpi", *QUICK, "-r", prefix=prefix)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (case,) = report_cases(prefix)
+    assert case["fail_phase"] == "sanity"
+    assert "commbench exited with code 0" in case["fail_reason"] and "expected 4" in case["fail_reason"]
+
+
+def test_reference_benchmarks_run_from_the_site_directory_or_skip_with_the_reason(tmp_path: Path) -> None:
+    """nccl-tests found through NCCL_TESTS_DIR run under the site's launcher and are judged like commbench
+    (stand-in: a script that prints the real 4-rank all_reduce_perf output of the H200 machine, rank 0
+    only, since no GPU is here); OSU where the site's directory has no binaries is skipped, saying so."""
+    stand_in = tmp_path / "nccl-tests" / "build"
+    stand_in.mkdir(parents=True)
+    binary = stand_in / "all_reduce_perf"
+    binary.write_text(f'#!/bin/sh\n[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] && cat {NCCL_TESTS_OUTPUT}\nexit 0\n')
+    binary.chmod(0o755)
+
+    def edit(data: dict[str, Any]) -> None:
+        local_partition(data)["reference_benchmarks"] = {
+            "nccl_tests": {"package": "nccl-tests", "dir_variable": "NCCL_TESTS_DIR", "tasks_per_node": 4,
+                           "node_counts": [1], "references": [
+                               {"benchmark": "all_reduce_perf", "metric": "large_busbw", "bytes": 4294967296,
+                                "value": 362, "lower": -0.1},
+                               {"benchmark": "all_reduce_perf", "metric": "small_latency", "bytes": 8,
+                                "value": 8.3, "upper": 0.5}]},
+            "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "no-osu"), "node_counts": [1]}}
+    prefix = tmp_path / "rfm"
+    result = reframe(copy_site(tmp_path, "local", edit), "-n", "nccl_tests_run%benchmark=all_reduce_perf", "-n",
+                     "osu_run%benchmark=osu_latency", "-p", "openmpi", "-r", prefix=prefix,
+                     env={**os.environ, "NCCL_TESTS_DIR": str(stand_in.parent)})
+    # 23.58 us at 8 B (nccl-tests' first-size warm-up) misses the 8.3 us reference by more than 50%
+    assert result.returncode == 1, result.stdout + result.stderr
+    cases = {tc["display_name"].split()[0]: tc for tc in report_cases(prefix)}
+    assert cases["osu_run"]["result"] == "skip"
+    # ReFrame's report has no skip reason; its output line has: [ SKIP ] ... [reason]
+    assert re.search(r"SKIP .* osu_run .*\[osu-micro-benchmarks is not available on local:cpu: no executable "
+                     rf"osu_latency in {re.escape(str(tmp_path / 'no-osu'))}\]", result.stdout), result.stdout
+    nccl = cases["nccl_tests_run"]
+    assert (nccl["result"], nccl["fail_phase"]) == ("fail", "performance")
+    perf = {name.split(":")[-1]: values for name, values in nccl["perfvalues"].items()}
+    assert perf["large_busbw"][:2] == [362.38, 362]
+    assert perf["small_latency"][:2] == [23.58, 8.3]
+    job = next((prefix / "stage").glob("local/cpu/openmpi/nccl_tests_run_*/rfm_job.sh")).read_text()
+    assert re.search(rf' -n 4 {re.escape(str(binary))} -g 1 -c 1\n', job), job
 
 
 @pytest.mark.slurm
-def test_plain_reframe_on_localslurm_two_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    """The documented site command; -S only shrinks the sizes and iterations to keep the test fast."""
+def test_localslurm_suite_on_two_and_three_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """The health suite's multi-node cases on the local Slurm cluster (3 nodes): sweeps on 2 and 3 nodes
+    (pingpong only on 2) and the pair matrix of every node, through the site's env.sh."""
+    env = dict(slurm_cluster.env)
+    env["RFM_CONFIG_FILES"] = str(SITE_CONFIGS / "localslurm" / "reframe_config.py")
     prefix = tmp_path / "rfm"
-    result = reframe(SITE_CONFIGS / "localslurm" / "reframe_config.py", "-S", "commbench_run.max_bytes=65536",
-                     "-S", "commbench_run.iters=10", "-S", "commbench_run.time_limit=1m", "-r",
-                     prefix=prefix, env=slurm_cluster.env)
+    # Performance is not what this test is about (the host is shared; references are tested above).
+    result = reframe(None, "-t", "health", "-n", "%num_nodes=(2|3)", "-p", "openmpi", *QUICK,
+                     "-S", "time_limit=2m", "--skip-performance-check", "-r", prefix=prefix, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASSED" in result.stdout
-    report = json.loads((prefix / "report.json").read_text())
-    runs = [tc for tc in report["runs"][0]["testcases"] if not tc["fixture"]]
-    assert len(runs) == 12 and {tc["result"] for tc in runs} == {"pass"}
-    for tc in runs:
-        assert len(tc["job_nodelist"]) == tc["num_nodes"]
-        assert set(tc["job_nodelist"]) <= set(slurm_cluster.nodes)
+    cases = report_cases(prefix)
+    assert sorted(tc["display_name"] for tc in cases) == sorted(
+        [f"commbench_pairmatrix %transport=mpi %num_nodes={n}" for n in (2, 3)] +
+        [f"commbench_sweep %op={op} %transport=mpi %size_range=health %num_nodes={n}"
+         for op, n in (("allreduce", 2), ("alltoall", 2), ("pingpong", 2), ("allreduce", 3), ("alltoall", 3))])
+    for tc in cases:
+        assert tc["result"] == "pass"
+        assert len(tc["job_nodelist"]) == tc["num_nodes"] and set(tc["job_nodelist"]) <= set(slurm_cluster.nodes)
+    records = [json.loads(line) for path in
+               (prefix / "output").glob("localslurm/debug/openmpi/commbench_pairmatrix_*/commbench.jsonl")
+               for line in path.open()]
+    records = [r for r in records if r["ranks"] == 6]
+    assert records and len(set(records[0]["hostnames"])) == 3
+    # one pair per node (2 ranks each), never across nodes
+    assert {(r["pair"]["src"], r["pair"]["dst"]) for r in records} == {(0, 1), (2, 3), (4, 5)}
+
+
+def test_env_file_makes_plain_reframe_find_the_configuration(tmp_path: Path) -> None:
+    """`. site_configs/local/env.sh; reframe -c reframe_checks -l` (no -C): RFM_CONFIG_FILES does it."""
+    shell = (f". {SITE_CONFIGS / 'local' / 'env.sh'} && TMPDIR={tmp_path} {REFRAME} -c {CHECKS} "
+             f"--prefix {tmp_path / 'rfm'} -t health -l")
+    result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300, check=False,
+                            cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "RFM_CONFIG_FILES"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "commbench_pairmatrix %transport=mpi %num_nodes=1" in result.stdout
+
+
+def test_spack_build_installs_the_site_environment_and_links_the_binary(tmp_path: Path) -> None:
+    """`commbench.build: spack` (Alps): the build fixture installs the site's Spack environment and links
+    the installed commbench into its stage directory, which the runs execute (dry run: no Spack here)."""
+    def edit(data: dict[str, Any]) -> None:
+        local_partition(data)["commbench"].update(build="spack", spack_env="spack_env/local",
+                                                  spack_spec="commbench ^openmpi")
+    prefix = tmp_path / "rfm"
+    result = reframe(copy_site(tmp_path, "local", edit), "--dry-run", "-n", "commbench_pairmatrix", "-p", "openmpi",
+                     prefix=prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    build_dir = next((prefix / "stage").glob("local/cpu/openmpi/commbench_build_*"))
+    build = (build_dir / "rfm_build.sh").read_text()
+    env_dir = REPO / "spack_env" / "local"
+    assert f"spack -e {env_dir} install --fail-fast -j 2\n" in build, build
+    assert f'ln -sf "$(spack -e {env_dir} location -i commbench ^openmpi)/bin/commbench" commbench' in build
+    job = next((prefix / "stage").glob("local/cpu/openmpi/commbench_pairmatrix_*/rfm_job.sh")).read_text()
+    assert f" {build_dir / 'commbench'} --op pairmatrix " in job

@@ -9,7 +9,9 @@ holds no site-specific value.
 """
 import re
 
+import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
+from reframe.core.exceptions import ReframeFatalError
 
 # The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
@@ -22,11 +24,34 @@ FAILED_JOB_STATES = {'BOOT_FAIL', 'CANCELLED', 'DEADLINE', 'FAILED', 'FAILURE', 
 _ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 
 
-def largest_node_count(test, feature):
-    '''The most nodes any partition of the current system offers for checks that select `feature`
-    (0 if none does); used at init to drop test variants no partition can run.'''
-    return max((part.extras.get('nodes', 0) for part in test.current_system.partitions
-                if feature in part.features), default=0)
+def _partitions():
+    """The partitions of the system ReFrame runs for (only the named one with --system SYS:PART), or None
+    outside a ReFrame run (a check file imported by the tests)."""
+    try:
+        return list(rt.runtime().system.partitions)
+    except ReframeFatalError:
+        return None
+
+
+def offered(values, feature):
+    """The parameter values some partition of the current system offers: those whose `feature(value)` is
+    one of its features (all values outside a ReFrame run). Check files are loaded after ReFrame read the
+    site configuration, so parameters follow the site and no impossible variant is built only to be
+    dropped (ReFrame's per-instance cost adds up over thousands of variants)."""
+    partitions = _partitions()
+    if partitions is None:
+        return list(values)
+    features = {name for part in partitions for name in part.features}
+    return [value for value in values if feature(value) in features]
+
+
+def node_counts_up_to_partition_size(feature):
+    """NODE_COUNTS up to the most nodes a partition with `feature` has (all outside a ReFrame run)."""
+    partitions = _partitions()
+    if partitions is None:
+        return list(NODE_COUNTS)
+    largest = max((part.extras.get('nodes', 0) for part in partitions if feature in part.features), default=0)
+    return [n for n in NODE_COUNTS if n <= largest]
 
 
 def apply_site_environment(test, job_options=(), launcher_options=()):

@@ -1,0 +1,238 @@
+"""Site configurations: `commcamp site check` on every site and on broken copies (errors by file, line
+and key), every site's ReFrame configuration loading and listing the expected checks per
+system:partition (remote sites: list only, the system named with --system), and
+site_configs/h200/run-suite.sh here (dry run of the h200 suite; a real run against site local)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from campaigns import site as site_module
+from campaigns.cli import app
+from campaigns.site import NVLINK_MULTICAST_OFF, available_sites, check_site, load_site
+from test_reframe_checks import REPO, SITE_CONFIGS, reframe, report_cases
+
+LMOD_CMD = Path("/usr/share/lmod/lmod/libexec/lmod")  # Debian's lmod (Makefile APT_PACKAGES)
+VENV_BIN = REPO / ".venv" / "bin"
+
+
+def commcamp(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_every_site_passes_site_check() -> None:
+    code, out, err = commcamp("site", "check", "--all")
+    assert code == 0, out + err
+    assert out.splitlines() == [f"site {name}: ok" for name in available_sites()]
+    assert {"alps", "leonardo", "lumi", "generic-slurm", "local", "localslurm", "h200"} <= set(available_sites())
+
+
+@pytest.fixture
+def site_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """site_configs/ copied to tmp_path (without the Slurm cluster scripts), and campaigns.site using it."""
+    copy = tmp_path / "site_configs"
+    shutil.copytree(SITE_CONFIGS, copy, ignore=shutil.ignore_patterns("cluster", "knobs", "__pycache__"))
+    monkeypatch.setattr(site_module, "SITE_CONFIGS_DIR", copy)
+    return copy
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), start=1) if text in line)
+
+
+def test_h200_without_nvlink_multicast_off_fails_the_check(site_copies: Path) -> None:
+    site_yaml = site_copies / "h200" / "site.yaml"
+    line = line_of(site_yaml, "env_vars:")
+    edit(site_yaml, '          TORCH_SYMM_MEM_DISABLE_MULTICAST: "1"\n', "")
+    (problem,) = check_site("h200")
+    assert problem.startswith(f"{site_yaml}:")
+    assert "systems[0].partitions[0]: the GPUs can use NVLink multicast" in problem
+    assert "env_vars must set TORCH_SYMM_MEM_DISABLE_MULTICAST=1" in problem
+    assert int(problem.split(":")[1]) < line  # the partition's line
+    assert NVLINK_MULTICAST_OFF == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                                    "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -> None:
+    site_yaml = site_copies / "h200" / "site.yaml"
+    edit(site_yaml, "choices: [Ring, Tree, PAT]", "choices: [Ring, Tree, Chain]")
+    (problem,) = check_site("h200")
+    assert problem.startswith(f"{site_yaml}: knobs.restrict.NCCL_ALGO.choices: ")
+    assert "'Chain' is not one of" in problem
+
+    local_yaml = site_copies / "local" / "site.yaml"
+    edit(local_yaml, "        max_jobs: 1\n", "        max_jobz: 1\n")
+    (site_copies / "local" / "env.sh").unlink()
+    problems = check_site("local")
+    assert problems == [f"{local_yaml}:{line_of(local_yaml, 'max_jobz')}: systems[0].partitions[0].max_jobz: "
+                        "unknown field"]
+    edit(local_yaml, "        max_jobz: 1\n", "        max_jobs: 1\n")
+    (problem,) = check_site("local")
+    assert problem.startswith(f"{site_copies / 'local' / 'env.sh'}: missing")
+
+    config = site_copies / "localslurm" / "reframe_config.py"
+    config.write_text(config.read_text() + "site_configuration['systems'][0]['partitions'][0]['max_jobs'] = 'many'\n")
+    assert check_site("localslurm") == [f"{config}: systems.0.partitions.0.max_jobs: 'many' is not of type 'number'"]
+    config.write_text("raise RuntimeError('broken on purpose')\n")
+    (problem,) = check_site("localslurm")
+    assert problem.startswith(f"{config}: cannot load: ") and "broken on purpose" in problem
+
+    manifest = REPO / "spack_env" / "alps" / "spack.yaml"
+    assert check_site("alps") == []
+    alps_yaml = site_copies / "alps" / "site.yaml"
+    edit(alps_yaml, "spack_env: spack_env/alps", "spack_env: spack_env/nowhere")
+    assert check_site("alps") == [f"{REPO / 'spack_env' / 'nowhere' / 'spack.yaml'}: missing (a partition of site "
+                                  "'alps' builds commbench with Spack)"]
+    assert manifest.is_file()
+
+
+def test_site_cli_exit_codes(site_copies: Path) -> None:
+    assert commcamp("site", "check", "mars")[0] == 2
+    assert commcamp("site", "check")[0] == 2
+    assert commcamp("site", "check", "local", "--all")[0] == 2
+    edit(site_copies / "h200" / "site.yaml", "nodes: 1\n", "nodes: 0\n")
+    code, out, err = commcamp("site", "check", "--all")
+    assert code == 1
+    assert "site h200: 1 problem(s)" in err and "systems[0].partitions[0].nodes" in err
+    assert "site local: ok" in out
+    assert commcamp("site", "show", "h200")[0] == 2
+    code, out, _ = commcamp("site", "list")
+    assert code == 0 and "invalid" in out
+
+
+def test_site_show_gives_the_nominal_bandwidths() -> None:
+    code, out, err = commcamp("site", "show", "h200")
+    assert code == 0, out + err
+    assert "GPU pair 478 (unverified), NIC -, host<->device 63 (unverified)" in out
+    assert "nccl 2.28.3 (verified" in out and "commbench references: 47" in out
+    code, out, err = commcamp("site", "show", "lumi")
+    assert code == 0 and "GPU pair 50-200 (unverified)" in out
+
+
+# Per site: --system to name, test names that must be listed, and names that must not be.
+LISTINGS = {
+    "local": ("local:cpu", ["commbench_sweep %op=allgather %transport=mpi %size_range=large %num_nodes=1",
+                            "commbench_pairmatrix %transport=mpi %num_nodes=1",
+                            "commbench_run %op=pingpong %num_nodes=1"],
+              ["num_nodes=2", "nccl_tests_run", "osu_run", "commbench_hostdevice"]),
+    "localslurm": ("localslurm:debug", ["commbench_sweep %op=allreduce %transport=mpi %size_range=health %num_nodes=3",
+                                        "commbench_pairmatrix %transport=mpi %num_nodes=3",
+                                        "commbench_run %op=alltoall %num_nodes=3"],
+                   ["commbench_sweep %op=pingpong %transport=mpi %size_range=health %num_nodes=3", "num_nodes=4"]),
+    "h200": ("h200:gpu", ["commbench_hostdevice %op=h2d", "nccl_tests_run %benchmark=all_reduce_perf %num_nodes=1",
+                          "commbench_sweep %op=alltoall %transport=d2d %size_range=health %num_nodes=1",
+                          "commbench_pairmatrix %transport=mpi %num_nodes=1"],
+             ["num_nodes=2", "osu_run", "commbench_sweep %op=allreduce %transport=d2d "]),
+    "alps": ("daint:normal", ["nccl_tests_run %benchmark=sendrecv_perf %num_nodes=2",
+                              "osu_run %benchmark=osu_bw %num_nodes=2",
+                              "commbench_sweep %op=allreduce %transport=ccl %size_range=health %num_nodes=2"],
+             ["commbench_sweep %op=pingpong %transport=d2d %size_range=health %num_nodes=2"]),
+    "leonardo": ("leonardo:booster", ["commbench_hostdevice %op=d2h", "commbench_run %op=bcast %num_nodes=16",
+                                      "nccl_tests_run %benchmark=all_reduce_perf %num_nodes=2"],
+                 ["commbench_sweep %op=allreduce %transport=ccl %size_range=health %num_nodes=3", "num_nodes=32"]),
+    "lumi": ("lumi:standard-g", ["nccl_tests_run %benchmark=alltoall_perf %num_nodes=2",
+                                 "commbench_pairmatrix %transport=d2d-kernel %num_nodes=1"],
+             ["commbench_pairmatrix %transport=ccl %num_nodes=3"]),
+    "generic-slurm": ("cluster:compute", ["osu_run %benchmark=osu_allreduce %num_nodes=2",
+                                          "commbench_sweep %op=bcast %transport=mpi %size_range=small %num_nodes=2"],
+                      ["commbench_hostdevice", "nccl_tests_run", "transport=ccl"]),
+}
+
+
+def test_every_site_has_a_listing_case() -> None:
+    assert set(LISTINGS) == set(available_sites())
+
+
+@pytest.mark.parametrize("site", sorted(LISTINGS))
+def test_reframe_lists_the_suite_of_each_site(site: str, tmp_path: Path) -> None:
+    system, expected, absent = LISTINGS[site]
+    assert f"{system.split(':')[0]}" in [s.name for s in load_site(site).systems]
+    env = dict(os.environ)
+    if load_site(site).systems[0].modules_system == "lmod":
+        if not LMOD_CMD.exists():
+            pytest.skip(f"{site} uses Lmod and {LMOD_CMD} is not installed (make system-deps)")
+        env["LMOD_CMD"] = str(LMOD_CMD)
+    result = reframe(SITE_CONFIGS / site / "reframe_config.py", "--system", system, "-l", prefix=tmp_path / "rfm",
+                     env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    listed = {line[2:].rsplit(" /", 1)[0] for line in result.stdout.splitlines() if line.startswith("- ")}
+    for name in expected:
+        assert name in listed, (name, sorted(listed))
+    for fragment in absent:
+        assert not [name for name in listed if fragment in name], fragment
+
+
+def test_show_config_of_the_gpu_machine(tmp_path: Path) -> None:
+    result = reframe(SITE_CONFIGS / "h200" / "reframe_config.py", "--show-config=systems/0/partitions/0/env_vars",
+                     prefix=tmp_path / "rfm")
+    assert result.returncode == 0, result.stdout + result.stderr
+    env = dict(json.loads(result.stdout[result.stdout.index("["):result.stdout.rindex("]") + 1]))
+    assert {k: env[k] for k in NVLINK_MULTICAST_OFF} == NVLINK_MULTICAST_OFF
+
+
+def run_suite(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """site_configs/h200/run-suite.sh with this venv's python3 first in PATH (it imports reframe)."""
+    full_env = {**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}", **(env or {})}
+    full_env.pop("RFM_CONFIG_FILES", None)
+    return subprocess.run([str(SITE_CONFIGS / "h200" / "run-suite.sh"), *args, str(out)], capture_output=True,
+                          text=True, timeout=600, check=False, cwd=REPO, env=full_env)
+
+
+def bundle_names(out: Path) -> list[str]:
+    with tarfile.open(out / "suite.tar.gz") as bundle:
+        return bundle.getnames()
+
+
+def test_h200_suite_dry_run_writes_safe_job_scripts(tmp_path: Path) -> None:
+    """The GPU machine's suite as job scripts (nothing runs): 22 health test cases, every job exports
+    the NVLink-multicast switches and starts 4 ranks (2 for pingpong) with mpirun; nccl-tests, absent
+    here, is skipped with its reason."""
+    out = tmp_path / "out"
+    result = run_suite(out, "--dry-run", env={"NCCL_TESTS_DIR": str(tmp_path / "no-nccl-tests")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases = report_cases(out)
+    assert len(cases) == 22
+    skipped = [tc["display_name"] for tc in cases if tc["result"] == "skip"]
+    assert skipped == ["nccl_tests_run %benchmark=all_reduce_perf %num_nodes=1"]
+    assert "no executable all_reduce_perf in" in result.stdout
+    scripts = list((out / "rfm" / "stage").glob("h200/gpu/openmpi-cuda/*/rfm_job.sh"))
+    assert len(scripts) == 21
+    for script in scripts:
+        text = script.read_text()
+        for name, value in NVLINK_MULTICAST_OFF.items():
+            assert f"export {name}={value}\n" in text, script
+        assert ("mpirun -np 2 " if "pingpong" in text.split("--op ")[1][:9] else "mpirun -np 4 ") in text, script
+    build = next((out / "rfm" / "stage").glob("h200/gpu/openmpi-cuda/commbench_build_*/rfm_build.sh")).read_text()
+    assert "-DCOMMBENCH_BACKEND=cuda" in build and "-DCOMMBENCH_CUDA_ARCHS=90" in build
+    names = bundle_names(out)
+    assert {"report.json", "machine.txt", "reframe.out"} <= set(names)
+    assert not [n for n in names if "/build/" in n]
+
+
+def test_run_suite_runs_a_site_and_bundles_the_results(tmp_path: Path) -> None:
+    """The script's whole path on site local (no GPU here): ReFrame runs the health suite, the report,
+    perflogs and every commbench.jsonl land in OUTDIR and in its bundle."""
+    out = tmp_path / "out"
+    result = run_suite(out, env={"COMMCAMP_SUITE_SITE": "local"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases: list[dict[str, Any]] = report_cases(out)
+    assert len(cases) == 8 and {tc["result"] for tc in cases} == {"pass"}
+    names = bundle_names(out)
+    assert "rfm/perflogs/local/cpu/commbench_sweep.log" in names
+    assert len([n for n in names if n.endswith("/commbench.jsonl")]) == 8
+    assert "reframe exit status 0" in (out / "reframe.out").read_text()
