@@ -369,6 +369,8 @@ class FinalizeSpec(_Model):
 
     enabled: bool = True
     candidates: int = Field(default=2, ge=1, le=6, description="k best distinct settings re-measured")
+    max_candidates: int | None = Field(default=None, ge=1, description=(
+        "cap on all candidates: the k best, then each size bucket's best, then the simplified best"))
     alpha: float = Field(default=0.01, gt=0, lt=0.5)
     min_effect: float = Field(default=0.03, ge=0)
     rounds: int = Field(default=10, ge=2)
@@ -614,7 +616,7 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
     fin = setup.spec.finalize
     thresholds = Thresholds(alpha=fin.alpha, min_effect=fin.min_effect, rounds=fin.rounds)
-    found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)
+    found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
     from tuners.finalize import rounds_needed
 
     keep = len(found)
