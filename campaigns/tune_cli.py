@@ -265,8 +265,10 @@ def register(app: typer.Typer) -> None:
         started = time.monotonic()
         try:
             spec_obj = build_spec(spec, fields)
+            # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
-                                                   "publish_dir": publish_dir})
+                                                   "publish_dir": publish_dir,
+                                                   "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             setup = prepare(spec_obj)
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
