@@ -80,7 +80,7 @@ _LOADER = """
 
 
 def _figure_html(fig: go.Figure) -> str:
-    fig.update_layout(template="plotly_white", margin=dict(l=60, r=20, t=50, b=50))
+    fig.update_layout(template="plotly_white", margin=dict(l=60, r=40, t=50, b=50), modebar_orientation="v")
     if fig.layout.height is None:
         fig.update_layout(height=420)
     # "</" inside a script element would end it; "<\/" is the same JSON string.
@@ -212,6 +212,7 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         records = frame[frame["run_id"] == run.id]
         for (metric, size), value in run_metrics(records).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
+                           "placement": run.placement,
                            "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ,
                            "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0]})
     if not points:
@@ -231,7 +232,8 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
             fig.add_hline(y=ref.value, line_dash="dot", line_color="green")
         fig.add_hline(y=float(rows["value"].median()), line_dash="dash", line_color="#888",
                       annotation_text="median of the nights shown")
-        fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n: {metric} @ {size} B",
+        where = "" if first["placement"] == "any" else f" {first['placement']}"
+        fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B",
                           showlegend=False, height=320)
         fig.update_xaxes(type="category", title="night")
         fig.update_yaxes(title=METRICS[metric][2])
@@ -291,8 +293,9 @@ def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
         "id": run.id, "run_key": run.run_key, "status": run.status, "environ": run.environ,
         "num_nodes": run.num_nodes, "op": run.parameters.get("op"), "tag": run.parameters.get("tag"),
         "pair": bool(run.parameters.get("nodelist")), "network_distance": run.parameters.get("network_distance"),
-        "series": run.run_key.rsplit("@", 1)[0]} for run in runs],
-        columns=["id", "run_key", "status", "environ", "num_nodes", "op", "tag", "pair", "network_distance", "series"])
+        "placement": run.parameters.get("placement", "any"), "series": run.run_key.rsplit("@", 1)[0]} for run in runs],
+        columns=["id", "run_key", "status", "environ", "num_nodes", "op", "tag", "pair", "network_distance",
+                 "placement", "series"])
 
 
 def site_references(sites: list[str]) -> list[Reference]:
