@@ -1,6 +1,7 @@
 """The nightly health check for real on the local Slurm cluster: one node's link is throttled with a tc
 token bucket on its veth (real packets, real slowdown), the verdict must fail and name that node after
-pairwise isolation; with the throttle gone the same night resumes and is healthy.
+pairwise isolation; with the throttle gone the same night resumes and is healthy. The results store is
+the session's PostgreSQL server.
 
 (The kernel here has no netem; tbf is what `tc` offers. The throttle is removed in every case.)"""
 from __future__ import annotations
@@ -56,10 +57,12 @@ def health_run(cluster: SlurmCluster, spec: Path, tmp_path: Path, db: str) -> tu
 
 
 @pytest.mark.slurm
-def test_throttled_node_is_named_and_the_night_recovers(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+@pytest.mark.postgres
+def test_throttled_node_is_named_and_the_night_recovers(slurm_cluster: SlurmCluster, postgres_url: str,
+                                                        tmp_path: Path) -> None:
     spec = tmp_path / "health.yaml"
     spec.write_text(SPEC)
-    db = f"sqlite:///{tmp_path / 'results.db'}"
+    db = postgres_url  # the store on the real PostgreSQL server (commcamp runs in the root namespace)
     node1, node2, bad = slurm_cluster.nodes[:3]
     veth = slurm_cluster.veths[bad]
     subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "1mbit", "burst", "32kbit",
