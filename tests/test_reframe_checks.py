@@ -295,3 +295,24 @@ def test_spack_build_installs_the_site_environment_and_links_the_binary(tmp_path
     assert f'ln -sf "$(spack -e {env_dir} location -i commbench ^openmpi)/bin/commbench" commbench' in build
     job = next((prefix / "stage").glob("local/cpu/openmpi/commbench_pairmatrix_*/rfm_job.sh")).read_text()
     assert f" {build_dir / 'commbench'} --op pairmatrix " in job
+
+
+def test_an_expected_nonzero_exit_is_not_a_failed_job() -> None:
+    """ReFrame's local scheduler (and Slurm) report a job whose program exited non-zero as FAILURE/FAILED:
+    when the check expects that exit code (an unsupported transport, exit 4) the job still ended normally;
+    a job killed by its scheduler never did."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(REPO / "reframe_checks"))
+    from lib.commcamp_checks import assert_job_ended
+    from reframe.core.exceptions import SanityError
+
+    def job(state: str, exitcode: int) -> SimpleNamespace:
+        return SimpleNamespace(job=SimpleNamespace(state=state, exitcode=exitcode), time_limit="1m")
+
+    assert_job_ended(job("FAILURE", 4), "commbench", 4)
+    assert_job_ended(job("COMPLETED", 0), "commbench", 0)
+    for state, exitcode, expected in [("FAILURE", 4, 0), ("FAILURE", 1, 4), ("NODE_FAIL", 4, 4),
+                                      ("FAILED", 0, 0), ("TIMEOUT", 0, 0), ("CANCELLED", 4, 4)]:
+        with pytest.raises(SanityError):
+            assert_job_ended(job(state, exitcode), "commbench", expected)

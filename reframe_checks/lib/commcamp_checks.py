@@ -85,7 +85,10 @@ def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
     meaning = (exit_codes or {}).get(exitcode, 'unexpected')
     sn.evaluate(sn.assert_eq(exitcode, expected_exitcode,
                              msg=f'{program} exited with code {{0}} ({meaning}), expected {{1}}'))
-    sn.evaluate(sn.assert_false(states & FAILED_JOB_STATES, msg=f'the job ended in state {test.job.state}'))
+    # An expected non-zero exit code is itself reported as the state FAILED (Slurm) or FAILURE (local).
+    exit_states = {'FAILED', 'FAILURE'} if expected_exitcode != 0 else set()
+    sn.evaluate(sn.assert_false((states & FAILED_JOB_STATES) - exit_states,
+                                msg=f'the job ended in state {test.job.state}'))
 
 
 # nccl-tests / rccl-tests: "#  Rank  0 Group  0 Pid   5108 on         vm device  0 [0000:00:06] NVIDIA H200"
