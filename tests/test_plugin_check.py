@@ -210,3 +210,68 @@ def test_refuses_non_empty_output_dir_and_bad_rounds(stub_nccl_tests: Path, tmp_
     assert (outdir / "keep.txt").read_text() == "earlier results\n"
     result = run_gpu_script(stub_nccl_tests, tmp_path / "fresh", ROUNDS="zero")
     assert result.returncode == 2 and "ROUNDS=zero" in result.stderr
+
+
+COMPARE = REPO / "bench_src" / "nccl_tuner" / "scripts" / "compare_busbw.py"
+GPU_RUN = REPO / "results" / "tuning" / "gpu-h200x4" / "plugin" / "check"
+
+
+def nccl_tests_output(times_us: dict[int, float]) -> str:
+    rows = [f"{size:12d} {size // 4:12d} float sum -1 {t:8.2f} 0.00 0.00 0 {t:8.2f} 0.00 0.00 0"
+            for size, t in times_us.items()]
+    return "# nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize(("sizes", "slow_index", "judged"), [
+    ((8, 32, 128), 0, False),  # the sweep's first size: reported, not judged
+    ((8, 32, 128), 1, True),
+    ((8,), 0, True),  # nothing else to judge: the only size counts
+])
+def test_the_first_size_of_a_sweep_is_reported_but_not_judged(
+        tmp_path: Path, sizes: tuple[int, ...], slow_index: int, judged: bool) -> None:
+    """The baseline 40% slower at one size in every round (apart from case 2's times, beyond the noise
+    band): a problem unless it is the first size of a sweep with more than one size."""
+    manifest = []
+    for round_ in (1, 2, 3):
+        for case, config in (("1-baseline", "-"), ("2-empty-config", "empty.csv")):
+            slow = 1.4 if case == "1-baseline" else 1.0
+            times = {s: (26.0 + round_ / 10) * (slow if i == slow_index else 1.0) for i, s in enumerate(sizes)}
+            (tmp_path / f"{case}.r{round_}.out").write_text(nccl_tests_output(times))
+            if config != "-":
+                (tmp_path / f"{case}.r{round_}.nccl-debug.h.1.log").write_text(
+                    "h:1:1 [0] NCCL INFO TUNER/Plugin: Using commcamp (v5)\n"
+                    "h:1:1 [0] NCCL INFO TUNER/commcamp: 0 rules from empty.csv (0 bad lines skipped)\n")
+            manifest.append(f"{case}\t{round_}\t0\t{config}\t{case}")
+    (tmp_path / "cases.tsv").write_text("\n".join(manifest) + "\n")
+    result = subprocess.run([sys.executable, str(COMPARE), str(tmp_path)], capture_output=True, text=True,
+                            timeout=60)
+    slow_size = sizes[slow_index]
+    rows = [r for r in csv.DictReader(open(tmp_path / "comparison.csv"))
+            if r["case"] == "2-empty-config" and int(r["size_bytes"]) == slow_size]
+    assert {(r["verdict"], r["judged"]) for r in rows} == {("+", "1" if judged else "0")}
+    if judged:
+        assert result.returncode == 1, result.stdout
+        assert f"PROBLEMS: empty config differs from no plugin beyond noise at {slow_size} B" in result.stdout
+        assert "not judged" not in result.stdout
+    else:
+        assert result.returncode == 0, result.stdout
+        assert "first size 8 B: faster 1.40x [3%], reported, not judged (warm-up-affected)" in result.stdout
+        assert "the sweep's first size (8 B) follows nccl-tests' warm-up" in result.stdout
+        assert "RESULT: all cases ok" in result.stdout
+
+
+def test_gpu_run_reevaluated_is_what_the_code_says(tmp_path: Path) -> None:
+    """The committed plugin check of the 4x H200 run (results/tuning/gpu-h200x4): its original verdict
+    failed case 3 at 8 B only; the committed re-evaluation is this code's output on the same raw files."""
+    assert "PROBLEMS: sizes below 128 MiB changed beyond noise: 8 B" in (GPU_RUN / "comparison.txt").read_text()
+    copy = tmp_path / "check"
+    copy.mkdir()
+    for path in GPU_RUN.iterdir():
+        if path.name == "cases.tsv" or path.suffix in (".out", ".log"):
+            (copy / path.name).write_bytes(path.read_bytes())
+    result = subprocess.run([sys.executable, str(COMPARE), str(copy)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout
+    assert result.stdout == (GPU_RUN / "comparison-reevaluated.txt").read_text()
+    assert (copy / "comparison.csv").read_text() == (GPU_RUN / "comparison-reevaluated.csv").read_text()
+    assert "first size 8 B: faster 1.41x [34%], reported, not judged" in result.stdout
+    assert "128 MiB                615.15       616.97 1.00[3]=      2061.75 0.30[3]-" in result.stdout

@@ -13,6 +13,13 @@ faster or `-` slower when the ratio is outside the band AND the two cases' times
 time of one below every time of the other), else `=` equal within noise. With one round the band is
 the floor only.
 
+The sweep's first size is reported with its verdict but never counts as a problem: it is the first
+timed measurement of every nccl-tests run and comes straight after the warm-up of the largest sizes
+(nccl-tests 2.19 TimeTest warms up every size from -b to -e, doubling, then times from -b up). On the
+4x H200 machine one baseline run's 8 B out-of-place time was 37.23 us against 25.32 us in-place at the
+same size; it became the baseline's median over 3 rounds and made a case "faster" at 8 B
+(results/tuning/gpu-h200x4/RESULTS.md). With one size only, that size is judged.
+
 Exit status 1 if a run crashed, timed out, printed no results, reported wrong elements, did not load
 (or unexpectedly loaded) the commcamp plugin, or a case broke its expectation: 2 (empty config) equal at
 every size; 3 (4 channels >= 128 MiB) slower at every size >= 128 MiB and equal below; 5a never slower.
@@ -76,6 +83,7 @@ class Case:
     runs: list[Run] = field(default_factory=list)
     reference: str | None = None
     verdicts: dict[int, tuple[float, float, str]] = field(default_factory=dict)  # size -> (ratio, band, verdict)
+    warmup_size: int | None = None  # the sweep's first size: verdict reported, not judged
     problems: list[str] = field(default_factory=list)
 
     def times(self) -> dict[int, list[float]]:
@@ -187,7 +195,10 @@ def judge(case: Case, reference: Case) -> None:
         apart = max(mine[size]) < min(theirs[size]) or min(mine[size]) > max(theirs[size])
         verdict = "=" if abs(ratio - 1) <= band or not apart else ("+" if ratio > 1 else "-")
         case.verdicts[size] = (ratio, band, verdict)
-    sizes = lambda wanted: [s for s, (_, _, v) in case.verdicts.items() if v in wanted]  # noqa: E731
+    if len(case.verdicts) > 1:
+        case.warmup_size = min(case.verdicts)
+    sizes = lambda wanted: [  # noqa: E731
+        s for s, (_, _, v) in case.verdicts.items() if v in wanted and s != case.warmup_size]
     if case.name.startswith("2"):
         if off := sizes("+-"):
             case.problems.append(f"empty config differs from no plugin beyond noise at {fmt_sizes(off)}")
@@ -223,7 +234,7 @@ def write_atomically(path: Path, text: str) -> None:
 def comparison_csv(cases: list[Case]) -> str:
     lines: list[list[object]] = [["case", "round", "size_bytes", "time_oop_us", "busbw_oop_gbps", "wrong_oop",
                                   "busbw_ip_gbps", "wrong_ip", "reference", "speed_ratio", "noise_band",
-                                  "verdict"]]
+                                  "verdict", "judged"]]
     for case in cases:
         for run in case.runs:
             for r in run.rows:
@@ -232,10 +243,21 @@ def comparison_csv(cases: list[Case]) -> str:
                               "" if r.wrong_oop is None else r.wrong_oop, r.busbw_ip,
                               "" if r.wrong_ip is None else r.wrong_ip, case.reference or "",
                               "" if ratio is None else f"{ratio:.4f}", "" if band is None else f"{band:.4f}",
-                              verdict])
+                              verdict, "" if not verdict else int(r.size != case.warmup_size)])
     buffer = io.StringIO(newline="")
     csv.writer(buffer).writerows(lines)
     return buffer.getvalue()
+
+
+VERDICT_WORDS = {"=": "equal", "+": "faster", "-": "slower"}
+
+
+def warmup_note(cases: list[Case]) -> list[str]:
+    first = sorted({format_size(c.warmup_size) for c in cases if c.warmup_size is not None})
+    if not first:
+        return []
+    return [f"the sweep's first size ({', '.join(first)}) follows nccl-tests' warm-up and is its first timed "
+            "measurement: its verdicts are shown but never count as PROBLEMS"]
 
 
 def comparison_text(cases: list[Case]) -> str:
@@ -244,7 +266,7 @@ def comparison_text(cases: list[Case]) -> str:
     width = max(22, *(len(c.name) + 2 for c in cases))
     out = [f"median out-of-place time (us) over {rounds} interleaved round(s); for other cases also the speed "
            "ratio to the reference [noise band %] and verdict: = equal within noise, + faster, - slower",
-           "", f"{'size':>9}" + "".join(f"{c.name:>{width}}" for c in cases)]
+           *warmup_note(cases), "", f"{'size':>9}" + "".join(f"{c.name:>{width}}" for c in cases)]
     for size in sizes:
         cells = []
         for case in cases:
@@ -271,6 +293,9 @@ def comparison_text(cases: list[Case]) -> str:
             out.append(f"  verdicts vs {case.reference}: {counts['=']} equal, {counts['+']} faster, "
                        f"{counts['-']} slower; widest noise band "
                        f"{max(b for _, b, _ in case.verdicts.values()) * 100:.1f}%")
+        if case.warmup_size is not None and (first := case.verdicts[case.warmup_size])[2] != "=":
+            out.append(f"  first size {format_size(case.warmup_size)}: {VERDICT_WORDS[first[2]]} "
+                       f"{first[0]:.2f}x [{first[1] * 100:.0f}%], reported, not judged (warm-up-affected)")
         out.append("  " + ("PROBLEMS: " + "; ".join(case.problems) if case.problems else "ok"))
     failed = [c.name for c in cases if c.problems]
     out.append("")
