@@ -21,14 +21,16 @@ one process it loads NCCL_TUNER_PLUGIN's ncclTunerPlugin_v5, creates 4 contexts,
 for each size with a contiguous cost table (NVLS rows disabled, as NCCL_NVLS_ENABLE=0 does) and logs
 the plugin's messages to NCCL_DEBUG_FILE. Its times are a MODEL, not measurements: 10 us + size at
 300 GB/s, scaled by 32 / channels when the plugin forces a channel count, times (1 + STUB_JITTER * u)
-with u uniform in [-1, 1] per run and size, and STUB_SLOW (x) for sizes >= STUB_SLOW_FROM."""
+with u uniform in [-1, 1] per run and size (seeded by the number of earlier runs, so that a test's
+noise is the same every time), and STUB_SLOW (x) for sizes >= STUB_SLOW_FROM."""
 import ctypes as c
 import os
 import random
 import sys
 
 pid = os.getpid()
-rng = random.Random(pid)
+earlier_runs = open(os.environ["STUB_LOG"]).read().count("\n") if os.path.exists(os.environ["STUB_LOG"]) else 0
+rng = random.Random(earlier_runs)
 with open(os.environ["STUB_LOG"], "a") as record:
     record.write(" ".join([f"plugin={os.environ.get('NCCL_TUNER_PLUGIN', 'unset')}",
                            f"config={os.environ.get('NCCL_TUNER_CONFIG_FILE', 'unset')}",
