@@ -45,6 +45,7 @@ from campaigns.characterize import Placer, PlacementError, Topology
 from campaigns.records import parse_record_lines
 from campaigns.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store, StoreError
+from campaigns.subproc import die_with_this_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKS_DIR = REPO_ROOT / "reframe_checks"
@@ -124,6 +125,8 @@ class Invocation:
             cmd += ["-S", f"{check.check}.num_tasks_per_node={check.tasks_per_node}"]
         if check.env:
             cmd += ["-S", env_vars_setting(check.check, check.env)]
+        if not campaign.spec.check_performance:
+            cmd += ["--skip-performance-check"]
         cmd += ["--prefix", str(prefix), "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
 
@@ -220,7 +223,7 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console,
     env = {**os.environ, "TMPDIR": str(prefix)}
     with (open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log,
           subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                           env=env, cwd=REPO_ROOT) as proc,
+                           env=env, cwd=REPO_ROOT, preexec_fn=die_with_this_process()) as proc,
           console.status("ReFrame: loading checks") as status):
         assert proc.stdout is not None
         try:

@@ -176,6 +176,9 @@ class CampaignSpec(_Model):
     max_nodes: int | None = Field(default=None, ge=1, description="node_counts 1, 2, 4, ... up to this")
     placements: list[Literal[PLACEMENTS]] = Field(default=["any"], min_length=1)  # type: ignore[valid-type]
     references: list[Reference] = []
+    # False: ReFrame's performance stage is skipped (values still stored). For campaigns that test the
+    # pipeline on a host whose timings mean nothing (the local cluster's nodes share two cores).
+    check_performance: bool = True
     health: HealthSettings | None = None
     checks: list[CommbenchCheckSpec] = Field(min_length=1)
 

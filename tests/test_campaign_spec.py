@@ -96,6 +96,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     # JSON (the values hold ',' and ':'), each value one shell word for the job script's export
     assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,self", "NCCL_PROTO": "'^LL128'"}) in command
     assert "commbench_run.max_bytes=1024" in command
+    assert "--skip-performance-check" not in command
+    unjudged = load_campaign(write_spec(tmp_path, "check_performance: false\n" + VALID_SPEC))
+    assert "--skip-performance-check" in plan_invocations(unjudged.cases())[0].command(unjudged, tmp_path / "rfm-2")
 
     # pingpong is stored for mpich only: pingpong runs on openmpi alone, allreduce on both
     pending = [c for c in cases if not (c.op == "pingpong" and c.environ == "mpich")]
