@@ -434,8 +434,13 @@ def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, consol
         testcases = report_testcases(report) if report.is_file() else []
         for case in invocation.cases:
             if testcases or case.run_key not in results:
+                stored_early = case.run_key in results and results[case.run_key].store_error is None
                 result, records = case_outcome(case, testcases, rc, prefix)
                 ingest_case(store, result, records, topology)
+                if result.store_error and stored_early:  # its records are stored; only the report's details are not
+                    console.print(f"[yellow]note[/] {escape(case.run_key)}: stored when it finished, but its job id "
+                                  f"and times could not be added: {escape(result.store_error)}", soft_wrap=True)
+                    result.store_error = None
                 results[case.run_key] = result
     return [results[c.run_key] for c in cases]
 

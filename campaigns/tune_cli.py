@@ -14,7 +14,10 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -22,6 +25,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from sqlalchemy.exc import SQLAlchemyError
 
 from campaigns.tuning import (
     DEFAULT_RECOMMENDATIONS_DIR,
@@ -41,9 +45,9 @@ from campaigns.tuning import (
     write_env_file,
     write_summary,
 )
-from tuners.evaluation import format_bytes
+from tuners.evaluation import EvaluationAborted, format_bytes
 from tuners.recommend import format_lookup, lookup
-from tuners.study import study_progress
+from tuners.study import StorageUnavailable, storage_problem, study_progress
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -62,6 +66,53 @@ def parse_duration(text: str) -> float:
 def _fail(console: Console, message: str, code: int = EXIT_USAGE) -> typer.Exit:
     console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextmanager
+def _study_errors(console: Console, url: str) -> Iterator[None]:
+    """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
+    written (exit 1): one clear message instead of a traceback. What Optuna committed stays committed."""
+    previous_hook = threading.excepthook
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        cause = _stopping_cause(args.exc_value)
+        if cause is None:  # Optuna's heartbeat thread ends when the database is gone: one line, no traceback
+            previous_hook(args)
+            return
+        name = args.thread.name if args.thread else "a thread"
+        console.print(f"[yellow]{escape(name)} stopped: {escape(str(storage_problem(url, cause)))}[/]",
+                      highlight=False, soft_wrap=True)
+
+    threading.excepthook = thread_hook
+    try:
+        yield
+    except StorageUnavailable as exc:
+        raise _fail(console, f"cannot use the {exc}") from None
+    except OSError as exc:
+        raise _fail(console, f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; files written "
+                             "earlier are unchanged", EXIT_FAILED) from None
+    except Exception as exc:
+        cause = _stopping_cause(exc)
+        if cause is None:
+            raise
+        reason = storage_problem(url, cause) if isinstance(cause, SQLAlchemyError) else cause
+        raise _fail(console, f"study stopped: {reason}. Every finished trial is stored; run the same command "
+                             "again once the database answers (a trial that was running is queued again).",
+                    EXIT_FAILED) from None
+    finally:
+        threading.excepthook = previous_hook
+
+
+def _stopping_cause(exc: BaseException | None) -> BaseException | None:
+    """The database error or aborted evaluation behind `exc`, if any. Optuna 5.0 can hide a database error
+    that hit its own bookkeeping behind an UnboundLocalError (optuna/study/_optimize.py, _run_trial)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (SQLAlchemyError, EvaluationAborted)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 # Options shared by tune and pretune: None = keep the spec's value (or the model default).
@@ -190,29 +241,30 @@ def register(app: typer.Typer) -> None:
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
             setup = prepare(spec_obj)
-        except ValueError as exc:
+        except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if dry_run:
             return
-        if workers:
-            tuner = make_tuner(setup)
-            tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
-            directory = Path(spec_obj.runs_dir) / f"tune-workers-{time.strftime('%Y%m%dT%H%M%S')}"
-            ids = submit_workers(spec_obj, workers, directory, os.environ)
-            console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
-                          f"(output in {directory})")
-            wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
-            study = tuner.load_study()
-            outcome = TuningOutcome(study, dict(tuner.baseline_env))
-            if spec_obj.finalize.enabled:
-                outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
-                outcome.published = publish_recommendation(setup, outcome.recommendation)
-        else:
-            outcome = run_tuning(setup)
-        if summary is not None:
-            write_summary(summary, setup, outcome)
+        with _study_errors(errors, spec_obj.storage_url()):
+            if workers:
+                tuner = make_tuner(setup)
+                tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
+                directory = Path(spec_obj.runs_dir) / f"tune-workers-{time.strftime('%Y%m%dT%H%M%S')}"
+                ids = submit_workers(spec_obj, workers, directory, os.environ)
+                console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
+                              f"(output in {directory})")
+                wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
+                study = tuner.load_study()
+                outcome = TuningOutcome(study, dict(tuner.baseline_env))
+                if spec_obj.finalize.enabled:
+                    outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+                    outcome.published = publish_recommendation(setup, outcome.recommendation)
+            else:
+                outcome = run_tuning(setup)
+            if summary is not None:
+                write_summary(summary, setup, outcome)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if study_progress(outcome.study).complete == 0:
@@ -224,9 +276,10 @@ def register(app: typer.Typer) -> None:
         try:
             spec_obj = TuningSpec.model_validate_json(spec.read_text())
             setup = prepare(spec_obj)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EvaluationAborted) as exc:
             raise _fail(Console(stderr=True), str(exc)) from None
-        study = make_tuner(setup).run()
+        with _study_errors(Console(stderr=True), spec_obj.storage_url()):
+            study = make_tuner(setup).run()
         progress = study_progress(study)
         print(f"worker done: study {setup.scope.study_name}: {progress.counted} counted trials, "
               f"{len(setup.evaluator.durations_s)} run here", flush=True)
@@ -270,22 +323,23 @@ def register(app: typer.Typer) -> None:
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             setup = prepare(spec_obj)
-        except ValueError as exc:
+        except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
-        tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
-        study = tuner.run()
-        durations = setup.evaluator.durations_s
-        per_run = sum(durations) / len(durations) if durations else float("inf")
-        left = total - (time.monotonic() - started)
-        outcome = TuningOutcome(study, dict(tuner.baseline_env))
-        outcome.report, outcome.recommendation = finalize_study(
-            setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
-        outcome.published = publish_recommendation(setup, outcome.recommendation)
-        write_env_file(env_file, outcome.recommendation, setup.catalog)
-        if summary is not None:
-            write_summary(summary, setup, outcome)
+        with _study_errors(errors, spec_obj.storage_url()):
+            tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
+            study = tuner.run()
+            durations = setup.evaluator.durations_s
+            per_run = sum(durations) / len(durations) if durations else float("inf")
+            left = total - (time.monotonic() - started)
+            outcome = TuningOutcome(study, dict(tuner.baseline_env))
+            outcome.report, outcome.recommendation = finalize_study(
+                setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
+            outcome.published = publish_recommendation(setup, outcome.recommendation)
+            write_env_file(env_file, outcome.recommendation, setup.catalog)
+            if summary is not None:
+                write_summary(summary, setup, outcome)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "

@@ -42,9 +42,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns.records import parse_record_lines
+from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
-from tuners.evaluation import Evaluation, FailureKind, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, Thresholds, finalize
+from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
 from tuners.recommendation import Recommendation, build_recommendation
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, build_space
@@ -144,7 +145,10 @@ def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 def _new_directory(parent: Path, label: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = parent / f"{label}-{stamp}-{uuid.uuid4().hex[:6]}"
-    path.mkdir(parents=True)
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:  # a full or read-only runs directory is not the trial's setting's fault
+        raise EvaluationAborted(f"cannot create a run directory under {parent}: {exc.strerror or exc}") from exc
     return path
 
 
@@ -172,7 +176,7 @@ class LauncherExecutor:
         with open(directory / OUTPUT_FILE, "w+", encoding="utf-8", errors="replace") as log:
             try:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**self.base_env, **env},
-                                        cwd=directory, start_new_session=True)
+                                        cwd=directory, start_new_session=True, preexec_fn=die_with_this_process())
             except OSError as exc:
                 return RunOutcome([], "", None, failure=f"cannot start {shlex.join(self.launcher)}: {exc}",
                                   directory=directory)
@@ -261,7 +265,8 @@ class ReframeExecutor:
             try:
                 rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
                                     cwd=REPO_ROOT, env={**self.base_env, "TMPDIR": str(prefix)},
-                                    timeout=request.time_limit_s + 120, check=False).returncode
+                                    timeout=request.time_limit_s + 120, check=False,
+                                    preexec_fn=die_with_this_process()).returncode
             except subprocess.TimeoutExpired:
                 return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
                                   prefix)
@@ -526,7 +531,7 @@ def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
 def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
     """Each run goes into the results store as a run of campaign `tune` (status pass/fail, its valid
     records); the trial keeps the run's id."""
-    from campaigns.store import RunInfo, open_store
+    from campaigns.store import RunInfo, StoreError, open_store
 
     def ingest(env: Mapping[str, str], outcome: RunOutcome, evaluation: Evaluation) -> list[str]:
         system, _, partition = spec.system.partition(":")
@@ -537,8 +542,11 @@ def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
                        num_nodes=spec.nodes, num_tasks=spec.ranks,
                        status="pass" if evaluation.ok else "fail",
                        reason=None if evaluation.ok else f"{evaluation.failure}: {evaluation.reason}"[:2000])
-        with open_store(url) as store:
-            return [f"run:{store.ingest(info, outcome.records)}"]
+        try:
+            with open_store(url) as store:
+                return [f"run:{store.ingest(info, outcome.records)}"]
+        except StoreError as exc:  # not the setting's fault: the study stops and measures it again later
+            raise EvaluationAborted(f"cannot store the run ({exc}); its records stay in {outcome.directory}") from exc
 
     return ingest
 

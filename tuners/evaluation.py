@@ -25,6 +25,12 @@ class FailureKind(enum.StrEnum):
     FAILED = "failed"  # crashed, could not launch, or any other error
 
 
+class EvaluationAborted(RuntimeError):
+    """The evaluator could not run or record a trial for a reason that is not the setting's (e.g. its
+    results database is unreachable): the tuner queues the setting again and stops, instead of
+    charging a failure to the setting."""
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Result of one benchmark run. `times_us[bytes]` holds that size's samples (per iteration or

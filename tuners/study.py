@@ -25,9 +25,11 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import optuna
+import sqlalchemy
+import sqlalchemy.exc
 from optuna.distributions import BaseDistribution
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage
@@ -36,6 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tuners.evaluation import (
     Evaluation,
+    EvaluationAborted,
     Evaluator,
     FailureKind,
     SizeBucket,
@@ -59,6 +62,7 @@ SEEDED = "seeded"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
 COMPLETE = "complete"
 LOST = "lost"
+CONNECT_TIMEOUT_S = 10  # a PostgreSQL server that does not answer (firewalled, down host)
 
 
 class SamplerName(enum.StrEnum):
@@ -130,22 +134,41 @@ def _add_finished_fail(
     )
 
 
+class StorageUnavailable(RuntimeError):
+    """The study's database cannot be reached or used; the message names it (password hidden) and why."""
+
+
+def storage_problem(url: str, exc: BaseException) -> StorageUnavailable:
+    """A StorageUnavailable for a database error on `url`: the driver's own words, no traceback."""
+    try:
+        shown = sqlalchemy.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        shown = "(unparsable URL)"
+    reason = getattr(exc, "orig", None) or exc
+    return StorageUnavailable(f"study storage {shown}: {str(reason).strip()}")
+
+
 def open_storage(
     url: str, *, heartbeat_interval: int | None = 60, grace_period: int | None = None, max_retry: int = 2
 ) -> RDBStorage:
     """RDB storage (sqlite:///path for one process, postgresql+psycopg://... for parallel workers)
     with heartbeats, so a trial of a killed worker is detected and re-queued. Optuna keeps its
     schema revision in the table `alembic_version`; another user of the same database must keep
-    its revision elsewhere (alembic's version_table option)."""
+    its revision elsewhere (alembic's version_table option). StorageUnavailable when the database
+    cannot be reached (a PostgreSQL server that does not answer is given up after CONNECT_TIMEOUT_S)."""
+    engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}} if url.startswith("postgresql") else {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         try:
             return RDBStorage(
                 url,
+                engine_kwargs=engine_kwargs,
                 heartbeat_interval=heartbeat_interval,
                 grace_period=grace_period,
                 heartbeat_stale_trial_callback=_RequeueLostTrial(max_retry) if heartbeat_interval else None,
             )
+        except sqlalchemy.exc.SQLAlchemyError as exc:
+            raise storage_problem(url, exc) from exc
         except RuntimeError as exc:
             if "compatible with the table schema" not in str(exc):
                 raise
@@ -316,6 +339,14 @@ class Tuner:
             if (before_number is None or t.number < before_number) and (t.state is TrialState.RUNNING or is_counted(t))
         )
 
+    @staticmethod
+    def _requeue_and_stop(trial: optuna.Trial) -> NoReturn:
+        """Queue the setting again so that a resumed run measures it, then re-raise what stopped the
+        trial. If the storage itself is gone the trial stays RUNNING; its heartbeat goes stale and the
+        next run re-queues it then."""
+        _requeue(trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number])
+        raise
+
     def _objective(self, trial: optuna.Trial) -> float:
         # Another worker may have filled the budget between our check and our ask.
         if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
@@ -325,14 +356,13 @@ class Tuner:
         trial.set_user_attr(ENV, env)
         try:
             evaluation = self.evaluator(env, validate=False)
+        except EvaluationAborted:
+            self._requeue_and_stop(trial)
         except Exception as exc:  # an evaluator bug or executor error is a failed trial, not a crash
             logger.exception("evaluator raised for trial %d", trial.number)
             evaluation = Evaluation.failed(FailureKind.FAILED, f"evaluator raised {type(exc).__name__}: {exc}")
-        except BaseException:  # Ctrl-C: queue the setting again so a resumed run measures it
-            _requeue(
-                trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number]
-            )
-            raise
+        except BaseException:  # Ctrl-C
+            self._requeue_and_stop(trial)
         if evaluation.record_ids:
             trial.set_user_attr(RECORD_IDS, list(evaluation.record_ids))
         if evaluation.ok:
