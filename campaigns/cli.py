@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Optional
@@ -22,8 +23,9 @@ from sqlalchemy.exc import ArgumentError
 from campaigns import plugin_cli, report_cli, results_cli, site_cli, tune_cli
 from campaigns.characterize import PlacementError, placer_for, planned_job_options
 from campaigns.health import HealthCheck, print_summary, write_verdict
-from campaigns.runner import DEFAULT_RUNS_DIR, CampaignResult, plan_invocations, preflight, run_campaign
-from campaigns.spec import Campaign, SpecError, load_campaign
+from campaigns.runner import (DEFAULT_RUNS_DIR, CampaignResult, nodes_out_of_service, plan_invocations, preflight,
+                              run_campaign)
+from campaigns.spec import SLURM_SCHEDULERS, Campaign, SpecError, load_campaign
 from campaigns.store import StoreError, default_url, open_store
 
 EXIT_FAILED = 1
@@ -80,6 +82,10 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
     for item in result.unstored:
         console.print(f"[bold red]not stored[/] {escape(item.case.run_key)}: {escape(item.store_error or '')}",
                       soft_wrap=True)
+    if any(p.scheduler in SLURM_SCHEDULERS for p in campaign.partitions):
+        for node in nodes_out_of_service({n for item in result.results for n in item.job_nodes}):
+            console.print(f"[bold red]node out of service[/] {escape(node)}: jobs of this campaign ran there",
+                          soft_wrap=True)
 
 
 def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
@@ -146,6 +152,13 @@ def run(
             placer = placer_for(campaign)
         except PlacementError as exc:
             errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=runs_dir).close()
+        except OSError as exc:
+            errors.print(f"[bold red]cannot write run directories under {escape(str(runs_dir))}:[/] "
+                         f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
             raise typer.Exit(EXIT_USAGE) from None
     try:
         store = open_store(url)

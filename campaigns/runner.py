@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -81,6 +81,7 @@ class CaseResult:
     directory: Path | None = None
     hosts: tuple[str, ...] = ()
     store_error: str | None = None
+    job_nodes: tuple[str, ...] = ()  # the nodes Slurm gave its job (from ReFrame's report)
 
 
 @dataclass
@@ -196,6 +197,28 @@ def preflight(campaign: Campaign) -> list[str]:
                 output = (probe.stderr or probe.stdout).strip()
                 problems.append(f"{what}: {shlex.join(cmd)} exited {probe.returncode}: {output}")
     return problems
+
+
+# sinfo's short states of a node that takes no new jobs (a trailing * means "not responding").
+_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "unk", "pow_dn", "npc")
+
+
+def nodes_out_of_service(nodes: Collection[str]) -> list[str]:
+    """Those of `nodes` that Slurm runs no new jobs on now, each as 'NODE: STATE (REASON)'; [] when all are in
+    service or Slurm cannot be asked."""
+    if not nodes:
+        return []
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(sorted(nodes)), "-o", "%N|%t|%E"],
+                             capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        if state.rstrip("*~#!%$@^-") in _OUT_OF_SERVICE or state.endswith("*"):
+            found[node] = f"{node}: {state}" + (f" ({reason})" if reason and reason != "none" else "")
+    return [found[node] for node in sorted(found)]
 
 
 def new_run_dir(campaign: Campaign, runs_dir: Path) -> Path:
@@ -321,10 +344,13 @@ def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: in
     elif status == "pass":
         status, reason = "fail", f"no {RECORDS_FILE} in {directory}"
     perf = {name.split(":")[-1]: (values[0], values[4]) for name, values in (tc.get("perfvalues") or {}).items()}
+    job_nodes = tuple(tc.get("job_nodelist") or ())
+    if status != "pass" and job_nodes:  # a failed job names where it ran: a node may be what failed
+        reason = f"{reason} (job {tc.get('jobid')} on {','.join(job_nodes)})"
     return CaseResult(case, status, reason, perf, len(records), num_tasks=tc.get("num_tasks"),
                       job_id=tc.get("jobid"), started_at=_timestamp(tc.get("job_submit_time")),
                       finished_at=_timestamp(tc.get("job_completion_time_unix")), directory=directory,
-                      hosts=_hosts(records)), records
+                      hosts=_hosts(records), job_nodes=job_nodes), records
 
 
 def _hosts(records: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -382,6 +408,8 @@ def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
         parameters["hosts"] = list(result.hosts)
         if topology is not None:
             parameters["network_distance"] = topology.distance(result.hosts)
+    if result.job_nodes:
+        parameters["job_nodes"] = list(result.job_nodes)
     if case.tag:
         parameters["tag"] = case.tag
     run = RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
