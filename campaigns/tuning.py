@@ -44,8 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from campaigns.records import parse_record_lines
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
-from tuners.finalize import Candidate, FinalReport, Thresholds, finalize
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
+from tuners.finalize import Candidate, FinalReport, Thresholds, finalize, planned_rounds
 from tuners.recommendation import Recommendation, build_recommendation
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, build_space
@@ -376,9 +376,13 @@ class FinalizeSpec(_Model):
     candidates: int = Field(default=2, ge=1, le=6, description="k best distinct settings re-measured")
     max_candidates: int | None = Field(default=None, ge=1, description=(
         "cap on all candidates: the k best, then each size bucket's best, then the simplified best"))
-    alpha: float = Field(default=0.01, gt=0, lt=0.5)
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
+        "family-wise: Holm over all tests of a finalization (candidates x (overall + each size bucket))"))
     min_effect: float = Field(default=0.03, ge=0)
-    rounds: int = Field(default=10, ge=2)
+    rounds: int = Field(default=10, ge=2, description="at least; raised to what the family needs")
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)
 
 
 class TuningSpec(_Model):
@@ -623,13 +627,11 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
     recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
     fin = setup.spec.finalize
-    thresholds = Thresholds(alpha=fin.alpha, min_effect=fin.min_effect, rounds=fin.rounds)
+    thresholds = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
-    from tuners.finalize import rounds_needed
-
     keep = len(found)
     while max_evaluations is not None and keep > 0 and \
-            max(fin.rounds, rounds_needed(keep, fin.alpha)) * (keep + 1) > max_evaluations:
+            planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
         keep -= 1
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,

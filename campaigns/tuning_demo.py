@@ -16,7 +16,8 @@ phases of four kinds:
   whose objective reaches `target` of it. Then the tuner's study is finalized and published (with the
   tuner-plugin config, and the files the plugin check's case 5 needs: case5/tuner.conf, global.env).
 - aa: `tunes` independent tunes (own storage, own seed) with nothing planted, run in parallel on
-  `slots` (extra environment per slot, e.g. CUDA_VISIBLE_DEVICES); counts "change" decisions.
+  `slots` (extra environment per slot, e.g. CUDA_VISIBLE_DEVICES); counts tunes whose recommendation
+  changes anything, globally or for one size bucket (a tuner-plugin row is a recommendation too).
 - tune: one tune, finalized and published (the socket-path demonstration).
 
 Every phase stops starting new work when the deadline (--until) is near, caps finalization to the time
@@ -55,7 +56,7 @@ from campaigns.tuning import (
 )
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us
-from tuners.finalize import rounds_needed
+from tuners.finalize import planned_rounds
 from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, Tuner, is_counted, study_progress
 from tuners.writers import write_atomic
 
@@ -159,9 +160,9 @@ def busbw_gbs(op: str, ranks: int, size: int, time_us: float) -> float:
 
 
 def reserve_runs(setup: TuningSetup) -> int:
-    """Runs to keep for finalizing one candidate: its rounds, each baseline + candidate."""
-    fin = setup.spec.finalize
-    return max(fin.rounds, rounds_needed(1, fin.alpha)) * 2
+    """Runs to keep for finalizing one candidate: its rounds (for its family: overall + each bucket),
+    each baseline + candidate."""
+    return planned_rounds(setup.spec.finalize.thresholds(), 1, len(setup.buckets)) * 2
 
 
 def per_run_s(setup: TuningSetup, default: float) -> float:
@@ -194,9 +195,11 @@ def finalize_within(ctx: Context, setup: TuningSetup, study: Any, baseline: Mapp
             "decision": rec.decision, "gain": None if rec.gain is None else rec.gain.model_dump(),
             "env": rec.env, "unset": rec.unset,
             "per_size": [{"bucket": s.bucket, "decision": s.decision, "metric": s.metric, "env": s.env,
-                          "gain": None if s.gain is None else s.gain.median} for s in rec.per_size],
+                          "gain": None if s.gain is None else s.gain.median,
+                          "p_adjusted": next((g.p_adjusted for g in (s.gain, s.closest) if g is not None), None)}
+                         for s in rec.per_size],
             "plugin_rules": [r.line() for r in rec.plugin_rules], "plugin_notes": rec.plugin_notes,
-            "notes": list(rec.evidence.notes), "rounds_used": report.rounds_used,
+            "notes": list(rec.evidence.notes), "rounds_used": report.rounds_used, "family_size": report.family_size,
             "candidates": [c.candidate.env for c in report.overall.comparisons],
             "files": None if published is None else {k: str(v) for k, v in dataclasses.asdict(published).items()}}
 
@@ -322,9 +325,11 @@ def phase_aa(ctx: Context) -> dict[str, Any]:
                 free.append(running.pop(future))
                 results.append(future.result())
     finalized = [r for r in results if r["finalization"]["finalized"]]
-    changes = [r["tune"] for r in finalized if r["finalization"]["decision"] == "change"]
     bucket_changes = {r["tune"]: [s["bucket"] for s in r["finalization"]["per_size"] if s["decision"] == "change"]
                       for r in finalized}
+    # A per-size change is a recommendation too (a tuner-plugin row): it counts like a global one.
+    changes = [r["tune"] for r in finalized
+               if r["finalization"]["decision"] == "change" or bucket_changes[r["tune"]]]
     return {"tunes_requested": phase.tunes, "tunes_finalized": len(finalized), "false_changes": len(changes),
             "change_tunes": changes, "bucket_changes": bucket_changes, "tunes": sorted(results, key=lambda r: r["tune"])}
 
@@ -370,8 +375,9 @@ def summary_text(name: str, phase: Phase, result: Mapping[str, Any]) -> str:
                   f"busbw at the largest size per trial (GB/s): {result['largest_size_busbw_gbs']}"]
     if phase.kind == "aa":
         lines += [f"tunes finalized {result['tunes_finalized']} of {result['tunes_requested']}; "
-                  f"false 'change' recommendations: {result['false_changes']} {result['change_tunes']}",
-                  f"per-bucket 'change' decisions (information): {result['bucket_changes']}"]
+                  f"false 'change' recommendations (global or per size): {result['false_changes']} "
+                  f"{result['change_tunes']}",
+                  f"per-bucket 'change' decisions: {result['bucket_changes']}"]
     if phase.kind == "tune":
         lines += [f"site defaults: {result['baseline_env']}",
                   f"busbw at the largest size per trial (GB/s): {result['largest_size_busbw_gbs']}"]
@@ -379,7 +385,9 @@ def summary_text(name: str, phase: Phase, result: Mapping[str, Any]) -> str:
     if fin:
         if fin["finalized"]:
             lines += [f"finalization: {fin['decision']} env={fin['env']} unset={fin['unset']} gain={fin['gain']}",
-                      *(f"  {s['bucket']}: {s['decision']} {s['gain']}" for s in fin["per_size"]),
+                      f"Holm family: {fin['family_size']} tests",
+                      *(f"  {s['bucket']}: {s['decision']} gain={s['gain']} Holm p={s['p_adjusted']}"
+                        for s in fin["per_size"]),
                       f"plugin rules: {fin['plugin_rules']}", *(f"note: {n}" for n in fin["notes"]),
                       *(f"plugin note: {n}" for n in fin["plugin_notes"])]
         else:

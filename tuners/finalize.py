@@ -1,26 +1,46 @@
 """Finalization: decide, from fresh interleaved measurements, whether any candidate beats the baseline.
 
-Procedure (the same words go into every output, see `TEST_DESCRIPTION`):
+Procedure (`FinalReport.test` says it in every output, with this finalization's numbers):
 1. Candidates whose environment sets a may-corrupt knob get one run with data validation on; a
    run that fails or does not validate rejects the candidate.
 2. `rounds` rounds; in each, the baseline and every remaining candidate run once, in a freshly
    shuffled order (interleaving A B A B..., so drift hits all settings alike). A candidate that
    fails in any round is rejected; a round whose baseline failed is dropped.
 3. Per candidate and per decision (overall, and each size bucket): paired per-round log ratios
-   d = log(t_baseline / t_candidate). One-sided Wilcoxon signed-rank test (H1: d > 0); p values
-   Holm-corrected over the candidates of that decision. Gain = median over rounds of
-   exp(d) - 1 (speed-up; equals the goodput gain); percentile bootstrap confidence interval.
-4. A candidate is accepted if Holm-adjusted p < alpha AND gain >= min_effect AND the CI's lower
-   bound > 0. None accepted = keep defaults. Otherwise the winner is, among the accepted candidates
-   whose gain reaches the CI lower bound of the largest gain, the one changing the fewest variables.
+   d = log(t_baseline / t_candidate). Gain = median over rounds of exp(d) - 1 (speed-up; equals
+   the goodput gain), with a percentile bootstrap confidence interval. The test asks whether the
+   gain EXCEEDS the minimum effect, not merely zero: one-sided exact Wilcoxon signed-rank test of
+   d - log(1 + min_effect) (H0: the median speed-up is at most min_effect; superiority by a
+   margin). A candidate that is truly no faster than the baseline then passes only if noise fakes
+   more than the minimum effect in nearly every round, so A/A false changes are far rarer than
+   alpha; the price is power close to the minimum effect (`python -m tuners.bench_finalize`
+   measures both): raise `rounds` to resolve gains near the minimum effect.
+4. The family: every "change" of one finalization is a recommendation (the global environment,
+   and each size bucket's winner, which becomes a tuner-plugin row), so the p values of ALL its
+   tests, F = candidates tested x decisions, are Holm-corrected together: the probability that a
+   finalization recommends any change whose true median speed-up is at most the minimum effect is
+   at most alpha, whatever the number of buckets and whatever the dependence between the tests.
+   With one bucket the bucket's series is the overall one: one decision, counted once.
+5. A candidate is accepted for a decision if its Holm-adjusted p < alpha AND gain >= min_effect
+   AND the CI's lower bound > 0. None accepted = keep defaults. Otherwise the winner is, among the
+   accepted candidates whose gain reaches the CI lower bound of the largest gain, the one changing
+   the fewest variables.
+
+Rounds: with n rounds the smallest p value the exact one-sided test can give is 2**-n (every round
+in the candidate's favour), and Holm's first step needs F * p < alpha, so no change at all is
+possible unless n >= min_rounds(F, alpha), the smallest n with 2**-n < alpha / F. rounds_needed
+adds ROUNDS_MARGIN = 2 rounds: then F * 3 * 2**-n < alpha too, i.e. a candidate still passes when
+the round with the smallest or the second smallest |d - log(1 + min_effect)| goes the other way
+(p = 2 or 3 * 2**-n).
+E.g. alpha 0.01: F = 1 -> 7 + 2 = 9 rounds; 1 candidate and 5 buckets (F = 6) -> 10 + 2 = 12;
+alpha 0.05 and F = 6 -> 7 + 2 = 9.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats
@@ -28,33 +48,64 @@ from scipy import stats
 from tuners.evaluation import Evaluator, SizeBucket, bucket_times_us, overall_time_us
 
 OVERALL = "overall"
+ROUNDS_MARGIN = 2  # rounds planned beyond the fewest that can give a change (module docstring)
 
 
 @dataclass(frozen=True)
 class Thresholds:
-    alpha: float = 0.01  # family-wise error rate per decision (Holm over its candidates)
+    alpha: float = 0.01  # family-wise error rate of one finalization (Holm over all its tests)
     min_effect: float = 0.03  # minimum median speed-up (3 %) worth a change
     confidence: float = 0.95  # two-sided bootstrap CI level; its lower bound must exceed 0
     rounds: int = 10  # raised automatically when too few rounds could reach alpha
     n_resamples: int = 9999
 
-    def describe(self) -> str:
-        return (
-            f"alpha={self.alpha} (Holm over candidates), minimum effect {self.min_effect:.0%} median gain, "
-            f"{self.confidence:.0%} bootstrap CI lower bound > 0"
-        )
+
+def decisions_tested(n_buckets: int) -> int:
+    """Decisions with a test of their own: overall plus each bucket; a single bucket IS the overall."""
+    return 1 if n_buckets <= 1 else 1 + n_buckets
 
 
-TEST_DESCRIPTION = (
-    "one-sided Wilcoxon signed-rank test on paired per-round log time ratios, baseline and candidates "
-    "interleaved in shuffled order each round; gain = median per-round speed-up with percentile bootstrap CI"
-)
+def family_size(n_candidates: int, n_buckets: int) -> int:
+    return n_candidates * decisions_tested(n_buckets)
 
 
-def rounds_needed(n_candidates: int, alpha: float) -> int:
-    """The exact one-sided Wilcoxon p value of n rounds is at least 2**-n; with Holm the first
-    candidate must reach alpha / n_candidates. Two rounds of margin allow one sign flip."""
-    return math.ceil(math.log2(max(n_candidates, 1) / alpha)) + 2
+def min_rounds(family: int, alpha: float) -> int:
+    """Fewest rounds whose smallest attainable p value, 2**-n, passes Holm's first step (F * p < alpha)."""
+    rounds = 1
+    while max(family, 1) * 2.0**-rounds >= alpha:
+        rounds += 1
+    return rounds
+
+
+def rounds_needed(family: int, alpha: float) -> int:
+    """min_rounds plus ROUNDS_MARGIN (see the module docstring)."""
+    return min_rounds(family, alpha) + ROUNDS_MARGIN
+
+
+def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) -> int:
+    """Rounds a finalization of `n_candidates` over `n_buckets` buckets runs: the configured count,
+    raised to rounds_needed of its family."""
+    return max(thresholds.rounds, rounds_needed(family_size(n_candidates, n_buckets), thresholds.alpha))
+
+
+def describe_family(n_candidates: int, n_buckets: int) -> str:
+    decisions = "overall" if n_buckets <= 1 else f"overall + {n_buckets} size buckets"
+    return f"{n_candidates} candidate(s) x {decisions}"
+
+
+def describe_test(thresholds: Thresholds, n_candidates: int, n_buckets: int) -> str:
+    """What the decisions mean, with this finalization's family and round arithmetic."""
+    family = family_size(n_candidates, n_buckets)
+    return (
+        "one-sided exact Wilcoxon signed-rank test on paired per-round log time ratios minus "
+        f"log(1+{thresholds.min_effect:g}) (H0: median speed-up <= the minimum effect), baseline and candidates "
+        "interleaved in shuffled order each round; Holm correction over all "
+        f"{family} tests of the finalization ({describe_family(n_candidates, n_buckets)}), so that "
+        f"P(any false change, global or per size) <= alpha={thresholds.alpha}; accepted if Holm-adjusted "
+        f"p < alpha, median per-round speed-up >= {thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} "
+        f"percentile bootstrap CI's lower bound > 0; a change needs >= {min_rounds(family, thresholds.alpha)} "
+        f"rounds (smallest p = 2**-n < alpha/{family}), {ROUNDS_MARGIN} more are planned as margin"
+    )
 
 
 @dataclass(frozen=True)
@@ -74,8 +125,12 @@ class Comparison:
     ci_low: float | None = None
     ci_high: float | None = None
     p_value: float | None = None
-    p_adjusted: float | None = None
+    p_adjusted: float | None = None  # Holm over the whole family (FinalReport.family_size tests)
     ratios: tuple[float, ...] = ()  # per-round speed-ups, the evidence behind gain and CI
+
+    @property
+    def tested(self) -> bool:
+        return self.p_adjusted is not None
 
 
 @dataclass(frozen=True)
@@ -93,6 +148,13 @@ class Decision:
     def verdict(self) -> str:
         return "change" if self.change else "keep-defaults"
 
+    @property
+    def closest(self) -> Comparison | None:
+        """The tested candidate nearest to acceptance (smallest adjusted p, then largest gain): the
+        evidence behind a keep-defaults verdict."""
+        tested = [c for c in self.comparisons if c.tested]
+        return min(tested, key=lambda c: (c.p_adjusted, -(c.gain or 0.0)), default=None)
+
 
 @dataclass(frozen=True)
 class FinalReport:
@@ -102,8 +164,14 @@ class FinalReport:
     thresholds: Thresholds
     rounds_run: int
     rounds_used: int
+    family_size: int  # tests Holm-corrected together: candidates tested x decisions tested
+    family: str  # what they are, in words
+    test: str
     notes: tuple[str, ...] = field(default_factory=tuple)
-    test: str = TEST_DESCRIPTION
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return (self.overall, *self.buckets.values())
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -117,17 +185,26 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _paired_statistics(
-    log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator
-) -> tuple[float, float, float, float]:
-    """(p value, gain, ci_low, ci_high) of per-round log ratios (positive = candidate faster)."""
+@dataclass(frozen=True)
+class _Measured:
+    log_ratios: np.ndarray
+    p_value: float
+    gain: float
+    ci_low: float
+    ci_high: float
+
+
+def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator) -> _Measured:
+    """Statistics of per-round log ratios (positive = candidate faster); p tests H0: median speed-up
+    <= min_effect."""
     ratios = np.exp(log_ratios)
     gain = float(np.median(ratios) - 1)
-    if np.all(log_ratios == 0):
-        return 1.0, gain, gain, gain
-    p_value = float(stats.wilcoxon(log_ratios, alternative="greater").pvalue)
+    above_margin = log_ratios - np.log1p(thresholds.min_effect)
+    if np.all(above_margin == 0):
+        return _Measured(log_ratios, 1.0, gain, gain, gain)
+    p_value = float(stats.wilcoxon(above_margin, alternative="greater").pvalue)
     if np.ptp(ratios) == 0:
-        return p_value, gain, gain, gain
+        return _Measured(log_ratios, p_value, gain, gain, gain)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         interval = stats.bootstrap(
@@ -138,49 +215,43 @@ def _paired_statistics(
             method="percentile",
             rng=rng,
         ).confidence_interval
-    return p_value, gain, float(interval.low - 1), float(interval.high - 1)
+    return _Measured(log_ratios, p_value, gain, float(interval.low - 1), float(interval.high - 1))
 
 
-def _decide(
+def _judge(
     name: str,
     baseline_env: Mapping[str, str],
     candidates: Sequence[Candidate],
     rejected: Mapping[int, str],
-    baseline_times: Sequence[float],
-    candidate_times: Mapping[int, Sequence[float]],
+    measured: Mapping[int, _Measured],
+    adjusted: Mapping[int, float],
     thresholds: Thresholds,
-    rng: np.random.Generator,
 ) -> Decision:
     comparisons: dict[int, Comparison] = {
         i: Comparison(candidates[i], name, False, reason) for i, reason in rejected.items()
     }
-    tested = [i for i in range(len(candidates)) if i not in rejected]
-    measured = {}
-    for i in tested:
-        log_ratios = np.log(np.asarray(baseline_times)) - np.log(np.asarray(candidate_times[i]))
-        measured[i] = (log_ratios, *_paired_statistics(log_ratios, thresholds, rng))
-    adjusted = dict(zip(tested, holm([measured[i][1] for i in tested]), strict=True))
-    for i in tested:
-        log_ratios, p_value, gain, ci_low, ci_high = measured[i]
+    for i, m in measured.items():
         failed = []
         if adjusted[i] >= thresholds.alpha:
-            failed.append(f"not significant (Holm p={adjusted[i]:.3g} >= {thresholds.alpha})")
-        if gain < thresholds.min_effect:
-            failed.append(f"gain {gain:+.1%} below the minimum effect {thresholds.min_effect:.0%}")
-        if ci_low <= 0:
-            failed.append(f"CI lower bound {ci_low:+.1%} <= 0")
+            failed.append(
+                f"not significantly above the minimum effect (Holm p={adjusted[i]:.3g} >= {thresholds.alpha})"
+            )
+        if m.gain < thresholds.min_effect:
+            failed.append(f"gain {m.gain:+.1%} below the minimum effect {thresholds.min_effect:.0%}")
+        if m.ci_low <= 0:
+            failed.append(f"CI lower bound {m.ci_low:+.1%} <= 0")
         comparisons[i] = Comparison(
             candidates[i],
             name,
             not failed,
             "; ".join(failed) or "significant and above the minimum effect",
-            len(log_ratios),
-            gain,
-            ci_low,
-            ci_high,
-            p_value,
+            len(m.log_ratios),
+            m.gain,
+            m.ci_low,
+            m.ci_high,
+            m.p_value,
             adjusted[i],
-            tuple(float(r) for r in np.exp(log_ratios)),
+            tuple(float(r) for r in np.exp(m.log_ratios)),
         )
     ordered = tuple(comparisons[i] for i in range(len(candidates)))
     accepted = [c for c in ordered if c.accepted]
@@ -198,6 +269,61 @@ def changed_knobs(baseline_env: Mapping[str, str], env: Mapping[str, str]) -> in
     return sum(1 for name in set(baseline_env) | set(env) if baseline_env.get(name) != env.get(name))
 
 
+RoundTimes = Mapping[int, Mapping[str, float]]  # per setting (-1 = baseline, i = candidates[i]): bucket -> time
+
+
+def decide(
+    baseline_env: Mapping[str, str],
+    candidates: Sequence[Candidate],
+    buckets: Sequence[SizeBucket],
+    rounds_data: Sequence[RoundTimes],
+    rejected: Mapping[int, str],
+    thresholds: Thresholds,
+    rng: np.random.Generator,
+) -> tuple[Decision, dict[str, Decision], int]:
+    """The decisions from measured rounds (each holding the baseline and every candidate not in
+    `rejected`): (overall, per bucket, family size). All tests share one Holm correction."""
+    tested = [i for i in range(len(candidates)) if i not in rejected]
+    names = [OVERALL] + ([b.name for b in buckets] if decisions_tested(len(buckets)) > 1 else [])
+
+    def series(index: int, decision: str) -> np.ndarray:
+        if decision == OVERALL:
+            return np.asarray([overall_time_us(measured[index]) for measured in rounds_data])
+        return np.asarray([measured[index][decision] for measured in rounds_data])
+
+    measured = {
+        (name, i): _paired_statistics(np.log(series(-1, name)) - np.log(series(i, name)), thresholds, rng)
+        for name in names
+        for i in tested
+    }
+    keys = list(measured)
+    adjusted = dict(zip(keys, holm([measured[k].p_value for k in keys]), strict=True))
+    judged = {
+        name: _judge(
+            name,
+            baseline_env,
+            candidates,
+            rejected,
+            {i: measured[name, i] for i in tested},
+            {i: adjusted[name, i] for i in tested},
+            thresholds,
+        )
+        for name in names
+    }
+    overall = judged[OVERALL]
+    if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
+        judged = {
+            b.name: Decision(
+                b.name,
+                overall.env,
+                None if overall.winner is None else replace(overall.winner, decision=b.name),
+                tuple(replace(c, decision=b.name) for c in overall.comparisons),
+            )
+            for b in buckets
+        }
+    return overall, {b.name: judged[b.name] for b in buckets}, len(keys)
+
+
 def finalize(
     evaluator: Evaluator,
     baseline_env: Mapping[str, str],
@@ -207,7 +333,6 @@ def finalize(
     thresholds: Thresholds = Thresholds(),
     needs_validation: Callable[[Mapping[str, str]], Sequence[str]] = lambda env: (),
     seed: int = 0,
-    min_rounds_used: int | None = None,
 ) -> FinalReport:
     """Re-measures baseline and candidates interleaved and returns the decisions. `needs_validation`
     names the may-corrupt knobs an environment sets (SearchSpace.may_corrupt_knobs)."""
@@ -225,12 +350,15 @@ def finalize(
             )
         elif not check.validated:
             rejected[i] = f"validated re-run ({', '.join(risky)} may corrupt data) did not validate the data"
-    rounds = max(thresholds.rounds, rounds_needed(len(candidates), thresholds.alpha))
+    remaining = len(candidates) - len(rejected)
+    planned_family = family_size(remaining, len(buckets))
+    rounds = planned_rounds(thresholds, remaining, len(buckets))
     if rounds > thresholds.rounds:
         notes.append(
-            f"rounds raised from {thresholds.rounds} to {rounds} so that {len(candidates)} candidates can reach alpha"
+            f"rounds raised from {thresholds.rounds} to {rounds}: Holm over {planned_family} tests "
+            f"({describe_family(remaining, len(buckets))}) needs 2**-n < alpha/{planned_family} "
+            f"(n >= {min_rounds(planned_family, thresholds.alpha)}), plus {ROUNDS_MARGIN} rounds of margin"
         )
-    # Per round: each setting's per-bucket times (index -1 = baseline), None = failed.
     rounds_data: list[dict[int, dict[str, float]]] = []
     for round_index in range(rounds):
         active = [-1] + [i for i in range(len(candidates)) if i not in rejected]
@@ -255,30 +383,22 @@ def finalize(
             measured[int(index)] = bucket_times_us(evaluation.median_us(), buckets)
         if -1 in measured:
             rounds_data.append(measured)
-    required = min_rounds_used if min_rounds_used is not None else rounds_needed(1, thresholds.alpha)
+    required = min_rounds(planned_family, thresholds.alpha)
     if len(rounds_data) < required and len(rejected) < len(candidates):
         notes.append(f"only {len(rounds_data)} rounds had a working baseline (need {required}): keep defaults")
         for i in range(len(candidates)):
             rejected.setdefault(i, "too few rounds with a working baseline")
-
-    def series(index: int, decision: str) -> list[float]:
-        values = []
-        for measured in rounds_data:
-            times = measured[index]
-            values.append(overall_time_us(times) if decision == OVERALL else times[decision])
-        return values
-
-    def decide(decision: str) -> Decision:
-        candidate_times = {i: series(i, decision) for i in range(len(candidates)) if i not in rejected}
-        baseline = series(-1, decision) if rounds_data else []
-        return _decide(decision, baseline_env, candidates, rejected, baseline, candidate_times, thresholds, rng)
-
+    overall, per_bucket, family = decide(baseline_env, candidates, buckets, rounds_data, rejected, thresholds, rng)
+    tested = len(candidates) - len(rejected)
     return FinalReport(
         baseline_env=dict(baseline_env),
-        overall=decide(OVERALL),
-        buckets={bucket.name: decide(bucket.name) for bucket in buckets},
+        overall=overall,
+        buckets=per_bucket,
         thresholds=thresholds,
         rounds_run=rounds,
         rounds_used=len(rounds_data),
+        family_size=family,
+        family=describe_family(tested, len(buckets)),
+        test=describe_test(thresholds, tested, len(buckets)),
         notes=tuple(notes),
     )

@@ -28,7 +28,8 @@ class _Model(BaseModel):
 
 
 class Gain(_Model):
-    """Median per-round speed-up of the winner over the baseline (0.12 = +12 %)."""
+    """Median per-round speed-up of a candidate over the baseline (0.12 = +12 %); p_adjusted is Holm
+    over the finalization's whole family of tests (Evidence.family_size)."""
 
     median: float
     ci_low: float
@@ -69,6 +70,7 @@ class SizeRangeResult(_Model):
     decision: Verdict
     env: dict[str, str]
     gain: Gain | None = None
+    closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
 
     _env_safe = field_validator("env")(_checked_env)
 
@@ -85,6 +87,9 @@ class Evidence(_Model):
     trials_counted: int
     trials_complete: int
     trials_failed: int
+    # Tests Holm-corrected together and what they are (None: written before the family-wide correction).
+    family_size: int | None = None
+    family: str | None = None
 
 
 class Recommendation(_Model):
@@ -94,6 +99,7 @@ class Recommendation(_Model):
     unset: list[str] = Field(default_factory=list)  # unset these (set by the site default, not by the winner)
     baseline_env: dict[str, str]
     gain: Gain | None
+    closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
     per_size: list[SizeRangeResult]
     plugin_rules: list[TunerRule] = Field(default_factory=list)
     plugin_notes: list[str] = Field(default_factory=list)
@@ -148,6 +154,7 @@ def build_recommendation(
         unset=sorted(set(report.baseline_env) - set(env)),
         baseline_env=dict(report.baseline_env),
         gain=_gain(overall, report),
+        closest=_closest(overall, report),
         per_size=[
             SizeRangeResult(
                 bucket=b.name,
@@ -157,6 +164,7 @@ def build_recommendation(
                 decision="change" if report.buckets[b.name].change else "keep-defaults",
                 env=dict(report.buckets[b.name].env),
                 gain=_gain(report.buckets[b.name], report),
+                closest=_closest(report.buckets[b.name], report),
             )
             for b in buckets
         ],
@@ -169,6 +177,8 @@ def build_recommendation(
             confidence=report.thresholds.confidence,
             rounds_run=report.rounds_run,
             rounds_used=report.rounds_used,
+            family_size=report.family_size,
+            family=report.family,
             notes=list(report.notes),
             study=study.study_name,
             trials_counted=progress.counted,
@@ -184,3 +194,10 @@ def _gain(decision: Decision, report: FinalReport) -> Gain | None:
     if decision.winner is None:
         return None
     return Gain.of(decision.winner, report.thresholds.confidence)
+
+
+def _closest(decision: Decision, report: FinalReport) -> Gain | None:
+    closest = decision.closest
+    if decision.change or closest is None:
+        return None
+    return Gain.of(closest, report.thresholds.confidence)

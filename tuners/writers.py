@@ -16,6 +16,7 @@ import fcntl
 import os
 import re
 import tempfile
+import textwrap
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ import yaml
 
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
-from tuners.recommendation import Recommendation, RecommendationFile
+from tuners.recommendation import Gain, Recommendation, RecommendationFile
 
 RECOMMENDATIONS_FILE = "recommendations.yaml"
 TUNER_CONFIG_FILE = "nccl_tuner.conf"
@@ -61,6 +62,11 @@ def comment(text: str) -> str:
     return _COMMENT_CHARS.sub("?", text)[:_COMMENT_MAX]
 
 
+def comment_lines(text: str) -> list[str]:
+    """`text` as comment lines of at most _COMMENT_MAX characters, continued (indented), never cut."""
+    return textwrap.wrap(_COMMENT_CHARS.sub("?", text), _COMMENT_MAX, subsequent_indent="  ")
+
+
 def system_dir(root: Path, site: str, system: str) -> Path:
     return Path(root) / check_safe_value(site, "site") / check_safe_value(system, "system")
 
@@ -74,25 +80,40 @@ class PublishedFiles:
     recommendations: Path
 
 
+def _verdict(decision: str, gain: Gain | None, closest: Gain | None) -> str:
+    if gain is not None:
+        return f"{decision}: {gain.describe()}"
+    if closest is not None:
+        return f"{decision}; closest candidate: {closest.describe()}"
+    return f"{decision} (no candidate tested)"
+
+
 def evidence_lines(rec: Recommendation) -> list[str]:
     ev = rec.evidence
     lines = [
         f"scope: {rec.scope.describe()}",
-        f"decision: {rec.decision}" + (f": {rec.gain.describe()}" if rec.gain else " (no candidate passed the test)"),
+        f"decision: {_verdict(rec.decision, rec.gain, rec.closest)}",
         f"test: {ev.test}",
-        f"thresholds: alpha={ev.alpha} Holm, minimum effect {ev.min_effect:.0%}, "
+    ]
+    if ev.family_size is not None:
+        lines.append(
+            f"multiple testing: Holm over all {ev.family_size} tests of the finalization ({ev.family}); "
+            f"P(any false change, global or per size) <= alpha={ev.alpha}"
+        )
+    lines += [
+        f"thresholds: Holm-adjusted p < {ev.alpha}, minimum effect {ev.min_effect:.0%} median speed-up, "
         f"{ev.confidence:.0%} CI lower bound > 0",
         f"trials: {ev.trials_counted} ({ev.trials_complete} complete, {ev.trials_failed} failed); "
         f"re-measurement rounds used {ev.rounds_used}/{ev.rounds_run}; study {ev.study}",
         f"date: {rec.date}; versions: " + ", ".join(f"{k}={v}" for k, v in sorted(rec.versions.items())),
     ]
     for size in rec.per_size:
-        detail = f" {size.gain.describe()}" if size.gain else ""
         lines.append(
-            f"size {size.bucket} [{size.min_bytes}, {size.max_bytes}] ({size.metric}): {size.decision}{detail}"
+            f"size {size.bucket} [{size.min_bytes}, {size.max_bytes}] ({size.metric}): "
+            + _verdict(size.decision, size.gain, size.closest)
         )
     lines.extend(f"note: {note}" for note in [*ev.notes, *rec.plugin_notes])
-    return [comment(line) for line in lines]
+    return [part for line in lines for part in comment_lines(line)]
 
 
 def _validated(

@@ -13,7 +13,7 @@
 #   plugin        bench_src/nccl_tuner/scripts/gpu-plugin-check.sh: cases 1-4 and case 5 (demo2's per-size
 #                 config vs its best global env), interleaved repeats with per-size noise bands and verdicts
 #   demo3         network path (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, 2 processes): socket knobs tuned
-#   aa            nothing planted: 5 tunes on GPU pairs, false "change" recommendations counted
+#   aa            nothing planted: 4 tunes on GPU pairs, false "change" recommendations counted
 # Everything lands under OUTDIR; the bundle (DEMO_BUNDLE, default OUTDIR/gpu-demo.tar.gz; everything but
 # the build trees) is rewritten after every phase, so a call killed at its limit still returns what
 # finished. The end prints every phase's summary.txt (the numbers, also when no file comes back).
@@ -50,7 +50,7 @@ default_phases="build probe-nvlink probe-socket demo2 plugin demo3 aa"
 [[ $mode == cpu ]] && default_phases="build probe-nvlink demo2 plugin demo3 aa"  # one probe: one path
 phases=${DEMO_PHASES:-$default_phases}
 # Seconds each phase may take at most (the global deadline cuts further).
-declare -A budget=([probe-nvlink]=20 [probe-socket]=25 [demo2]=180 [plugin]=80 [demo3]=80 [aa]=600)
+declare -A budget=([probe-nvlink]=20 [probe-socket]=25 [demo2]=180 [plugin]=80 [demo3]=95 [aa]=600)
 exec > >(tee -a "$out/demo.log") 2>&1
 
 bundle() {
