@@ -23,6 +23,7 @@ SCHEMA_PATH = Path(__file__).resolve().parents[1] / "bench_src" / "schema" / "co
 # rule differs, so the vectorised check cannot silently drift from the contract.
 _SAMPLE_ITEM_RULE = {"type": "number", "minimum": 0}
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # what every SQL backend stores
+MAX_MESSAGE_BYTES = 1 << 40  # commbench's largest message size (--sizes: at most 1T)
 
 
 class RecordError(ValueError):

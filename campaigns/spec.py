@@ -54,7 +54,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
                             load_site)
+from campaigns.records import MAX_MESSAGE_BYTES
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
+from tuners.catalog import check_safe_value
 
 # The node counts reframe_checks/commbench.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
@@ -65,6 +67,7 @@ SLURM_SCHEDULERS = ("slurm", "squeue")
 PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
 CAMPAIGN_KINDS = ("run", "characterize", "health")
 TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
+MessageSize = Annotated[int, Field(ge=1, le=MAX_MESSAGE_BYTES)]
 
 
 class SpecError(ValueError):
@@ -88,10 +91,10 @@ class CommbenchCheckSpec(_Model):
 
     check: Literal["commbench_run"]
     ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
-    min_bytes: int = Field(default=8, ge=1)
-    max_bytes: int = Field(default=1 << 20, ge=1)
+    min_bytes: int = Field(default=8, ge=1, le=MAX_MESSAGE_BYTES)
+    max_bytes: int = Field(default=1 << 20, ge=1, le=MAX_MESSAGE_BYTES)
     step_factor: int = Field(default=4, ge=2)
-    sizes: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+    sizes: list[MessageSize] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=5, ge=0)
     iters: int = Field(default=50, ge=1)
     timeout_s: int = Field(default=120, ge=1)
@@ -100,13 +103,27 @@ class CommbenchCheckSpec(_Model):
     transports: list[TransportName] = Field(default=["mpi"], min_length=1)
     tasks_per_node: int | None = Field(default=None, ge=1)
     env: dict[EnvVarName, str] = {}
-    # ReFrame's list syntax for -S splits on ','.
+    # ReFrame's list syntax for -S splits on ','; the words land unquoted on the job script's command line.
     extra_args: list[Annotated[str, Field(pattern=r"^[^,]+$")]] = []
 
     @field_validator("ops", "sizes", "transports")
     @classmethod
     def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
         return values if values is None else _unique(values)
+
+    @field_validator("env")
+    @classmethod
+    def _safe_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():  # what the tuner allows in a knob value: nothing a shell interprets
+            check_safe_value(value, name)
+        return env
+
+    @field_validator("extra_args")
+    @classmethod
+    def _safe_args(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            check_safe_value(arg, "extra_args")
+        return args
 
     @model_validator(mode="after")
     def _size_range(self) -> CommbenchCheckSpec:
@@ -133,7 +150,7 @@ class IsolationSettings(_Model):
     two nodes (Slurm --nodelist), judged like every health metric and against the other pairs."""
 
     environ: Name | None = Field(default=None, description="default: the campaign's first environment")
-    sizes: list[Annotated[int, Field(ge=1)]] = Field(default=[8, 65536], min_length=1)
+    sizes: list[MessageSize] = Field(default=[8, 65536], min_length=1)
     warmup: int = Field(default=2, ge=0)
     iters: int = Field(default=20, ge=1)
     timeout_s: int = Field(default=60, ge=1)

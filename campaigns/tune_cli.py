@@ -16,7 +16,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -69,9 +69,10 @@ def _fail(console: Console, message: str, code: int = EXIT_USAGE) -> typer.Exit:
 
 
 @contextmanager
-def _study_errors(console: Console, url: str) -> Iterator[None]:
+def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = ()) -> Iterator[None]:
     """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
-    written (exit 1): one clear message instead of a traceback. What Optuna committed stays committed."""
+    written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
+    one clear message instead of a traceback. What Optuna committed stays committed."""
     previous_hook = threading.excepthook
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
@@ -88,9 +89,12 @@ def _study_errors(console: Console, url: str) -> Iterator[None]:
         yield
     except StorageUnavailable as exc:
         raise _fail(console, f"cannot use the {exc}") from None
+    except ValueError as exc:  # the stored study was set up differently (knobs, buckets, baseline)
+        raise _fail(console, str(exc)) from None
     except OSError as exc:
-        raise _fail(console, f"cannot write {exc.filename or 'a file'}: {exc.strerror or exc}; files written "
-                             "earlier are unchanged", EXIT_FAILED) from None
+        where = exc.filename or " or ".join(str(path) for path in outputs if path is not None) or "a file"
+        raise _fail(console, f"cannot write {where}: {exc.strerror or exc}; files written earlier are unchanged",
+                    EXIT_FAILED) from None
     except Exception as exc:
         cause = _stopping_cause(exc)
         if cause is None:
@@ -247,7 +251,7 @@ def register(app: typer.Typer) -> None:
             console.print(escape(line), highlight=False, soft_wrap=True)
         if dry_run:
             return
-        with _study_errors(errors, spec_obj.storage_url()):
+        with _study_errors(errors, spec_obj.storage_url(), [spec_obj.publish_dir, summary]):
             if workers:
                 tuner = make_tuner(setup)
                 tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
@@ -327,7 +331,7 @@ def register(app: typer.Typer) -> None:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
-        with _study_errors(errors, spec_obj.storage_url()):
+        with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
             tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
             study = tuner.run()
             durations = setup.evaluator.durations_s

@@ -41,7 +41,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from campaigns.records import parse_record_lines
+from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
@@ -430,7 +430,13 @@ class TuningSpec(_Model):
     def _sizes(cls, value: Any) -> Any:
         if isinstance(value, str):
             value = value.split(",")
-        return sorted({parse_size(v) for v in value}) if isinstance(value, list) else value
+        if not isinstance(value, list):
+            return value
+        sizes = sorted({parse_size(v) for v in value})
+        outside = [size for size in sizes if not 1 <= size <= MAX_MESSAGE_BYTES]
+        if outside:
+            raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
+        return sizes
 
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
@@ -473,12 +479,7 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
     site_configs/knobs/<site>.yaml for a site without one) and the spec's override files applied in
     order; also the files used."""
-    from campaigns.site import SiteError, load_site
-
-    try:
-        site = load_site(spec.site)
-    except SiteError:
-        site = None
+    site = _site(spec)
     catalog = KnobCatalog.load() if site is None else site.knob_catalog()
     files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
     extra = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
@@ -723,17 +724,41 @@ def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> Non
 
 
 # ------------------------------------------------------------------------------------ Slurm workers
+def _site(spec: TuningSpec) -> Any:
+    """The spec's site (campaigns.site.Site), or None for a site known only by its knob file
+    (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
+    from campaigns.site import SITE_CONFIGS_DIR, SITE_FILE, SiteError, load_site
+
+    if not (SITE_CONFIGS_DIR / spec.site / SITE_FILE).is_file() and (KNOBS_DIR / f"{spec.site}.yaml").is_file():
+        return None
+    try:
+        return load_site(spec.site)
+    except SiteError as exc:
+        raise ValueError(str(exc)) from None
+
+
 def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
-    and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml."""
-    from campaigns.site import SiteError, load_site
+    and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml.
+    ValueError when the site has no such system, partition or environment there, or (Slurm) fewer nodes."""
+    from campaigns.spec import SLURM_SCHEDULERS
 
-    try:
-        site = load_site(spec.site)
-    except SiteError:
+    site = _site(spec)
+    if site is None:
         return None
     system_name, _, partition_name = spec.system.partition(":")
-    partition = site.system(system_name).partition(partition_name)
+    try:
+        system = site.system(system_name)
+        partition = system.partition(partition_name)
+    except KeyError:
+        systems = ", ".join(f"{s.name}:{p.name}" for s in site.systems for p in s.partitions)
+        raise ValueError(f"site {site.name!r} has no system:partition {spec.system!r} (it has: {systems})") from None
+    if spec.environ not in partition.environments:
+        raise ValueError(f"environ {spec.environ!r} is not an environment of {spec.system} "
+                         f"(it has: {', '.join(partition.environments)})")
+    if partition.scheduler in SLURM_SCHEDULERS and spec.nodes > partition.nodes:
+        raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
+                         f"has {partition.nodes}")
     return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
 
 
@@ -747,12 +772,15 @@ def site_env(spec: TuningSpec) -> dict[str, str]:
 
 def slurm_launcher(spec: TuningSpec, inside_allocation: bool) -> list[str]:
     """srun for the spec's MPI (the site environment's SLURM_MPI_TYPE). Inside an allocation srun uses
-    it; outside it makes one with the site partition's access options."""
+    it; outside it makes one with the site partition's access options. A rank that dies (a segfault
+    before commbench's watchdog runs, in MPI_Init) ends the run at once (--kill-on-bad-exit): otherwise
+    the other ranks wait in MPI for it until the run's time limit."""
     found = _site_partition(spec)
     if found is None:
         raise ValueError(f"site {spec.site!r} has no site.yaml: cannot tell how to launch with srun there")
     partition, env = found
-    cmd = ["srun", f"--mpi={env.get('SLURM_MPI_TYPE', 'none')}", "-N", str(spec.nodes), "-n", str(spec.ranks)]
+    cmd = ["srun", f"--mpi={env.get('SLURM_MPI_TYPE', 'none')}", "-N", str(spec.nodes), "-n", str(spec.ranks),
+           "--kill-on-bad-exit=1"]
     return cmd if inside_allocation else [*cmd, *partition.access]
 
 
