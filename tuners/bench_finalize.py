@@ -15,7 +15,7 @@ effect) and, where there is an effect, finalizations that found it (accepted in 
 
 each with gain >= min_effect and the bootstrap CI's lower bound > 0.
 
-    python -m tuners.bench_finalize --finalizations 500 --out results/bench/finalize_error_rates.json
+    python -m tuners.bench_finalize --finalizations 300 --out results/bench/finalize_error_rates.json
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -166,7 +167,7 @@ def run_scenario(gain: float, finalizations: int, thresholds: Thresholds) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--finalizations", type=int, default=500, help="per scenario and alpha")
+    parser.add_argument("--finalizations", type=int, default=300, help="per scenario and alpha")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.01, 0.05])
     parser.add_argument("--gains", type=float, nargs="+", default=[0.0, 0.05, 0.10, 0.20])
     parser.add_argument("--rounds", type=int, default=2, help="at least (finalize raises it to what the family needs)")
@@ -183,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(result), flush=True)
             results.append(result)
     document = {
-        "what": "SYNTHETIC finalizations (not a measurement): " + " ".join(__doc__.split("\n\n")[0].split()),
+        "what": " ".join(__doc__.split("    python -m")[0].split()),
+        "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rules": RULES,
         "n_resamples": args.n_resamples,
         "results": results,

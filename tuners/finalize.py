@@ -89,7 +89,7 @@ def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) ->
 
 
 def describe_family(n_candidates: int, n_buckets: int) -> str:
-    decisions = "overall" if n_buckets <= 1 else f"overall + {n_buckets} size buckets"
+    decisions = "overall" if n_buckets <= 1 else f"(overall + {n_buckets} size buckets)"
     return f"{n_candidates} candidate(s) x {decisions}"
 
 
