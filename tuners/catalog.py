@@ -326,6 +326,9 @@ class KnobCatalog:
     def for_site(self, overrides: Mapping[str, Any], source: str = "site overrides") -> KnobCatalog:
         """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
         defaults; they cannot un-forbid a knob the base catalog forbids."""
+        if not isinstance(overrides, Mapping):  # e.g. an override file holding a list or a bare value
+            raise CatalogError(f"{source}: knobs: expected a mapping of defaults, forbidden, pinned and restrict, "
+                               f"not {type(overrides).__name__}")
         site = _build(SiteKnobOverrides, dict(overrides), source, "knobs")
         knobs = dict(self._knobs)
 
