@@ -203,7 +203,8 @@ def test_full_or_read_only_results_directory_keeps_the_published_files(tmp_path:
     with small_tmpfs(tmp_path / "results") as results:
         spec = tune_spec(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", 2)
         document = yaml.safe_load(spec.read_text())
-        document.update(publish_dir=str(results / "recommendations"), finalize={"candidates": 1, "max_candidates": 1, "alpha": 0.4, "rounds": 2})
+        document.update(publish_dir=str(results / "recommendations"),
+                        finalize={"candidates": 1, "max_candidates": 1, "alpha": 0.4, "rounds": 2})
         spec.write_text(yaml.safe_dump(document))
         cmd = [str(COMMCAMP), "tune", str(spec)]
         env = {**os.environ, **OMPI_ENV}
