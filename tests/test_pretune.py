@@ -32,8 +32,8 @@ SBATCH_EXAMPLE = """#!/bin/bash
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --time=5
-# Autotune in this allocation first (here 60 s), then run the application with the result.
-{commcamp} pretune --budget 60s {scope} --db {db} --runs-dir {runs} --env-file tuned-$SLURM_JOB_ID.env
+# Autotune in this allocation first (here 80 s), then run the application with the result.
+{commcamp} pretune --budget 80s {scope} --db {db} --runs-dir {runs} --env-file tuned-$SLURM_JOB_ID.env
 source tuned-$SLURM_JOB_ID.env
 srun --mpi=pmix {commbench} --op allreduce --sizes 1M --iters 5 --output app-$SLURM_JOB_ID.jsonl
 """
