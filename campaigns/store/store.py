@@ -354,11 +354,12 @@ class Store:
 
     def runs(self, **filters: Any) -> list[RunRow]:
         """Stored runs, oldest first; filters are the fields of RunFilter."""
-        counts = (select(Measurement.run_id, func.count().label("num_measurements"))
-                  .group_by(Measurement.run_id).subquery())
-        query = (select(*Run.__table__.columns,
-                        func.coalesce(counts.c.num_measurements, 0).label("num_measurements"))
-                 .outerjoin(counts, counts.c.run_id == Run.id).order_by(Run.id))
+        # A count per run through the run_id index: a join with counts of every run's measurements let
+        # PostgreSQL, with statistics not yet updated after a night's ingest, pick a nested loop over all
+        # runs x all counts (1.4 s instead of 0.08 s at 6000 runs; tests/bench/bench_store_scale.py).
+        count = (select(func.count()).where(Measurement.run_id == Run.id)
+                 .correlate(Run).scalar_subquery().label("num_measurements"))
+        query = select(*Run.__table__.columns, count).order_by(Run.id)
         with self._transaction() as connection:
             rows = connection.execute(RunFilter(**filters).apply(query)).mappings().all()
         return [RunRow(**row) for row in rows]
