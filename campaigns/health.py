@@ -233,8 +233,9 @@ class HealthCheck:
 
     def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
         """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
+        series = case.series_key  # a hash of the parameters: computed once, not once per stored run
         earlier = [run for key, run in self._runs.items()
-                   if key.startswith(case.series_key) and run.status == "pass"
+                   if key.startswith(series) and run.status == "pass"
                    and run.parameters.get("tag") not in (None, self.tag)]
         nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
         ids = [run.id for run in earlier if run.parameters["tag"] in nights]
