@@ -71,7 +71,7 @@ def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path
         "name: corrupt\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
         "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    sizes: [64, 4096]\n    iters: 3\n"
         "    warmup: 1\n    timeout_s: 30\n    extra_args: [--inject, corrupt]\n"
-        "    env: {OMPI_COMMCAMP_PROBE: 'tcp,self:x ^y'}\n")
+        "    env: {OMPI_COMMCAMP_PROBE: 'tcp,self:x^y/z+1'}\n")
     db = tmp_path / "results.db"
     code, out, err = commcamp("run", str(spec), "--db", f"sqlite:///{db}", "--runs-dir", str(tmp_path / "runs"))
     assert code == 1, out + err
@@ -82,8 +82,9 @@ def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path
         assert not store.has_run(run.run_key)  # a failed run is tried again next time
         frame = store.measurements()
     assert sorted(frame["bytes"]) == [64, 4096] and not frame["valid"].any()
-    # The knob went through `-S env_vars=<JSON>` and the job script verbatim (commas, colon, caret, space).
-    assert all(env["OMPI_COMMCAMP_PROBE"] == "tcp,self:x ^y" for env in frame["env"])
+    # The knob went through `-S env_vars=<JSON>` and the job script verbatim (commas, colon, caret, slash, plus;
+    # whitespace and shell metacharacters are refused in the spec: tests/test_bad_input.py).
+    assert all(env["OMPI_COMMCAMP_PROBE"] == "tcp,self:x^y/z+1" for env in frame["env"])
     for record in frame.to_dict("records"):
         assert record["wrong_elements"] > 0
 
