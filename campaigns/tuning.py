@@ -76,9 +76,9 @@ _SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 def parse_size(text: str | int) -> int:
     """'64M' -> 67108864 (K, M, G, T are powers of 1024, as commbench's --sizes)."""
-    if isinstance(text, int):
+    if isinstance(text, int) and not isinstance(text, bool):
         return text
-    match = _SIZE.match(text)
+    match = _SIZE.match(text) if isinstance(text, str) else None
     if not match:
         raise ValueError(f"{text!r} is not a size (bytes, optionally with K, M, G or T: 64K, 1M)")
     return int(match.group(1)) * _SCALE[match.group(2).upper()]

@@ -6,6 +6,7 @@ inside -- and whatever it accepts holds nothing a shell would interpret."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from campaigns.yamlio import YamlDocument, YamlModelError
 from fixtures_store import commbench_record
 from tuners.catalog import SAFE_VALUE_PATTERN, KnobCatalog
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# COMMCAMP_FUZZ_EXAMPLES=5000 for a longer hunt than CI's.
+FUZZ = settings(max_examples=int(os.environ.get("COMMCAMP_FUZZ_EXAMPLES", "200")), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 CATALOG = KnobCatalog.load()
 
 # Names the loaders know, so that generated documents get past the first check often enough to reach the
