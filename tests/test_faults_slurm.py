@@ -201,7 +201,7 @@ checks:
     ops: [allreduce]
     sizes: [4194304]
     warmup: 1
-    iters: 150
+    iters: 100
     tasks_per_node: 1
     timeout_s: 60
     time_limit_s: 120
@@ -270,7 +270,7 @@ node_counts: [1]
 check_performance: false
 checks:
   - check: commbench_run
-    ops: [allreduce, alltoall, sendrecv]
+    ops: [allreduce, sendrecv]
     sizes: [1024, 65536]
     warmup: 1
     iters: 20
@@ -297,20 +297,20 @@ def test_sigkilled_campaign_leaves_no_orphan_and_resumes(slurm_cluster: SlurmClu
     wait_until(lambda: no_job_left(slurm_cluster), "its Slurm job gone", timeout=30)
     with open_store(db) as store:
         first = store.runs()
-    assert len(first) >= 1 and all(r.status == "pass" for r in first)
+    assert len(first) >= 1 and all(r.status == "pass" for r in first)  # the cases that finished, whole
 
     again = commcamp(slurm_cluster, *args)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert f"Running {3 - len(first)} of 3 test case(s)" in again.stdout
+    assert f"Running {2 - len(first)} of 2 test case(s)" in again.stdout
     with open_store(db) as store:
         runs = store.runs()
         frame = store.measurements()
-    assert sorted(r.parameters["op"] for r in runs) == ["allreduce", "alltoall", "sendrecv"]  # each once
-    assert len(frame) == 3 * 2 and frame.groupby("run_id").size().eq(2).all()  # none lost, none half
+    assert sorted(r.parameters["op"] for r in runs) == ["allreduce", "sendrecv"]  # each once
+    assert len(frame) == 2 * 2 and frame.groupby("run_id").size().eq(2).all()  # none lost, none half
 
 
 def test_sigkilled_study_leaves_no_orphan_and_resumes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    trials = 8
+    trials = 6
     spec = tune_spec(tmp_path, trials=trials)
     url = f"sqlite:///{tmp_path / 'study.db'}"
 
@@ -348,7 +348,7 @@ def test_sigkilled_study_leaves_no_orphan_and_resumes(slurm_cluster: SlurmCluste
 @pytest.mark.postgres
 def test_four_workers_on_one_postgresql_study(slurm_cluster: SlurmCluster, postgres_url: str,
                                               tmp_path: Path) -> None:
-    trials, workers = 16, 4
+    trials, workers = 12, 4
     url = _socket_url(postgres_url)  # the nodes' network namespaces reach PostgreSQL through its socket
     spec = tune_spec(tmp_path, trials=trials, tasks_per_node=1, heartbeat_s=2, db=url)
     result = commcamp(slurm_cluster, "tune", str(spec), "--workers", str(workers), timeout=400)
