@@ -1,0 +1,38 @@
+"""What the benchmark scripts of tests/bench/ share: the cluster to run on and the provenance of a result."""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+
+@contextlib.contextmanager
+def slurm_cluster_env() -> Iterator[dict[str, str]]:
+    """The environment of the running cluster (SLURM_CONF set and sinfo answers), or of a new 3-node one that
+    is stopped again at the end (tests/fixtures_slurm.py)."""
+    if os.environ.get("SLURM_CONF") and subprocess.run(["sinfo", "-h"], capture_output=True,
+                                                       timeout=20).returncode == 0:
+        yield dict(os.environ)
+        return
+    from fixtures_slurm import local_slurm_cluster
+
+    with local_slurm_cluster(nnodes=3) as cluster:
+        yield cluster.env
+
+
+def provenance(argv: list[str]) -> dict[str, Any]:
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "cpus": os.cpu_count(),
+            "command": " ".join([str(Path(argv[0]).relative_to(REPO)) if Path(argv[0]).is_absolute() else argv[0],
+                                 *argv[1:]]),
+            "commit": commit, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
