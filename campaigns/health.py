@@ -48,7 +48,7 @@ from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
-from campaigns.store import Store
+from campaigns.store import RunRow, Store
 
 STATUSES = ("ok", "degraded", "failed")
 EXIT_CODES = {"ok": 0, "degraded": 1, "failed": 2}
@@ -223,20 +223,28 @@ class HealthCheck:
         self.placer = placer
         self.run_dirs: list[Path] = []
         self._invocations = 0
-        self._runs = {run.run_key: run for run in store.runs(campaign=campaign.name, site=campaign.site.name,
-                                                             system=campaign.system.name)}
+        self._runs: dict[str, RunRow | None] = {}  # tonight's runs looked up so far, by run key
 
     # --- data ---------------------------------------------------------------------------------------
+    # Runs are looked up by key and series in the database, never all read: a site's store grows by every
+    # night's runs, and a scan of all of them per judged case made judging O(cases x stored runs).
+    def _where(self) -> dict[str, str]:
+        return {"campaign": self.campaign.name, "site": self.campaign.site.name, "system": self.campaign.system.name}
+
     def _refresh(self) -> None:
-        self._runs = {run.run_key: run for run in self.store.runs(
-            campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name)}
+        self._runs.clear()
+
+    def _run(self, run_key: str) -> RunRow | None:
+        if run_key not in self._runs:
+            found = self.store.runs(run_key=run_key, **self._where())
+            self._runs[run_key] = found[0] if found else None
+        return self._runs[run_key]
 
     def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
         """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
-        series = case.series_key  # a hash of the parameters: computed once, not once per stored run
-        earlier = [run for key, run in self._runs.items()
-                   if key.startswith(series) and run.status == "pass"
-                   and run.parameters.get("tag") not in (None, self.tag)]
+        series = case.series_key
+        earlier = [run for run in self.store.runs(run_key_prefix=series, status="pass", **self._where())
+                   if run.run_key.startswith(series) and run.parameters.get("tag") not in (None, self.tag)]
         nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
         ids = [run.id for run in earlier if run.parameters["tag"] in nights]
         history: dict[tuple[str, int], list[float]] = {}
@@ -248,7 +256,7 @@ class HealthCheck:
         return history
 
     def judge_case(self, case: TestCase) -> list[MetricVerdict]:
-        run = self._runs.get(case.run_key)
+        run = self._run(case.run_key)
         base = dict(run_key=case.run_key, series_key=case.series_key, op=case.op, environ=case.environ,
                     transport=case.transport, num_nodes=case.num_nodes)
         if run is None:

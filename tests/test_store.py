@@ -137,6 +137,17 @@ def test_run_filters(store: Store) -> None:
         store.runs(colour="red")
 
 
+def test_run_key_lookups(store: Store) -> None:
+    """By key and by key prefix (the health check's series lookups): LIKE's wildcards in a key are literal."""
+    keys = ["h/s/2n/ab_c@n1", "h/s/2n/ab_c/x+y@n1", "h/s/2n/abXc@n1", "h/s/2n/ab%c@n1", "h/s/4n/ab_c@n1"]
+    for key in keys:
+        store.ingest(run_info(key), [commbench_record()], validated=True)
+    assert [run.run_key for run in store.runs(run_key="h/s/2n/ab_c@n1")] == ["h/s/2n/ab_c@n1"]
+    assert [run.run_key for run in store.runs(run_key_prefix="h/s/2n/ab_c")] == keys[:2]
+    assert [run.run_key for run in store.runs(run_key_prefix="h/s/2n/ab%")] == ["h/s/2n/ab%c@n1"]
+    assert store.runs(run_key_prefix="h/s/8n") == []
+
+
 def test_has_run_only_for_passed_runs(store: Store) -> None:
     _two_sites(store)
     assert store.has_run("a")
