@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import REPO, provenance, slurm_cluster_env
+from common import REPO, slurm_cluster_env, write_result
 
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
 TIMING_WRAPPER = """#!/bin/sh
@@ -240,8 +240,7 @@ def main() -> int:
             print("         reframe start-up, `reframe -l` (median): " + ", ".join(
                 f"{k} {v:.3f}" for k, v in r["reframe_startup_median"].items()))
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({**provenance(sys.argv), "results": results}, indent=1) + "\n")
+        write_result(args.output, sys.argv, {"results": results})
     return 0
 
 

@@ -20,7 +20,6 @@ gain when one trial already keeps both cores busy).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from common import REPO, provenance, slurm_cluster_env
+from common import REPO, slurm_cluster_env, write_result
 
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
 KINDS: dict[str, dict[str, Any]] = {
@@ -97,8 +96,7 @@ def main() -> int:
                       f"(trial {result['trial_s_median']:.2f} s) speedup {result['speedup']:.2f} "
                       f"(target {result['target']:.1f}) hosts {','.join(result['hosts'])}", flush=True)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({**provenance(sys.argv), "results": results}, indent=1) + "\n")
+        write_result(args.output, sys.argv, {"results": results})
     return 0
 
 

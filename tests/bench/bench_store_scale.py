@@ -19,7 +19,6 @@ computed from them as commbench does).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from common import REPO, provenance
+from common import REPO, write_result
 
 SIZES = (8, 32768)
 ITERS = 20
@@ -127,10 +126,8 @@ def main() -> int:
             print(f"  {backend}: ingest {results[backend]['ingest_ms_per_run_median']:.2f} ms/run (median), "
                   f"{results[backend]['db_bytes_per_run_marginal']:.0f} B per further run", flush=True)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({**provenance(sys.argv), "runs_per_night": args.runs_per_night,
-                                           "records_per_run": len(SIZES), "iters": ITERS, "results": results},
-                                          indent=1) + "\n")
+        write_result(args.output, sys.argv, {"runs_per_night": args.runs_per_night, "records_per_run": len(SIZES),
+                                             "iters": ITERS, "results": results})
     return 0
 
 

@@ -1,7 +1,8 @@
-"""What the benchmark scripts of tests/bench/ share: the cluster to run on and the provenance of a result."""
+"""What the benchmark scripts of tests/bench/ share: the cluster to run on, and writing a result with its provenance."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import subprocess
@@ -36,3 +37,11 @@ def provenance(argv: list[str]) -> dict[str, Any]:
             "command": " ".join([str(Path(argv[0]).relative_to(REPO)) if Path(argv[0]).is_absolute() else argv[0],
                                  *argv[1:]]),
             "commit": commit, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def write_result(path: Path, argv: list[str], fields: dict[str, Any]) -> None:
+    """The benchmark's result with its provenance, as JSON, written atomically."""
+    from campaigns.health import write_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, json.dumps({**provenance(argv), **fields}, indent=1) + "\n")
