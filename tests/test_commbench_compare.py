@@ -38,7 +38,7 @@ helper = load_helper()
 
 
 def test_parser_reads_the_real_nccl_tests_outputs() -> None:
-    runs = {op: helper.parse_nccl_tests((RUN1 / "nccl-tests" / name).read_text()) for op, name in NT_FILES.items()}
+    runs = {op: helper.parse_nccl_tests((RUN1 / "nt-outputs" / name).read_text()) for op, name in NT_FILES.items()}
     for run in runs.values():
         assert run.version == "nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803"
         assert "warmup iters: 5 iters: 20" in run.params
@@ -54,7 +54,7 @@ def test_parser_reads_the_real_nccl_tests_outputs() -> None:
 
 
 def test_parser_skips_foreign_lines_and_rejects_broken_rows() -> None:
-    text = (RUN1 / "nccl-tests" / "all_reduce.txt").read_text()
+    text = (RUN1 / "nt-outputs" / "all_reduce.txt").read_text()
     noisy = "vm:5108:5108 [0] NCCL INFO Bootstrap: using eth0\n" + text
     assert len(helper.parse_nccl_tests(noisy).rows) == 30
     broken = text.replace("23.58    0.00    0.00       0", "23.58    0.00    x.00       0")
@@ -70,7 +70,7 @@ def run1_outdir(tmp_path: Path) -> Path:
     (out / "raw").mkdir(parents=True)
     (out / "records").mkdir()
     for op, name in NT_FILES.items():
-        shutil.copy(RUN1 / "nccl-tests" / name, out / "raw" / f"nt-{op}-r1.txt")
+        shutil.copy(RUN1 / "nt-outputs" / name, out / "raw" / f"nt-{op}-r1.txt")
         if op != "sendrecv":
             shutil.copy(RUN1 / "commbench-ccl" / f"cb-{op}.jsonl", out / "records" / f"cb-{op}-r1.jsonl")
     with tarfile.open(RUN1 / "acceptance" / "acceptance.tar.gz") as bundle:
@@ -160,7 +160,7 @@ def test_script_plumbing_end_to_end(commbench_builds: dict[str, CommbenchBuild],
             check=True).stdout.splitlines()):
         stand_in = nt_dir / binary
         stand_in.write_text(REPLAY.format(python=sys.executable, name=binary,
-                                          recorded=str(RUN1 / "nccl-tests" / NT_FILES[op])))
+                                          recorded=str(RUN1 / "nt-outputs" / NT_FILES[op])))
         stand_in.chmod(0o755)
     launcher = tmp_path / "bin" / "mpirun"
     launcher.parent.mkdir()

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).with_name("reframe")
 SITE_CONFIGS = REPO / "site_configs"
 CHECKS = REPO / "reframe_checks"
-NCCL_TESTS_OUTPUT = REPO / "results" / "reference" / "h200x4" / "run1" / "nccl-tests" / "all_reduce.txt"
+NCCL_TESTS_OUTPUT = REPO / "results" / "reference" / "h200x4" / "run1" / "nt-outputs" / "all_reduce.txt"
 # Small and fast: every commbench check of a run below takes these.
 QUICK = ["-S", "iters=3", "-S", "warmup=1", "-S", "sizes=8,4096"]
 
