@@ -116,8 +116,8 @@ def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None
     (tmp_path / "rccl" / "rccl.h").write_text(header.replace("cudaStream_t", "hipStream_t"))
     done = subprocess.run(
         [str(HIPCC), "-x", "hip", "--offload-arch=gfx90a", "-std=c++20", "-Wall", "-Wextra", "-Werror",
-         "-DCOMMBENCH_HIP=1", "-DCOMMBENCH_GPU=1", "-DCOMMBENCH_HAVE_CCL=1", "-DCOMMBENCH_RCCL_IN_SUBDIR=1",
-         "-D_POSIX_C_SOURCE=200809L", f"-I{tmp_path}", f"-I{BENCH_SRC / 'src'}", "-c",
+         "-DCOMMBENCH_HIP=1", "-DCOMMBENCH_GPU=1", "-DCOMMBENCH_HAVE_CCL=1",
+         "-D_POSIX_C_SOURCE=200809L", f"-I{tmp_path / 'rccl'}", f"-I{BENCH_SRC / 'src'}", "-c",
          str(BENCH_SRC / "src" / "gpu" / "ccl.cu"), "-o", str(tmp_path / "ccl.o")],
         capture_output=True, text=True, timeout=300, check=False,
     )

@@ -8,14 +8,16 @@ set(COMMBENCH_GPU_SOURCES
 target_sources(commbench PRIVATE ${COMMBENCH_GPU_SOURCES} src/transports/staging.c src/transports/memcpy.c)
 target_compile_definitions(commbench PRIVATE COMMBENCH_GPU=1)
 
-# Looks for the collective library; sets COMMBENCH_HAVE_CCL (0/1) and links it.
+# Looks for the collective library (its header in include/<library>/, as ROCm installs rccl.h, or include/);
+# sets COMMBENCH_HAVE_CCL (0/1) and links it.
 function(commbench_find_ccl library header)
   if(COMMBENCH_CCL STREQUAL "OFF")
     set(COMMBENCH_HAVE_CCL 0 PARENT_SCOPE)
     return()
   endif()
   find_path(COMMBENCH_CCL_INCLUDE_DIR NAMES ${header}
-    HINTS ENV NCCL_HOME ENV RCCL_HOME ENV ROCM_PATH ${ARGN} PATH_SUFFIXES include PATHS /opt/rocm)
+    HINTS ENV NCCL_HOME ENV RCCL_HOME ENV ROCM_PATH ${ARGN} PATH_SUFFIXES include/${library} include
+    PATHS /opt/rocm)
   find_library(COMMBENCH_CCL_LIBRARY NAMES ${library}
     HINTS ENV NCCL_HOME ENV RCCL_HOME ENV ROCM_PATH ${ARGN} PATH_SUFFIXES lib lib64 PATHS /opt/rocm)
   if(COMMBENCH_CCL_INCLUDE_DIR AND COMMBENCH_CCL_LIBRARY)
@@ -69,12 +71,6 @@ else()
   # hipcc also links; naming the targets keeps it from probing for GPUs (rocm_agent_enumerator)
   target_link_options(commbench PRIVATE ${hip_arch_flags})
   set_target_properties(commbench PROPERTIES LINKER_LANGUAGE CXX)
-  commbench_find_ccl(rccl rccl/rccl.h)
-  if(NOT COMMBENCH_HAVE_CCL)
-    unset(COMMBENCH_CCL_INCLUDE_DIR CACHE)
-    commbench_find_ccl(rccl rccl.h)
-  else()
-    target_compile_definitions(commbench PRIVATE COMMBENCH_RCCL_IN_SUBDIR=1)
-  endif()
+  commbench_find_ccl(rccl rccl.h)
 endif()
 target_compile_definitions(commbench PRIVATE COMMBENCH_HAVE_CCL=${COMMBENCH_HAVE_CCL})

@@ -116,8 +116,7 @@ python3 - "$OUT" <<'PYEOF' | tee "$OUT/summary.txt"
 import collections, json, pathlib, sys
 
 out = pathlib.Path(sys.argv[1])
-required = {"schema_version", "kind", "commbench_version", "timestamp", "backend", "op", "transport", "valid",
-            "ranks", "nodes", "hostnames", "mpi_library", "env"}
+required = set(json.loads(pathlib.Path("bench_src/schema/commbench-record.schema.json").read_text())["required"])
 cases = [line.split("\t") for line in (out / "cases.tsv").read_text().splitlines() if line]
 bad_cases = 0
 print(f"{'case':34} {'np':>2} {'exit':>4} {'want':>5} {'secs':>6} {'results':>7} {'wrong':>5} {'errors':>6}  notes")

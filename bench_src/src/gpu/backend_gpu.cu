@@ -25,11 +25,6 @@ gpu_stream cb_gpu_stream(void)
     return stream;
 }
 
-int cb_gpu_device(void)
-{
-    return device;
-}
-
 int cb_gpu_sync(gpu_stream s)
 {
     return cb_gpu_ok(GPU(StreamSynchronize)(s), "stream synchronize");

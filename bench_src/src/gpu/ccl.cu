@@ -18,9 +18,7 @@
 #endif
 
 #if COMMBENCH_HAVE_CCL
-#if defined(COMMBENCH_HIP) && defined(COMMBENCH_RCCL_IN_SUBDIR)
-#include <rccl/rccl.h>
-#elif defined(COMMBENCH_HIP)
+#if defined(COMMBENCH_HIP)
 #include <rccl.h>
 #else
 #include <nccl.h>

@@ -36,9 +36,8 @@ typedef GPU(Error_t) gpu_error;
 
 /* CB_OK, or CB_ERROR with cb_errorf("<what>: <runtime's message>"). */
 int cb_gpu_ok(gpu_error err, const char *what);
-/* The backend's stream and device (after init). */
+/* The backend's stream (after init). */
 gpu_stream cb_gpu_stream(void);
-int cb_gpu_device(void);
 /* Waits for a stream; CB_OK or CB_ERROR. */
 int cb_gpu_sync(gpu_stream stream);
 /* Launch geometry for grid-stride loops over count items. */
