@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +47,7 @@ from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
 from campaigns.store import RunRow, Store
+from tuners.writers import write_atomic
 
 STATUSES = ("ok", "degraded", "failed")
 EXIT_CODES = {"ok": 0, "degraded": 1, "failed": 2}
@@ -244,7 +243,7 @@ class HealthCheck:
         """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
         series = case.series_key
         earlier = [run for run in self.store.runs(run_key_prefix=series, status="pass", **self._where())
-                   if run.run_key.startswith(series) and run.parameters.get("tag") not in (None, self.tag)]
+                   if run.parameters.get("tag") not in (None, self.tag)]
         nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
         ids = [run.id for run in earlier if run.parameters["tag"] in nights]
         history: dict[tuple[str, int], list[float]] = {}
@@ -442,25 +441,8 @@ class HealthCheck:
         return nodes
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write a text file atomically (temp file + rename): readers see the old file or the new one."""
-    path = path.absolute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; the file is meant to be read by others
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def write_verdict(verdict: Verdict, path: Path) -> None:
-    write_atomically(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
 
 
 _STYLE = {"ok": "green", "degraded": "bold yellow", "failed": "bold red"}

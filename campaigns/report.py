@@ -288,7 +288,8 @@ def health_section(verdicts: list[dict[str, Any]]) -> str:
 
 
 def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
-    runs = [run for run in store.runs() if run.id in set(run_ids)]
+    wanted = set(run_ids)
+    runs = [run for run in store.runs() if run.id in wanted]
     return pandas.DataFrame([{
         "id": run.id, "run_key": run.run_key, "status": run.status, "environ": run.environ,
         "num_nodes": run.num_nodes, "op": run.parameters.get("op"), "tag": run.parameters.get("tag"),

@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.health import write_atomically
 from campaigns.report import Nominal, build_report
 from campaigns.results_cli import DbOption, _expected_errors, _with_measurement_filters
 from campaigns.site import SiteError, load_site
 from campaigns.spec import Campaign
 from campaigns.store import MeasurementFilter, Store, open_store
+from tuners.writers import write_atomic
 
 
 _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
@@ -71,7 +71,7 @@ def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> Non
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
                         nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
                         campaign=[campaign.name])
-    write_atomically(output, text)
+    write_atomic(output, text)
 
 
 @_with_measurement_filters
@@ -91,7 +91,7 @@ def report(filters: MeasurementFilter,
             links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
         with open_store(db) as store:
             text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
-        write_atomically(output, text)
+        write_atomic(output, text)
     Console().print(f"wrote {escape(str(output))} ({output.stat().st_size / 2**20:.1f} MiB)")
 
 

@@ -549,7 +549,7 @@ def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
                        reason=None if evaluation.ok else f"{evaluation.failure}: {evaluation.reason}"[:2000])
         try:
             with open_store(url) as store:
-                return [f"run:{store.ingest(info, outcome.records)}"]
+                return [f"run:{store.ingest(info, outcome.records, validated=True)}"]  # parse_record_lines checked them
         except StoreError as exc:  # not the setting's fault: the study stops and measures it again later
             raise EvaluationAborted(f"cannot store the run ({exc}); its records stay in {outcome.directory}") from exc
 

@@ -136,14 +136,16 @@ class RunFilter(_WhereFilter):
     check_name: Match = None
     status: Match = None
     run_key: Match = None
-    run_key_prefix: str | None = None  # SQL LIKE: on SQLite case-insensitive for ASCII, check the keys again
+    run_key_prefix: str | None = None
     since: date | datetime | None = None  # on started_at, or created_at for runs without it
     until: date | datetime | None = None
 
     def apply(self, query: Select[Any]) -> Select[Any]:
         conditions = self._run_conditions("check_name", "status", "run_key")
-        if self.run_key_prefix is not None:
-            conditions.append(Run.run_key.startswith(self.run_key_prefix, autoescape=True))
+        if self.run_key_prefix is not None:  # LIKE narrows (SQLite's is case-insensitive), substr is exact
+            prefix = self.run_key_prefix
+            conditions += [Run.run_key.startswith(prefix, autoescape=True),
+                           func.substr(Run.run_key, 1, len(prefix)) == prefix]
         conditions += _day_bounds(self.since, self.until, func.coalesce(Run.started_at, Run.created_at))
         return query.where(*(c for c in conditions if c is not None))
 

@@ -41,7 +41,6 @@ def provenance(argv: list[str]) -> dict[str, Any]:
 
 def write_result(path: Path, argv: list[str], fields: dict[str, Any]) -> None:
     """The benchmark's result with its provenance, as JSON, written atomically."""
-    from campaigns.health import write_atomically
+    from tuners.writers import write_atomic
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps({**provenance(argv), **fields}, indent=1) + "\n")
+    write_atomic(path, json.dumps({**provenance(argv), **fields}, indent=1) + "\n")
