@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 
 import pytest
+import sqlalchemy
 
 from campaigns.store.pgserver import drop_database, new_database, server_binaries, throwaway_server
 
@@ -43,3 +44,15 @@ def postgres_url(postgres_server: str) -> Iterator[str]:
         yield url
     finally:
         drop_database(url)
+
+
+def socket_url(url: str) -> str:
+    """The same database through PostgreSQL's unix socket: jobs on the cluster's nodes (own network
+    namespaces) cannot reach the server's 127.0.0.1, but they share its filesystem."""
+    engine = sqlalchemy.create_engine(url)
+    with engine.connect() as connection:
+        directory = connection.exec_driver_sql("SHOW unix_socket_directories").scalar_one().split(",")[0]
+        port = connection.exec_driver_sql("SHOW port").scalar_one()
+    engine.dispose()
+    parsed = sqlalchemy.make_url(url)
+    return f"{parsed.drivername}://{parsed.username}@/{parsed.database}?host={directory}&port={port}"

@@ -127,9 +127,7 @@ def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cuda backend cannot be compiled here")
 def test_gpu_scripts_build_step(tmp_path: Path) -> None:
     """The build step gpu-acceptance.sh and compare-nccl-tests.sh share (scripts/common.sh)."""
-    env = dict(os.environ, MPICC="mpicc.openmpi", JOBS="2")
-    if NVCC:
-        env["PATH"] = f"{Path(NVCC).parent}:{env['PATH']}"
+    env = dict(os.environ, MPICC="mpicc.openmpi", JOBS="2", PATH=f"{Path(NVCC).parent}:{os.environ['PATH']}")
     done = subprocess.run(
         ["bash", "-c", '. bench_src/scripts/common.sh && cb_build_cuda "$1" "$1/build.log" && '
                        'echo "bin=$CB_BIN werror=$CB_WERROR_BUILD nvls=$NCCL_NVLS_ENABLE"', "build", str(tmp_path)],

@@ -31,7 +31,7 @@ import yaml
 from campaigns.store import open_store
 from campaigns.tuning import TuningSpec, slurm_launcher
 from fixtures_slurm import SlurmCluster, process_alive
-from test_pretune import _socket_url
+from fixtures_pg import socket_url
 from tuners.study import OUTCOME, RECORD_IDS, RETRY_OF, is_counted
 
 pytestmark = pytest.mark.slurm
@@ -349,7 +349,7 @@ def test_sigkilled_study_leaves_no_orphan_and_resumes(slurm_cluster: SlurmCluste
 def test_four_workers_on_one_postgresql_study(slurm_cluster: SlurmCluster, postgres_url: str,
                                               tmp_path: Path) -> None:
     trials, workers = 12, 4
-    url = _socket_url(postgres_url)  # the nodes' network namespaces reach PostgreSQL through its socket
+    url = socket_url(postgres_url)  # the nodes' network namespaces reach PostgreSQL through its socket
     spec = tune_spec(tmp_path, trials=trials, tasks_per_node=1, heartbeat_s=2, db=url)
     result = commcamp(slurm_cluster, "tune", str(spec), "--workers", str(workers), timeout=400)
     assert result.returncode == 0, result.stdout + result.stderr

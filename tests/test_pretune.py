@@ -11,9 +11,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-import sqlalchemy
 import yaml
 
+from fixtures_pg import socket_url
 from fixtures_slurm import SlurmCluster
 from tuners.study import RETRY_OF, is_counted
 
@@ -78,23 +78,11 @@ def test_pretune_under_salloc(slurm_cluster: SlurmCluster, tmp_path: Path) -> No
     assert summary["provenance"]["slurm"].startswith("slurm")
 
 
-def _socket_url(url: str) -> str:
-    """The same database through PostgreSQL's unix socket: jobs on the cluster's nodes (own network
-    namespaces) cannot reach the server's 127.0.0.1, but they share its filesystem."""
-    engine = sqlalchemy.create_engine(url)
-    with engine.connect() as connection:
-        directory = connection.exec_driver_sql("SHOW unix_socket_directories").scalar_one().split(",")[0]
-        port = connection.exec_driver_sql("SHOW port").scalar_one()
-    engine.dispose()
-    parsed = sqlalchemy.make_url(url)
-    return f"{parsed.drivername}://{parsed.username}@/{parsed.database}?host={directory}&port={port}"
-
-
 @pytest.mark.slurm
 @pytest.mark.postgres
 def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, postgres_url: str,
                                                    tmp_path: Path) -> None:
-    url = _socket_url(postgres_url)
+    url = socket_url(postgres_url)
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump({
         "site": "localslurm", "system": "localslurm:debug", "environ": "openmpi", "library": "openmpi",

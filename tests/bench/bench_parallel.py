@@ -80,14 +80,14 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     from campaigns.store.pgserver import new_database, throwaway_server
-    from test_pretune import _socket_url  # the nodes reach PostgreSQL through its unix socket
+    from fixtures_pg import socket_url  # the nodes reach PostgreSQL through its unix socket
 
     results = []
     with slurm_cluster_env() as env, throwaway_server() as server:
         for kind in args.kinds.split(","):
             for workers in map(int, args.workers.split(",")):
                 with tempfile.TemporaryDirectory(prefix=f"parallel-{kind}-{workers}-") as work:
-                    result = run_study(kind, workers, args.trials, _socket_url(new_database(server)), Path(work), env)
+                    result = run_study(kind, workers, args.trials, socket_url(new_database(server)), Path(work), env)
                 serial = next((r for r in results if r["kind"] == kind and r["workers"] == 1), result)
                 result["speedup"] = round(serial["span_s"] / result["span_s"], 3)
                 result["target"] = 0.8 * workers
