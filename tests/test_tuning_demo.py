@@ -36,7 +36,7 @@ def test_ci_demo_recovers_a_planted_bad_default_on_localslurm(slurm_cluster: Slu
     rec = data["recommendation"]
     assert rec["decision"] == "change", result.stdout[-3000:]
     assert rec["gain"]["median"] > 1.0  # more than 2x: the planted buffers cost far more than noise
-    assert not any(rec["env"].get(name) == "4096" for name in PLANTED)
+    assert {name: rec["env"].get(name) for name in PLANTED} != PLANTED  # at least one planted buffer goes
     one_mib = next(s for s in rec["per_size"] if s["bucket"] == "1MiB-1MiB")
     assert one_mib["decision"] == "change"
     # Every run went through ReFrame on Slurm, on two nodes.
