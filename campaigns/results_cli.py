@@ -7,7 +7,6 @@ import hashlib
 import inspect
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from rich.table import Table
 from sqlalchemy import JSON
 
 from campaigns.records import load_records
+from campaigns.sizes import parse_size
 from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
 from campaigns.store.models import Measurement
 
@@ -39,18 +39,6 @@ def _console(*, stderr: bool = False) -> Console:
 DbOption = Annotated[Optional[str], typer.Option(
     "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
 LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
-
-_UNITS = {"": 1, "k": 2**10, "ki": 2**10, "kib": 2**10, "m": 2**20, "mi": 2**20, "mib": 2**20,
-          "g": 2**30, "gi": 2**30, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
-
-
-def parse_size(text: str, option: str) -> int:
-    """'4096', '4K', '4KiB' (binary) or '4KB' (decimal) as bytes."""
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if match is None or match.group(2).lower() not in _UNITS:
-        raise typer.BadParameter(f"{text!r} is not a size such as 4096, 64K, 1MiB or 1MB", param_hint=option)
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
-
 
 def human_size(size: float | None) -> str:
     if size is None or size != size:  # None or NaN: an error record without a size
@@ -95,7 +83,12 @@ _MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
     def size(name: str) -> int | None:
         text = options[name]
-        return None if text is None else parse_size(text, "--" + name.replace("_", "-"))
+        if text is None:
+            return None
+        try:
+            return parse_size(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--" + name.replace("_", "-")) from None
 
     lists = {name: options[name] or None
              for name in ("campaign", "site", "system", "partition", "op", "transport", "backend", "run_id")}

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns.sizes import ByteCount
 from campaigns.yamlio import YamlDocument, YamlModelError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,6 @@ Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
 NodeCount = Literal[NODE_COUNTS]  # type: ignore[valid-type]
-Bytes = Annotated[int, Field(ge=1)]
 
 
 class SiteError(ValueError):
@@ -142,9 +142,9 @@ class Resource(_Model):
 class SizeSet(_Model):
     """Message sizes in bytes: an explicit list, or min_bytes * step_factor^k up to max_bytes."""
 
-    sizes: list[Bytes] | None = Field(default=None, min_length=1)
-    min_bytes: Bytes | None = None
-    max_bytes: Bytes | None = None
+    sizes: list[ByteCount] | None = Field(default=None, min_length=1)
+    min_bytes: ByteCount | None = None
+    max_bytes: ByteCount | None = None
     step_factor: int | None = Field(default=None, ge=2, le=1024)
 
     @model_validator(mode="after")

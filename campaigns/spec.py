@@ -12,7 +12,7 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
     checks:
       - check: commbench_run         # the ReFrame test (reframe_checks/commbench.py)
         ops: [pingpong, allreduce, alltoall]
-        min_bytes: 8                 # or `sizes: [8, 1024, 65536]`
+        min_bytes: 8                 # or `sizes: [8, 1K, 64K]` (K, M, G: powers of 1024)
         max_bytes: 65536
         step_factor: 8
         warmup: 2
@@ -55,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
                             load_site)
 from campaigns.records import MAX_MESSAGE_BYTES
+from campaigns.sizes import ByteCount
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
 from tuners.catalog import check_safe_value
 
@@ -67,7 +68,7 @@ SLURM_SCHEDULERS = ("slurm", "squeue")
 PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
 CAMPAIGN_KINDS = ("run", "characterize", "health")
 TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
-MessageSize = Annotated[int, Field(ge=1, le=MAX_MESSAGE_BYTES)]
+MessageSize = Annotated[ByteCount, Field(le=MAX_MESSAGE_BYTES)]
 
 
 class SpecError(ValueError):
@@ -91,8 +92,8 @@ class CommbenchCheckSpec(_Model):
 
     check: Literal["commbench_run"]
     ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
-    min_bytes: int = Field(default=8, ge=1, le=MAX_MESSAGE_BYTES)
-    max_bytes: int = Field(default=1 << 20, ge=1, le=MAX_MESSAGE_BYTES)
+    min_bytes: MessageSize = 8
+    max_bytes: MessageSize = 1 << 20
     step_factor: int = Field(default=4, ge=2)
     sizes: list[MessageSize] | None = Field(default=None, min_length=1)
     warmup: int = Field(default=5, ge=0)

@@ -41,10 +41,10 @@ from campaigns.tuning import (
     slurm_launcher,
     submit_workers,
     wait_for_jobs,
-    parse_size,
     write_env_file,
     write_summary,
 )
+from campaigns.sizes import parse_size
 from tuners.evaluation import EvaluationAborted, format_bytes
 from tuners.recommend import format_lookup, lookup
 from tuners.study import StorageUnavailable, storage_problem, study_progress

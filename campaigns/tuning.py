@@ -42,6 +42,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
+from campaigns.sizes import parse_size
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
@@ -70,20 +71,6 @@ READ_LOG_ENV: dict[Library, dict[str, str]] = {
 _NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
 # Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
 _OMPI_READ = re.compile(r"^\[[^\]]*\] ([A-Za-z0-9_]+)=(.*) \(environment\)\s*$", re.MULTILINE)
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(i?B)?\s*$", re.IGNORECASE)
-_SCALE = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: str | int) -> int:
-    """'64M' -> 67108864 (K, M, G, T are powers of 1024, as commbench's --sizes)."""
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text
-    match = _SIZE.match(text) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"{text!r} is not a size (bytes, optionally with K, M, G or T: 64K, 1M)")
-    return int(match.group(1)) * _SCALE[match.group(2).upper()]
-
-
 def knobs_read(library: Library, output: str) -> dict[str, str] | None:
     """The variables the library reports it took, name -> value as printed; None if it has no such log."""
     if library in (Library.NCCL, Library.RCCL):

@@ -153,6 +153,7 @@ CASES = [
          ("4 nodes requested, but partition localslurm:debug of site 'localslurm' has 3",)),
     Case("tune-size-zero", (*TUNE, "--sizes", "0"), ("sizes [0] outside 1 B .. 1 TiB",)),
     Case("tune-size-negative", (*TUNE, "--sizes", "-64K"), ("'-64K' is not a size",)),
+    Case("tune-size-ambiguous", (*TUNE, "--sizes", "64K,1MB"), ("'1MB' is ambiguous",)),
     Case("tune-size-beyond-commbench", (*TUNE, "--sizes", "64K,2T"), ("sizes [2199023255552] outside 1 B .. 1 TiB",)),
     Case("tune-bad-budget", (*TUNE, *SIZES, "--budget", "10 parsecs"), ("'10 parsecs' is not a duration",)),
     # commbench JSON lines on ingest

@@ -77,6 +77,8 @@ def test_run_keys_identify_parameters(tmp_path: Path) -> None:
     assert len(base) == 4  # 2 ops x 2 environments
     again = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC)).cases()}
     assert again == base
+    written_1k = VALID_SPEC.replace("max_bytes: 1024", "max_bytes: 1K")  # the same size, the same cases
+    assert {c.run_key for c in load_campaign(write_spec(tmp_path, written_1k)).cases()} == base
     for change in ("    iters: 7\n", "    env: {UCX_TLS: 'tcp,self'}\n", "    tasks_per_node: 1\n"):
         changed = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC + change)).cases()}
         if "tasks_per_node" in change:  # pingpong always runs 2 ranks: only the allreduce keys change
@@ -123,6 +125,8 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                  id="unknown-environment"),
     pytest.param(VALID_SPEC.replace("site: local", "site: local\nsystem: local:gpu"),
                  ["spec.yaml:3: system: system 'local' of site 'local' has no partition 'gpu'"], id="unknown-partition"),
+    pytest.param(VALID_SPEC.replace("max_bytes: 1024", "max_bytes: 1KB"),
+                 ["spec.yaml:7: checks[0].max_bytes:", "'1KB' is ambiguous"], id="ambiguous-size"),
     pytest.param(VALID_SPEC + "    min_bytes: 4096\n", ["checks[0]: max_bytes (1024) is below min_bytes (4096)"],
                  id="empty-size-range"),
     pytest.param(VALID_SPEC.replace("name: t", "name: t\nname: u"), ["spec.yaml:2: malformed YAML: duplicate key 'name'"],

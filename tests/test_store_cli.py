@@ -142,6 +142,7 @@ def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path
 
 @pytest.mark.parametrize(("args", "message"), [
     (["list", "--min-size", "lots"], "is not a size"),
+    (["list", "--max-size", "1MB"], "is ambiguous"),
     (["list", "--since", "last week"], "is not a date"),
     (["export", "--output", "results.xlsx"], "cannot tell the format"),
     (["runs", "--status", "maybe"], "maybe"),

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from campaigns.cli import app
 from campaigns.tuning import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor, knobs_read,
-                              parse_size, strip_knobs)
+                              strip_knobs)
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
 
@@ -57,9 +57,6 @@ def test_read_logs_of_nccl_and_open_mpi() -> None:
     assert knobs_read(Library.OPENMPI, ompi) == {"OMPI_MCA_btl_tcp_sndbuf": "65536",
                                                  "OMPI_MCA_coll_tuned_use_dynamic_rules": "true"}
     assert knobs_read(Library.MPICH, "anything") is None
-    assert parse_size("64M") == 64 << 20 and parse_size("8") == 8
-    with pytest.raises(ValueError, match="is not a size"):
-        parse_size("64 apples")
 
 
 def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, catalog: KnobCatalog,
