@@ -17,11 +17,21 @@ from typer.testing import CliRunner
 
 from campaigns import site as site_module
 from campaigns.cli import app
-from campaigns.site import NVLINK_MULTICAST_OFF, available_sites, check_site, load_site
+from campaigns.site import ALL_OPS, NVLINK_MULTICAST_OFF, TRANSPORTS, available_sites, check_site, load_site
+from tuners.catalog import KnobCatalog
 from test_reframe_checks import REPO, SITE_CONFIGS, reframe, report_cases
 
 LMOD_CMD = Path("/usr/share/lmod/lmod/libexec/lmod")  # Debian's lmod (Makefile APT_PACKAGES)
 VENV_BIN = REPO / ".venv" / "bin"
+
+
+def test_knob_catalog_scopes_name_commbench_ops_and_transports() -> None:
+    """A knob scoped to a misspelt op or transport would silently never be searched."""
+    catalog = KnobCatalog.load()
+    assert not [(knob.name, op) for knob in catalog for op in set(knob.ops) - {"*", *ALL_OPS}]
+    assert not [(knob.name, name) for knob in catalog for name in set(knob.transports) - {"*", *TRANSPORTS}]
+    point_to_point = {knob.name for knob in catalog if "sendrecv" in knob.ops and "pingpong" in knob.ops}
+    assert {"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_NCHANNELS_PER_PEER"} <= point_to_point
 
 
 def commcamp(*args: str) -> tuple[int, str, str]:
