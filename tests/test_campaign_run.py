@@ -6,22 +6,15 @@ import os
 import subprocess
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from campaigns.cli import app
 from campaigns.runner import case_outcome, plan_invocations, report_testcases
 from campaigns.spec import load_campaign
 from campaigns.store import open_store
+from fixtures_cli import commcamp
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "campaigns" / "smoke.yaml"
 OPS = ("pingpong", "allreduce", "alltoall")
 ENVIRONS = ("openmpi", "mpich")
-
-
-def commcamp(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_smoke_campaign_on_local(tmp_path: Path) -> None:

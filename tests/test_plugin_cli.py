@@ -4,16 +4,9 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from campaigns.cli import app
+from fixtures_cli import commcamp
 
 EXPORTED = {f"ncclTunerPlugin_v{v}" for v in range(2, 7)}
-
-
-def commcamp(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_build_path_and_install(tmp_path: Path) -> None:

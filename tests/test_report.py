@@ -11,17 +11,11 @@ from pathlib import Path
 
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
-from typer.testing import CliRunner
+from fixtures_cli import commcamp_output
 
-from campaigns.cli import app
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 MAX_REPORT_BYTES = 5 * 2**20
-
-
-def commcamp(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
-    return result.exit_code, result.stdout + result.stderr
 
 
 def chromium(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
@@ -43,9 +37,9 @@ def report_db(commbench_builds: dict[str, CommbenchBuild], tmp_path_factory: pyt
             "--output", str(out)], env={"UCX_TLS": "self,sm"})
         assert done.returncode == 0, done.stdout + done.stderr
         for night in ("2026-11-19", "2026-11-20", "2026-11-21"):
-            code, output = commcamp("results", "ingest", out, "--site", "localslurm", "--system", "localslurm",
-                                    "--partition", "debug", "--environ", mpi, "--campaign", "nightly",
-                                    "--run-key", f"nightly/{mpi}@{night}", "--param", f"tag={night}", "--db", db)
+            code, output = commcamp_output("results", "ingest", out, "--site", "localslurm", "--system", "localslurm",
+                                           "--partition", "debug", "--environ", mpi, "--campaign", "nightly",
+                                           "--run-key", f"nightly/{mpi}@{night}", "--param", f"tag={night}", "--db", db)
             assert code == 0, output
     return db
 
@@ -65,8 +59,8 @@ def test_report_renders_in_chromium(report_db: str, tmp_path: Path) -> None:
     verdict = tmp_path / "verdict.json"
     verdict.write_text(json.dumps(VERDICT))
     report = tmp_path / "report.html"
-    code, output = commcamp("report", "--db", report_db, "--site", "localslurm", "--output", report,
-                            "--verdict", verdict, "--nominal", "test link=5", "--title", "Report test")
+    code, output = commcamp_output("report", "--db", report_db, "--site", "localslurm", "--output", report,
+                                   "--verdict", verdict, "--nominal", "test link=5", "--title", "Report test")
     assert code == 0, output
     text = report.read_text()
     assert report.stat().st_size < MAX_REPORT_BYTES
@@ -92,11 +86,11 @@ def test_report_renders_in_chromium(report_db: str, tmp_path: Path) -> None:
 
 
 def test_report_bad_input(tmp_path: Path, report_db: str) -> None:
-    code, output = commcamp("report", "--db", report_db, "--op", "nosuchop", "--output", tmp_path / "r.html")
+    code, output = commcamp_output("report", "--db", report_db, "--op", "nosuchop", "--output", tmp_path / "r.html")
     assert code == 1 and "no measurements" in output and not (tmp_path / "r.html").exists()
     bad = tmp_path / "verdict.json"
     bad.write_text("{}")
-    code, output = commcamp("report", "--db", report_db, "--output", tmp_path / "r.html", "--verdict", bad)
+    code, output = commcamp_output("report", "--db", report_db, "--output", tmp_path / "r.html", "--verdict", bad)
     assert code == 1 and "is not a commcamp health verdict" in output
-    code, output = commcamp("report", "--db", report_db, "--output", tmp_path / "r.html", "--nominal", "x")
+    code, output = commcamp_output("report", "--db", report_db, "--output", tmp_path / "r.html", "--nominal", "x")
     assert code == 2 and "is not LABEL=GBPS" in output

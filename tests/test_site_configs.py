@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 from campaigns import site as site_module
-from campaigns.cli import app
 from campaigns.site import ALL_OPS, NVLINK_MULTICAST_OFF, TRANSPORTS, available_sites, check_site, load_site
-from tuners.catalog import KnobCatalog
+from fixtures_cli import commcamp
 from test_reframe_checks import REPO, SITE_CONFIGS, reframe, report_cases
+from tuners.catalog import KnobCatalog
 
 LMOD_CMD = Path("/usr/share/lmod/lmod/libexec/lmod")  # Debian's lmod (Makefile APT_PACKAGES)
 VENV_BIN = REPO / ".venv" / "bin"
@@ -32,11 +31,6 @@ def test_knob_catalog_scopes_name_commbench_ops_and_transports() -> None:
     assert not [(knob.name, name) for knob in catalog for name in set(knob.transports) - {"*", *TRANSPORTS}]
     point_to_point = {knob.name for knob in catalog if "sendrecv" in knob.ops and "pingpong" in knob.ops}
     assert {"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_NCHANNELS_PER_PEER"} <= point_to_point
-
-
-def commcamp(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
-    return result.exit_code, result.stdout, result.stderr
 
 
 def test_every_site_passes_site_check() -> None:

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from campaigns.cli import app
 from campaigns.tuning import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor, knobs_read,
                               strip_knobs)
+from fixtures_cli import commcamp_output
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
 
@@ -109,11 +108,6 @@ def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Pat
     assert "export OMPI_MCA_mpi_show_mca_params=enviro" in script.read_text()
 
 
-def commcamp(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200", **(env or {})})
-    return result.exit_code, result.stdout + result.stderr
-
-
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:
     """The whole path on this machine (launcher executor, Open MPI over its TCP BTL so that the planted
     4 KiB socket buffers hurt), then the lookup of what was published."""
@@ -126,39 +120,40 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
         "finalize": {"candidates": 1, "alpha": 0.05}, "publish_dir": str(tmp_path / "rec"),
         "runs_dir": str(tmp_path / "runs")}))
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
-    code, out = commcamp("tune", str(spec), "--dry-run", env=env)
+    code, out = commcamp_output("tune", str(spec), "--dry-run", env=env)
     assert code == 0, out
     assert "knobs searched: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
     assert not (tmp_path / "study.db").exists() or "trials:" not in out
-    code, out = commcamp("tune", str(spec), env=env)
+    code, out = commcamp_output("tune", str(spec), env=env)
     assert code == 0, out
     assert "trials: 3 counted" in out and "decision: " in out
     published = yaml.safe_load((tmp_path / "rec" / "local" / "local" / "recommendations.yaml").read_text())
     (rec,) = published["recommendations"]
     assert rec["scope"]["nodes"] == 1 and rec["evidence"]["trials_counted"] == 3
     # The lookup names the measured scope; another node count is refused, not extrapolated.
-    code, out = commcamp("recommend", "--site", "local", "--system", "local", "--op", "allreduce", "--nodes", "1",
-                         "--size", "1M", "--root", str(tmp_path / "rec"))
+    code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
+                                "--nodes", "1", "--size", "1M", "--root", str(tmp_path / "rec"))
     assert code == 0, out
     assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
-    code, out = commcamp("recommend", "--site", "local", "--system", "local", "--op", "allreduce", "--nodes", "8",
-                         "--root", str(tmp_path / "rec"))
+    code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
+                                "--nodes", "8", "--root", str(tmp_path / "rec"))
     assert code == 3
     assert "# NOT MEASURED: not measured for 8 nodes" in out and "export" not in out
 
 
 def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
-    code, out = commcamp("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
-                         "allreduce", "--sizes", "1M")
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M")
     assert code == 2 and "must be system:partition" in out
-    code, out = commcamp("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
-                         "allreduce", "--sizes", "1M", "--knobs", "NCCL_NVLS_ENABLE", "--library-version", "4.1.4",
-                         "--executor", "launcher", "--launcher", "mpirun", "--db", f"sqlite:///{tmp_path}/x.db")
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M", "--knobs", "NCCL_NVLS_ENABLE", "--library-version",
+                                "4.1.4", "--executor", "launcher", "--launcher", "mpirun", "--db",
+                                f"sqlite:///{tmp_path}/x.db")
     assert code == 2 and "NCCL_NVLS_ENABLE cannot be searched" in out
-    code, out = commcamp("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
-                         "allreduce", "--sizes", "1M", "--workers", "2", "--db", f"sqlite:///{tmp_path}/x.db")
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M", "--workers", "2", "--db", f"sqlite:///{tmp_path}/x.db")
     assert code == 2 and "parallel workers need PostgreSQL" in out
-    code, out = commcamp("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site", "local",
-                         env={"SLURM_JOB_ID": ""})
+    code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site", "local",
+                                env={"SLURM_JOB_ID": ""})
     assert code == 2 and "inside a Slurm allocation" in out
     assert sys.executable  # the CLI ran in-process

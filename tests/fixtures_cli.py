@@ -1,0 +1,26 @@
+"""`commcamp` in process (typer's CliRunner on the real app), for CLI tests that need no subprocess."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from typer.testing import CliRunner
+
+from campaigns.cli import app
+
+
+class CliResult(NamedTuple):
+    code: int
+    stdout: str
+    stderr: str
+
+
+def commcamp(*args: object, env: Mapping[str, str] | None = None, columns: int = 300) -> CliResult:
+    result = CliRunner().invoke(app, [str(arg) for arg in args], env={"COLUMNS": str(columns), **(env or {})})
+    return CliResult(result.exit_code, result.stdout, result.stderr)
+
+
+def commcamp_output(*args: object, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """The exit code and everything printed, for checks that do not care which stream said it."""
+    code, stdout, stderr = commcamp(*args, env=env)
+    return code, stdout + stderr
