@@ -1,9 +1,9 @@
 """Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
 the node or link behind a degraded multi-node test, and write a verdict.
 
-Metrics of a run (as reframe_checks/commbench.py's performance variables): small_latency (latency_us at
-the smallest size, lower is better), large_goodput and large_busbw (GB/s at the largest size, higher is
-better). Each is judged
+Metrics of a run (the commbench checks' performance variables, reframe_checks/lib/commbench_tests.py):
+small_latency (latency_us at the smallest size, lower is better), large_goodput and large_busbw (GB/s at
+the largest size, higher is better). Each is judged
 
 - against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
   the bounds is `failed`;

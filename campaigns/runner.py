@@ -113,7 +113,7 @@ class Invocation:
         reframe = Path(sys.executable).with_name("reframe")
         check = campaign.spec.checks[self.check_index]
         variables = dict(self.cases[0].variables)  # one invocation: one set of variables
-        cmd = [str(reframe), "-C", str(campaign.site.reframe_config), "-c", str(CHECKS_DIR / "commbench.py"),
+        cmd = [str(reframe), "-C", str(campaign.site.reframe_config), "-c", str(CHECKS_DIR / "commbench_run.py"),
                "--system", f"{campaign.system.name}:{self.partition}",
                "-p", "^(" + "|".join(re.escape(env) for env in self.environments) + ")$"]
         for name in sorted({case.reframe_name for case in self.cases}):

@@ -35,7 +35,7 @@ SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
 ENV_FILE = "env.sh"
 
-# Ops of the campaign check `commbench_run` (reframe_checks/commbench.py; campaigns/spec.py).
+# Ops of the campaign check `commbench_run` (reframe_checks/commbench_run.py; campaigns/spec.py).
 COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall", "pingpong_bi", "allgather", "reduce_scatter", "bcast",
                  "sendrecv", "pairmatrix")
 # Every commbench op (commbench --list); h2d/d2h are the host<->device copies of the memcpy transport.

@@ -10,7 +10,7 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
     environments: [openmpi, mpich]   # optional (default: every environment of the partition)
     node_counts: [1]                 # each must fit the partition (site.yaml `nodes`)
     checks:
-      - check: commbench_run         # the ReFrame test (reframe_checks/commbench.py)
+      - check: commbench_run         # the ReFrame test (reframe_checks/commbench_run.py)
         ops: [pingpong, allreduce, alltoall]
         min_bytes: 8                 # or `sizes: [8, 1K, 64K]` (K, M, G: powers of 1024)
         max_bytes: 65536
@@ -59,7 +59,7 @@ from campaigns.sizes import ByteCount
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
 from tuners.catalog import check_safe_value
 
-# The node counts reframe_checks/commbench.py is parameterized with (its `num_nodes`).
+# The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 # Ops between rank 0 and one peer (the check's PAIR_OPS): 2 ranks, so on 1 or 2 nodes only.
 PAIR_OPS = ("pingpong", "pingpong_bi")
@@ -87,7 +87,7 @@ def _unique(values: list[Any]) -> list[Any]:
 
 
 class CommbenchCheckSpec(_Model):
-    """Runs of reframe_checks/commbench.py's `commbench_run`: one test case per op, node count and
+    """Runs of reframe_checks/commbench_run.py's `commbench_run`: one test case per op, node count and
     environment. The fields become its variables (`-S commbench_run.NAME=VALUE`)."""
 
     check: Literal["commbench_run"]

@@ -3,7 +3,7 @@
 A trial is one commbench sweep of the study's message sizes with the trial's knob environment applied,
 run by an executor:
 
-- `ReframeExecutor`: through the campaign runner (reframe_checks/commbench.py on a site's partition:
+- `ReframeExecutor`: through the campaign runner (reframe_checks/commbench_run.py on a site's partition:
   `local`, or Slurm on `localslurm`), one ReFrame invocation per trial, knobs via the check's env_vars.
 - `LauncherExecutor`: commbench started directly by a launcher command: `mpirun -np 4` on the GPU machine,
   `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
@@ -193,7 +193,7 @@ def _kill_group(proc: subprocess.Popen[Any]) -> None:
             continue
 
 
-# commbench check sanity messages (reframe_checks/commbench.py) -> what happened.
+# commbench check sanity messages (reframe_checks/lib/commbench_tests.py) -> what happened.
 _RFM_EXIT = re.compile(r"commbench exited with code (\d+)")
 
 

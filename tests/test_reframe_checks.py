@@ -84,9 +84,9 @@ def local_partition(data: dict[str, Any]) -> dict[str, Any]:
 
 def test_check_constants_agree_with_site_model_and_campaigns() -> None:
     lib = load_file(CHECKS / "lib" / "commcamp_checks.py", "commcamp_checks_under_test")
-    commbench = load_file(CHECKS / "commbench.py", "commbench_checks_under_test")
+    campaign_check = load_file(CHECKS / "commbench_run.py", "commbench_run_under_test")
     assert tuple(lib.NODE_COUNTS) == NODE_COUNTS == COMMBENCH_NODE_COUNTS
-    assert tuple(commbench.CAMPAIGN_OPS) == COMMBENCH_OPS
+    assert tuple(campaign_check.CAMPAIGN_OPS) == COMMBENCH_OPS
 
 
 def test_transport_table_matches_commbench_list(commbench_builds: dict[str, CommbenchBuild]) -> None:

@@ -1,0 +1,329 @@
+"""What the commbench checks share (reframe_checks/commbench.py: the suite; reframe_checks/commbench_run.py:
+what campaigns run): the build fixture `commbench_build`, the run test `CommbenchTest` (layout and sizes
+from the site, records checked against the schema, metrics and references), the transport/op tables and
+the metric definitions. A library, as hpctestlib: no test is registered here."""
+import functools
+import json
+import os
+
+import jsonschema
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
+from reframe.core.exceptions import SanityError
+
+from commcamp_checks import apply_site_environment, assert_job_ended, reference_entry
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
+RECORD_SCHEMA = os.path.join(BENCH_SRC, 'schema', 'commbench-record.schema.json')
+RECORDS_FILE = 'commbench.jsonl'
+BUILD_DIR = 'build'
+SPACK_LINK = 'commbench'  # the Spack build links the installed binary into the stage directory
+
+# commbench's exit codes (commbench --help)
+EXIT_CODES = {1: 'data validation failed', 2: 'bad arguments', 3: 'timeout',
+              4: 'runtime error or unsupported'}
+EXIT_UNSUPPORTED = 4
+
+# What each transport implements (commbench --list of the cpu, cuda and hip builds;
+# tests/test_reframe_checks.py compares). memcpy exists on GPU backends only.
+SWEEP_OPS = ('pingpong', 'pingpong_bi', 'sendrecv', 'allreduce', 'alltoall', 'allgather', 'reduce_scatter',
+             'bcast')
+TRANSPORT_OPS = {
+    'mpi': (*SWEEP_OPS, 'pairmatrix'),
+    'staging': (*SWEEP_OPS, 'pairmatrix'),
+    'd2d': ('pingpong', 'pingpong_bi', 'sendrecv', 'alltoall', 'allgather', 'bcast', 'pairmatrix'),
+    'd2d-kernel': (*SWEEP_OPS, 'pairmatrix'),
+    'ccl': (*SWEEP_OPS, 'pairmatrix'),
+    'memcpy': ('h2d', 'd2h'),
+}
+# Transports between ranks (memcpy copies between a rank's host and its own device).
+PEER_TRANSPORTS = tuple(t for t in TRANSPORT_OPS if t != 'memcpy')
+# Peer-mapped device memory (CUDA/HIP IPC): ranks of one node only.
+SINGLE_NODE_TRANSPORTS = ('d2d', 'd2d-kernel')
+# Rank 0 and one peer: 2 ranks, on 1 or 2 nodes.
+PAIR_OPS = ('pingpong', 'pingpong_bi')
+P2P_OPS = (*PAIR_OPS, 'sendrecv')
+HEALTH_OPS = ('pingpong', 'allreduce', 'alltoall')
+# The ops a campaign may ask commbench_run for (campaigns.site.COMMBENCH_OPS must agree).
+CAMPAIGN_OPS = ('pingpong', 'allreduce', 'alltoall', 'pingpong_bi', 'allgather', 'reduce_scatter', 'bcast',
+                'sendrecv', 'pairmatrix')
+
+# Performance variables of an op sweep: name -> (record field, message size it is taken at, unit).
+# small_latency: median time of one operation at the smallest size that moves data; large_goodput:
+# bytes / median time at the largest size; large_busbw: nccl-tests bus bandwidth at the largest size.
+SWEEP_METRICS = {
+    'small_latency': ('latency_us', min, 'us'),
+    'large_goodput': ('goodput_gbs', max, 'GB/s'),
+    'large_busbw': ('busbw_gbs', max, 'GB/s'),
+}
+# Pair matrix: the worst pair's one-way latency at the smallest size, one-way goodput and two-way
+# (aggregate) goodput at the largest: name -> (direction, record field, size, worst of the pairs, unit).
+PAIRMATRIX_METRICS = {
+    'worst_pair_latency': ('uni', 'latency_us', min, max, 'us'),
+    'worst_pair_goodput': ('uni', 'goodput_gbs', max, min, 'GB/s'),
+    'worst_pair_bi_goodput': ('bi', 'aggregate_gbs', max, min, 'GB/s'),
+}
+# Host<->device copies (all ranks at once): name -> (host memory, record field, size, unit).
+HOSTDEVICE_METRICS = {
+    'small_latency': ('pinned', 'latency_us', min, 'us'),
+    'pinned_goodput': ('pinned', 'goodput_gbs', max, 'GB/s'),
+    'pageable_goodput': ('pageable', 'goodput_gbs', max, 'GB/s'),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _record_validator():
+    with open(RECORD_SCHEMA, encoding='utf-8') as stream:
+        return jsonschema.Draft202012Validator(json.load(stream))
+
+
+def op_kind(op):
+    return 'matrix' if op == 'pairmatrix' else 'p2p' if op in P2P_OPS else 'collective'
+
+
+def sweep_metric(test, name):
+    field, pick, _ = SWEEP_METRICS[name]
+    results = test.results()
+    moving = [r for r in results if r['bytes'] > 0] or results
+    size = pick(r['bytes'] for r in moving)
+    return next(r[field] for r in moving if r['bytes'] == size), size
+
+
+def pairmatrix_metric(test, name):
+    direction, field, size_pick, worst, _ = PAIRMATRIX_METRICS[name]
+    results = test.results(direction=direction)
+    size = size_pick(r['bytes'] for r in results)
+    return worst(r[field] for r in results if r['bytes'] == size), size
+
+
+def check_pairs(results):
+    '''Every pair of ranks that share a host, at every size, in both directions.'''
+    hosts = results[0]['hostnames']
+    expected = sorted((a, b) for a in range(len(hosts)) for b in range(a + 1, len(hosts)) if hosts[a] == hosts[b])
+    for size in sorted({r['bytes'] for r in results}):
+        for direction in ('uni', 'bi'):
+            pairs = sorted((r['pair']['src'], r['pair']['dst']) for r in results
+                           if r['bytes'] == size and r['direction'] == direction)
+            sn.evaluate(sn.assert_eq(pairs, expected, msg=f'{size} B {direction}: measured pairs {{0}}, '
+                                                          f'expected {{1}}'))
+
+
+class commbench_build(rfm.CompileOnlyRegressionTest):
+    '''Build commbench for the partition's backend: with CMake and the environment's MPI compiler, or
+    (site `commbench.build: spack`) by installing the site's Spack environment (spack_env/<site>).'''
+
+    descr = 'Build commbench'
+    build_system = 'CMake'
+    sourcesdir = BENCH_SRC
+
+    #: Parallel build jobs; default: the site's commbench.build_jobs.
+    build_jobs = variable(int, type(None), value=None)
+
+    @run_before('compile')
+    def configure(self):
+        site = self.current_partition.extras['commbench']
+        jobs = self.build_jobs or site.get('build_jobs', 2)
+        if site.get('build') == 'spack':
+            env_dir = os.path.join(REPO_ROOT, site['spack_env'])
+            self.build_system = 'Spack'
+            self.build_system.environment = env_dir
+            self.build_system.install_opts = ['--fail-fast', '-j', str(jobs)]
+            self.postbuild_cmds = [f'ln -sf "$(spack -e {env_dir} location -i {site["spack_spec"]})/bin/commbench" '
+                                   f'{SPACK_LINK}']
+            return
+        self.build_system.builddir = BUILD_DIR
+        self.build_system.config_opts = [f'-DCOMMBENCH_BACKEND={site["backend"]}', '-DCMAKE_BUILD_TYPE=Release',
+                                         *site.get('cmake_options', [])]
+        self.build_system.max_concurrency = jobs
+
+    @property
+    def commbench_path(self):
+        if self.current_partition.extras['commbench'].get('build') == 'spack':
+            return os.path.join(self.stagedir, SPACK_LINK)
+        return os.path.join(self.stagedir, BUILD_DIR, 'commbench')
+
+    @sanity_function
+    def built(self):
+        return sn.assert_true(os.access(self.commbench_path, os.X_OK), msg=f'no executable {self.commbench_path}')
+
+
+class CommbenchTest(rfm.RunOnlyRegressionTest):
+    '''One commbench run on the partition: layout and sizes from the site, records checked, metrics and
+    references. Subclasses set the parameters, `metrics()`, `size_set()` and `metric_at()`.'''
+
+    valid_prog_environs = ['+mpi']
+    sourcesdir = None
+    keep_files = [RECORDS_FILE]
+    commbench = fixture(commbench_build, scope='environment')
+
+    #: Explicit message sizes; when set, replaces the site's size set and min/max/step_factor.
+    sizes = variable(typ.List[int], value=[])
+    #: Sizes min_bytes, min_bytes*step_factor, ... <= max_bytes instead of the site's size set
+    #: (one left unset takes commbench's default).
+    min_bytes = variable(int, type(None), value=None)
+    max_bytes = variable(int, type(None), value=None)
+    step_factor = variable(int, type(None), value=None)
+    warmup = variable(int, value=5)
+    iters = variable(int, value=20)
+    #: Operations per sample (commbench --batch; 1 = per-operation latency).
+    batch = variable(int, value=1)
+    #: commbench's watchdog (seconds): the longest one step (setup, one size of one op) may take.
+    bench_timeout = variable(int, value=120)
+    #: The whole job's limit (ReFrame's variable; -S time_limit=5m).
+    time_limit = '10m'
+    check_data = variable(typ.Bool, value=True)
+    #: More commbench options, e.g. `-S extra_args=--peer,1`.
+    extra_args = variable(typ.List[str], value=[])
+    #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
+    knob_defaults = variable(typ.Bool, value=True)
+
+    def size_set(self):
+        '''Name of the site's size set this test uses when no sizes are given.'''
+        raise NotImplementedError
+
+    def metrics(self):
+        '''Performance variable name -> unit.'''
+        raise NotImplementedError
+
+    def metric_at(self, name):
+        '''(value, message size) of performance variable `name`.'''
+        raise NotImplementedError
+
+    def check_results(self, results):
+        '''More sanity on the result records (pairs, host memory kinds).'''
+
+    @property
+    def site(self):
+        return self.current_partition.extras['commbench']
+
+    @run_after('init')
+    def set_perf_variables(self):
+        self.perf_variables = {name: sn.make_performance_function(self._metric, unit, name)
+                               for name, unit in self.metrics().items()}
+
+    def ranks_per_node(self):
+        if self.op in PAIR_OPS:
+            return 2 // self.num_nodes
+        return self.num_tasks_per_node or self.site['tasks_per_node']
+
+    @run_after('setup')
+    def set_layout(self):
+        extras, site = self.current_partition.extras, self.site
+        where = self.current_partition.fullname
+        if not self.transport:
+            self.transport = site['default_transport']
+        self.skip_if(self.num_nodes > extras['nodes'],
+                     f'{where} has {extras["nodes"]} node(s), the test needs {self.num_nodes}')
+        self.skip_if(self.transport not in site['transports'],
+                     f'{where} offers the transports {site["transports"]}, not {self.transport!r}')
+        self.skip_if(self.op not in TRANSPORT_OPS[self.transport],
+                     f'transport {self.transport} has no op {self.op}')
+        self.skip_if(self.transport in SINGLE_NODE_TRANSPORTS and self.num_nodes > 1,
+                     f'transport {self.transport} connects the ranks of one node only')
+        self.num_tasks_per_node = self.ranks_per_node()
+        self.num_tasks = self.num_nodes * self.num_tasks_per_node
+        self.num_gpus_per_node = extras['gpus_per_node']
+        self.expect_unsupported = self.transport in site.get('expect_unsupported', {})
+        if self.expect_unsupported:
+            self.perf_variables = {}
+        apply_site_environment(self, site.get('job_options', []), site.get('launcher_options', []))
+
+    def size_options(self):
+        if self.sizes:
+            return ['--sizes', ','.join(str(size) for size in self.sizes)]
+        given = {'--min-bytes': self.min_bytes, '--max-bytes': self.max_bytes, '--step-factor': self.step_factor}
+        if any(value is not None for value in given.values()):
+            return [word for option, value in given.items() if value is not None for word in (option, str(value))]
+        sizes = self.site['sizes'][self.size_set()]
+        if sizes.get('sizes'):
+            return ['--sizes', ','.join(str(size) for size in sizes['sizes'])]
+        return ['--min-bytes', str(sizes['min_bytes']), '--max-bytes', str(sizes['max_bytes']),
+                '--step-factor', str(sizes['step_factor'])]
+
+    @run_before('run')
+    def set_command(self):
+        self.executable = self.commbench.commbench_path
+        self.executable_opts = ['--op', self.op, '--transport', self.transport, *self.size_options(),
+                                '--warmup', str(self.warmup), '--iters', str(self.iters), '--batch', str(self.batch),
+                                '--timeout', str(self.bench_timeout), '--check' if self.check_data else '--no-check',
+                                '--output', RECORDS_FILE, *self.extra_args]
+
+    def records(self):
+        '''The run's records, each checked against the commbench record schema (cached).'''
+        if not hasattr(self, '_records'):
+            path = os.path.join(self.stagedir, RECORDS_FILE)
+            if not os.path.isfile(path):
+                raise SanityError(f'commbench wrote no {RECORDS_FILE}')
+            records = []
+            with open(path, encoding='utf-8') as stream:
+                for number, line in enumerate(stream, start=1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except ValueError as exc:
+                        raise SanityError(f'{RECORDS_FILE}:{number}: not JSON: {exc}') from None
+                    error = jsonschema.exceptions.best_match(_record_validator().iter_errors(record))
+                    if error is not None:
+                        field = '.'.join(str(p) for p in error.absolute_path) or '(record)'
+                        raise SanityError(f'{RECORDS_FILE}:{number}: {field}: {error.message}')
+                    records.append(record)
+            self._records = records
+        return self._records
+
+    def results(self, **match):
+        '''Result records whose fields equal `match`.'''
+        return [r for r in self.records() if r['kind'] == 'result' and all(r.get(k) == v for k, v in match.items())]
+
+    @sanity_function
+    def validate_records(self):
+        assert_job_ended(self, 'commbench', EXIT_UNSUPPORTED if self.expect_unsupported else 0, EXIT_CODES)
+        records = self.records()
+        sn.evaluate(sn.assert_true(records, msg=f'{RECORDS_FILE} has no records'))
+        for number, record in enumerate(records, start=1):
+            where = f'{RECORDS_FILE} record {number}'
+            if self.expect_unsupported:
+                sn.evaluate(sn.assert_eq(record.get('reason'), 'unsupported',
+                                         msg=f'{where}: expected an unsupported error record, got reason {{0}} '
+                                             f'(kind {record["kind"]})'))
+                continue
+            sn.evaluate(sn.assert_eq(record['kind'], 'result', msg=f'{where}: kind is {{0}}: {record.get("error")}'))
+            sn.evaluate(sn.assert_true(record['valid'], msg=f'{where}: valid is false '
+                                                             f'({record.get("wrong_elements")} wrong elements)'))
+            sn.evaluate(sn.assert_eq(record['op'], self.op, msg=f'{where}: op {{0}}, expected {{1}}'))
+            sn.evaluate(sn.assert_eq(record['ranks'], self.num_tasks, msg=f'{where}: {{0}} ranks, expected {{1}}'))
+            sn.evaluate(sn.assert_eq(len(set(record['hostnames'])), self.num_nodes,
+                                     msg=f'{where}: ranks ran on {{0}} distinct hosts, expected {{1}}'))
+        if not self.expect_unsupported:
+            self.check_results(self.results())
+        return True
+
+    def _metric(self, name):
+        return self.metric_at(name)[0]
+
+    @run_before('performance')
+    def set_references(self):
+        if self.expect_unsupported or self.is_dry_run():
+            return
+        references = self.site.get('references', [])
+        table = {}
+        for name, unit in self.metrics().items():
+            entry = reference_entry(references, name, unit, op=self.op, transport=self.transport,
+                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
+                                    environ=self.current_environ.name)
+            if entry is not None:
+                table[name] = entry
+        self.reference = {self.current_partition.fullname: table}
+
+
+class CommbenchOpTest(CommbenchTest):
+    '''One op over a range of sizes; latency at the smallest size that moves data, bandwidths at the largest.'''
+
+    def metrics(self):
+        return {name: unit for name, (_, _, unit) in SWEEP_METRICS.items()}
+
+    def metric_at(self, name):
+        return sweep_metric(self, name)
