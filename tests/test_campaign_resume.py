@@ -34,8 +34,11 @@ def test_interrupted_campaign_keeps_finished_cases_and_resumes(tmp_path: Path) -
     spec.write_text(SPEC)
     db = f"sqlite:///{tmp_path / 'results.db'}"
     cmd = [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs")]
+    # Ctrl-C as at a terminal, also when this test runs as a background job (SIGINT then starts ignored,
+    # and commcamp, like any program, keeps it so).
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, "COLUMNS": "200"}) as proc:
+                          env={**os.environ, "COLUMNS": "200"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:
         assert proc.stdout is not None
         seen = []
         for line in proc.stdout:
