@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-_SIZE = re.compile(r"\s*(\d+)\s*(?:([KMGT])(i?B?)|(B?))\s*", re.IGNORECASE)
+_SIZE = re.compile(r"\s*(\d+)\s*(?:([KMGT])(i?B?)|B?)\s*", re.IGNORECASE)
 _SCALE = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
+from campaigns.sizes import parse_size
 from campaigns.tuning import (
     DEFAULT_RECOMMENDATIONS_DIR,
     TuningOutcome,
@@ -44,7 +45,6 @@ from campaigns.tuning import (
     write_env_file,
     write_summary,
 )
-from campaigns.sizes import parse_size
 from tuners.evaluation import EvaluationAborted, format_bytes
 from tuners.recommend import format_lookup, lookup
 from tuners.study import StorageUnavailable, storage_problem, study_progress

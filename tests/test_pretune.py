@@ -59,11 +59,11 @@ def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_clus
     assert "decision: change" in env_text, log[-3000:]
     exported = dict(line.removeprefix("export ").replace("'", "").split("=", 1)
                     for line in env_text.splitlines() if line.startswith("export "))
-    assert {name: exported.get(name) for name in KNOBS.split(",")} != PLANTED_VALUES, env_text
+    recommended = {name: exported.get(name) for name in PLANTED_VALUES}
+    assert recommended != PLANTED_VALUES, env_text
     # The application step ran with exactly what the env file set.
     (record, *_) = [json.loads(line) for line in (tmp_path / f"app-{job}.jsonl").read_text().splitlines()]
-    assert {name: record["env"].get(name) for name in KNOBS.split(",")} == {
-        name: exported.get(name) for name in KNOBS.split(",")}
+    assert {name: record["env"].get(name) for name in PLANTED_VALUES} == recommended
     assert len(set(record["hostnames"])) == 2
     # Every trial ran as a step of this job (srun in the allocation), not as a job of its own.
     commands = [p.read_text() for p in (tmp_path / "runs").glob("run-*/command.txt")]
