@@ -15,6 +15,7 @@ one killed), tests/test_faults_storage.py (the database lost mid-run).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -201,7 +202,7 @@ checks:
     ops: [allreduce]
     sizes: [4194304]
     warmup: 1
-    iters: 100
+    iters: 1000
     tasks_per_node: 1
     timeout_s: 60
     time_limit_s: 120
@@ -216,10 +217,23 @@ checks:
 """
 
 
+def node_pids(cluster: SlurmCluster, node: str) -> list[int]:
+    """Every process in the node's network namespace."""
+    return [int(p) for p in subprocess.run(["ip", "netns", "pids", cluster.netns[node]], capture_output=True,
+                                           text=True, check=True).stdout.split()]
+
+
+def commbench_running_on(cluster: SlurmCluster, node: str) -> bool:
+    for pid in node_pids(cluster, node):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "commbench":
+                return True
+    return False
+
+
 def crash_node(cluster: SlurmCluster, node: str) -> list[int]:
     """The node dies: SIGKILL to every process in its network namespace (slurmd, slurmstepd, commbench)."""
-    pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", cluster.netns[node]], capture_output=True,
-                                           text=True, check=True).stdout.split()]
+    pids = node_pids(cluster, node)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     return pids
@@ -234,6 +248,8 @@ def test_node_dies_mid_campaign(slurm_cluster: SlurmCluster, tmp_path: Path) -> 
     try:
         ((job, nodes),) = wait_until(lambda: running_jobs(slurm_cluster), "the allreduce job running", proc)
         dead = nodes[-1]
+        # Mid-measurement, not during the step's launch (a failed launch ends the job FAILED, not NODE_FAIL).
+        wait_until(lambda: commbench_running_on(slurm_cluster, dead), "commbench running on the node", proc)
         slurmd = slurm_cluster.daemon_pids()[f"slurmd-{dead}"]
         assert slurmd in crash_node(slurm_cluster, dead)
         output = proc.communicate(timeout=300)[0]
