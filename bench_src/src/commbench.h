@@ -42,8 +42,10 @@ const char *cb_last_error(void);
 
 struct cb_device_info {
     int index;
+    int mps; /* 1: this process's work goes through MPS, 0: it does not, -1: unknown */
     char name[256];
     char pci_bus_id[32];
+    char uuid[48]; /* "GPU-..." as nvidia-smi prints it, or "" where the runtime gives none */
 };
 
 struct cb_kv {
@@ -142,6 +144,9 @@ struct cb_transport {
     int (*bcast)(void *state, size_t count, int root);         /* in place in recv */
     int (*copy)(void *state, size_t count);
     int (*complete)(void *state); /* NULL: every primitive completes before it returns */
+    /* After open, the same on every rank: the caps this run can use (NULL: all of caps); the
+     * driver answers ops needing others with `unsupported` records that quote why. */
+    unsigned (*usable_caps)(void *state, char *why, size_t len);
 };
 
 enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };

@@ -242,6 +242,7 @@ const struct cb_transport cb_transport_ccl = {
     .bcast = ccl_bcast,
     .copy = NULL,
     .complete = ccl_complete,
+    .usable_caps = NULL,
 };
 #endif
 
@@ -283,6 +284,7 @@ const struct cb_transport cb_transport_ccl = {
     .bcast = NULL,
     .copy = NULL,
     .complete = NULL,
+    .usable_caps = NULL,
 };
 #endif
 
