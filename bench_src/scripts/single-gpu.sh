@@ -55,9 +55,36 @@ CPU_BIN=$OUT/build/cpu-openmpi/commbench
 shared_gpu_cases() {
     local tag=$1 transport
     for transport in "${SHARED_TRANSPORTS[@]}"; do
-        # NCCL refuses two ranks on one GPU (an error record, exit 4): that is its answer, not a failure
+        # NCCL needs one GPU per rank: ccl answers 'unsupported' (exit 4) when ranks share one
         run_case "np2-${transport}-${tag}" 0,4 2 -- --transport "$transport" --sizes "$SIZES" "${COMMON[@]}"
     done
+}
+
+# GPU-aware MPI (ucx-cuda.sh): its variables go to the cases that use it, not to the others
+UCX_ENV=()
+if [ -n "${UCX_CUDA:-}" ]; then
+    saved_ld_library_path=${LD_LIBRARY_PATH:-}
+    # shellcheck source=bench_src/scripts/ucx-cuda.sh
+    if . bench_src/scripts/ucx-cuda.sh "$UCX_CUDA" "$OUT/ucx-cuda"; then
+        UCX_ENV=(LD_LIBRARY_PATH="$LD_LIBRARY_PATH" UCX_MODULE_DIR="$UCX_MODULE_DIR" OMPI_MCA_pml="$OMPI_MCA_pml"
+            OMPI_MCA_pml_ucx_tls="$OMPI_MCA_pml_ucx_tls" OMPI_MCA_pml_ucx_devices="$OMPI_MCA_pml_ucx_devices")
+        { "$UCX_CUDA_INFO" -v && "$UCX_CUDA_INFO" -d; } >"$OUT/logs/ucx-info.txt" 2>&1
+    fi
+    export LD_LIBRARY_PATH=$saved_ld_library_path
+    unset UCX_MODULE_DIR OMPI_MCA_pml OMPI_MCA_pml_ucx_tls OMPI_MCA_pml_ucx_devices
+fi
+
+# gpu_aware_mpi_cases TAG: the mpi transport on device memory through UCX. Point-to-point moves
+# device memory; the collectives come back 'unsupported' (Open MPI says it is not built with CUDA),
+# so exit 4 with valid point-to-point results.
+gpu_aware_mpi_cases() {
+    local tag=$1
+    if [ ${#UCX_ENV[@]} -eq 0 ]; then
+        echo "GPU-aware MPI through UCX skipped: UCX_CUDA is not set or ucx-cuda.sh failed"
+        return
+    fi
+    run_case "np2-mpi-ucx-cuda-${tag}" 4 2 "${UCX_ENV[@]}" -- --transport mpi --assume-gpu-aware-mpi \
+        --sizes "$MPI_SIZES" "${COMMON[@]}"
 }
 
 echo "== host<->device copies (one rank)"
@@ -84,6 +111,7 @@ else
     if "$MPS_CONTROL" -d; then
         sleep 1
         shared_gpu_cases mps
+        gpu_aware_mpi_cases mps
         echo get_server_list | "$MPS_CONTROL" | sed 's/^/MPS server: /'
         echo quit | "$MPS_CONTROL"
         sleep 2
@@ -98,22 +126,9 @@ echo "== GPU-aware MPI"
 BIN=$CUDA_BIN
 # the system MPI as it is: its own query says 'not GPU-aware', so every op is 'unsupported' (exit 4)
 run_case "np2-mpi-system" 4 2 -- --transport mpi --op pingpong,allreduce --sizes 8 "${COMMON[@]}"
-if [ -n "${UCX_CUDA:-}" ]; then
-    # shellcheck source=bench_src/scripts/ucx-cuda.sh
-    if . bench_src/scripts/ucx-cuda.sh "$UCX_CUDA" "$OUT/ucx-cuda"; then
-        "$UCX_CUDA_INFO" -v >"$OUT/logs/ucx-info.txt" 2>&1
-        "$UCX_CUDA_INFO" -d >>"$OUT/logs/ucx-info.txt" 2>&1
-        # point-to-point moves device memory through UCX; the collectives come back 'unsupported'
-        # (Open MPI says it is not built with CUDA), so exit 4 with valid point-to-point results
-        run_case "np2-mpi-ucx-cuda" 4 2 -- --transport mpi --assume-gpu-aware-mpi --sizes "$MPI_SIZES" "${COMMON[@]}"
-        run_case "np2-mpi-ucx-cuda-pairmatrix" 0 2 -- --transport mpi --assume-gpu-aware-mpi --op pairmatrix \
-            --sizes 8,1M,256M "${COMMON[@]}"
-    else
-        echo "GPU-aware MPI through UCX skipped: ucx-cuda.sh failed"
-    fi
-else
-    echo "GPU-aware MPI through UCX skipped: UCX_CUDA is not set"
-fi
+gpu_aware_mpi_cases nomps
+[ ${#UCX_ENV[@]} -gt 0 ] && run_case "np2-mpi-ucx-cuda-pairmatrix" 0 2 "${UCX_ENV[@]}" -- --transport mpi \
+    --assume-gpu-aware-mpi --op pairmatrix --sizes 8,1M,256M "${COMMON[@]}"
 
 echo "== summary"
 python3 bench_src/scripts/acceptance_summary.py "$OUT" | tee "$OUT/summary.txt"

@@ -90,6 +90,8 @@ int cb_notify_send(int peer);
 int cb_notify_recv(int peer);
 /* Empty message to `to` and from `from` at the same time (the same rank for a pairwise exchange). */
 int cb_notify_exchange(int to, int from);
+/* Collective: the most ranks that use one GPU (1 on backends without devices). */
+int cb_max_ranks_per_gpu(const struct cb_ctx *ctx);
 /* Every rank passes its status; all get the worst one and the message of the lowest rank with it. */
 int cb_agree(int status, char *msg, size_t msglen);
 /* MPI_Abort(MPI_COMM_WORLD, code); _exit(code) if that returns. Also called from the watchdog
