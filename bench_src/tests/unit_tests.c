@@ -276,23 +276,23 @@ static void test_pattern(void)
 }
 
 /* Ranks share a GPU when host and UUID agree (PCI bus id where the UUID is empty); the same bus id
- * on two hosts is two GPUs. */
+ * on two hosts (ranks 3 and 6) is two GPUs. */
 static void test_ranks_per_device(void)
 {
-    static const char hosts[6][CB_HOST_MAX] = {"n1", "n1", "n1", "n2", "n2", "n1"};
-    struct cb_device_info devices[6];
+    static const char hosts[7][CB_HOST_MAX] = {"n1", "n1", "n1", "n2", "n2", "n1", "n3"};
+    struct cb_device_info devices[7];
     memset(devices, 0, sizeof devices);
-    const char *uuids[6] = {"GPU-a", "GPU-a", "GPU-b", "", "", "GPU-a"};
-    const char *buses[6] = {"0000:01:00.0", "0000:01:00.0", "0000:02:00.0", "0000:01:00.0", "0000:02:00.0",
-                            "0000:01:00.0"};
-    for (int r = 0; r < 6; r++) {
+    const char *uuids[7] = {"GPU-a", "GPU-a", "GPU-b", "", "", "GPU-a", ""};
+    const char *buses[7] = {"0000:01:00.0", "0000:01:00.0", "0000:02:00.0", "0000:01:00.0", "0000:02:00.0",
+                            "0000:01:00.0", "0000:01:00.0"};
+    for (int r = 0; r < 7; r++) {
         snprintf(devices[r].uuid, sizeof devices[r].uuid, "%s", uuids[r]);
         snprintf(devices[r].pci_bus_id, sizeof devices[r].pci_bus_id, "%s", buses[r]);
     }
-    int per_rank[6] = {0};
-    CHECK(cb_ranks_per_device(6, hosts, devices, per_rank) == 3);
+    int per_rank[7] = {0};
+    CHECK(cb_ranks_per_device(7, hosts, devices, per_rank) == 3);
     CHECK(per_rank[0] == 3 && per_rank[1] == 3 && per_rank[5] == 3);
-    CHECK(per_rank[2] == 1 && per_rank[3] == 1 && per_rank[4] == 1);
+    CHECK(per_rank[2] == 1 && per_rank[3] == 1 && per_rank[4] == 1 && per_rank[6] == 1);
 
     /* one GPU per rank: nobody shares */
     CHECK(cb_ranks_per_device(2, hosts + 3, devices + 3, per_rank) == 1);
