@@ -13,17 +13,8 @@
 # summary). Exit status: 0 when every case ended with its expected exit code, else 1.
 set -u -o pipefail
 
-if [ $# -ne 1 ]; then
-    echo "usage: $0 OUTDIR" >&2
-    exit 2
-fi
 . "$(dirname "$0")/common.sh"
-OUT=$(realpath -m "$1")
-mkdir -p "$OUT/records" "$OUT/logs" || exit 2
-: >"$OUT/cases.tsv"
-exec > >(tee -a "$OUT/acceptance.log") 2>&1
-
-MPIRUN=${MPIRUN:-mpirun}
+cb_open_outdir acceptance.log "$@"
 NPS=${NPS:-"4 2"}
 SIZES=${SIZES:-8,64,512,4K,32K,256K,2M,16M,128M,1G}
 PAIR_SIZES=${PAIR_SIZES:-8,1M,256M}
@@ -32,7 +23,6 @@ PEER_PAIR_SIZES=${PEER_PAIR_SIZES:-$PAIR_SIZES,1G}
 ITERS=${ITERS:-10}
 WARMUP=${WARMUP:-2}
 CASE_LIMIT_S=${CASE_LIMIT_S:-600}
-STARTED=$(date +%s)
 
 echo "== commbench GPU acceptance"
 cb_environment
@@ -84,9 +74,4 @@ run_case "fault-hang-ccl" 3 "$FIRST_NP" -- --transport ccl --op allreduce --size
 run_case "fault-hang-d2d" 3 2 -- --transport d2d --op pingpong --sizes 1M --iters 3 --warmup 1 --inject hang \
     --timeout 10
 
-echo "== summary"
-python3 bench_src/scripts/acceptance_summary.py "$OUT" | tee "$OUT/summary.txt"
-status=$?
-tar -C "$OUT" -czf "$OUT/acceptance.tar.gz" records logs cases.tsv summary.txt 2>/dev/null
-echo "== done in $(($(date +%s) - STARTED)) s; results in $OUT (acceptance.tar.gz holds records, logs, summary)"
-exit $status
+cb_close_outdir acceptance.tar.gz

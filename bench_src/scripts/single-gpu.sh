@@ -16,24 +16,14 @@
 # single-gpu.tar.gz; exit status 0 when every case ended as expected.
 set -u -o pipefail
 
-if [ $# -ne 1 ]; then
-    echo "usage: $0 OUTDIR" >&2
-    exit 2
-fi
 . "$(dirname "$0")/common.sh"
-OUT=$(realpath -m "$1")
-mkdir -p "$OUT/records" "$OUT/logs" || exit 2
-: >"$OUT/cases.tsv"
-exec > >(tee -a "$OUT/single-gpu.log") 2>&1
-
-MPIRUN=${MPIRUN:-mpirun}
+cb_open_outdir single-gpu.log "$@"
 SIZES=${SIZES:-8,4K,32K,1M,64M}
 MPI_SIZES=${MPI_SIZES:-8,4K,32K,1M,64M,256M}
 HOSTCOPY_SIZES=${HOSTCOPY_SIZES:-8,64,512,4K,32K,256K,2M,16M,128M,1G}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
 CASE_LIMIT_S=${CASE_LIMIT_S:-240}
-STARTED=$(date +%s)
 COMMON=(--iters "$ITERS" --warmup "$WARMUP" --timeout 120)
 SHARED_TRANSPORTS=(staging d2d d2d-kernel ccl)
 
@@ -130,9 +120,4 @@ gpu_aware_mpi_cases nomps
 [ ${#UCX_ENV[@]} -gt 0 ] && run_case "np2-mpi-ucx-cuda-pairmatrix" 0 2 "${UCX_ENV[@]}" -- --transport mpi \
     --assume-gpu-aware-mpi --op pairmatrix --sizes 8,1M,256M "${COMMON[@]}"
 
-echo "== summary"
-python3 bench_src/scripts/acceptance_summary.py "$OUT" | tee "$OUT/summary.txt"
-status=$?
-tar -C "$OUT" -czf "$OUT/single-gpu.tar.gz" records logs cases.tsv summary.txt 2>/dev/null
-echo "== done in $(($(date +%s) - STARTED)) s; results in $OUT (single-gpu.tar.gz holds records, logs, summary)"
-exit $status
+cb_close_outdir single-gpu.tar.gz
