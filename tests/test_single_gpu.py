@@ -28,7 +28,7 @@ def pingpong_median(run: str, case: str, size: int) -> float:
     return float(record["stats"]["median_us"])
 
 
-@pytest.mark.parametrize("run", ["run1", "run2"])
+@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_records_say_ranks_share_the_gpu_and_whether_mps_is_on(run: str) -> None:
     for case, mps in [("np2-d2d-nomps", False), ("np2-d2d-mps", True), ("np2-staging-nomps", False),
                       ("np2-staging-mps", True)]:
@@ -43,7 +43,7 @@ def test_records_say_ranks_share_the_gpu_and_whether_mps_is_on(run: str) -> None
     assert json.loads(copies) == {"max_ranks_per_gpu": 1, "mps": False}
 
 
-@pytest.mark.parametrize("run", ["run1", "run2"])
+@pytest.mark.parametrize("run", ["run1", "run2", "run3"])
 def test_time_slicing_not_the_link_sets_the_small_message_time(run: str) -> None:
     """The claim PROVENANCE.md makes, from the records: without MPS two ranks on one GPU pay more than
     100 us per 8-byte message, with MPS less than 20 us, host-memory MPI less than 1 us."""
@@ -53,9 +53,10 @@ def test_time_slicing_not_the_link_sets_the_small_message_time(run: str) -> None
     assert pingpong_median(run, "np2-host-mpi", 8) < 1
 
 
-def test_gpu_aware_mpi_runs_point_to_point_and_refuses_collectives() -> None:
+@pytest.mark.parametrize("run", ["run2", "run3"])
+def test_gpu_aware_mpi_runs_point_to_point_and_refuses_collectives(run: str) -> None:
     for case in ("np2-mpi-ucx-cuda-nomps", "np2-mpi-ucx-cuda-mps"):
-        found = records("run2", case)
+        found = records(run, case)
         results = [r for r in found if r["kind"] == "result"]
         assert {r["op"] for r in results} == {"pingpong", "pingpong_bi", "sendrecv", "pairmatrix"}
         assert all(r["valid"] and r["check"] and r["wrong_elements"] == 0 for r in results)
@@ -66,20 +67,21 @@ def test_gpu_aware_mpi_runs_point_to_point_and_refuses_collectives() -> None:
             assert error["reason"] == "unsupported"
             assert "own query says it is not GPU-aware" in error["error"]
             assert "--assume-gpu-aware-mpi covers point-to-point only" in error["error"]
-    [system] = {r["reason"] for r in records("run2", "np2-mpi-system")}
+    [system] = {r["reason"] for r in records(run, "np2-mpi-system")}
     assert system == "unsupported"
 
 
 def test_ccl_says_why_it_cannot_share_a_gpu() -> None:
     run1 = records("run1", "np2-ccl-nomps")  # before: NCCL's bare answer
     assert {r["reason"] for r in run1} == {"runtime"} and "invalid usage" in run1[0]["error"]
-    for record in records("run2", "np2-ccl-nomps") + records("run2", "np2-ccl-mps"):
+    for record in [r for run in ("run2", "run3") for case in ("np2-ccl-nomps", "np2-ccl-mps")
+                   for r in records(run, case)]:
         assert record["reason"] == "unsupported"
         assert "NCCL needs one GPU per rank, and here up to 2 ranks share one GPU" in record["error"]
 
 
 def test_summary_judges_the_committed_run() -> None:
-    done = subprocess.run(["python3", "bench_src/scripts/acceptance_summary.py", str(RUNS / "run2")], cwd=ROOT,
+    done = subprocess.run(["python3", "bench_src/scripts/acceptance_summary.py", str(RUNS / "run3")], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "14 of 14 cases as expected" in done.stdout
