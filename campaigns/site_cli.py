@@ -33,7 +33,7 @@ def _gbs(bandwidth: Bandwidth | None) -> str:
 
 def list_sites() -> None:
     """The sites, their partitions and what the suite runs there."""
-    table = Table(title="Sites (site_configs/<site>/site.yaml)", title_justify="left")
+    table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
     for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
         table.add_column(column)
     for name in available_sites():
