@@ -22,6 +22,8 @@ the ReFrame checks' environment variable use it too).
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -101,6 +103,14 @@ PLUGIN_LIBRARY = "libnccl-tuner-commcamp.so"  # what bench_src/nccl_tuner's CMak
 def site_path_dirs() -> list[Path]:
     """The directories of $COMMCAMP_SITE_PATH, in order (searched before the shipped examples)."""
     return [Path(p).expanduser() for p in os.environ.get(SITE_PATH_ENV, "").split(os.pathsep) if p]
+
+
+def reframe_executable() -> Path:
+    """The `reframe` of this Python environment (pip installs it beside the interpreter), else the one on
+    PATH (Spack installs ReFrame as a package of its own)."""
+    beside = Path(sys.executable).with_name("reframe")
+    found = shutil.which("reframe")
+    return beside if beside.is_file() or found is None else Path(found)
 
 
 def subprocess_env() -> dict[str, str]:

@@ -28,7 +28,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator
@@ -108,7 +107,7 @@ class Invocation:
     job_options: tuple[str, ...] = ()
 
     def command(self, campaign: Campaign, prefix: Path) -> list[str]:
-        reframe = Path(sys.executable).with_name("reframe")
+        reframe = paths.reframe_executable()
         check = campaign.spec.checks[self.check_index]
         variables = dict(self.cases[0].variables)  # one invocation: one set of variables
         cmd = [str(reframe), "-C", str(campaign.site.reframe_config),

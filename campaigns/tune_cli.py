@@ -368,7 +368,8 @@ def register(app: typer.Typer) -> None:
         try:
             size_bytes = None if size is None else parse_size(size)
             result = lookup(root or paths.recommendations_dir(), site, system, op=op, nodes=nodes,
-                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library, size=size_bytes)
+                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
+                            size=size_bytes)
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))

@@ -668,7 +668,7 @@ def provenance() -> dict[str, Any]:
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
             "optuna": optuna.__version__, "command": sys.argv,
-            "reframe": _command_output([str(Path(sys.executable).with_name("reframe")), "--version"]),
+            "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
             "slurm": _command_output(["sinfo", "--version"]),
             "open_mpi": _command_output(["ompi_info", "--version"])}
 

@@ -36,7 +36,8 @@ def _files(directory: Path) -> list[str]:
 
 def _readonly(paths: list[Path], argv: list[str]) -> list[str]:
     """argv run in a private mount namespace where `paths` are read-only."""
-    mounts = " && ".join(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}" for q in map(shlex.quote, map(str, paths)))
+    mounts = " && ".join(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}"
+                         for q in map(shlex.quote, map(str, paths)))
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]
 
 
@@ -45,9 +46,11 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(tmp_path: Path) -> 
 
     def timed(step: str, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         start = time.monotonic()
-        result = subprocess.run(argv, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False,  # type: ignore[call-overload]
+                                **kwargs)
         timings[step] = round(time.monotonic() - start, 1)
-        assert result.returncode == 0, f"{step}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        assert result.returncode == 0, \
+            f"{step}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
         return result
 
     source = tmp_path / "source"
@@ -55,7 +58,8 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(tmp_path: Path) -> 
     for name in SOURCES:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "spack.lock", ".spack-env"))
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "spack.lock",
+                                                          ".spack-env"))
         else:
             shutil.copy2(REPO / name, source / name)
     timed("pip wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "wheels"),
@@ -63,20 +67,23 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(tmp_path: Path) -> 
     (wheel,) = (tmp_path / "wheels").glob("commcamp-*.whl")
 
     venv = tmp_path / "venv"
-    timed("venv + pip install", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    timed("venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
     timed("pip install", [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
                           "--no-deps", str(wheel)])
-    purelib = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+    purelib = Path(subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True).stdout.strip())
     (purelib / "test-venv-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
     reframe = venv / "bin" / "reframe"  # what installing reframe-hpc into the venv would have put there
-    reframe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom reframe.frontend.cli import main\nsys.exit(main())\n")
+    reframe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom reframe.frontend.cli import main\n"
+                       "sys.exit(main())\n")
     reframe.chmod(0o755)
 
     workspace, sites, home, cwd = (tmp_path / d for d in ("workspace", "sites", "home", "cwd"))
     for directory in (sites, home, cwd):
         directory.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMCAMP_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("COMMCAMP_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env.update(COMMCAMP_HOME=str(workspace), COMMCAMP_SITE_PATH=str(sites), HOME=str(home), COLUMNS="200",
                PATH=os.pathsep.join([str(venv / "bin"), *(p for p in env["PATH"].split(os.pathsep)
                                                          if not p.startswith(str(REPO)))]))
