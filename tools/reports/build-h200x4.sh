@@ -4,7 +4,7 @@
 # and run 2 (batched ccl, D2D peer targets) goes into a fresh SQLite store with `commcamp results ingest`,
 # then `commcamp report` writes the HTML. The fault-injection records (fault-*) are test hooks, not
 # measurements, and are left out.
-#   results/reports/build-h200x4.sh [DB_URL]      (default: a temporary SQLite file)
+#   tools/reports/build-h200x4.sh [DB_URL]      (default: a temporary SQLite file)
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 REF=$REPO/results/reference/h200x4

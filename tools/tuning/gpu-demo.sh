@@ -3,7 +3,7 @@
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 #   export PYTHONPATH=/tmp/site:$PWD
-#   NCCL_TESTS_DIR=third_party/nccl-tests results/tuning/gpu-demo.sh OUTDIR
+#   NCCL_TESTS_DIR=third_party/nccl-tests tools/tuning/gpu-demo.sh OUTDIR
 #
 # Phases (each prints its elapsed time; each stops cleanly at its own deadline and at the global one):
 #   build         commbench cuda (bench_src/scripts/common.sh) and the tuner plugin
@@ -18,7 +18,7 @@
 # the build trees) is rewritten after every phase, so a call killed at its limit still returns what
 # finished. The end prints every phase's summary.txt (the numbers, also when no file comes back).
 #
-#   results/tuning/gpu-demo.sh --cpu OUTDIR   the same plumbing on a CPU machine (gpu-demo-cpu.yaml:
+#   tools/tuning/gpu-demo.sh --cpu OUTDIR   the same plumbing on a CPU machine (gpu-demo-cpu.yaml:
 #                                             Open MPI knobs, cpu commbench); the plugin phase runs only
 #                                             when NCCL_TESTS_DIR is set (tests use a stand-in)
 # Knobs: DEMO_TOTAL_S (default 500: seconds from the start until the last phase must end),
@@ -44,8 +44,8 @@ mkdir -p "$(dirname "$bundle_path")"
 start=$(date +%s)
 deadline=$((start + ${DEMO_TOTAL_S:-500}))
 python=${PYTHON:-python3}
-config=results/tuning/gpu-demo.yaml
-[[ $mode == cpu ]] && config=results/tuning/gpu-demo-cpu.yaml
+config=tools/tuning/gpu-demo.yaml
+[[ $mode == cpu ]] && config=tools/tuning/gpu-demo-cpu.yaml
 default_phases="build probe-nvlink probe-socket demo2 plugin demo3 aa"
 [[ $mode == cpu ]] && default_phases="build probe-nvlink demo2 plugin demo3 aa"  # one probe: one path
 phases=${DEMO_PHASES:-$default_phases}
