@@ -17,10 +17,12 @@ forbids unknown keys.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -544,7 +546,6 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         raise SiteError(f"{target} exists; choose another name or --dir")
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
-    previous = os.environ.get(paths.SITE_PATH_ENV)
     try:
         draft = staging / name
         draft.mkdir()
@@ -556,17 +557,13 @@ def new_site(name: str, template: str, parent: Path) -> Path:
             f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
         (draft / ENV_FILE).write_text((source / ENV_FILE).read_text(encoding="utf-8") + ENV_FILE_PATHS_LINE,
                                       encoding="utf-8")
-        os.environ[paths.SITE_PATH_ENV] = os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])
-        problems = check_site(name)
+        with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
+            problems = check_site(name)
         if problems:
             raise SiteError(f"site {name!r} made from {template!r} has problems (nothing written):\n"
                             + "\n".join(p.replace(str(staging), str(parent)) for p in problems))
         draft.rename(target)
     finally:
-        if previous is None:
-            os.environ.pop(paths.SITE_PATH_ENV, None)
-        else:
-            os.environ[paths.SITE_PATH_ENV] = previous
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
@@ -604,13 +601,27 @@ def _reframe_config_problems(path: Path) -> list[str]:
 def _loaded_module_config(path: Path) -> dict[str, Any]:
     import importlib.util
 
-    # A site kept outside the shipped examples finds reframe_site.py through this (its reframe_config.py).
-    os.environ.setdefault(paths.DATA_ENV, str(paths.DATA_ROOT))
     spec = importlib.util.spec_from_file_location(f"_commcamp_site_config_{path.parent.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # A site kept outside the shipped examples finds reframe_site.py through this (its reframe_config.py).
+    with _environ(paths.DATA_ENV, os.environ.get(paths.DATA_ENV) or str(paths.DATA_ROOT)):
+        spec.loader.exec_module(module)
     return module.site_configuration  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value for the block, then as it was."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def _env_file_problems(path: Path) -> list[str]:
