@@ -26,8 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "campaigns", "tuners", "bench_src", "reframe_checks", "site_configs",
            "spack_env")
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="read-only bind mounts need root and unshare")
+pytestmark = [pytest.mark.slow,  # about 2 minutes on 2 cores: a wheel, a commbench build, the smoke campaign
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                 reason="read-only bind mounts need root and unshare")]
 
 
 def _files(directory: Path) -> list[str]:
