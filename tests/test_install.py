@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = ("pyproject.toml", "README.md", "campaigns", "tuners", "bench_src", "reframe_checks", "site_configs",
            "spack_env")
 
-pytestmark = [pytest.mark.slow,  # about 2 minutes on 2 cores: a wheel, a commbench build, the smoke campaign
+pytestmark = [pytest.mark.slow,  # a wheel, a commbench build, the smoke campaign: 200 s on 2 loaded cores
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                                  reason="read-only bind mounts need root and unshare")]
 
