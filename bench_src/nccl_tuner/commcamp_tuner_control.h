@@ -45,21 +45,21 @@ static inline int commcamp_tuner_control_find(const char* plugin, struct commcam
   if (plugin == NULL || plugin[0] == '\0') {
     snprintf(names[n++], sizeof names[0], "libnccl-tuner.so");
   } else if (strchr(plugin, '/') != NULL || strstr(plugin, ".so") != NULL) {
-    snprintf(names[n++], sizeof names[0], "%s", plugin);
+    snprintf(names[n++], sizeof names[0], "%.480s", plugin);
   } else {
-    snprintf(names[n++], sizeof names[0], "libnccl-tuner-%s.so", plugin);
-    snprintf(names[n++], sizeof names[0], "librccl-tuner-%s.so", plugin);
+    snprintf(names[n++], sizeof names[0], "libnccl-tuner-%.480s.so", plugin);
+    snprintf(names[n++], sizeof names[0], "librccl-tuner-%.480s.so", plugin);
   }
   for (int i = 0; i < n && out->lib == NULL; i++) out->lib = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD);
   if (out->lib == NULL) {
-    snprintf(err, errlen, "no tuner plugin %s is loaded in this process (NCCL_TUNER_PLUGIN=%s)", names[0],
+    snprintf(err, errlen, "no tuner plugin %.200s is loaded in this process (NCCL_TUNER_PLUGIN=%.200s)", names[0],
              plugin ? plugin : "");
     return -1;
   }
   out->force = (commcamp_tuner_force_fn)dlsym(out->lib, COMMCAMP_TUNER_FORCE_SYMBOL);
   out->stats = (commcamp_tuner_stats_fn)dlsym(out->lib, COMMCAMP_TUNER_STATS_SYMBOL);
   if (out->force == NULL || out->stats == NULL) {
-    snprintf(err, errlen, "the loaded tuner plugin %s is not commcamp's (no %s)", names[0],
+    snprintf(err, errlen, "the loaded tuner plugin %.200s is not commcamp's (no %s)", names[0],
              COMMCAMP_TUNER_FORCE_SYMBOL);
     dlclose(out->lib);
     memset(out, 0, sizeof *out);

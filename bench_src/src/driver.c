@@ -269,7 +269,10 @@ static int sweep_agree(struct run *run, const struct cb_op *op, const struct cb_
         return CB_OK;
     struct cb_selection_record rec = {.sel = sel, .available = status != CB_UNSUPPORTED, .reason = msg};
     cb_record_selection(&rec);
-    error_record(run, op->name, exec->transport->name, exec->plan, exec->inst, status, msg);
+    if (status == CB_UNSUPPORTED && run->ctx->rank == 0) /* a refused selection is data, not a failed run */
+        cb_emit_error(op->name, exec->transport->name, exec->plan, exec->inst, CB_REASON_UNSUPPORTED, msg);
+    else if (status != CB_UNSUPPORTED)
+        error_record(run, op->name, exec->transport->name, exec->plan, exec->inst, status, msg);
     cb_record_selection(NULL);
     cell->status = status;
     return status;

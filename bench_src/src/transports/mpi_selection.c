@@ -122,9 +122,18 @@ int cb_mpi_select(void *state, const struct cb_op *op, const struct cb_selection
     const struct library *lib = find_library(op, &cvar);
     if (!lib)
         return CB_ERROR;
-    int rc = cb_mpit_write_int(&cvar, sel ? sel->value : 0);
+    int value = sel ? sel->value : 0, now = -1;
+    int rc = cb_mpit_write_int(&cvar, value);
+    if (rc == CB_OK && !lib->fresh_comm && (cb_mpit_read_int(&cvar, &now) != CB_OK || now != value)) {
+        cb_errorf("%s reads %d after writing %d", cvar.name, now, value);
+        rc = CB_ERROR;
+    }
     if (rc == CB_OK && sel && lib->fresh_comm) {
         rc = cb_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &b->comm), "MPI_Comm_dup");
+        /* A forced algorithm that does not apply returns MPI_ERR_UNSUPPORTED_OPERATION (Open MPI's
+         * two_proc algorithms on more than 2 ranks): recorded as unavailable, not fatal. */
+        if (rc == CB_OK)
+            rc = cb_mpi_check(MPI_Comm_set_errhandler(b->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
         int back = cb_mpit_write_int(&cvar, 0); /* the forced value lives on in the new communicator only */
         rc = rc ? rc : back;
     }
