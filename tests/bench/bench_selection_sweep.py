@@ -3,7 +3,7 @@
 as every tuner evaluation did before), same sizes, same iterations, same cluster.
 
     .venv/bin/python tests/bench/bench_selection_sweep.py [--mpis openmpi,mpich] [--nodes 2]
-        [--sizes 8,1024,65536] [--rounds 3] [--iters 5] [--warmup 1] [--repeats 3]
+        [--sizes 8,1024,65536] [--rounds 2] [--iters 3] [--warmup 1] [--repeats 2]
         [--output results/bench/selection_sweep_rate.json]
 
 Both paths run commbench (build/bench/cpu-<mpi>/commbench) with srun on the local Slurm cluster (a
@@ -21,7 +21,7 @@ Target: sweep rate >= 20 x process rate. Every run must exit 0 with valid record
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import subprocess
 import sys
@@ -74,13 +74,15 @@ def forcing_env(mpi: str, selection: dict[str, Any]) -> dict[str, str]:
 
 def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     common = ["--op", OPS, "--sizes", args.sizes]
-    sweep_walls, selections = [], []
+    sweep_walls, selections, library = [], [], ""
+    load_before = [round(x, 2) for x in os.getloadavg()]
     for repeat in range(args.repeats):
         output = work / f"{mpi}-sweep-{repeat}.jsonl"
         sweep_walls.append(srun(env, mpi, args.nodes, [*common, "--selections", "all", "--rounds", str(args.rounds),
                                                        "--iters", str(args.iters), "--warmup", str(args.warmup),
                                                        "--output", str(output)], {}))
         records = results_of(output)
+        library = records[0]["mpi_library"]
         selections = list({(r["op"], r["selection"]["name"]): r["selection"] | {"op": r["op"]}
                            for r in records}.values())
     process_walls = []
@@ -93,7 +95,8 @@ def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path)
     sweep_s = statistics.median(sweep_walls)
     sweep_rate = 60.0 * len(selections) / sweep_s
     process_rate = 60.0 * len(selections) / sum(process_walls)
-    return {"mpi": mpi, "selections": len(selections), "sizes": [int(s) for s in args.sizes.split(",")],
+    return {"mpi": mpi, "mpi_library": library, "load_avg_before": load_before,
+            "load_avg_after": [round(x, 2) for x in os.getloadavg()], "selections": len(selections), "sizes": [int(s) for s in args.sizes.split(",")],
             "sweep_wall_s": sweep_walls, "process_wall_s": process_walls,
             "sweep_selections_per_min": round(sweep_rate, 1), "process_selections_per_min": round(process_rate, 1),
             "speedup": round(sweep_rate / process_rate, 2), "process_median_wall_s": statistics.median(process_walls)}
@@ -104,10 +107,10 @@ def main() -> int:
     parser.add_argument("--mpis", default="openmpi,mpich")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--sizes", default="8,1024,65536")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     results = []
