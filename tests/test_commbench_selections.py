@@ -97,17 +97,23 @@ def check_sweep(records: list[dict[str, Any]], enums: dict[str, dict[str, int]],
                     assert selection["reason"] is None
 
 
+def sweep_all(build: CommbenchBuild, nranks: int, tmp_path: Path,
+              record_validator: jsonschema.Draft202012Validator) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+    """--selections all over the five collectives in one launch; the checked records and the enumerations."""
+    enums = {op: enumeration(build, CVARS[build.mpi][op]) for op in COLLECTIVES}
+    output = tmp_path / "sweep.jsonl"
+    done = run_commbench(build, nranks, [*SWEEP_ARGS, "--selections", "all", "--output", str(output)],
+                         env=DYNAMIC_RULES, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = read_records(output)
+    check_sweep(records, enums, CVARS[build.mpi], nranks, record_validator)
+    return records, enums
+
+
 def test_sweep_openmpi_one_process(
     commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
 ) -> None:
-    build = commbench_builds["openmpi"]
-    enums = {op: enumeration(build, CVARS["openmpi"][op]) for op in COLLECTIVES}
-    output = tmp_path / "sweep.jsonl"
-    done = run_commbench(build, 4, [*SWEEP_ARGS, "--selections", "all", "--output", str(output)], env=DYNAMIC_RULES,
-                         timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = read_records(output)
-    check_sweep(records, enums, CVARS["openmpi"], 4, record_validator)
+    records, _ = sweep_all(commbench_builds["openmpi"], 4, tmp_path, record_validator)
     # The forced algorithm is really what the communicator runs: Open MPI's two_proc algorithms
     # refuse 4 ranks (MPI_ERR_UNSUPPORTED_OPERATION), recorded as unavailable; own and the others ran.
     refused = [r for r in records if r["kind"] == "error"]
@@ -121,13 +127,7 @@ def test_sweep_openmpi_one_process(
 def test_sweep_mpich_writes_only_enumerated_values(
     commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
 ) -> None:
-    build = commbench_builds["mpich"]
-    enums = {op: enumeration(build, CVARS["mpich"][op]) for op in COLLECTIVES}
-    output = tmp_path / "sweep.jsonl"
-    done = run_commbench(build, 2, [*SWEEP_ARGS, "--selections", "all", "--output", str(output)], timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = read_records(output)
-    check_sweep(records, enums, CVARS["mpich"], 2, record_validator)
+    records, enums = sweep_all(commbench_builds["mpich"], 2, tmp_path, record_validator)
     assert all(r["kind"] == "result" for r in records)
     # every value written is one of MPI_T's items: the set of values is exactly the enumeration
     for op in COLLECTIVES:
