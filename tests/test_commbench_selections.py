@@ -183,3 +183,20 @@ def test_sweep_openmpi_refuses_without_dynamic_rules(
 def test_sweep_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
     done = run_commbench(commbench_builds["mpich"], 1, args)
     assert done.returncode == 2 and named in done.stderr
+
+
+def test_sweep_without_run_time_switch_measures_own_per_process(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    """Open MPI without coll_tuned has no algorithm variable: own alone, mechanism process, reason given."""
+    output = tmp_path / "process.jsonl"
+    done = run_commbench(commbench_builds["openmpi"], 2,
+                         ["--op", "allreduce", *SWEEP_ARGS, "--selections", "all", "--output", str(output)],
+                         env={"OMPI_MCA_coll": "^tuned"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = read_records(output)
+    assert [r["requested_bytes"] for r in records] == SIZES
+    for record in records:
+        assert record["kind"] == "result" and record["valid"] and len(record["round_medians"]) == ROUNDS
+        assert record["selection"]["name"] == "own" and record["selection"]["mechanism"] == "process"
+        assert record["selection"]["cvar"] is None and "coll_tuned_allreduce_algorithm" in record["selection"]["reason"]

@@ -219,7 +219,9 @@ struct sweep_cell {
 static int select_candidate(const struct cb_transport *t, void *state, const struct cb_op *op,
                             const struct cb_selection *sel)
 {
-    return t->select ? t->select(state, op, sel) : CB_OK;
+    if (!t->select || (sel && sel->mechanism == CB_MECH_PROCESS)) /* nothing to switch at run time */
+        return CB_OK;
+    return t->select(state, op, sel);
 }
 
 /* One (round, candidate) cell: select, fill, time, check. CB_UNSUPPORTED when the library refused
@@ -519,7 +521,7 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
             sweep_size(run, &exec, op, &bufs, sels, nsels, process_reason[0] ? process_reason : NULL);
         }
     }
-    if (sels) /* the library's own state again; the candidates' resources (communicators) go */
+    if (sels && nsels && sels[0].mechanism != CB_MECH_PROCESS) /* the library's own state again */
         select_candidate(t, state, op, NULL);
     free(sels);
     if (have)

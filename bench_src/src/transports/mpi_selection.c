@@ -58,14 +58,13 @@ static const struct library *find_library(const struct cb_op *op, struct cb_cvar
     if (cb_mpit_init() != CB_OK)
         return NULL;
     const struct library *libs[] = {&open_mpi, &mpich};
+    char names[2][CB_CVAR_NAME_MAX];
     for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
-        char name[CB_CVAR_NAME_MAX];
-        cvar_name(libs[i], coll, name, sizeof name);
-        if (cb_mpit_find(name, cvar) == CB_OK && cvar->nitems > 0)
+        cvar_name(libs[i], coll, names[i], sizeof names[i]);
+        if (cb_mpit_find(names[i], cvar) == CB_OK && cvar->nitems > 0)
             return libs[i];
     }
-    cb_errorf("this MPI library has no MPI_T enumeration coll_tuned_%s_algorithm or MPIR_CVAR_<%s>_INTRA_ALGORITHM",
-              coll, coll);
+    cb_errorf("this MPI library has no MPI_T enumeration %s (Open MPI coll_tuned) or %s (MPICH)", names[0], names[1]);
     return NULL;
 }
 
