@@ -200,3 +200,14 @@ def test_sweep_without_run_time_switch_measures_own_per_process(
         assert record["kind"] == "result" and record["valid"] and len(record["round_medians"]) == ROUNDS
         assert record["selection"]["name"] == "own" and record["selection"]["mechanism"] == "process"
         assert record["selection"]["cvar"] is None and "coll_tuned_allreduce_algorithm" in record["selection"]["reason"]
+
+
+def test_sweep_timeout_record_names_the_selection(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    output = tmp_path / "hang.jsonl"
+    done = run_commbench(commbench_builds["mpich"], 2,
+                         ["--op", "allreduce", *SWEEP_ARGS, "--selections", "nb", "--inject", "hang", "--timeout", "3",
+                          "--output", str(output)])
+    assert done.returncode == 3
+    (record,) = read_records(output)
+    assert record["reason"] == "timeout" and record["selection"]["name"] == "own"
+    assert record["selection"]["cvar"] == "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"

@@ -205,7 +205,6 @@ out:
     free(max_samples);
 }
 
-
 /* ---- Selection sweep (--selections): per size, every candidate in interleaved rounds. ---- */
 
 struct sweep_cell {
@@ -302,6 +301,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         for (int s = 0; s < n; s++) {
             if (cells[s].status)
                 continue;
+            struct cb_selection_record current = {.sel = &sels[s], .available = 1, .reason = process_reason};
+            cb_record_selection(&current); /* a watchdog timeout record names the selection */
             cb_watchdog_arm("selection sweep", op->name, t->name, exec->plan, exec->inst);
             rc = sweep_round(run, op, exec, &sels[s], bufs, mine, &cells[s].wrong);
             if (sweep_agree(run, op, exec, &sels[s], &cells[s], rc) == CB_OK) {
@@ -314,6 +315,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
                 }
             }
             cb_watchdog_disarm();
+            cb_record_selection(NULL);
         }
     for (int s = 0; s < n; s++) {
         if (cells[s].status)
