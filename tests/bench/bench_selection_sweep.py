@@ -16,6 +16,8 @@ Both paths run commbench (build/bench/cpu-<mpi>/commbench) with srun on the loca
            MPIR_CVAR_<COLL>_INTRA_ALGORITHM (MPICH) in the environment; "own" with neither
 A selection evaluated = one (op, selection) measured at every size. Rate = selections / wall time of the
 srun commands (launch, MPI start-up, measurement, exit), per minute; the sweep's median over --repeats runs.
+Also recorded: the wall time of 3 runs that only start and stop (`--list-cvars`), the cost the sweep saves
+per selection; the speedup cannot exceed (start-up + measurement) / (start-up / selections + measurement).
 Target: sweep rate >= 20 x process rate. Every run must exit 0 with valid records.
 """
 from __future__ import annotations
@@ -92,6 +94,9 @@ def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path)
             "--op", selection["op"], "--sizes", args.sizes, "--iters", str(args.rounds * args.iters),
             "--warmup", str(args.rounds * args.warmup), "--output", str(output)], forcing_env(mpi, selection)))
         results_of(output)
+    # Start-up and exit alone (MPI_Init, MPI_T, MPI_Finalize, no measurement): what one process per
+    # selection pays each time on top of the measurement.
+    startup_walls = [srun(env, mpi, args.nodes, ["--list-cvars", "no_such_prefix"], {}) for _ in range(3)]
     sweep_s = statistics.median(sweep_walls)
     sweep_rate = 60.0 * len(selections) / sweep_s
     process_rate = 60.0 * len(selections) / sum(process_walls)
@@ -99,7 +104,8 @@ def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path)
             "load_avg_after": [round(x, 2) for x in os.getloadavg()], "selections": len(selections), "sizes": [int(s) for s in args.sizes.split(",")],
             "sweep_wall_s": sweep_walls, "process_wall_s": process_walls,
             "sweep_selections_per_min": round(sweep_rate, 1), "process_selections_per_min": round(process_rate, 1),
-            "speedup": round(sweep_rate / process_rate, 2), "process_median_wall_s": statistics.median(process_walls)}
+            "speedup": round(sweep_rate / process_rate, 2), "process_median_wall_s": statistics.median(process_walls),
+            "startup_wall_s": startup_walls, "sweep_s_per_selection": round(sweep_s / len(selections), 3)}
 
 
 def main() -> int:
