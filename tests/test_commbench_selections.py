@@ -4,6 +4,7 @@ Small sizes, two rounds of two samples keep it fast on two cores."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,16 @@ def test_list_cvars_mpich_enumerations_from_descriptions(commbench_builds: dict[
     assert cvars["MPIR_CVAR_IBCAST_INTRA_ALGORITHM"]["enum"] is None
 
 
+def sweep_op(build: CommbenchBuild, nranks: int, op: str, selections: str, tmp_path: Path,
+             extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+             ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """One op's sweep in one launch: the finished process and its records."""
+    output = tmp_path / f"{op}-{selections}.jsonl"
+    done = run_commbench(build, nranks, ["--op", op, *SWEEP_ARGS, "--selections", selections, *extra,
+                                         "--output", str(output)], env=DYNAMIC_RULES if env is None else env)
+    return done, read_records(output) if output.exists() else []
+
+
 def check_sweep(records: list[dict[str, Any]], enums: dict[str, dict[str, int]], cvars: dict[str, str],
                 nranks: int, record_validator: jsonschema.Draft202012Validator) -> None:
     """One record per (op, size, selection); own plus every enumerated value, nothing else."""
@@ -139,12 +150,9 @@ def test_sweep_named_selections_and_validation(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, mpi: str
 ) -> None:
     """A LIST keeps own plus the named ones, interleaved; planted corruption fails every selection."""
-    output = tmp_path / "named.jsonl"
-    args = ["--op", "allreduce", *SWEEP_ARGS, "--selections", "recursive_doubling", "--output", str(output),
-            "--inject", "corrupt"]
-    done = run_commbench(commbench_builds[mpi], 2, args, env=DYNAMIC_RULES)
+    done, records = sweep_op(commbench_builds[mpi], 2, "allreduce", "recursive_doubling", tmp_path,
+                             ("--inject", "corrupt"))
     assert done.returncode == 1, done.stderr[-3000:]
-    records = read_records(output)
     assert [(r["requested_bytes"], r["selection"]["name"]) for r in records] == [
         (size, name) for size in SIZES for name in ("own", "recursive_doubling")]
     assert all(not r["valid"] and r["wrong_elements"] > 0 and r["reason"] == "validation" for r in records)
@@ -153,11 +161,8 @@ def test_sweep_named_selections_and_validation(
 def test_sweep_unknown_selection_names_the_known_ones(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
 ) -> None:
-    output = tmp_path / "bad.jsonl"
-    done = run_commbench(commbench_builds["mpich"], 2,
-                         ["--op", "allreduce", *SWEEP_ARGS, "--selections", "ring_of_fire", "--output", str(output)])
+    done, (record,) = sweep_op(commbench_builds["mpich"], 2, "allreduce", "ring_of_fire", tmp_path)
     assert done.returncode == 4
-    (record,) = read_records(output)
     assert record["kind"] == "error" and "ring_of_fire" in record["error"]
     assert "recursive_doubling" in record["error"] and "reduce_scatter_allgather" in record["error"]
 
@@ -165,12 +170,9 @@ def test_sweep_unknown_selection_names_the_known_ones(
 def test_sweep_openmpi_refuses_without_dynamic_rules(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
 ) -> None:
-    output = tmp_path / "refused.jsonl"
-    done = run_commbench(commbench_builds["openmpi"], 2,
-                         ["--op", "bcast", *SWEEP_ARGS, "--selections", "all", "--output", str(output)],
-                         env={"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"})
+    done, (record,) = sweep_op(commbench_builds["openmpi"], 2, "bcast", "all", tmp_path,
+                               env={"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"})
     assert done.returncode == 4
-    (record,) = read_records(output)
     assert record["kind"] == "error" and record["reason"] == "unsupported"
     assert "OMPI_MCA_coll_tuned_use_dynamic_rules=1" in record["error"]
 
@@ -189,12 +191,8 @@ def test_sweep_without_run_time_switch_measures_own_per_process(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
 ) -> None:
     """Open MPI without coll_tuned has no algorithm variable: own alone, mechanism process, reason given."""
-    output = tmp_path / "process.jsonl"
-    done = run_commbench(commbench_builds["openmpi"], 2,
-                         ["--op", "allreduce", *SWEEP_ARGS, "--selections", "all", "--output", str(output)],
-                         env={"OMPI_MCA_coll": "^tuned"})
+    done, records = sweep_op(commbench_builds["openmpi"], 2, "allreduce", "all", tmp_path, env={"OMPI_MCA_coll": "^tuned"})
     assert done.returncode == 0, done.stderr[-3000:]
-    records = read_records(output)
     assert [r["requested_bytes"] for r in records] == SIZES
     for record in records:
         assert record["kind"] == "result" and record["valid"] and len(record["round_medians"]) == ROUNDS
@@ -203,11 +201,8 @@ def test_sweep_without_run_time_switch_measures_own_per_process(
 
 
 def test_sweep_timeout_record_names_the_selection(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
-    output = tmp_path / "hang.jsonl"
-    done = run_commbench(commbench_builds["mpich"], 2,
-                         ["--op", "allreduce", *SWEEP_ARGS, "--selections", "nb", "--inject", "hang", "--timeout", "3",
-                          "--output", str(output)])
+    done, (record,) = sweep_op(commbench_builds["mpich"], 2, "allreduce", "nb", tmp_path,
+                               ("--inject", "hang", "--timeout", "3"))
     assert done.returncode == 3
-    (record,) = read_records(output)
     assert record["reason"] == "timeout" and record["selection"]["name"] == "own"
     assert record["selection"]["cvar"] == "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
