@@ -73,6 +73,18 @@ static void test_args(void)
     CHECK(parse("--iters", "4", "--help", NULL) == 0 && args.action == CB_ACT_HELP);
     CHECK(parse("--version", NULL) == 0 && args.action == CB_ACT_VERSION);
     CHECK(parse("--list", NULL) == 0 && args.action == CB_ACT_LIST);
+    CHECK(parse(NULL) == 0 && !args.selections && args.rounds == 5);
+    CHECK(parse("--selections", "all", "--rounds", "3", NULL) == 0 && args.selections && args.selections_all);
+    CHECK(args.rounds == 3 && args.nselection_names == 0);
+    CHECK(parse("--selections", "ring,ring/simple/8", NULL) == 0 && args.selections && !args.selections_all);
+    CHECK(args.nselection_names == 2 && strcmp(args.selection_names[1], "ring/simple/8") == 0);
+    CHECK(parse("--selections", "ring,", NULL) == -1 && err_mentions("--selections"));
+    CHECK(parse("--op", "a/b", NULL) == -1 && err_mentions("'a/b'")); /* '/' only in selection names */
+    CHECK(parse("--rounds", "0", NULL) == -1 && err_mentions("--rounds"));
+    CHECK(parse("--list-cvars", NULL) == 0 && args.action == CB_ACT_LIST_CVARS && args.list_cvars_prefix == NULL);
+    CHECK(parse("--list-cvars", "coll_tuned_", NULL) == 0 && strcmp(args.list_cvars_prefix, "coll_tuned_") == 0);
+    CHECK(parse("--list-cvars=MPIR_CVAR_", NULL) == 0 && strcmp(args.list_cvars_prefix, "MPIR_CVAR_") == 0);
+    CHECK(parse("--list-cvars", "--iters", "2", NULL) == 0 && args.list_cvars_prefix == NULL && args.iters == 2);
 
     /* Rejections name the argument. */
     CHECK(parse("--iters", "0", NULL) == -1 && err_mentions("--iters") && err_mentions("'0'"));

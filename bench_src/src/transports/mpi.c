@@ -85,6 +85,7 @@ static int mpi_open(const struct cb_ctx *ctx, void **state)
                  "buffers; --assume-gpu-aware-mpi covers point-to-point only (e.g. a GPU-built UCX under "
                  "Open MPI's pml ucx moves device memory)",
                  ctx->backend->name);
+    s->bufs.comm = MPI_COMM_WORLD;
     *state = s;
     return CB_OK;
 }
@@ -100,6 +101,7 @@ static unsigned mpi_usable_caps(void *state, char *why, size_t len)
 
 static void mpi_close(void *state)
 {
+    cb_mpi_select(state, NULL, NULL);
     free(state);
 }
 
@@ -122,7 +124,7 @@ static int mpi_send(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD), "MPI_Send");
+    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm), "MPI_Send");
 }
 
 static int mpi_recv(void *state, int peer, size_t count)
@@ -130,7 +132,7 @@ static int mpi_recv(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Recv");
 }
 
@@ -140,7 +142,7 @@ static int mpi_exchange(void *state, int to, int from, size_t count)
     if (!fits(count))
         return CB_ERROR;
     return cb_mpi_check(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, to, CB_TAG_DATA, b->recv, (int)count, MPI_FLOAT,
-                                     from, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                     from, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv");
 }
 
@@ -149,7 +151,7 @@ static int mpi_allreduce(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Allreduce");
 }
 
@@ -158,7 +160,7 @@ static int mpi_alltoall(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Alltoall");
 }
 
@@ -167,7 +169,7 @@ static int mpi_allgather(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Allgather");
 }
 
@@ -176,7 +178,7 @@ static int mpi_reduce_scatter(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Reduce_scatter_block");
 }
 
@@ -185,7 +187,7 @@ static int mpi_bcast(void *state, size_t count, int root)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, b->comm), "MPI_Bcast");
 }
 
 const struct cb_transport cb_transport_mpi = {
@@ -205,5 +207,7 @@ const struct cb_transport cb_transport_mpi = {
     .allgather = mpi_allgather,
     .reduce_scatter = mpi_reduce_scatter,
     .bcast = mpi_bcast,
+    .selections = cb_mpi_selections,
+    .select = cb_mpi_select,
     .usable_caps = mpi_usable_caps,
 };
