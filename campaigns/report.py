@@ -33,9 +33,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from campaigns.health import METRICS, find_reference, run_metrics
+from campaigns.health import find_reference, run_metrics
 from campaigns.site import Reference, SiteError, load_site
 from campaigns.store import Store
+from campaigns.vocabulary import METRICS
 
 QUANTILES = np.linspace(0, 1, 201)
 PAIR_OPS = ("pairmatrix",)
@@ -236,7 +237,7 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B",
                           showlegend=False, height=320)
         fig.update_xaxes(type="category", title="night")
-        fig.update_yaxes(title=METRICS[metric][2])
+        fig.update_yaxes(title=METRICS[metric].unit)
         parts.append(_figure_html(fig))
     note = "" if references else "<p class='note'>No references in the site data of these measurements.</p>"
     return f"<h2>Nightly trends</h2>{note}<div class='plots'>{''.join(parts)}</div>"

@@ -13,6 +13,8 @@ import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 from reframe.core.exceptions import ReframeFatalError
 
+from campaigns.vocabulary import reference_matches
+
 # The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 
@@ -69,12 +71,8 @@ def apply_site_environment(test, job_options=(), launcher_options=()):
 def reference_entry(references, metric, unit, **case):
     '''ReFrame's (value, lower, upper, unit) from the first reference for `metric` whose keys match the
     test case; keys a reference leaves out (or sets to null) match anything. None if none matches.'''
-    for ref in references:
-        if ref['metric'] != metric:
-            continue
-        if all(ref.get(key) in (None, value) for key, value in case.items()):
-            return ref['value'], ref.get('lower'), ref.get('upper'), unit
-    return None
+    ref = next((ref for ref in references if reference_matches(ref, metric, case)), None)
+    return None if ref is None else (ref['value'], ref.get('lower'), ref.get('upper'), unit)
 
 
 def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
