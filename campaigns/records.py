@@ -17,7 +17,7 @@ import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "bench_src" / "schema" / "commbench-record.schema.json"
+from campaigns.paths import RECORD_SCHEMA as SCHEMA_PATH
 
 # The items rule of samples_us that _check_samples implements; _load_validator refuses a schema whose
 # rule differs, so the vectorised check cannot silently drift from the contract.

@@ -8,6 +8,7 @@ bad usage.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -15,7 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from campaigns.site import Bandwidth, SiteError, available_sites, check_site, load_site, site_file
+from campaigns import paths
+from campaigns.site import Bandwidth, SiteError, available_sites, check_site, load_site, new_site, site_file, \
+    site_search_path
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -30,7 +33,7 @@ def _gbs(bandwidth: Bandwidth | None) -> str:
 
 def list_sites() -> None:
     """The sites, their partitions and what the suite runs there."""
-    table = Table(title="Sites (site_configs/<site>/site.yaml)", title_justify="left")
+    table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
     for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
         table.add_column(column)
     for name in available_sites():
@@ -109,10 +112,32 @@ def check(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+def new(
+    site_name: Annotated[str, typer.Argument(metavar="NAME", help="the new site's name (its directory's name)")],
+    template: Annotated[str, typer.Option("--from", help="the site to start from")] = "generic-slurm",
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="where NAME/ goes [default: the first directory of $COMMCAMP_SITE_PATH, else .]")] = None,
+) -> None:
+    """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
+    env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
+    parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
+    try:
+        target = new_site(site_name, template, parent.resolve())
+    except SiteError as exc:
+        Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    print(target)
+    if target.parent not in [p.resolve() for p in site_search_path()]:
+        Console(stderr=True).print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
+                                   f"site {site_name}", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `site` command group to the commcamp CLI."""
-    sites = typer.Typer(help="The sites under site_configs/: list, check, show.", no_args_is_help=True)
+    sites = typer.Typer(help="The sites ($COMMCAMP_SITE_PATH, then the shipped site_configs/): list, check, show, "
+                             "new.", no_args_is_help=True)
     sites.command("list")(list_sites)
     sites.command("check")(check)
     sites.command("show")(show)
+    sites.command("new")(new)
     app.add_typer(sites, name="site")

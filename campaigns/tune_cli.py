@@ -27,9 +27,9 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
+from campaigns import paths
 from campaigns.sizes import parse_size
 from campaigns.tuning import (
-    DEFAULT_RECOMMENDATIONS_DIR,
     TuningOutcome,
     TuningSetup,
     TuningSpec,
@@ -143,7 +143,7 @@ LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor comm
 CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
 DbOpt = Annotated[Optional[str], typer.Option(
     help="Optuna storage URL (default: the results database; PostgreSQL for parallel workers)")]
-PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (results/recommendations)")]
+PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (<workspace>/recommendations)")]
 PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
 RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
 
@@ -359,15 +359,17 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: GpusOpt = None,
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
         transport: TransportOpt = None, library: LibraryOpt = None,
-        root: Annotated[Path, typer.Option(help="recommendations root")] = DEFAULT_RECOMMENDATIONS_DIR,
+        root: Annotated[Optional[Path], typer.Option(
+            help="recommendations root [default: <workspace>/recommendations]")] = None,
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
         errors = Console(stderr=True)
         try:
             size_bytes = None if size is None else parse_size(size)
-            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,
-                            partition=partition, transport=transport, library=library, size=size_bytes)
+            result = lookup(root or paths.recommendations_dir(), site, system, op=op, nodes=nodes,
+                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
+                            size=size_bytes)
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))

@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns import paths
 from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
 from campaigns.sizes import parse_size
 from campaigns.subproc import die_with_this_process
@@ -53,11 +54,6 @@ from tuners.space import SearchSpace, build_space
 from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
 from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-KNOBS_DIR = REPO_ROOT / "site_configs" / "knobs"
-DEFAULT_RECOMMENDATIONS_DIR = REPO_ROOT / "results" / "recommendations"
-DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
-DEFAULT_PLUGIN = REPO_ROOT / "build" / "nccl_tuner-release" / "libnccl-tuner-commcamp.so"  # commcamp plugin build
 RECORDS_FILE = "commbench.jsonl"
 OUTPUT_FILE = "output.txt"
 
@@ -251,7 +247,7 @@ class ReframeExecutor:
         with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
             try:
                 rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=REPO_ROOT, env={**self.base_env, "TMPDIR": str(prefix)},
+                                    cwd=prefix, env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
                                     timeout=request.time_limit_s + 120, check=False,
                                     preexec_fn=die_with_this_process()).returncode
             except subprocess.TimeoutExpired:
@@ -408,9 +404,9 @@ class TuningSpec(_Model):
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
     heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
-    publish_dir: Path | None = Field(default=DEFAULT_RECOMMENDATIONS_DIR, description="None: do not publish")
+    publish_dir: Path | None = Field(default_factory=paths.recommendations_dir, description="None: do not publish")
     plugin_library: Path | None = None
-    runs_dir: Path = DEFAULT_RUNS_DIR
+    runs_dir: Path = Field(default_factory=paths.runs_dir)
 
     @field_validator("sizes", mode="before")
     @classmethod
@@ -469,7 +465,7 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     site = _site(spec)
     catalog = KnobCatalog.load() if site is None else site.knob_catalog()
     files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
-    extra = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
+    extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
     for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
         try:
             overrides = yaml.safe_load(path.read_text()) or {}
@@ -516,7 +512,7 @@ def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
         return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
                                base_env)
     assert spec.launcher is not None
-    commbench = spec.commbench or REPO_ROOT / "build" / "bench" / f"cpu-{spec.environ}" / "commbench"
+    commbench = spec.commbench or paths.commbench_build_dir() / f"cpu-{spec.environ}" / "commbench"
     return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)
 
 
@@ -579,8 +575,9 @@ def outcome_summary(outcome: RunOutcome) -> str:
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=False).stdout.strip()
+        out = "" if paths.CHECKOUT is None else subprocess.run(
+            ["git", "-C", str(paths.CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=False).stdout.strip()
     except OSError:
         out = ""
     return out or "unknown"
@@ -635,7 +632,7 @@ def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> Published
     spec = setup.spec
     if spec.publish_dir is None:
         return None
-    plugin = spec.plugin_library or (DEFAULT_PLUGIN if rec.plugin_rules else None)
+    plugin = spec.plugin_library or (paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if rec.plugin_rules else None)
     return publish(Path(spec.publish_dir), rec, setup.catalog,
                    plugin_library=None if plugin is None else str(Path(plugin).resolve()))
 
@@ -665,12 +662,13 @@ def provenance() -> dict[str, Any]:
 
     import optuna
 
-    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"], capture_output=True, text=True,
-                           timeout=20, check=False).stdout.count("\n")
+    dirty = 0 if paths.CHECKOUT is None else subprocess.run(
+        ["git", "-C", str(paths.CHECKOUT), "status", "--porcelain"], capture_output=True, text=True, timeout=20,
+        check=False).stdout.count("\n")
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
             "optuna": optuna.__version__, "command": sys.argv,
-            "reframe": _command_output([str(Path(sys.executable).with_name("reframe")), "--version"]),
+            "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
             "slurm": _command_output(["sinfo", "--version"]),
             "open_mpi": _command_output(["ompi_info", "--version"])}
 
@@ -714,9 +712,9 @@ def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> Non
 def _site(spec: TuningSpec) -> Any:
     """The spec's site (campaigns.site.Site), or None for a site known only by its knob file
     (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
-    from campaigns.site import SITE_CONFIGS_DIR, SITE_FILE, SiteError, load_site
+    from campaigns.site import SiteError, find_site_file, load_site
 
-    if not (SITE_CONFIGS_DIR / spec.site / SITE_FILE).is_file() and (KNOBS_DIR / f"{spec.site}.yaml").is_file():
+    if find_site_file(spec.site) is None and (paths.KNOBS_DIR / f"{spec.site}.yaml").is_file():
         return None
     try:
         return load_site(spec.site)
@@ -791,7 +789,7 @@ def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping
         command = shlex.join([str(Path(sys.executable).with_name("commcamp")), "tune-worker", str(spec_path)])
         sbatch = ["sbatch", "--parsable", "-N", str(spec.nodes), f"--ntasks-per-node={spec.tasks_per_node}",
                   "-t", str(limit_min), "-J", f"commcamp-tune-{number}", "-o", str(directory / "worker-%j.out"),
-                  *access, "--wrap", f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}"]
+                  *access, "--wrap", f"cd {shlex.quote(str(directory))} && exec {command}"]
         out = subprocess.run(sbatch, capture_output=True, text=True, env=dict(env), timeout=60, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"sbatch failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-VOCABULARY_PATH = Path(__file__).resolve().parents[1] / "bench_src" / "schema" / "vocabulary.json"
+from campaigns.paths import VOCABULARY as VOCABULARY_PATH
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,8 @@ from reframe.core.exceptions import SanityError
 from campaigns.formats import nccl_tests, osu  # the one parser of each format (checks, store, scripts)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, offered,  # noqa: E402
-                             reference_entry)
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
+                             offered, reference_entry)
 
 
 def _find_binary(directory, binary):
@@ -103,7 +101,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
             tried.append(f'${variable_name} is not set')
         directory = directory or site.get('default_dir', '')
         if directory:
-            directory = directory if os.path.isabs(directory) else os.path.join(REPO_ROOT, directory)
+            directory = directory if os.path.isabs(directory) else os.path.join(DATA_ROOT, directory)
             path = _find_binary(directory, binary) if os.path.isdir(directory) else None
             if path:
                 self.executable = path

@@ -15,8 +15,9 @@ the data is only reshaped:
   `<benchmark>` / `<benchmark>_nodes_<n>` per reference benchmark (`nccl_tests`, `osu`);
 * the site's pinned knobs (`knobs.pinned`) are added to every partition's env_vars: in every job;
 * every environment gets the extras `mpi` (library family) and the features listed in site.yaml;
-* stage, output and perflog directories default to results/runs/reframe/ of this repository and the
-  run report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
+* stage, output and perflog directories default to runs/reframe/ of commcamp's workspace ($COMMCAMP_HOME;
+  from a checkout without it: its results/) and the run report to runs/reframe/reports/ there (git-ignored
+  in a checkout); `--prefix`/`--report-file` override;
 * perflogs (filelog) carry what users miss in ReFrame's default ones: node count, tasks, GPUs per
   node, pass/fail, the transport, and per performance variable its value, unit, reference and
   thresholds.
@@ -32,8 +33,10 @@ from reframe.core.backends import getlauncher, register_launcher
 from reframe.core.exceptions import ConfigError
 from reframe.core.launchers import JobLauncher
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PREFIX = REPO_ROOT / "results" / "runs" / "reframe"
+# commcamp sets both variables for the ReFrame it starts (campaigns/paths.py: the shipped folders and the
+# workspace); a ReFrame started by hand from a checkout falls back to the checkout and its results/.
+DATA_ROOT = Path(os.environ.get("COMMCAMP_DATA") or Path(__file__).resolve().parents[1])
+DEFAULT_PREFIX = Path(os.environ.get("COMMCAMP_HOME") or DATA_ROOT / "results") / "runs" / "reframe"
 
 MPIEXEC_FROM_ENV = "mpiexec-from-env"
 MPIEXEC_VARIABLE = "COMMCAMP_MPIEXEC"
@@ -184,6 +187,6 @@ def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
         }],
         "general": [{
             "report_file": str(reports / "run-report-{sessionid}.json"),
-            "check_search_path": [str(REPO_ROOT / "reframe_checks")],
+            "check_search_path": [str(DATA_ROOT / "reframe_checks")],
         }],
     }

@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "site_configs" / "knobs" / "catalog.yaml"
+from campaigns.paths import KNOB_CATALOG as DEFAULT_CATALOG_PATH  # the catalog ships with commcamp
 
 # Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
 # paths). Everything a shell or Lua could interpret ($ ` ; | & quotes whitespace newlines

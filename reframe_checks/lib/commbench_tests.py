@@ -13,13 +13,12 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from commcamp_checks import apply_site_environment, assert_job_ended, reference_entry
+from commcamp_checks import DATA_ROOT, apply_site_environment, assert_job_ended, reference_entry
 
 from campaigns.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
                                   SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS, metric_value, op_kind)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
+BENCH_SRC = os.path.join(DATA_ROOT, 'bench_src')
 RECORD_SCHEMA = os.path.join(BENCH_SRC, 'schema', 'commbench-record.schema.json')
 RECORDS_FILE = 'commbench.jsonl'
 BUILD_DIR = 'build'
@@ -100,7 +99,7 @@ class commbench_build(rfm.CompileOnlyRegressionTest):
         site = self.current_partition.extras['commbench']
         jobs = self.build_jobs or site.get('build_jobs', 2)
         if site.get('build') == 'spack':
-            env_dir = os.path.join(REPO_ROOT, site['spack_env'])
+            env_dir = os.path.join(DATA_ROOT, site['spack_env'])
             self.build_system = 'Spack'
             self.build_system.environment = env_dir
             self.build_system.install_opts = ['--fail-fast', '-j', str(jobs)]

@@ -7,6 +7,7 @@ does not load it as a test file unless asked to recurse (`-R`), where it registe
 Site data arrives through `site_configs/reframe_site.py` (partition extras and features); check code
 holds no site-specific value.
 """
+import os
 import re
 
 import reframe.core.runtime as rt
@@ -14,6 +15,11 @@ import reframe.utility.sanity as sn
 from reframe.core.exceptions import ReframeFatalError
 
 from campaigns.vocabulary import reference_matches
+
+# commcamp's shipped folders (bench_src/, spack_env/, ...): $COMMCAMP_DATA, which commcamp sets for the ReFrame
+# it starts (campaigns/paths.py), else the checkout these checks are in. Relative site paths resolve here.
+DATA_ROOT = os.environ.get('COMMCAMP_DATA') or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 # The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
