@@ -149,3 +149,27 @@ def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None
     assert code == 1 and "OSU output names no hosts" in out + err
     with open_store(url) as store:
         assert store.runs() == []  # nothing half-stored
+
+
+NT_DATA = Path(__file__).resolve().parent / "data" / "nccl-tests"  # real -J/-I outputs, see PROVENANCE.md
+
+
+def test_nccl_tests_json_and_per_iteration_text_of_a_real_run() -> None:
+    """nccl-tests 2.19.6 on an H100 (tests/data/nccl-tests/PROVENANCE.md): the JSON (devices under
+    config) and the -I text table (four more columns per placement) give the same rows."""
+    with_iters = nccl_tests.parse_json((NT_DATA / "all_reduce_perf-I.json").read_text())
+    text = nccl_tests.parse_text((NT_DATA / "all_reduce_perf-I.txt").read_text())
+    assert (with_iters.op, with_iters.hosts, with_iters.iters, len(with_iters.rows)) == ("allreduce", ["vm"], 20, 12)
+    assert [r.size for r in text.rows] == [r.size for r in with_iters.rows]
+    for from_json, from_text in zip(with_iters.rows, text.rows, strict=True):
+        assert len(from_json.out_of_place.times_us) == 20
+        assert from_text.in_place.time_us == pytest.approx(from_json.in_place.time_us, abs=0.01, rel=0.01)
+        assert from_text.out_of_place.wrong == 0 == from_json.out_of_place.wrong
+    records = foreign.parse("nccl-tests-json", (NT_DATA / "sendrecv_perf-I.json").read_text(), source="s.json",
+                            timestamp=STAMP)
+    for record in records:
+        validate_record(record, "s.json")
+        assert record["iters"] == 20 and record["op"] == "sendrecv" and "iterations_averaged" not in record["source"]
+    plain = foreign.parse("nccl-tests-json", (NT_DATA / "all_reduce_perf.json").read_text(), source="a.json",
+                          timestamp=STAMP)
+    assert all(r["iters"] == 1 and r["source"]["iterations_averaged"] == 20 for r in plain)

@@ -3,8 +3,8 @@
 Text: the header ("# nccl-tests version 2.19.6 ...", "# nThread 1 nGpus 1 ... iters: 20 ..."), the
 "#  Rank  0 Group  0 Pid 5108 on vm device 0 [0000:00:06] NVIDIA H200" lines and one row per size:
 size count type redop root | out-of-place time algbw busbw #wrong | in-place time algbw busbw #wrong
-[| per-iteration min max p99 cv with -I]. Other lines (NCCL or MPI messages) are skipped.
-JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): config, devices, results with
+[| with -I each placement is followed by i_min i_max i_p99 i_cv%]. Other lines (NCCL or MPI messages) are skipped.
+JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): config (with the devices), results with
 out_of_place / in_place and, with `-I 1`, *_per_iter (times_us and per_process_max_times_us).
 """
 from __future__ import annotations
@@ -77,9 +77,8 @@ _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+
 _VERSION = re.compile(r"^# nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
 _TEST = re.compile(r"^# Collective test starting: (\S+)")
 _ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
-_NUMBER = r"[-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|inf|nan)"
-_PLACEMENT = rf"\s+({_NUMBER})\s+({_NUMBER})\s+({_NUMBER})\s+(\S+)"
-_ROW = re.compile(rf"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)(?:{_PLACEMENT}|\s{{30,}})?{_PLACEMENT}", re.IGNORECASE)
+# Columns of one placement: time algbw busbw #wrong, then with -I i_min i_max i_p99 i_cv%.
+_PLACEMENT_COLUMNS, _PER_ITER_COLUMNS = 4, 8
 
 
 def _wrong(text: str | float | None, where: str) -> int | None:
@@ -94,6 +93,7 @@ def _wrong(text: str | float | None, where: str) -> int | None:
 def parse_text(text: str, source: str = "nccl-tests output") -> Run:
     """Parse nccl-tests stdout; a row that looks like a table row but does not parse is an error."""
     run = Run()
+    per_iter = False
     hosts: dict[int, str] = {}
     devices: dict[int, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -103,6 +103,8 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
                 run.version, run.nccl_version = match.group(1), match.group(2) or ""
             elif match := _TEST.match(line):
                 run.op = op_of(match.group(1))
+            elif line.startswith("# Per-Iteration Report"):
+                per_iter = True  # -I: each placement has four more columns
             elif line.startswith("# nThread"):
                 run.params = line[2:].strip()
                 if match := _ITERS.search(line):
@@ -112,20 +114,18 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
                 hosts[rank], devices[rank] = match.group(2), " ".join(match.group(3).split())
             continue
         words = line.split()
-        if len(words) < 9 or not (words[0].isdigit() and words[1].isdigit()):
+        if len(words) < 5 + _PLACEMENT_COLUMNS or not (words[0].isdigit() and words[1].isdigit()):
             continue
-        match = _ROW.match(line)
-        if match is None:
-            raise NcclTestsError(f"{where}: not an nccl-tests row: {line.strip()!r}")
-        size, count, dtype, redop, root = match.groups()[:5]
-        first, second = match.groups()[5:9], match.groups()[9:13]
+        width = _PER_ITER_COLUMNS if per_iter else _PLACEMENT_COLUMNS
+        groups = [words[start:start + _PLACEMENT_COLUMNS] for start in range(5, len(words) - width + 1, width)]
         try:
-            placements = [Placement(float(t), float(a), float(b), _wrong(w, where))
-                          for t, a, b, w in (first, second) if t is not None]
+            root = int(words[4])
+            placements = [Placement(float(t), float(a), float(b), _wrong(w, where)) for t, a, b, w in groups[:2]]
         except ValueError as exc:
-            raise NcclTestsError(f"{where}: {exc}") from None
+            raise NcclTestsError(f"{where}: not an nccl-tests row: {line.strip()!r} ({exc})") from None
+        # a row with one result is in-place only (nccl-tests leaves out-of-place blank in trace replay)
         out_of_place, in_place = (placements[0], placements[1]) if len(placements) == 2 else (None, placements[0])
-        run.rows.append(Row(int(size), int(count), dtype, redop, int(root), out_of_place, in_place))
+        run.rows.append(Row(int(words[0]), int(words[1]), words[2], words[3], root, out_of_place, in_place))
     if not run.rows:
         raise NcclTestsError(f"{source}: no nccl-tests result rows")
     run.hosts = [hosts[rank] for rank in sorted(hosts)]
@@ -160,7 +160,8 @@ def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
     run = Run(op=op_of(args[0]) if args else "", nccl_version=str(document.get("nccl_version", "")),
               iters=config.get("iterations"), warmup=config.get("warmup_iters"),
               params=" ".join(args[1:]))
-    for device in sorted(document.get("devices") or [], key=lambda d: d.get("rank", 0)):
+    devices = config.get("devices") or document.get("devices") or []  # 2.19 writes them under config
+    for device in sorted(devices, key=lambda d: d.get("rank", 0)):
         run.hosts.append(str(device.get("hostname", "")))
         run.devices.append(f"{device.get('device')} [{device.get('device_hex', '')}] {device.get('device_info', '')}")
     for index, result in enumerate(document.get("results") or []):
