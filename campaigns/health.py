@@ -1,9 +1,9 @@
 """Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
 the node or link behind a degraded multi-node test, and write a verdict.
 
-Metrics of a run (the commbench checks' performance variables, reframe_checks/lib/commbench_tests.py):
-small_latency (latency_us at the smallest size, lower is better), large_goodput and large_busbw (GB/s at
-the largest size, higher is better). Each is judged
+Metrics of a run: the commbench checks' performance variables, defined once in campaigns/vocabulary.py
+(small_latency: latency_us at the smallest size that moves data, lower is better; large_goodput and
+large_busbw: GB/s at the largest size, higher is better). Each is judged
 
 - against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
   the bounds is `failed`;
@@ -47,19 +47,13 @@ from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
 from campaigns.store import RunRow, Store
+from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
 from tuners.writers import write_atomic
 
 STATUSES = ("ok", "degraded", "failed")
 EXIT_CODES = {"ok": 0, "degraded": 1, "failed": 2}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
-# name -> (record field, smallest or largest size, unit, higher is better)
-METRICS = {
-    "small_latency": ("latency_us", min, "us", False),
-    "large_goodput": ("goodput_gbs", max, "GB/s", True),
-    "large_busbw": ("busbw_gbs", max, "GB/s", True),
-}
-MULTI_RECORD_OPS = ("pairmatrix",)
-PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"  # several records per size: no single metric value
+PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"
 
 
 def worst(statuses: Iterable[str]) -> str:
@@ -114,15 +108,11 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
 def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
     """(metric, bytes) -> value from the valid result records of one run."""
     results = records[(records["kind"] == "result") & records["valid"]]
-    if results.empty or results["op"].iloc[0] in MULTI_RECORD_OPS:
+    if results.empty or results["op"].iloc[0] in MATRIX_OPS:  # several records per size: no single value
         return {}
-    values = {}
-    for name, (column, pick, _unit, _higher) in METRICS.items():
-        size = int(pick(results["bytes"]))
-        at_size = results[results["bytes"] == size][column].dropna()
-        if not at_size.empty:
-            values[name, size] = float(at_size.iloc[0])
-    return values
+    rows = results.to_dict("records")
+    return {(name, size): value for name in METRICS
+            if (taken := metric_value(name, rows)) is not None for value, size in [taken]}
 
 
 class ReferenceKey(Protocol):
@@ -138,13 +128,9 @@ class ReferenceKey(Protocol):
 def find_reference(references: list[Reference], case: ReferenceKey, metric: str, size: int) -> Reference | None:
     """The first reference for this op, metric and size whose optional fields (nodes, environ, transport,
     ranks) are unset or match, as the check applies them."""
-    for ref in references:
-        if (ref.op == case.op and ref.metric == metric and ref.bytes == size and ref.nodes in (None, case.num_nodes)
-                and ref.environ in (None, case.environ)
-                and getattr(ref, "transport", None) in (None, case.transport)
-                and getattr(ref, "ranks", None) in (None, case.num_tasks)):
-            return ref
-    return None
+    wanted = {"op": case.op, "bytes": size, "nodes": case.num_nodes, "ranks": case.num_tasks,
+              "environ": case.environ, "transport": case.transport}
+    return next((ref for ref in references if reference_matches(ref.model_dump(), metric, wanted)), None)
 
 
 @dataclass
@@ -270,7 +256,7 @@ class HealthCheck:
         history = self._history(case)
         verdicts = []
         for (metric, size), value in sorted(values.items()):
-            _column, _pick, unit, higher = METRICS[metric]
+            unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
             judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
                               history.get((metric, size), []), self.settings)
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
@@ -326,7 +312,7 @@ class HealthCheck:
         # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
         factor = self.settings.isolation.peer_factor
         for name in {name for test in tests for name in test.values}:
-            higher = METRICS[name.split("@")[0]][3]
+            higher = METRICS[name.split("@")[0]].higher_is_better
             measured = [t.values[name] for t in tests if name in t.values]
             best = max(measured) if higher else min(measured)
             for test in tests:

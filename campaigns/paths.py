@@ -32,6 +32,7 @@ _SHIPPED = PACKAGE_DIR / "_data"
 BENCH_SRC = (_SHIPPED / "bench_src").resolve()
 PLUGIN_SRC = BENCH_SRC / "nccl_tuner"
 RECORD_SCHEMA = BENCH_SRC / "schema" / "commbench-record.schema.json"
+VOCABULARY = BENCH_SRC / "schema" / "vocabulary.json"  # commbench's ops, transports, metrics
 CHECKS_DIR = (_SHIPPED / "reframe_checks").resolve()
 SITE_CONFIGS_DIR = (_SHIPPED / "site_configs").resolve()  # the shipped example sites (and reframe_site.py)
 KNOBS_DIR = SITE_CONFIGS_DIR / "knobs"

@@ -33,12 +33,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from campaigns.health import METRICS, find_reference, run_metrics
+from campaigns.health import find_reference, run_metrics
 from campaigns.site import Reference, SiteError, load_site
 from campaigns.store import Store
+from campaigns.vocabulary import MATRIX_OPS, METRICS
 
 QUANTILES = np.linspace(0, 1, 201)
-PAIR_OPS = ("pairmatrix",)
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -101,7 +101,7 @@ def _series_label(row: pandas.Series) -> str:
 
 
 def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
-    results = frame[(frame["kind"] == "result") & frame["valid"] & ~frame["op"].isin(PAIR_OPS)
+    results = frame[(frame["kind"] == "result") & frame["valid"] & ~frame["op"].isin(MATRIX_OPS)
                     & frame["goodput_gbs"].notna() & (frame["bytes"] > 0)]
     if results.empty:
         return ""
@@ -178,7 +178,7 @@ def _picked_sizes(sizes: list[int]) -> list[int]:
 
 def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]) -> str:
     rows = frame[(frame["kind"] == "result") & frame["measurement_id"].isin(samples.keys())
-                 & ~frame["op"].isin(PAIR_OPS)]
+                 & ~frame["op"].isin(MATRIX_OPS)]
     if rows.empty:
         return ""
     parts, table = [], []
@@ -236,7 +236,7 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B",
                           showlegend=False, height=320)
         fig.update_xaxes(type="category", title="night")
-        fig.update_yaxes(title=METRICS[metric][2])
+        fig.update_yaxes(title=METRICS[metric].unit)
         parts.append(_figure_html(fig))
     note = "" if references else "<p class='note'>No references in the site data of these measurements.</p>"
     return f"<h2>Nightly trends</h2>{note}<div class='plots'>{''.join(parts)}</div>"

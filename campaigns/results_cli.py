@@ -10,7 +10,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import date, datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import JSON
 
-from campaigns.records import load_records
+from campaigns.records import load_records, validate_record
 from campaigns.sizes import parse_size
 from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
 from campaigns.store.models import Measurement
@@ -252,7 +252,26 @@ def _parameters(pairs: list[str]) -> dict[str, str]:
     return parameters
 
 
-def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines output")],
+def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str) -> list[dict[str, Any]]:
+    """The records of `file`: commbench JSON Lines as they are, another benchmark's output through
+    campaigns.formats (each of its rows a record naming that benchmark as its source)."""
+    if fmt == "commbench":
+        return load_records(file)
+    from campaigns.formats import foreign  # deferred: only this command reads other benchmarks
+    if fmt not in foreign.FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of commbench, {', '.join(foreign.FORMATS)}",
+                                 param_hint="--format")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: cannot read: {exc}") from exc
+    stamp = datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
+    records = foreign.parse(fmt, text, source=str(file), timestamp=stamp, hostnames=hosts,
+                            mpi_library=mpi_library)
+    return [validate_record(record, f"{file} row {index}") for index, record in enumerate(records)]
+
+
+def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
            site: Annotated[str, typer.Option(help="site the records were measured at")],
            system: Annotated[str, typer.Option(help="system (cluster) name")],
            partition: Annotated[str, typer.Option()] = "default",
@@ -269,11 +288,19 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
            reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
            job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
+           fmt: Annotated[str, typer.Option("--format", help=(
+               "commbench (JSON Lines), nccl-tests (its printed table), nccl-tests-json (-J file, "
+               "per-iteration data with -I) or osu (an osu_* benchmark's printed output)"))] = "commbench",
+           hosts: Annotated[Optional[str], typer.Option(help=(
+               "comma-separated host of each rank, for outputs that do not name them (osu)"))] = None,
+           mpi_library: Annotated[str, typer.Option(help="MPI library of a foreign output (osu, nccl-tests)")] = "",
            db: DbOption = None) -> None:
-    """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result)."""
+    """Store a benchmark output produced outside commcamp (a site's own commbench, nccl-tests or OSU run,
+    a reference result): each measurement becomes a record the store, health and report read like
+    commbench's own."""
     parameters = _parameters(param or [])
     with _expected_errors():
-        records = load_records(file)
+        records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
         invalid = sum(not record["valid"] for record in records)

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns import vocabulary
 from campaigns import paths
 from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
 from campaigns.sizes import ByteCount
@@ -40,13 +41,13 @@ ENV_FILE = "env.sh"
 # Ops of the campaign check `commbench_run` (reframe_checks/commbench_run.py; campaigns/spec.py).
 COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall", "pingpong_bi", "allgather", "reduce_scatter", "bcast",
                  "sendrecv", "pairmatrix")
-# Every commbench op (commbench --list); h2d/d2h are the host<->device copies of the memcpy transport.
-ALL_OPS = (*COMMBENCH_OPS, "h2d", "d2h")
-TRANSPORTS = ("mpi", "staging", "d2d", "d2d-kernel", "ccl", "memcpy")
+# Every commbench op and transport (campaigns/vocabulary.py, tested against commbench --list).
+ALL_OPS = vocabulary.OPS
+TRANSPORTS = vocabulary.TRANSPORTS
 # The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/spec.py).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 # Metrics the checks report, by the ops they are taken for.
-COMMBENCH_METRICS = ("small_latency", "large_goodput", "large_busbw")
+COMMBENCH_METRICS = tuple(vocabulary.METRICS)
 PAIRMATRIX_METRICS = ("worst_pair_latency", "worst_pair_goodput", "worst_pair_bi_goodput")
 HOSTDEVICE_METRICS = ("small_latency", "pinned_goodput", "pageable_goodput")
 ALL_METRICS = tuple(dict.fromkeys((*COMMBENCH_METRICS, *PAIRMATRIX_METRICS, *HOSTDEVICE_METRICS)))

@@ -56,13 +56,12 @@ from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Referenc
                             load_site)
 from campaigns.records import MAX_MESSAGE_BYTES
 from campaigns.sizes import ByteCount
+from campaigns.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
 from tuners.catalog import check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
-# Ops between rank 0 and one peer (the check's PAIR_OPS): 2 ranks, so on 1 or 2 nodes only.
-PAIR_OPS = ("pingpong", "pingpong_bi")
 PAIR_RANKS = 2
 SLURM_SCHEDULERS = ("slurm", "squeue")
 PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")

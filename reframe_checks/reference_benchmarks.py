@@ -32,10 +32,13 @@ import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
+from reframe.core.exceptions import SanityError
+
+from campaigns.formats import nccl_tests, osu  # the one parser of each format (checks, store, scripts)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
-                             offered, parse_ccl_tests, parse_osu, reference_entry)
+                             offered, reference_entry)
 
 
 def _find_binary(directory, binary):
@@ -179,22 +182,28 @@ class nccl_tests_run(ReferenceBenchmarkTest):
     def metrics(self):
         return {'small_latency': 'us', 'large_busbw': 'GB/s'}
 
+    def parsed(self):
+        try:
+            return nccl_tests.parse_text(self.output(), self.benchmark)
+        except nccl_tests.NcclTestsError as exc:
+            raise SanityError(str(exc)) from None
+
     def metric_at(self, name):
-        rows, _ = parse_ccl_tests(self.output())
-        moving = [r for r in rows if r['bytes'] > 0] or rows
-        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
-        return (row['time_us'] if name == 'small_latency' else row['busbw_gbs']), row['bytes']
+        rows = [row for row in self.parsed().rows if row.out_of_place is not None]
+        moving = [r for r in rows if r.size > 0] or rows
+        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
+        return (row.out_of_place.time_us if name == 'small_latency' else row.out_of_place.busbw_gbs), row.size
 
     @sanity_function
     def validate_output(self):
         assert_job_ended(self, self.benchmark)
-        text = self.output()
-        rows, hosts = parse_ccl_tests(text)
-        sn.evaluate(sn.assert_true(rows, msg='no size table in the output'))
-        for row in rows:
-            sn.evaluate(sn.assert_eq(row['wrong'], '0', msg=f'{row["bytes"]} B: {{0}} wrong elements (out of place)'))
-            sn.evaluate(sn.assert_in(row['wrong_inplace'], ('0', 'N/A'),
-                                     msg=f'{row["bytes"]} B: {{0}} wrong elements (in place)'))
+        run = self.parsed()
+        hosts = run.hosts
+        for row in run.rows:
+            sn.evaluate(sn.assert_eq(row.out_of_place and row.out_of_place.wrong, 0,
+                                     msg=f'{row.size} B: {{0}} wrong elements (out of place)'))
+            sn.evaluate(sn.assert_in(row.in_place and row.in_place.wrong, (0, None),
+                                     msg=f'{row.size} B: {{0}} wrong elements (in place)'))
         sn.evaluate(sn.assert_found(r'Out of bounds values\s*:\s*0\s+OK', self.stdout))
         sn.evaluate(sn.assert_eq(len(hosts), self.num_tasks, msg='{0} ranks reported, expected {1}'))
         return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
@@ -221,15 +230,21 @@ class osu_run(ReferenceBenchmarkTest):
             return {'small_latency': 'us'}
         return {'small_latency': 'us', 'large_latency': 'us'}
 
+    def parsed(self):
+        try:
+            return osu.parse_text(self.output(), self.benchmark)
+        except osu.OsuError as exc:
+            raise SanityError(str(exc)) from None
+
     def metric_at(self, name):
-        rows = parse_osu(self.output())
-        moving = [r for r in rows if r['bytes'] > 0] or rows
-        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
+        rows = self.parsed().rows
+        moving = [r for r in rows if r.size > 0] or rows
+        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
         # osu_bw reports MB/s (1e6 bytes/s)
-        return (row['value'] / 1000 if name == 'large_bandwidth' else row['value']), row['bytes']
+        return (row.value / 1000 if name == 'large_bandwidth' else row.value), row.size
 
     @sanity_function
     def validate_output(self):
         assert_job_ended(self, self.benchmark)
         sn.evaluate(sn.assert_found(r'# OSU MPI', self.stdout, msg='no OSU banner in the output'))
-        return sn.assert_true(parse_osu(self.output()), msg='no size table in the output')
+        return sn.assert_true(self.parsed().rows, msg='no size table in the output')

@@ -18,7 +18,6 @@ import yaml
 
 from campaigns.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
 from campaigns.spec import COMMBENCH_NODE_COUNTS
-from fixtures_bench import CommbenchBuild
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,21 +86,6 @@ def test_check_constants_agree_with_site_model_and_campaigns() -> None:
     campaign_check = load_file(CHECKS / "commbench_run.py", "commbench_run_under_test")
     assert tuple(lib.NODE_COUNTS) == NODE_COUNTS == COMMBENCH_NODE_COUNTS
     assert tuple(campaign_check.CAMPAIGN_OPS) == COMMBENCH_OPS
-
-
-def test_transport_table_matches_commbench_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
-    """TRANSPORT_OPS mirrors `commbench --list` of every backend built here (cpu always; cuda and hip
-    when tests/test_commbench_gpu_build.py has built them): --list needs no GPU."""
-    table = load_file(CHECKS / "commbench.py", "commbench_checks_under_test").TRANSPORT_OPS
-    binaries = [commbench_builds["openmpi"].binary,
-                *(p for p in (REPO / "build" / "bench" / b / "commbench" for b in ("cuda", "hip")) if p.is_file())]
-    for binary in binaries:
-        listed = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True, timeout=30).stdout
-        transports = {m["name"]: tuple(m["ops"].split(","))
-                      for m in re.finditer(r"^transport (?P<name>\S+) ops (?P<ops>\S+)", listed, re.MULTILINE)}
-        assert transports, listed
-        for name, ops in transports.items():
-            assert set(table[name]) == set(ops), (binary, name)
 
 
 def test_reframe_configs_carry_site_data_as_extras_and_features() -> None:

@@ -15,6 +15,9 @@ from reframe.core.exceptions import SanityError
 
 from commcamp_checks import DATA_ROOT, apply_site_environment, assert_job_ended, reference_entry
 
+from campaigns.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
+                                  SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS, metric_value, op_kind)
+
 BENCH_SRC = os.path.join(DATA_ROOT, 'bench_src')
 RECORD_SCHEMA = os.path.join(BENCH_SRC, 'schema', 'commbench-record.schema.json')
 RECORDS_FILE = 'commbench.jsonl'
@@ -26,38 +29,13 @@ EXIT_CODES = {1: 'data validation failed', 2: 'bad arguments', 3: 'timeout',
               4: 'runtime error or unsupported'}
 EXIT_UNSUPPORTED = 4
 
-# What each transport implements (commbench --list of the cpu, cuda and hip builds;
-# tests/test_reframe_checks.py compares). memcpy exists on GPU backends only.
-SWEEP_OPS = ('pingpong', 'pingpong_bi', 'sendrecv', 'allreduce', 'alltoall', 'allgather', 'reduce_scatter',
-             'bcast')
-TRANSPORT_OPS = {
-    'mpi': (*SWEEP_OPS, 'pairmatrix'),
-    'staging': (*SWEEP_OPS, 'pairmatrix'),
-    'd2d': ('pingpong', 'pingpong_bi', 'sendrecv', 'alltoall', 'allgather', 'bcast', 'pairmatrix'),
-    'd2d-kernel': (*SWEEP_OPS, 'pairmatrix'),
-    'ccl': (*SWEEP_OPS, 'pairmatrix'),
-    'memcpy': ('h2d', 'd2h'),
-}
-# Transports between ranks (memcpy copies between a rank's host and its own device).
-PEER_TRANSPORTS = tuple(t for t in TRANSPORT_OPS if t != 'memcpy')
-# Peer-mapped device memory (CUDA/HIP IPC): ranks of one node only.
-SINGLE_NODE_TRANSPORTS = ('d2d', 'd2d-kernel')
-# Rank 0 and one peer: 2 ranks, on 1 or 2 nodes.
-PAIR_OPS = ('pingpong', 'pingpong_bi')
-P2P_OPS = (*PAIR_OPS, 'sendrecv')
+# commbench's ops, transports and metric definitions: campaigns/vocabulary.py (its one home; tested
+# against `commbench --list` of every backend built).
+SWEEP_OPS = (*P2P_OPS, *COLLECTIVE_OPS)
 HEALTH_OPS = ('pingpong', 'allreduce', 'alltoall')
 # The ops a campaign may ask commbench_run for (campaigns.site.COMMBENCH_OPS must agree).
 CAMPAIGN_OPS = ('pingpong', 'allreduce', 'alltoall', 'pingpong_bi', 'allgather', 'reduce_scatter', 'bcast',
                 'sendrecv', 'pairmatrix')
-
-# Performance variables of an op sweep: name -> (record field, message size it is taken at, unit).
-# small_latency: median time of one operation at the smallest size that moves data; large_goodput:
-# bytes / median time at the largest size; large_busbw: nccl-tests bus bandwidth at the largest size.
-SWEEP_METRICS = {
-    'small_latency': ('latency_us', min, 'us'),
-    'large_goodput': ('goodput_gbs', max, 'GB/s'),
-    'large_busbw': ('busbw_gbs', max, 'GB/s'),
-}
 # Pair matrix: the worst pair's one-way latency at the smallest size, one-way goodput and two-way
 # (aggregate) goodput at the largest: name -> (direction, record field, size, worst of the pairs, unit).
 PAIRMATRIX_METRICS = {
@@ -79,16 +57,11 @@ def _record_validator():
         return jsonschema.Draft202012Validator(json.load(stream))
 
 
-def op_kind(op):
-    return 'matrix' if op == 'pairmatrix' else 'p2p' if op in P2P_OPS else 'collective'
-
-
 def sweep_metric(test, name):
-    field, pick, _ = SWEEP_METRICS[name]
-    results = test.results()
-    moving = [r for r in results if r['bytes'] > 0] or results
-    size = pick(r['bytes'] for r in moving)
-    return next(r[field] for r in moving if r['bytes'] == size), size
+    taken = metric_value(name, test.results())
+    if taken is None:
+        raise SanityError(f'{name}: no valid result to take it from')
+    return taken
 
 
 def pairmatrix_metric(test, name):
@@ -328,7 +301,7 @@ class CommbenchOpTest(CommbenchTest):
     '''One op over a range of sizes; latency at the smallest size that moves data, bandwidths at the largest.'''
 
     def metrics(self):
-        return {name: unit for name, (_, _, unit) in SWEEP_METRICS.items()}
+        return {name: metric.unit for name, metric in METRICS.items()}
 
     def metric_at(self, name):
         return sweep_metric(self, name)

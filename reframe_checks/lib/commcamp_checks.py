@@ -14,6 +14,8 @@ import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 from reframe.core.exceptions import ReframeFatalError
 
+from campaigns.vocabulary import reference_matches
+
 # commcamp's shipped folders (bench_src/, spack_env/, ...): $COMMCAMP_DATA, which commcamp sets for the ReFrame
 # it starts (campaigns/paths.py), else the checkout these checks are in. Relative site paths resolve here.
 DATA_ROOT = os.environ.get('COMMCAMP_DATA') or os.path.dirname(os.path.dirname(os.path.dirname(
@@ -75,12 +77,8 @@ def apply_site_environment(test, job_options=(), launcher_options=()):
 def reference_entry(references, metric, unit, **case):
     '''ReFrame's (value, lower, upper, unit) from the first reference for `metric` whose keys match the
     test case; keys a reference leaves out (or sets to null) match anything. None if none matches.'''
-    for ref in references:
-        if ref['metric'] != metric:
-            continue
-        if all(ref.get(key) in (None, value) for key, value in case.items()):
-            return ref['value'], ref.get('lower'), ref.get('upper'), unit
-    return None
+    ref = next((ref for ref in references if reference_matches(ref, metric, case)), None)
+    return None if ref is None else (ref['value'], ref.get('lower'), ref.get('upper'), unit)
 
 
 def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
@@ -95,36 +93,3 @@ def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
     exit_states = {'FAILED', 'FAILURE'} if expected_exitcode != 0 else set()
     sn.evaluate(sn.assert_false((states & FAILED_JOB_STATES) - exit_states,
                                 msg=f'the job ended in state {test.job.state}'))
-
-
-# nccl-tests / rccl-tests: "#  Rank  0 Group  0 Pid   5108 on         vm device  0 [0000:00:06] NVIDIA H200"
-_CCL_TESTS_RANK = re.compile(r'^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\b', re.MULTILINE)
-
-
-def parse_ccl_tests(text):
-    '''nccl-tests / rccl-tests output -> (rows, hosts): rows of the size table as dicts (bytes, time_us,
-    algbw_gbs, busbw_gbs, wrong: out-of-place; wrong_inplace: '0', a count or 'N/A'), and each rank's
-    host, indexed by rank.'''
-    rows = []
-    for line in text.splitlines():
-        words = line.split()
-        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
-        if len(words) >= 13 and words[0].isdigit() and words[1].isdigit():
-            rows.append({'bytes': int(words[0]), 'time_us': float(words[5]), 'algbw_gbs': float(words[6]),
-                         'busbw_gbs': float(words[7]), 'wrong': words[8], 'wrong_inplace': words[12]})
-    hosts = dict((int(rank), host) for rank, host in _CCL_TESTS_RANK.findall(text))
-    return rows, [hosts[rank] for rank in sorted(hosts)]
-
-
-def parse_osu(text):
-    '''OSU micro-benchmark output -> rows (bytes, value): the first number after the size is latency
-    (us) or bandwidth (MB/s) depending on the benchmark; header and comment lines start with #.'''
-    rows = []
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0].isdigit():
-            try:
-                rows.append({'bytes': int(words[0]), 'value': float(words[1])})
-            except ValueError:
-                continue
-    return rows
