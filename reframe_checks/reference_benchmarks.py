@@ -34,8 +34,8 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, offered,  # noqa: E402
-                             parse_ccl_tests, parse_osu, reference_entry)
+from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, checked_words,  # noqa: E402
+                             offered, parse_ccl_tests, parse_osu, quoted, reference_entry)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,7 +89,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         self.num_gpus_per_node = extras['gpus_per_node']
         self.locate()
         apply_site_environment(self, commbench.get('job_options', []), commbench.get('launcher_options', []))
-        self.executable_opts = [*self.site.get('args', []), *self.fixed_args(), *self.extra_args]
+        self.executable_opts = quoted([*self.site.get('args', []), *self.fixed_args(),
+                                       *checked_words(self.extra_args, 'extra_args')])
 
     def locate(self):
         '''Point the test at the benchmark binary, or skip saying what was tried.'''
@@ -103,7 +104,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
             directory = directory if os.path.isabs(directory) else os.path.join(REPO_ROOT, directory)
             path = _find_binary(directory, binary) if os.path.isdir(directory) else None
             if path:
-                self.executable = path
+                self.executable = quoted([path])[0]
                 return
             tried.append(f'no executable {binary} in {directory}')
         modules = site.get('modules', [])

@@ -106,6 +106,7 @@ def _partition(part: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
         "gpus_per_node": node.get("gpus", 0),
         "knob_defaults": {name: _text(value) for name, value in (knobs.get("defaults") or {}).items()
                           if value is not None},
+        "knob_overrides": knobs,  # the checks validate env_vars against the catalog with these
         "reference_benchmarks": part.get("reference_benchmarks") or {},
     }
     if part.get("commbench"):

@@ -133,7 +133,7 @@ def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
     """`-S env_vars=<JSON>` reaches the job script of every check (commbench and reference benchmarks)
     over the site's knob defaults; knob_defaults=false leaves those out. Dry runs: scripts, no jobs."""
     def edit(data: dict[str, Any]) -> None:
-        data["knobs"] = {"defaults": {"UCX_RNDV_THRESH": 8192, "UCX_TLS": "tcp,self"}}
+        data["knobs"] = {"defaults": {"UCX_RNDV_THRESH": 8192, "UCX_TLS": "^cuda_ipc"}}
         local_partition(data)["reference_benchmarks"] = {"nccl_tests": {
             "package": "nccl-tests", "dir_variable": "NCCL_TESTS_DIR", "node_counts": [1]}}
     config = copy_site(tmp_path, "local", edit)
@@ -155,12 +155,47 @@ def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
     for script in scripts:
         text = script.read_text()
         assert "export UCX_RNDV_THRESH=16384" in text and "export COMMCAMP_PROBE=a,b:c" in text, script
-        assert "export UCX_TLS=tcp,self" in text, script  # the other default stays
+        assert "export UCX_TLS='^cuda_ipc'" in text, script  # the other default stays, shell-quoted
     prefix = tmp_path / "no-defaults"
     result = reframe(config, "--dry-run", *one_of_each, "-S", "knob_defaults=false", prefix=prefix, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     scripts = list((prefix / "stage").glob("local/cpu/*/*/rfm_job.sh"))
     assert scripts and not any("UCX_RNDV_THRESH" in script.read_text() for script in scripts)
+
+
+def test_unsafe_variables_never_reach_a_job_script(tmp_path: Path) -> None:
+    """issue 11 item 5, through the documented path (`. site_configs/local/env.sh; reframe ... --dry-run`):
+    shell-active or out-of-domain env_vars, a forbidden knob and shell-active extra_args fail the test case
+    in setup with a message naming the variable, and no job script holds them; a good value still reaches
+    the script, shell-quoted."""
+    def dry_run(name: str, *settings: str) -> tuple[subprocess.CompletedProcess[str], str]:
+        prefix = tmp_path / name
+        shell = " ".join(["cd", str(REPO), "&&", ".", str(SITE_CONFIGS / "local" / "env.sh"), "&&", "TMPDIR=" +
+                          str(tmp_path), str(REFRAME), "-c", str(CHECKS), "-t", "health", "-n", "'sweep.*pingpong'",
+                          "-p", "openmpi", "--prefix", str(prefix), "--nocolor", "--dry-run",
+                          *(f"-S {setting!r}" for setting in settings)])
+        result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300, check=False,
+                                env={k: v for k, v in os.environ.items() if k != "RFM_CONFIG_FILES"})
+        scripts = "".join(p.read_text() for p in (prefix / "stage").glob("local/cpu/*/commbench_sweep_*/rfm_job.sh"))
+        return result, scripts
+
+    for setting, message in [
+            ('env_vars={"OMPI_MCA_btl_tcp_sndbuf":"4; rm -rf /tmp/x","UCX_TLS":"$(id)"}',
+             "env_vars: OMPI_MCA_btl_tcp_sndbuf: value '4; rm -rf /tmp/x' is not allowed"),
+            ('env_vars={"MY_VARIABLE":"`id`"}', "env_vars: MY_VARIABLE: value '`id`' is not allowed"),
+            ('env_vars={"OMPI_MCA_btl_tcp_sndbuf":"1000"}', "env_vars: OMPI_MCA_btl_tcp_sndbuf: 1000 is outside"),
+            ('env_vars={"NCCL_NVLS_ENABLE":"1"}', "env_vars: NCCL_NVLS_ENABLE is forbidden by the knob catalog"),
+            ("extra_args=--peer,1;id", "extra_args: value '1;id' is not allowed")]:
+        result, scripts = dry_run("bad", setting)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "Failing phase: setup" in result.stdout and message in result.stdout, result.stdout
+        assert "Traceback" not in result.stdout
+        assert "rm -rf" not in scripts and "id`" not in scripts and "$(id)" not in scripts and "1;id" not in scripts
+    result, scripts = dry_run("good", 'env_vars={"NCCL_PROTO":"^LL128","OMPI_MCA_btl_tcp_sndbuf":"65536"}',
+                              "extra_args=--peer,1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "export NCCL_PROTO='^LL128'\n" in scripts and "export OMPI_MCA_btl_tcp_sndbuf=65536\n" in scripts
+    assert re.search(r"/commbench --op pingpong --transport mpi .* --peer 1\n", scripts), scripts
 
 
 def test_references_and_expected_unsupported_transports_judge_the_run(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from commcamp_checks import apply_site_environment, assert_job_ended, reference_entry
+from commcamp_checks import (UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
+                             quoted, reference_entry)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
@@ -243,13 +244,27 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
         return ['--min-bytes', str(sizes['min_bytes']), '--max-bytes', str(sizes['max_bytes']),
                 '--step-factor', str(sizes['step_factor'])]
 
+    @run_after('setup')
+    def check_variables(self):
+        '''Numbers inside what commbench accepts, a known transport, options inside the catalog's whitelist.'''
+        least = {'sizes': 0, 'min_bytes': 0, 'max_bytes': 0, 'step_factor': 2, 'warmup': 0, 'iters': 1, 'batch': 1,
+                 'bench_timeout': 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            for number in value if isinstance(value, list) else [] if value is None else [value]:
+                if number < low:
+                    raise UnsafeVariableError(f'{name}: {number} is below {low}')
+        if self.transport not in TRANSPORT_OPS:
+            raise UnsafeVariableError(f'transport: {self.transport!r} is not one of {sorted(TRANSPORT_OPS)}')
+        checked_words(self.extra_args, 'extra_args')
+
     @run_before('run')
     def set_command(self):
-        self.executable = self.commbench.commbench_path
-        self.executable_opts = ['--op', self.op, '--transport', self.transport, *self.size_options(),
-                                '--warmup', str(self.warmup), '--iters', str(self.iters), '--batch', str(self.batch),
-                                '--timeout', str(self.bench_timeout), '--check' if self.check_data else '--no-check',
-                                '--output', RECORDS_FILE, *self.extra_args]
+        self.executable = quoted([self.commbench.commbench_path])[0]
+        self.executable_opts = quoted([
+            '--op', self.op, '--transport', self.transport, *self.size_options(), '--warmup', str(self.warmup),
+            '--iters', str(self.iters), '--batch', str(self.batch), '--timeout', str(self.bench_timeout),
+            '--check' if self.check_data else '--no-check', '--output', RECORDS_FILE, *self.extra_args])
 
     def records(self):
         '''The run's records, each checked against the commbench record schema (cached).'''
