@@ -128,7 +128,10 @@ class Invocation:
             cmd += ["-S", env_vars_setting(check.check, check.env)]
         if not campaign.spec.check_performance:
             cmd += ["--skip-performance-check"]
-        cmd += ["--prefix", str(prefix), "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
+        # One continuous perflog per system beside the runs directory (prefix: <runs dir>/<run dir>/rfm-N),
+        # results/reframe/perflogs by default, where plain `reframe` writes too.
+        cmd += ["--prefix", str(prefix), "--perflogdir", str(prefix.parents[2] / "reframe" / "perflogs"),
+                "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
 
 

@@ -35,7 +35,8 @@ import reframe.utility.typecheck as typ
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, checked_words,  # noqa: E402
-                             offered, parse_ccl_tests, parse_osu, quoted, reference_entry)
+                             offered, parse_ccl_tests, parse_osu, quoted, set_references,
+                             simple_test_if_offered)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -59,6 +60,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
     #: reference_benchmarks key in site.yaml (and feature name).
     SUITE = ''
     PAIR_BENCHMARKS = ()
@@ -152,17 +155,11 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.is_dry_run():
             return
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(self.site.get('references', []), name, unit, benchmark=self.benchmark,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), benchmark=self.benchmark, nodes=self.num_nodes,
+                       ranks=self.num_tasks, environ=self.current_environ.name)
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class nccl_tests_run(ReferenceBenchmarkTest):
     '''nccl-tests (or rccl-tests): one binary over the site's size range.'''
 
@@ -203,7 +200,7 @@ class nccl_tests_run(ReferenceBenchmarkTest):
         return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class osu_run(ReferenceBenchmarkTest):
     '''OSU micro-benchmarks: latency and bandwidth between two ranks, two collectives.'''
 

@@ -15,11 +15,14 @@ the data is only reshaped:
   `<benchmark>` / `<benchmark>_nodes_<n>` per reference benchmark (`nccl_tests`, `osu`);
 * the site's pinned knobs (`knobs.pinned`) are added to every partition's env_vars: in every job;
 * every environment gets the extras `mpi` (library family) and the features listed in site.yaml;
-* stage, output and perflog directories default to results/runs/reframe/ of this repository and the
-  run report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
-* perflogs (filelog) carry what users miss in ReFrame's default ones: node count, tasks, GPUs per
-  node, pass/fail, the transport, and per performance variable its value, unit, reference and
-  thresholds.
+* stage and output directories default to results/runs/reframe/ of this repository and the run
+  report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
+* perflogs (filelog) go to one continuous file per system, partition and check under
+  results/reframe/perflogs/ (git-ignored), whatever the `--prefix` (`--perflogdir` overrides; commcamp
+  points it beside its runs directory), and carry what users miss in ReFrame's default ones: node
+  count, tasks, GPUs per node, pass/fail, the transport, the message size each performance variable
+  was taken at (`metric_bytes`), and per performance variable its value, unit, reference (None where
+  no reference applies, not ReFrame's 0) and thresholds.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from reframe.core.launchers import JobLauncher
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PREFIX = REPO_ROOT / "results" / "runs" / "reframe"
+PERFLOG_DIR = REPO_ROOT / "results" / "reframe" / "perflogs"
 
 MPIEXEC_FROM_ENV = "mpiexec-from-env"
 MPIEXEC_VARIABLE = "COMMCAMP_MPIEXEC"
@@ -42,7 +46,8 @@ PERFLOG_FORMAT = "|".join([
     "%(check_job_completion_time)s", "%(version)s", "%(check_display_name)s", "%(check_system)s",
     "%(check_partition)s", "%(check_environ)s", "%(check_result)s", "%(check_num_nodes)s",
     "%(check_num_tasks)s", "%(check_num_tasks_per_node)s", "%(check_num_gpus_per_node)s",
-    "%(check_transport)s", "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_perfvalues)s",
+    "%(check_transport)s", "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_metric_bytes)s",
+    "%(check_perfvalues)s",
 ])
 # One block per performance variable; the header names them <variable>_value, <variable>_unit, ...
 PERFLOG_FORMAT_PERFVARS = "|".join([
@@ -175,6 +180,7 @@ def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
             ],
             "handlers_perflog": [{
                 "type": "filelog",
+                "basedir": str(PERFLOG_DIR),
                 "prefix": "%(check_system)s/%(check_partition)s",
                 "level": "info",
                 "format": PERFLOG_FORMAT,

@@ -14,7 +14,7 @@ from reframe.core.builtins import fixture, run_after, run_before, sanity_functio
 from reframe.core.exceptions import SanityError
 
 from commcamp_checks import (UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
-                             quoted, reference_entry)
+                             quoted, set_references)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
@@ -180,6 +180,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
 
     def size_set(self):
         '''Name of the site's size set this test uses when no sizes are given.'''
@@ -323,15 +325,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.expect_unsupported or self.is_dry_run():
             return
-        references = self.site.get('references', [])
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(references, name, unit, op=self.op, transport=self.transport,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), op=self.op, transport=self.transport,
+                       nodes=self.num_nodes, ranks=self.num_tasks, environ=self.current_environ.name)
 
 
 class CommbenchOpTest(CommbenchTest):

@@ -18,6 +18,7 @@ import re
 import shlex
 import sys
 
+import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 from reframe.core.exceptions import ReframeError, ReframeFatalError
@@ -86,6 +87,12 @@ def offered(values, feature):
     return [value for value in values if feature(value) in features]
 
 
+def simple_test_if_offered(cls):
+    """`rfm.simple_test` for a check whose parameters come from `offered`: where no partition of the system
+    offers it, a parameter has no values and ReFrame would warn that it is undefined; it is left out."""
+    return cls if cls.is_abstract() else rfm.simple_test(cls)
+
+
 def node_counts_up_to_partition_size(feature):
     """NODE_COUNTS up to the most nodes a partition with `feature` has (all outside a ReFrame run)."""
     partitions = _partitions()
@@ -120,6 +127,18 @@ def reference_entry(references, metric, unit, **case):
         if all(ref.get(key) in (None, value) for key, value in case.items()):
             return ref['value'], ref.get('lower'), ref.get('upper'), unit
     return None
+
+
+def set_references(test, references, **case):
+    '''The test's reference table (ReFrame's `reference`) from the site's `references` matching `case` and
+    the size each metric is taken at: a metric without one gets (None, None, None, unit), so that perflogs
+    and reports say None instead of ReFrame's reference 0. Records those sizes in `test.metric_bytes`.'''
+    table, sizes = {}, {}
+    for name, unit in test.metrics().items():
+        sizes[name] = test.metric_at(name)[1]
+        table[name] = reference_entry(references, name, unit, bytes=sizes[name], **case) or (None, None, None, unit)
+    test.reference = {test.current_partition.fullname: table}
+    test.metric_bytes = ','.join(f'{name}={size}' for name, size in sizes.items())
 
 
 def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
