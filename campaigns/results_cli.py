@@ -21,6 +21,7 @@ from sqlalchemy import JSON
 from campaigns.cli_options import DbOption, parse_when
 from campaigns.cli_options import expected_errors as _expected_errors
 from campaigns.cli_options import with_measurement_filters as _with_measurement_filters
+from campaigns.prune_cli import prune
 from campaigns.records import load_records
 from campaigns.store import MeasurementFilter, RunFilter, RunInfo, open_store
 from campaigns.store.models import Measurement
@@ -220,9 +221,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
 
 def register(app: typer.Typer) -> None:
     """Add the `results` command group to the commcamp CLI."""
-    results = typer.Typer(help="Query, export and ingest stored benchmark results.", no_args_is_help=True)
+    results = typer.Typer(help="Query, export, ingest stored benchmark results; prune old run directories.",
+                          no_args_is_help=True)
     results.command("runs")(list_runs)
     results.command("list")(list_measurements)
     results.command("export")(export)
     results.command("ingest")(ingest)
+    results.command("prune")(prune)
     app.add_typer(results, name="results")
