@@ -89,7 +89,8 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
               min=1, help="keep the N most recently written run directories")] = None,
           yes: Annotated[bool, typer.Option("--yes", help="delete (without it: only say what would go)")] = False,
           include_referenced: Annotated[bool, typer.Option(
-              "--include-referenced", help="delete directories the store or a health verdict still points to as well")] = False,
+              "--include-referenced",
+              help="delete directories the store or a health verdict still points to as well")] = False,
           runs_dir: Annotated[Optional[Path], typer.Option(
               help="where the run directories are [default: results/runs]")] = None,
           db: DbOption = None) -> None:

@@ -82,6 +82,8 @@ def report(filters: MeasurementFilter,
                help="nominal link bandwidth LABEL=GB/s drawn dashed (repeatable); added to the site's")] = None,
            verdict: Annotated[Optional[list[Path]], typer.Option(
                help="health verdict JSON for the summary table (repeatable)")] = None,
+           include_tuning: Annotated[bool, typer.Option(
+               "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
     links = _parse_nominal(nominal or [])
@@ -90,7 +92,8 @@ def report(filters: MeasurementFilter,
         for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
             links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
         with open_store(db) as store:
-            text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
+            text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
+                                **vars(filters))
         write_atomic(output, text)
     Console().print(f"wrote {escape(str(output))} ({output.stat().st_size / 2**20:.1f} MiB)")
 

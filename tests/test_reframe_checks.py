@@ -349,8 +349,8 @@ def test_env_file_stores_sessions_in_the_workspace_and_perflogs_say_sizes_not_re
     assert handler["basedir"] == str(REPO / "results" / "reframe" / "perflogs")  # absolute: not under --prefix
 
     env = {**base, "RFM_SQLITE_DB_FILE": str(tmp_path / "results.db"), "TMPDIR": str(tmp_path)}
-    run = [str(REFRAME), "-c", str(CHECKS), "--nocolor", "-n", "commbench_sweep%op=pingpong%transport=mpi%size_range=health",
-           "-p", "openmpi", "-S", "commbench_sweep.iters=3", "-S", "commbench_sweep.warmup=1",
+    run = [str(REFRAME), "-c", str(CHECKS), "--nocolor", "-n",
+           "commbench_sweep%op=pingpong%transport=mpi%size_range=health", "-p", "openmpi", "-S", "commbench_sweep.iters=3", "-S", "commbench_sweep.warmup=1",
            "-S", "commbench_sweep.sizes=8,4096", "--prefix", str(tmp_path / "rfm"),
            "--perflogdir", str(tmp_path / "perflogs"), "-r"]
     result = subprocess.run(["bash", "-c", source + shlex.join(run)], capture_output=True, text=True, timeout=300,
