@@ -154,6 +154,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                  id="transport-not-offered"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, mpi]"),
                  ["spec.yaml:7: checks[0].transports: repeated values ['mpi']"], id="repeated-transport"),
+    pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    env: {OMPI_MCA_btl_tcp_sndbuf: '1000'}"),
+                 ["checks[0].env: OMPI_MCA_btl_tcp_sndbuf: 1000 is outside [4096, 16777216]"],
+                 id="knob-outside-its-domain"),
 ])
 def test_bad_spec_is_refused_and_nothing_is_written(tmp_path: Path, text: str, expected: list[str]) -> None:
     spec = write_spec(tmp_path, text)
