@@ -292,7 +292,8 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), int(first["ranks"]),
                                                    first["environ"], first["transport"]), metric, int(size))
         if ref is not None:  # an open side of the band reaches past the data (a log axis has no 0)
-            low = ref.value * (1 + ref.lower) if ref.lower else min(ref.value, rows["value"].min()) / 2
+            open_low = ref.lower is None or ref.lower <= -1
+            low = min(ref.value, rows["value"].min()) / 2 if open_low else ref.value * (1 + ref.lower)
             high = ref.value * (1 + ref.upper) if ref.upper is not None else max(ref.value, rows["value"].max()) * 2
             fig.add_hrect(y0=low, y1=high, fillcolor="green", opacity=0.12, line_width=0,
                           annotation_text="reference band", annotation_position="top left")
