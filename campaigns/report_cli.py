@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns.cli_options import DbOption, expected_errors, with_measurement_filters
 from campaigns.report import Nominal, build_report
-from campaigns.results_cli import DbOption, _expected_errors, _with_measurement_filters
 from campaigns.site import SiteError, load_site
 from campaigns.spec import Campaign
 from campaigns.store import MeasurementFilter, Store, open_store
@@ -74,7 +74,7 @@ def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> Non
     write_atomic(output, text)
 
 
-@_with_measurement_filters
+@with_measurement_filters
 def report(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (replaced atomically)")],
            title: Annotated[str, typer.Option(help="heading of the report")] = "commcamp report",
@@ -82,15 +82,18 @@ def report(filters: MeasurementFilter,
                help="nominal link bandwidth LABEL=GB/s drawn dashed (repeatable); added to the site's")] = None,
            verdict: Annotated[Optional[list[Path]], typer.Option(
                help="health verdict JSON for the summary table (repeatable)")] = None,
+           include_tuning: Annotated[bool, typer.Option(
+               "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
     links = _parse_nominal(nominal or [])
-    with _expected_errors():
+    with expected_errors():
         verdicts = _load_verdicts(verdict or [])
         for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
             links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
         with open_store(db) as store:
-            text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
+            text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
+                                **vars(filters))
         write_atomic(output, text)
     Console().print(f"wrote {escape(str(output))} ({output.stat().st_size / 2**20:.1f} MiB)")
 

@@ -126,14 +126,17 @@ class Invocation:
             cmd += ["-S", env_vars_setting(check.check, check.env)]
         if not campaign.spec.check_performance:
             cmd += ["--skip-performance-check"]
-        cmd += ["--prefix", str(prefix), "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
+        # One continuous perflog per system beside the runs directory (prefix: <runs dir>/<run dir>/rfm-N),
+        # results/reframe/perflogs by default, where plain `reframe` writes too.
+        cmd += ["--prefix", str(prefix), "--perflogdir", str(prefix.parents[2] / "reframe" / "perflogs"),
+                "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
 
 
 def env_vars_setting(check: str, env: dict[str, str]) -> str:
     """`-S` argument that sets a check's env_vars to exactly `env`: JSON, since values may hold the ','
-    and ':' of ReFrame's short dict syntax, and shell-quoted, since ReFrame writes `export NAME=VALUE`."""
-    return f"{check}.env_vars=" + json.dumps({name: shlex.quote(value) for name, value in env.items()})
+    and ':' of ReFrame's short dict syntax (the check validates and shell-quotes them)."""
+    return f"{check}.env_vars=" + json.dumps(env)
 
 
 def _reframe_value(value: Any) -> str:

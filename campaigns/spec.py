@@ -58,7 +58,7 @@ from campaigns.records import MAX_MESSAGE_BYTES
 from campaigns.sizes import ByteCount
 from campaigns.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
-from tuners.catalog import check_safe_value
+from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
@@ -375,6 +375,10 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
             problems.append((("placements",), f"placements other than 'any' need Slurm; partition "
                                               f"{system.name}:{partition.name} uses {partition.scheduler!r}"))
     for index, check in enumerate(spec.checks):
+        try:  # what the check would refuse in setup (reframe_checks/lib/commcamp_checks.py)
+            site.knob_catalog().check_job_env(check.env)
+        except (CatalogError, UnsafeValueError) as exc:
+            problems.append((("checks", index, "env"), str(exc)))
         for partition in partitions:
             offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
             unknown = [t for t in check.transports if t not in offered_transports]

@@ -38,11 +38,14 @@ watchdog, s), time_limit (the job's, default 10m), check_data, extra_args (more 
 env_vars, the knobs. Values with commas or colons need the JSON form (the short form
 NAME:VALUE,NAME:VALUE splits on both):
 
-    -S env_vars='{"UCX_TLS":"tcp,self","NCCL_PROTO":"^LL128"}'
+    -S env_vars='{"UCX_TLS":"tcp,sm,cuda_copy,cuda_ipc","NCCL_PROTO":"^LL128"}'
 
-Each value lands in the job script as `export NAME=VALUE`, so it is a shell word: quote what the shell
-must not split or expand, e.g. '{"X":"\'a b\'"}' (commcamp does this). The site's knob defaults are
-applied under env_vars: a variable given there wins.
+Every value that reaches the job script is checked first and shell-quoted there (`export
+NCCL_PROTO='^LL128'`): env_vars naming a knob of the catalog (site_configs/knobs/catalog.yaml with the
+site's overrides) must be inside its domain, not forbidden and not against a site pin; other variables
+and extra_args may hold only the catalog's safe characters (letters, digits, _ . , : ^ / + = -). A bad
+value fails the test case in setup with a message naming it. The site's knob defaults are applied under
+env_vars: a variable given there wins.
 """
 import os
 import sys

@@ -38,7 +38,7 @@ from campaigns.formats import nccl_tests, osu  # the one parser of each format (
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
-                             offered, reference_entry)
+                             checked_words, offered, quoted, set_references, simple_test_if_offered)
 
 
 def _find_binary(directory, binary):
@@ -60,6 +60,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
     #: reference_benchmarks key in site.yaml (and feature name).
     SUITE = ''
     PAIR_BENCHMARKS = ()
@@ -90,7 +92,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         self.num_gpus_per_node = extras['gpus_per_node']
         self.locate()
         apply_site_environment(self, commbench.get('job_options', []), commbench.get('launcher_options', []))
-        self.executable_opts = [*self.site.get('args', []), *self.fixed_args(), *self.extra_args]
+        self.executable_opts = quoted([*self.site.get('args', []), *self.fixed_args(),
+                                       *checked_words(self.extra_args, 'extra_args')])
 
     def locate(self):
         '''Point the test at the benchmark binary, or skip saying what was tried.'''
@@ -104,7 +107,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
             directory = directory if os.path.isabs(directory) else os.path.join(DATA_ROOT, directory)
             path = _find_binary(directory, binary) if os.path.isdir(directory) else None
             if path:
-                self.executable = path
+                self.executable = quoted([path])[0]
                 return
             tried.append(f'no executable {binary} in {directory}')
         modules = site.get('modules', [])
@@ -152,17 +155,11 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.is_dry_run():
             return
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(self.site.get('references', []), name, unit, benchmark=self.benchmark,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), benchmark=self.benchmark, nodes=self.num_nodes,
+                       ranks=self.num_tasks, environ=self.current_environ.name)
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class nccl_tests_run(ReferenceBenchmarkTest):
     '''nccl-tests (or rccl-tests): one binary over the site's size range.'''
 
@@ -209,7 +206,7 @@ class nccl_tests_run(ReferenceBenchmarkTest):
         return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class osu_run(ReferenceBenchmarkTest):
     '''OSU micro-benchmarks: latency and bandwidth between two ranks, two collectives.'''
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import optuna
@@ -242,3 +243,19 @@ def test_space_round_trip_and_companion_variables(catalog: KnobCatalog) -> None:
     mpi = build_space(catalog, {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_coll_tuned_allreduce_algorithm"])
     env = mpi.suggest(optuna.trial.FixedTrial({"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring"}))
     assert env == {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+
+
+def test_job_env_is_checked_against_domains_pins_and_the_whitelist(catalog: KnobCatalog) -> None:
+    """What a ReFrame check accepts as env_vars (issue 11 item 5): catalog knobs in their domain, no
+    forbidden knob unless the site pins it to that very value, other variables whitelisted values only."""
+    site = catalog.for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}}, "h200/site.yaml")
+    assert site.check_job_env({"NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}) == {
+        "NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}
+    for env, message in [({"NCCL_NVLS_ENABLE": "1"}, "the site pins it to '0', not '1'"),
+                         ({"NCCL_PROTO": "LL64"}, "is not one of"),
+                         ({"MY_FLAG": "$(id)"}, "value '$(id)' is not allowed"),
+                         ({"1BAD": "x"}, "'1BAD' is not a valid environment variable name")]:
+        with pytest.raises(UnsafeValueError, match=re.escape(message)):
+            site.check_job_env(env)
+    with pytest.raises(UnsafeValueError, match="NCCL_NVLS_ENABLE is forbidden by the knob catalog"):
+        catalog.check_job_env({"NCCL_NVLS_ENABLE": "0"})  # no pin: forbidden whatever the value

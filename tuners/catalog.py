@@ -377,6 +377,26 @@ class KnobCatalog:
             checked[name] = self._knobs[name].check_value(value)
         return checked
 
+    def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
+        """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
+        inside their domain, not forbidden and not against a site pin; any other variable a valid name
+        with a whitelisted value."""
+        checked = {}
+        for name, value in env.items():
+            check_env_name(name)
+            knob = self._knobs.get(name)
+            if knob is None:
+                checked[name] = check_safe_value(value, name)
+                continue
+            text = knob.check_value(value)
+            pinned = self.pinned.get(name)
+            if pinned is not None and text != pinned:
+                raise UnsafeValueError(f"{name}: the site pins it to {pinned!r}, not {text!r}")
+            if knob.safety is Safety.FORBIDDEN and pinned is None:
+                raise UnsafeValueError(f"{name} is forbidden by the knob catalog {self.source}")
+            checked[name] = text
+        return checked
+
     def default_env(self, names: Iterator[str] | list[str] | tuple[str, ...] | None = None) -> dict[str, str]:
         """The site's defaults (trial 0) for the given knobs (all if None), plus pinned values."""
         selected = self._knobs if names is None else {n: self[n] for n in names}

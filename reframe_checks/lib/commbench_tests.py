@@ -13,7 +13,8 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from commcamp_checks import DATA_ROOT, apply_site_environment, assert_job_ended, reference_entry
+from commcamp_checks import (DATA_ROOT, UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
+                             quoted, set_references)
 
 from campaigns.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
                                   SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS, metric_value, op_kind)
@@ -156,6 +157,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     #: The test's environment makes a transport work that the site lists under expect_unsupported
     #: (commbench_gpu_aware_mpi: a GPU-built UCX under an MPI that is not GPU-aware).
     overrides_expect_unsupported = False
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
 
     def size_set(self):
         '''Name of the site's size set this test uses when no sizes are given.'''
@@ -221,13 +224,27 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
         return ['--min-bytes', str(sizes['min_bytes']), '--max-bytes', str(sizes['max_bytes']),
                 '--step-factor', str(sizes['step_factor'])]
 
+    @run_after('setup')
+    def check_variables(self):
+        '''Numbers inside what commbench accepts, a known transport, options inside the catalog's whitelist.'''
+        least = {'sizes': 0, 'min_bytes': 0, 'max_bytes': 0, 'step_factor': 2, 'warmup': 0, 'iters': 1, 'batch': 1,
+                 'bench_timeout': 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            for number in value if isinstance(value, list) else [] if value is None else [value]:
+                if number < low:
+                    raise UnsafeVariableError(f'{name}: {number} is below {low}')
+        if self.transport not in TRANSPORT_OPS:
+            raise UnsafeVariableError(f'transport: {self.transport!r} is not one of {sorted(TRANSPORT_OPS)}')
+        checked_words(self.extra_args, 'extra_args')
+
     @run_before('run')
     def set_command(self):
-        self.executable = self.commbench.commbench_path
-        self.executable_opts = ['--op', self.op, '--transport', self.transport, *self.size_options(),
-                                '--warmup', str(self.warmup), '--iters', str(self.iters), '--batch', str(self.batch),
-                                '--timeout', str(self.bench_timeout), '--check' if self.check_data else '--no-check',
-                                '--output', RECORDS_FILE, *self.extra_args]
+        self.executable = quoted([self.commbench.commbench_path])[0]
+        self.executable_opts = quoted([
+            '--op', self.op, '--transport', self.transport, *self.size_options(), '--warmup', str(self.warmup),
+            '--iters', str(self.iters), '--batch', str(self.batch), '--timeout', str(self.bench_timeout),
+            '--check' if self.check_data else '--no-check', '--output', RECORDS_FILE, *self.extra_args])
 
     def records(self):
         '''The run's records, each checked against the commbench record schema (cached).'''
@@ -286,15 +303,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.expect_unsupported or self.is_dry_run():
             return
-        references = self.site.get('references', [])
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(references, name, unit, op=self.op, transport=self.transport,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), op=self.op, transport=self.transport,
+                       nodes=self.num_nodes, ranks=self.num_tasks, environ=self.current_environ.name)
 
 
 class CommbenchOpTest(CommbenchTest):

@@ -6,13 +6,28 @@ does not load it as a test file unless asked to recurse (`-R`), where it registe
 
 Site data arrives through `site_configs/reframe_site.py` (partition extras and features); check code
 holds no site-specific value.
+
+Every value a check writes into a job script is validated first (knobs against the knob catalog of
+tuners/catalog.py with the site's overrides, other variables and benchmark options against its
+character whitelist) and shell-quoted: `-S env_vars=...` and `-S extra_args=...` cannot run commands.
 """
+import functools
+import json
 import os
 import re
+import shlex
+import sys
 
+import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
-from reframe.core.exceptions import ReframeFatalError
+from reframe.core.exceptions import ReframeError, ReframeFatalError
+
+try:
+    import tuners.catalog as knob_catalog
+except ImportError:  # a ReFrame install without commcamp: the catalog of this checkout
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import tuners.catalog as knob_catalog
 
 from campaigns.vocabulary import reference_matches
 
@@ -29,7 +44,33 @@ NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 FAILED_JOB_STATES = {'BOOT_FAIL', 'CANCELLED', 'DEADLINE', 'FAILED', 'FAILURE', 'NODE_FAIL',
                      'OUT_OF_MEMORY', 'PREEMPTED', 'TIMEOUT'}
 
-_ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+
+class UnsafeVariableError(ReframeError):
+    """A check variable (-S NAME=VALUE) would put something unsafe or out of domain into a job script
+    (a ReframeError: the test case fails with this message, no traceback)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _site_catalog(overrides_json):
+    return knob_catalog.KnobCatalog.load().for_site(json.loads(overrides_json), "the site's knobs (site.yaml)")
+
+
+def site_knob_catalog(partition):
+    """The knob catalog with the overrides of the partition's site (extras `knob_overrides`)."""
+    return _site_catalog(json.dumps(partition.extras.get('knob_overrides') or {}, sort_keys=True))
+
+
+def checked_words(words, variable):
+    """Command-line words from a check variable, each inside the catalog's character whitelist."""
+    try:
+        return [knob_catalog.check_safe_value(str(word), variable) for word in words]
+    except knob_catalog.UnsafeValueError as exc:
+        raise UnsafeVariableError(str(exc)) from None
+
+
+def quoted(words):
+    """Words as the job script's shell must see them (ReFrame joins executable_opts with spaces)."""
+    return [shlex.quote(str(word)) for word in words]
 
 
 def _partitions():
@@ -53,6 +94,12 @@ def offered(values, feature):
     return [value for value in values if feature(value) in features]
 
 
+def simple_test_if_offered(cls):
+    """`rfm.simple_test` for a check whose parameters come from `offered`: where no partition of the system
+    offers it, a parameter has no values and ReFrame would warn that it is undefined; it is left out."""
+    return cls if cls.is_abstract() else rfm.simple_test(cls)
+
+
 def node_counts_up_to_partition_size(feature):
     """NODE_COUNTS up to the most nodes a partition with `feature` has (all outside a ReFrame run)."""
     partitions = _partitions()
@@ -64,12 +111,16 @@ def node_counts_up_to_partition_size(feature):
 
 def apply_site_environment(test, job_options=(), launcher_options=()):
     '''Knob defaults of the site under the test's own env_vars (`-S env_vars=...` wins per variable),
-    plus the site's scheduler and launcher options. Call from a run_after('setup') hook.'''
-    bad = [name for name in test.env_vars if not _ENV_NAME.fullmatch(name)]
-    if bad:
-        raise ValueError(f'env_vars: invalid variable names {bad}')
+    plus the site's scheduler and launcher options. Call from a run_after('setup') hook. The test's
+    env_vars are validated against the site's knob catalog and shell-quoted: ReFrame writes them into the
+    job script as `export NAME=VALUE`.'''
+    try:
+        env = site_knob_catalog(test.current_partition).check_job_env(test.env_vars)
+    except knob_catalog.UnsafeValueError as exc:
+        raise UnsafeVariableError(f'env_vars: {exc}') from None
     if test.knob_defaults:
-        test.env_vars = {**test.current_partition.extras.get('knob_defaults', {}), **test.env_vars}
+        env = {**test.current_partition.extras.get('knob_defaults', {}), **env}
+    test.env_vars = {name: shlex.quote(value) for name, value in env.items()}
     test.job.options += list(job_options)
     test.job.launcher.options += list(launcher_options)
 
@@ -79,6 +130,18 @@ def reference_entry(references, metric, unit, **case):
     test case; keys a reference leaves out (or sets to null) match anything. None if none matches.'''
     ref = next((ref for ref in references if reference_matches(ref, metric, case)), None)
     return None if ref is None else (ref['value'], ref.get('lower'), ref.get('upper'), unit)
+
+
+def set_references(test, references, **case):
+    '''The test's reference table (ReFrame's `reference`) from the site's `references` matching `case` and
+    the size each metric is taken at: a metric without one gets (None, None, None, unit), so that perflogs
+    and reports say None instead of ReFrame's reference 0. Records those sizes in `test.metric_bytes`.'''
+    table, sizes = {}, {}
+    for name, unit in test.metrics().items():
+        sizes[name] = test.metric_at(name)[1]
+        table[name] = reference_entry(references, name, unit, bytes=sizes[name], **case) or (None, None, None, unit)
+    test.reference = {test.current_partition.fullname: table}
+    test.metric_bytes = ','.join(f'{name}={size}' for name, size in sizes.items())
 
 
 def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
