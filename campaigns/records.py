@@ -97,6 +97,10 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     if len(record["hostnames"]) != record["ranks"]:
         raise RecordError(where, "hostnames",
                           f"{len(record['hostnames'])} hostnames for {record['ranks']} ranks")
+    sharing = record.get("gpu_sharing")
+    if sharing is not None and sharing["max_ranks_per_gpu"] > record["ranks"]:
+        raise RecordError(where, "gpu_sharing.max_ranks_per_gpu",
+                          f"{sharing['max_ranks_per_gpu']} ranks on one GPU in a run of {record['ranks']} ranks")
     if "samples_us" in record:
         _check_samples(record["samples_us"], where)
         if "iters" in record and len(record["samples_us"]) != record["iters"]:

@@ -52,7 +52,7 @@ def _find_binary(directory, binary):
 class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     '''A third-party benchmark binary the site provides, laid out like the commbench checks.'''
 
-    valid_prog_environs = ['+mpi']
+    valid_prog_environs = ['+mpi -gpu_aware_mpi']  # as CommbenchTest: not in GPU-aware MPI environments
     sourcesdir = None
     time_limit = '10m'
     #: More options of the benchmark, after the site's `args`.

@@ -83,6 +83,10 @@ def _short_stats() -> dict[str, Any]:
     (_bad_record(timestamp="yesterday"), "timestamp", "not an ISO 8601 date-time"),
     (_bad_record(timestamp="2026-03-01T12:00:00"), "timestamp", "has no UTC offset"),
     (_bad_record(bytes=2**64), "bytes", "does not fit a 64-bit integer"),
+    (_bad_record(gpu_sharing={"max_ranks_per_gpu": 5, "mps": None}), "gpu_sharing.max_ranks_per_gpu",
+     "5 ranks on one GPU in a run of 4 ranks"),
+    (_bad_record(gpu_sharing={"max_ranks_per_gpu": 2, "mps": "on"}), "gpu_sharing.mps", "is not of type"),
+    (_bad_record(gpu_sharing={"max_ranks_per_gpu": 2}), "gpu_sharing.mps", "is a required property"),
     (error_record(valid=True), "valid", "was expected"),
     (error_record(reason="bogus"), "reason", "is not one of"),
 ])

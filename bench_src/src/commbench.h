@@ -42,8 +42,10 @@ const char *cb_last_error(void);
 
 struct cb_device_info {
     int index;
+    int mps; /* 1: this process's work goes through MPS, 0: it does not, -1: unknown */
     char name[256];
     char pci_bus_id[32];
+    char uuid[48]; /* "GPU-..." as nvidia-smi prints it, or "" where the runtime gives none */
 };
 
 struct cb_kv {
@@ -88,6 +90,8 @@ int cb_notify_send(int peer);
 int cb_notify_recv(int peer);
 /* Empty message to `to` and from `from` at the same time (the same rank for a pairwise exchange). */
 int cb_notify_exchange(int to, int from);
+/* Collective: the most ranks that use one GPU (1 on backends without devices). */
+int cb_max_ranks_per_gpu(const struct cb_ctx *ctx);
 /* Every rank passes its status; all get the worst one and the message of the lowest rank with it. */
 int cb_agree(int status, char *msg, size_t msglen);
 /* MPI_Abort(MPI_COMM_WORLD, code); _exit(code) if that returns. Also called from the watchdog
@@ -169,6 +173,9 @@ struct cb_transport {
     int (*selections)(void *state, const struct cb_op *op, struct cb_selection *out, int max);
     int (*select)(void *state, const struct cb_op *op, const struct cb_selection *sel);
     int (*refused)(void *state);
+    /* After open, the same on every rank: the caps this run can use (NULL: all of caps); the
+     * driver answers ops needing others with `unsupported` records that quote why. */
+    unsigned (*usable_caps)(void *state, char *why, size_t len);
 };
 
 enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };

@@ -572,8 +572,14 @@ static void run_transport(struct run *run, const struct cb_transport *t)
             error_record(run, selected[i]->name, t->name, NULL, NULL, status, msg);
         return;
     }
-    for (int i = 0; i < n; i++)
-        run_op(run, t, state, selected[i]);
+    for (int i = 0; i < n; i++) {
+        char why[CB_TEXT_MAX] = "";
+        unsigned usable = t->usable_caps ? t->usable_caps(state, why, sizeof why) : t->caps;
+        if ((usable & selected[i]->needs) == selected[i]->needs)
+            run_op(run, t, state, selected[i]);
+        else
+            error_record(run, selected[i]->name, t->name, NULL, NULL, CB_UNSUPPORTED, why);
+    }
     cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
     t->close(state);
     cb_watchdog_disarm();

@@ -20,8 +20,9 @@ static const struct cb_ctx *rec_ctx;
 static struct cb_selection_record current_selection;
 static struct cb_selection current_sel;
 static char current_reason[CB_TEXT_MAX];
-/* Serialised once: "hostnames", "mpi_library", "devices", "versions", "env" values. */
-static char *hostnames_json, *mpi_library_json, *devices_json, *versions_json, *env_json;
+/* Serialised once: "hostnames", "mpi_library", "devices", "gpu_sharing" (GPU backends only),
+ * "versions", "env" values. */
+static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json;
 
 static const char *const env_prefixes[] = {"NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_",
                                            "FI_",   "HSA_",  "OMPI_",  "CUDA_",      "HIP_"};
@@ -116,6 +117,101 @@ static char *serialise_env(void)
     return take(&j);
 }
 
+struct device_key {
+    const char *host, *id;
+    int rank;
+};
+
+static int compare_device_keys(const void *a, const void *b)
+{
+    const struct device_key *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    return c ? c : strcmp(x->id, y->id);
+}
+
+int cb_ranks_per_device(int nranks, const char (*hosts)[CB_HOST_MAX], const struct cb_device_info *devices,
+                        int *per_rank)
+{
+    struct device_key *keys = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *keys);
+    if (!keys)
+        abort();
+    for (int r = 0; r < nranks; r++)
+        keys[r] = (struct device_key){hosts[r], devices[r].uuid[0] ? devices[r].uuid : devices[r].pci_bus_id, r};
+    qsort(keys, (size_t)nranks, sizeof *keys, compare_device_keys);
+    int most = 0;
+    for (int first = 0, next; first < nranks; first = next) {
+        for (next = first + 1; next < nranks && compare_device_keys(&keys[first], &keys[next]) == 0; next++)
+            ;
+        for (int k = first; k < next; k++)
+            per_rank[keys[k].rank] = next - first;
+        most = next - first > most ? next - first : most;
+    }
+    free(keys);
+    return most;
+}
+
+/* 1 when every rank's work goes through MPS, 0 when no rank's does, -1 otherwise (unknown or mixed). */
+static int mps_of_all(int nranks, const struct cb_device_info *devices)
+{
+    int on = 0, off = 0;
+    for (int r = 0; r < nranks; r++) {
+        on += devices[r].mps == 1;
+        off += devices[r].mps == 0;
+    }
+    return on == nranks ? 1 : off == nranks ? 0 : -1;
+}
+
+static void json_tristate(struct cb_json *j, const char *key, int value)
+{
+    cb_json_key(j, key);
+    if (value < 0)
+        cb_json_null(j);
+    else
+        cb_json_bool(j, value);
+}
+
+/* Ranks that share a GPU measure the GPU's scheduling between their processes (time slices
+ * without MPS), not the interconnect: the records say so, and so does the table. */
+static void describe_sharing(const struct cb_ctx *ctx, const struct cb_device_info *devices)
+{
+    int *per_rank = calloc((size_t)ctx->nranks, sizeof *per_rank);
+    if (!per_rank)
+        abort();
+    int most = cb_ranks_per_device(ctx->nranks, (const char (*)[CB_HOST_MAX])ctx->hosts, devices, per_rank);
+    int mps = mps_of_all(ctx->nranks, devices);
+    struct cb_json j;
+    cb_json_init(&j);
+    cb_json_begin_array(&j);
+    for (int r = 0; r < ctx->nranks; r++) {
+        cb_json_begin_object(&j);
+        cb_json_kint(&j, "rank", r);
+        cb_json_kstring(&j, "host", ctx->hosts[r]);
+        cb_json_kint(&j, "index", devices[r].index);
+        cb_json_kstring(&j, "name", devices[r].name);
+        cb_json_kstring(&j, "pci_bus_id", devices[r].pci_bus_id);
+        cb_json_kstring(&j, "uuid", devices[r].uuid);
+        json_tristate(&j, "mps", devices[r].mps);
+        cb_json_kint(&j, "ranks_on_device", per_rank[r]);
+        cb_json_end_object(&j);
+    }
+    cb_json_end_array(&j);
+    devices_json = take(&j);
+
+    cb_json_init(&j);
+    cb_json_begin_object(&j);
+    cb_json_kint(&j, "max_ranks_per_gpu", most);
+    json_tristate(&j, "mps", mps);
+    cb_json_end_object(&j);
+    gpu_sharing_json = take(&j);
+    free(per_rank);
+
+    if (most > 1)
+        printf("# NOTE: up to %d ranks share one GPU (MPS %s): their GPU work is %s, so these times are not "
+               "interconnect numbers\n",
+               most, mps == 1 ? "on" : mps == 0 ? "off" : "unknown",
+               mps == 1 ? "scheduled together through MPS" : "time-sliced between their processes unless MPS runs");
+}
+
 void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
                      const struct cb_kv *versions, int nversions)
 {
@@ -140,23 +236,13 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
     cb_json_string(&j, library);
     mpi_library_json = take(&j);
 
-    cb_json_init(&j);
     if (devices) {
-        cb_json_begin_array(&j);
-        for (int r = 0; r < ctx->nranks; r++) {
-            cb_json_begin_object(&j);
-            cb_json_kint(&j, "rank", r);
-            cb_json_kstring(&j, "host", ctx->hosts[r]);
-            cb_json_kint(&j, "index", devices[r].index);
-            cb_json_kstring(&j, "name", devices[r].name);
-            cb_json_kstring(&j, "pci_bus_id", devices[r].pci_bus_id);
-            cb_json_end_object(&j);
-        }
-        cb_json_end_array(&j);
+        describe_sharing(ctx, devices);
     } else {
+        cb_json_init(&j);
         cb_json_null(&j);
+        devices_json = take(&j);
     }
-    devices_json = take(&j);
 
     cb_json_init(&j);
     cb_json_begin_object(&j);
@@ -332,6 +418,8 @@ static void end_record(struct cb_json *j)
     cb_json_kraw(j, "hostnames", hostnames_json);
     cb_json_kraw(j, "mpi_library", mpi_library_json);
     cb_json_kraw(j, "devices", devices_json);
+    if (gpu_sharing_json)
+        cb_json_kraw(j, "gpu_sharing", gpu_sharing_json);
     cb_json_kraw(j, "versions", versions_json);
     cb_json_kraw(j, "env", env_json);
     cb_json_end_object(j);

@@ -37,6 +37,11 @@ int cb_env_keep(const char *name);
 /* UTC ISO 8601 with milliseconds, e.g. 2026-11-21T14:50:03.125Z. */
 void cb_timestamp(char *buf, size_t len);
 
+/* How many ranks use the GPU of each rank, into per_rank[nranks] (one GPU: the same host and UUID,
+ * or the same host and PCI bus id where the UUID is empty); returns the largest count. */
+int cb_ranks_per_device(int nranks, const char (*hosts)[CB_HOST_MAX], const struct cb_device_info *devices,
+                        int *per_rank);
+
 /* Rank 0, once: the fields shared by every record. devices: one per rank, or NULL. */
 void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
                      const struct cb_kv *versions, int nversions);

@@ -275,6 +275,33 @@ static void test_pattern(void)
     CHECK(cb_pattern_count(&p) == 0);
 }
 
+/* Ranks share a GPU when host and UUID agree (PCI bus id where the UUID is empty); the same bus id
+ * on two hosts (ranks 3 and 6) is two GPUs. */
+static void test_ranks_per_device(void)
+{
+    static const char hosts[7][CB_HOST_MAX] = {"n1", "n1", "n1", "n2", "n2", "n1", "n3"};
+    struct cb_device_info devices[7];
+    memset(devices, 0, sizeof devices);
+    const char *uuids[7] = {"GPU-a", "GPU-a", "GPU-b", "", "", "GPU-a", ""};
+    const char *buses[7] = {"0000:01:00.0", "0000:01:00.0", "0000:02:00.0", "0000:01:00.0", "0000:02:00.0",
+                            "0000:01:00.0", "0000:01:00.0"};
+    for (int r = 0; r < 7; r++) {
+        snprintf(devices[r].uuid, sizeof devices[r].uuid, "%s", uuids[r]);
+        snprintf(devices[r].pci_bus_id, sizeof devices[r].pci_bus_id, "%s", buses[r]);
+    }
+    int per_rank[7] = {0};
+    CHECK(cb_ranks_per_device(7, hosts, devices, per_rank) == 3);
+    CHECK(per_rank[0] == 3 && per_rank[1] == 3 && per_rank[5] == 3);
+    CHECK(per_rank[2] == 1 && per_rank[3] == 1 && per_rank[4] == 1 && per_rank[6] == 1);
+
+    /* one GPU per rank: nobody shares */
+    CHECK(cb_ranks_per_device(2, hosts + 3, devices + 3, per_rank) == 1);
+    CHECK(per_rank[0] == 1 && per_rank[1] == 1);
+    /* two ranks, one GPU: the single-GPU machine's case */
+    CHECK(cb_ranks_per_device(2, hosts, devices, per_rank) == 2);
+    CHECK(per_rank[0] == 2 && per_rank[1] == 2);
+}
+
 int main(void)
 {
     test_args();
@@ -284,6 +311,7 @@ int main(void)
     test_env_filter();
     test_timestamp();
     test_pattern();
+    test_ranks_per_device();
     printf("commbench_unit: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -154,7 +154,9 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     '''One commbench run on the partition: layout and sizes from the site, records checked, metrics and
     references. Subclasses set the parameters, `metrics()`, `size_set()` and `metric_at()`.'''
 
-    valid_prog_environs = ['+mpi']
+    # +mpi also matches an environment's `mpi` extra (every site environment has one); environments
+    # with the feature gpu_aware_mpi exist for commbench_gpu_aware_mpi alone.
+    valid_prog_environs = ['+mpi -gpu_aware_mpi']
     sourcesdir = None
     keep_files = [RECORDS_FILE]
     commbench = fixture(commbench_build, scope='environment')
@@ -179,6 +181,9 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: The test's environment makes a transport work that the site lists under expect_unsupported
+    #: (commbench_gpu_aware_mpi: a GPU-built UCX under an MPI that is not GPU-aware).
+    overrides_expect_unsupported = False
 
     def size_set(self):
         '''Name of the site's size set this test uses when no sizes are given.'''
@@ -226,7 +231,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
         self.num_tasks_per_node = self.ranks_per_node()
         self.num_tasks = self.num_nodes * self.num_tasks_per_node
         self.num_gpus_per_node = extras['gpus_per_node']
-        self.expect_unsupported = self.transport in site.get('expect_unsupported', {})
+        self.expect_unsupported = (self.transport in site.get('expect_unsupported', {})
+                                   and not self.overrides_expect_unsupported)
         if self.expect_unsupported:
             self.perf_variables = {}
         apply_site_environment(self, site.get('job_options', []), site.get('launcher_options', []))

@@ -8,7 +8,8 @@
 # every transport (ccl, d2d, d2d-kernel, staging; GPU-aware mpi must answer "unsupported"), the pair
 # matrix of each transport, host<->device copies, and nccl-tests all_reduce_perf as the reference
 # ($NCCL_TESTS_DIR, default third_party/nccl-tests/build; skipped with the reason if it is not there).
-# --tags REGEX selects other tests (`characterize`: the full sweeps, much longer; `.` everything).
+# --tags REGEX selects other tests (`characterize`: the full sweeps, much longer; `gpu_aware_mpi`: the mpi
+# transport's point-to-point ops through a CUDA-built UCX, env.sh's COMMCAMP_UCX_CUDA; `.` everything).
 # --list only lists the selected test cases, --dry-run also writes their job scripts (nothing runs).
 #
 # ReFrame comes from the Python environment: `reframe` must be importable by python3 (the lead's wheel

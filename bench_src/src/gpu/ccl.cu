@@ -73,6 +73,14 @@ static int ccl_complete(void *state)
 
 static int ccl_open(const struct cb_ctx *ctx, void **state)
 {
+    /* ncclCommInitRank answers only "invalid usage" when two ranks share a GPU; say why first. */
+    int sharing = cb_max_ranks_per_gpu(ctx);
+    if (sharing > 1) {
+        cb_errorf(CCL_NAME " needs one GPU per rank, and here up to %d ranks share one GPU (the records' "
+                  "gpu_sharing)",
+                  sharing);
+        return CB_UNSUPPORTED;
+    }
     struct ccl_state *st = (struct ccl_state *)calloc(1, sizeof *st);
     char msg[CB_TEXT_MAX] = "";
     ncclUniqueId id;
@@ -336,6 +344,7 @@ const struct cb_transport cb_transport_ccl = {
     .selections = ccl_selections,
     .select = ccl_select,
     .refused = ccl_refused,
+    .usable_caps = NULL,
 };
 #endif
 
@@ -462,6 +471,7 @@ const struct cb_transport cb_transport_ccl = {
     .selections = NULL,
     .select = NULL,
     .refused = NULL,
+    .usable_caps = NULL,
 };
 #endif
 

@@ -4,8 +4,8 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
 #endif
@@ -22,6 +22,13 @@ static int fits(size_t count)
     cb_errorf("%zu elements exceed MPI's int count", count);
     return 0;
 }
+
+/* The mpi transport's own state: the buffers first (the primitives see a struct cb_mpi_bufs),
+ * then why collectives cannot run on these buffers ("" when they can). */
+struct mpi_state {
+    struct cb_mpi_bufs bufs;
+    char no_collectives[CB_TEXT_MAX];
+};
 
 /* 1: GPU-aware, 0: not, -1: this MPI cannot tell. */
 static int gpu_aware(unsigned backend)
@@ -48,8 +55,8 @@ static int gpu_aware(unsigned backend)
 static int mpi_open(const struct cb_ctx *ctx, void **state)
 {
     unsigned backend = cb_backend_bit();
-    if (backend != CB_ON_CPU && !ctx->args->assume_gpu_aware_mpi) {
-        int aware = gpu_aware(backend);
+    int aware = backend == CB_ON_CPU ? 1 : gpu_aware(backend);
+    if (!ctx->args->assume_gpu_aware_mpi) {
         if (aware == 0) {
             cb_errorf("the MPI library is not GPU-aware for %s memory (its own query says so); "
                       "use transport staging for host-staged MPI",
@@ -63,14 +70,33 @@ static int mpi_open(const struct cb_ctx *ctx, void **state)
             return CB_UNSUPPORTED;
         }
     }
-    struct cb_mpi_bufs *b = calloc(1, sizeof *b);
-    if (!b) {
+    struct mpi_state *s = calloc(1, sizeof *s);
+    if (!s) {
         cb_errorf("out of memory");
         return CB_ERROR;
     }
-    b->comm = MPI_COMM_WORLD;
-    *state = b;
+    /* The assumption covers what moves the bytes (e.g. a CUDA-built UCX under Open MPI's pml ucx);
+     * a library that says it is not built for GPU memory still copies and reduces collective
+     * buffers itself, on the host, which crashes on device pointers. */
+    if (aware == 0)
+        snprintf(s->no_collectives, sizeof s->no_collectives,
+                 "the MPI library's own query says it is not GPU-aware for %s memory (Open MPI: not built "
+                 "with it), so its collectives copy and reduce on the host and would crash on device "
+                 "buffers; --assume-gpu-aware-mpi covers point-to-point only (e.g. a GPU-built UCX under "
+                 "Open MPI's pml ucx moves device memory)",
+                 ctx->backend->name);
+    s->bufs.comm = MPI_COMM_WORLD;
+    *state = s;
     return CB_OK;
+}
+
+static unsigned mpi_usable_caps(void *state, char *why, size_t len)
+{
+    const struct mpi_state *s = state;
+    if (!s->no_collectives[0])
+        return cb_transport_mpi.caps;
+    snprintf(why, len, "%s", s->no_collectives);
+    return CB_CAP_P2P;
 }
 
 static void mpi_close(void *state)
@@ -183,4 +209,5 @@ const struct cb_transport cb_transport_mpi = {
     .bcast = mpi_bcast,
     .selections = cb_mpi_selections,
     .select = cb_mpi_select,
+    .usable_caps = mpi_usable_caps,
 };
