@@ -97,7 +97,7 @@ static int all_ok(struct run *run, int rc, const char *op, const char *transport
 /* samples: iters x rounds (rounds 0: not a selection sweep, one block of iters). */
 static void emit(struct run *run, const struct cb_op *op, const struct cb_transport *t, const struct cb_plan *plan,
                  const struct cb_instance *inst, const double *samples, uint64_t wrong, int rounds,
-                 const double *round_medians)
+                 const double *round_medians, const struct cb_rank_attribution *attribution)
 {
     struct cb_result r = {.op = op->name,
                           .transport = t->name,
@@ -107,6 +107,7 @@ static void emit(struct run *run, const struct cb_op *op, const struct cb_transp
                           .iters = run->args->iters * (rounds ? rounds : 1),
                           .rounds = rounds,
                           .round_medians = round_medians,
+                          .attribution = attribution,
                           .warmup = run->args->warmup,
                           .batch = run->args->batch,
                           .check = run->args->check,
@@ -156,6 +157,48 @@ static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_e
     return rc;
 }
 
+/* Rank 0's room for every rank's samples and what they say about who was slow; NULL members on
+ * other ranks. */
+struct gathered {
+    double *all; /* nranks x iters */
+    struct cb_rank_attribution attribution;
+};
+
+static int gathered_alloc(const struct cb_ctx *ctx, int iters, struct gathered *g)
+{
+    memset(g, 0, sizeof *g);
+    g->attribution.nranks = ctx->nranks;
+    g->attribution.iters = iters;
+    if (ctx->rank != 0)
+        return CB_OK;
+    size_t n = (size_t)iters, ranks = (size_t)ctx->nranks;
+    struct cb_rank_attribution *a = &g->attribution;
+    g->all = malloc(ranks * n * sizeof *g->all);
+    a->max_us = malloc(n * sizeof *a->max_us);
+    a->excess_us = malloc(n * sizeof *a->excess_us);
+    a->slowest_rank = malloc(n * sizeof *a->slowest_rank);
+    a->rank_median_us = malloc(ranks * sizeof *a->rank_median_us);
+    a->rank_p95_us = malloc(ranks * sizeof *a->rank_p95_us);
+    a->slowest_count = malloc(ranks * sizeof *a->slowest_count);
+    if (g->all && a->max_us && a->excess_us && a->slowest_rank && a->rank_median_us && a->rank_p95_us &&
+        a->slowest_count)
+        return CB_OK;
+    cb_errorf("out of memory for %d ranks x %d samples", ctx->nranks, iters);
+    return CB_ERROR;
+}
+
+static void gathered_free(struct gathered *g)
+{
+    struct cb_rank_attribution *a = &g->attribution;
+    free(g->all);
+    free(a->max_us);
+    free(a->excess_us);
+    free(a->slowest_rank);
+    free(a->rank_median_us);
+    free(a->rank_p95_us);
+    free(a->slowest_count);
+}
+
 static void measure(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
                     const struct cb_instance *inst, const struct cb_bufs *bufs, size_t requested)
 {
@@ -163,14 +206,17 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
     const struct cb_args *args = run->args;
     struct cb_plan plan;
     struct cb_data data;
+    struct gathered gathered;
     op->plan(ctx, requested, &plan);
     struct cb_exec exec = {.ctx = ctx, .transport = t, .state = state, .plan = &plan, .inst = inst};
     size_t n = (size_t)args->iters;
-    double *samples = calloc(n, sizeof *samples), *max_samples = calloc(n, sizeof *max_samples);
+    double *samples = calloc(n, sizeof *samples);
     uint64_t wrong = 0, total_wrong = 0;
-    int rc = samples && max_samples ? CB_OK : CB_ERROR;
-    if (rc)
+    int rc = gathered_alloc(ctx, args->iters, &gathered);
+    if (!rc && !samples) {
         cb_errorf("out of memory for %d samples", args->iters);
+        rc = CB_ERROR;
+    }
 
     cb_watchdog_arm("measurement", op->name, t->name, &plan, inst);
     if (!rc)
@@ -193,16 +239,19 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))
             goto out;
     }
-    MPI_Reduce(samples, max_samples, args->iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    /* Every rank's samples, not only their maximum: the record can then say which rank made each
+     * iteration slow (after the timed loop, so it costs no measured time). */
+    MPI_Gather(samples, args->iters, MPI_DOUBLE, gathered.all, args->iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (ctx->rank == 0) {
+        cb_rank_attribution_compute(gathered.all, &gathered.attribution);
         run->saw_wrong |= total_wrong != 0;
-        emit(run, op, t, &plan, inst, max_samples, total_wrong, 0, NULL);
+        emit(run, op, t, &plan, inst, gathered.attribution.max_us, total_wrong, 0, NULL, &gathered.attribution);
     }
 out:
     cb_watchdog_disarm();
     free(samples);
-    free(max_samples);
+    gathered_free(&gathered);
 }
 
 
@@ -329,7 +378,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason};
             run->saw_wrong |= total_wrong != 0;
             cb_record_selection(&rec);
-            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians);
+            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians,
+                 NULL);
             cb_record_selection(NULL);
         }
     }
