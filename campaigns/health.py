@@ -236,7 +236,7 @@ class HealthCheck:
     def _run(self, run_key: str) -> RunRow | None:
         if run_key not in self._runs:
             found = self.store.runs(run_key=run_key, **self._where())
-            self._runs[run_key] = found[0] if found else None
+            self._runs[run_key] = found[-1] if found else None  # the latest attempt (runs: oldest first)
         return self._runs[run_key]
 
     def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
