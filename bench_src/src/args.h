@@ -13,7 +13,7 @@
 #define CB_MAX_TIMEOUT_S 604800.0 /* one week */
 
 enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST };
-enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG };
+enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG, CB_INJECT_CRASH };
 
 struct cb_args {
     enum cb_action action;

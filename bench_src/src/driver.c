@@ -8,6 +8,7 @@
 #include "driver.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +197,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         emit(run, op, t, &plan, inst, max_samples, total_wrong);
     }
 out:
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     free(samples);
     free(max_samples);
 }
@@ -231,7 +232,7 @@ static void release_buffers(struct run *run, const struct cb_transport *t, void 
     if (bufs->recv)
         b->release(bufs->recv_space, bufs->recv);
     memset(bufs, 0, sizeof *bufs);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 /* Allocates and attaches buffers for inst; on failure every rank has released them. */
@@ -265,7 +266,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
         error_record(run, op->name, t->name, &max, inst, status, msg);
         release_buffers(run, t, state, op, bufs, attached);
     }
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     return status;
 }
 
@@ -344,7 +345,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     if (rc)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
     int status = cb_agree(rc, msg, sizeof msg);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     if (status != CB_OK) {
         if (rc == CB_OK)
             t->close(state); /* opened here, failed elsewhere */
@@ -356,7 +357,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
         run_op(run, t, state, selected[i]);
     cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
     t->close(state);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 int cb_run_all(const struct cb_ctx *ctx)
@@ -373,6 +374,10 @@ int cb_run_all(const struct cb_ctx *ctx)
     }
     /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
     int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
+    if (args->inject == CB_INJECT_CRASH && ctx->rank == 0) {
+        cb_output_close(); /* its records are written; the others now wait for the verdict */
+        raise(SIGSEGV);
+    }
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return code;
 }

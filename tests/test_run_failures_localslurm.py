@@ -1,6 +1,6 @@
-"""What a re-run keeps, for real on the local Slurm cluster: `commcamp run --force` adds a run to a test
-case and never loses a stored passing one, and a failed case's reason (what commbench said) is in the
-printed summary."""
+"""Failed runs, for real on the local Slurm cluster: `commcamp run --force` adds a run to a test case and
+never loses a stored passing one; a failed case's reason is its first failure (what commbench said, or
+which rank crashed where), also in the printed summary; a rank whose peer crashed ends at its --timeout."""
 from __future__ import annotations
 
 import shlex
@@ -74,3 +74,46 @@ def test_forced_rerun_that_fails_keeps_the_passing_run(slurm_cluster: SlurmClust
     # The passing run still counts: a plain re-run has nothing to do.
     again = commcamp_run(slurm_cluster, *args)
     assert again.returncode == 0 and "Nothing to run" in again.stdout, again.stdout + again.stderr
+
+
+# Rank 0 dies of SIGSEGV after writing its records (commbench --inject crash), while rank 1 waits for it
+# in MPI (the final exchange of the exit code, between two watchdog steps).
+CRASH = """\
+name: crash-test
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [2]
+check_performance: false
+checks:
+  - check: commbench_run
+    ops: [pingpong]
+    sizes: [8]
+    warmup: 1
+    iters: 2
+    timeout_s: 5
+    time_limit_s: 120
+    extra_args: [--inject, crash]
+"""
+
+
+@pytest.mark.slurm
+def test_a_crash_is_stored_as_the_crash_and_its_peer_ends_at_its_timeout(slurm_cluster: SlurmCluster,
+                                                                          tmp_path: Path) -> None:
+    spec = tmp_path / "crash.yaml"
+    spec.write_text(CRASH)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    result = commcamp_run(slurm_cluster, str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"))
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    with open_store(db) as store:
+        [run] = store.runs()
+    reason = run.reason or ""
+    crashed_on = slurm_cluster.nodes[0]  # rank 0 of a 2-node job: the first node Slurm gave it
+    assert run.status == "fail" and run.parameters.get("job_nodes", [crashed_on])[0] == crashed_on
+    assert reason.startswith(f"rank 0 on {crashed_on}: crashed with signal 11 (Segmentation fault); "), reason
+    assert "time limit" not in reason, reason
+    # Rank 1 waited in MPI for the dead rank 0; its watchdog ended it after 5 s, not the job's 2-minute limit.
+    assert run.started_at and run.finished_at and (run.finished_at - run.started_at).total_seconds() < 60
+    err = next((tmp_path / "runs").glob("*/rfm-1/stage/localslurm/debug/openmpi/commbench_run_*/rfm_job.err"))
+    assert "(rank 1's watchdog)" in err.read_text()
