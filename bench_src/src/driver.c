@@ -314,6 +314,7 @@ static int covers(const struct cb_transport *t, const struct cb_op *op)
     return (t->caps & op->needs) == op->needs;
 }
 
+/* Without --transport, a transport runs only the asked ops it implements (the others are not an error). */
 static void run_transport(struct run *run, const struct cb_transport *t)
 {
     const struct cb_args *args = run->args;
@@ -324,7 +325,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
             const struct cb_op *op = cb_find_op(args->ops[i]);
             if (covers(t, op))
                 selected[n++] = op;
-            else {
+            else if (args->ntransports) {
                 char msg[CB_TEXT_MAX];
                 snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, op->name);
                 error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
@@ -371,6 +372,18 @@ int cb_run_all(const struct cb_ctx *ctx)
         for (int i = 0; cb_transports[i]; i++)
             if (cb_transports[i]->backends & cb_backend_bit())
                 run_transport(&run, cb_transports[i]);
+        for (int k = 0; k < args->nops; k++) { /* an op that no transport of this build implements */
+            const struct cb_op *op = cb_find_op(args->ops[k]);
+            int found = 0;
+            for (int i = 0; cb_transports[i] && !found; i++)
+                found = (cb_transports[i]->backends & cb_backend_bit()) && covers(cb_transports[i], op);
+            if (!found) {
+                char msg[CB_TEXT_MAX];
+                snprintf(msg, sizeof msg, "no transport of the %s backend implements op %s", ctx->backend->name,
+                         op->name);
+                error_record(&run, op->name, "none", NULL, NULL, CB_UNSUPPORTED, msg);
+            }
+        }
     }
     /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
     int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
