@@ -56,6 +56,11 @@ def test_forced_rerun_that_fails_keeps_the_passing_run(slurm_cluster: SlurmClust
         [passed] = store.runs()
         samples = store.measurements(run_id=passed.id)["iters"].sum()
     assert passed.status == "pass" and samples == 2
+    # Its records file ingested by hand again is recognised (same records, another key) and skipped.
+    [records] = (tmp_path / "runs").glob("*/rfm-1/output/localslurm/debug/openmpi/commbench_run_*/commbench.jsonl")
+    again = subprocess.run([str(COMMCAMP), "results", "ingest", str(records), "--site", "localslurm", "--system",
+                            "localslurm", "--db", db], capture_output=True, text=True, timeout=120, check=False)
+    assert again.returncode == 0 and f"already stored as run {passed.id}" in again.stdout, again.stdout + again.stderr
 
     forced = commcamp_run(slurm_cluster, *args, "--force", limit_kb=MEMORY_LIMIT_KB)
     output = forced.stdout + forced.stderr
