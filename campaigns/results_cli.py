@@ -24,8 +24,11 @@ from sqlalchemy import JSON
 
 from campaigns.records import load_records
 from campaigns.sizes import parse_size
-from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
+from campaigns.site import SiteError, load_site
+from campaigns.store import (MeasurementFilter, RunFilter, RunInfo, StoreError, StoreUnavailable, open_store,
+                             records_digest)
 from campaigns.store.models import Measurement
+from tuners.writers import new_file_mode
 
 if TYPE_CHECKING:
     import pandas
@@ -115,9 +118,13 @@ def _with_measurement_filters(command: Callable[..., None]) -> Callable[..., Non
 
 @contextmanager
 def _expected_errors() -> Iterator[None]:
-    """Bad input and database trouble end the command with a one-line message and exit status 1."""
+    """Bad input and database trouble end the command with a one-line message and exit status 1; a
+    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli.py)."""
     try:
         yield
+    except StoreUnavailable as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     except (StoreError, ValueError, OSError) as exc:
         _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None
@@ -219,6 +226,7 @@ def export(filters: MeasurementFilter,
                 frame.to_csv(temp_name, index=False)
             else:
                 frame.to_parquet(temp_name, index=False)
+            os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
             os.replace(temp_name, output)
         except BaseException:
             os.unlink(temp_name)
@@ -270,9 +278,16 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
            job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
            db: DbOption = None) -> None:
-    """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result)."""
+    """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result).
+    The same records stored before (by `commcamp run` or an earlier ingest) are skipped, unless --replace."""
     parameters = _parameters(param or [])
     with _expected_errors():
+        try:
+            load_site(site).system(system)
+        except SiteError as exc:
+            raise ValueError(f"--site: {exc}") from None
+        except KeyError:
+            raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
         records = load_records(file)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
@@ -290,6 +305,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
+            same = [] if replace else store.runs(records_digest=records_digest(records))
+            if same:
+                _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
+                                 f"({same[0].run_key!r}); --replace stores them again", markup=False)
+                return
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
                f"from {file} in {store.url}", markup=False)

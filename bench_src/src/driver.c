@@ -8,6 +8,7 @@
 #include "driver.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,7 +250,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         emit(run, op, t, &plan, inst, gathered.attribution.max_us, total_wrong, 0, NULL, &gathered.attribution);
     }
 out:
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     free(samples);
     gathered_free(&gathered);
 }
@@ -478,7 +479,7 @@ static void release_buffers(struct run *run, const struct cb_transport *t, void 
     if (bufs->recv)
         b->release(bufs->recv_space, bufs->recv);
     memset(bufs, 0, sizeof *bufs);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 /* Allocates and attaches buffers for inst; on failure every rank has released them. */
@@ -512,7 +513,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
         error_record(run, op->name, t->name, &max, inst, status, msg);
         release_buffers(run, t, state, op, bufs, attached);
     }
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     return status;
 }
 
@@ -583,6 +584,7 @@ static int covers(const struct cb_transport *t, const struct cb_op *op)
     return (t->caps & op->needs) == op->needs;
 }
 
+/* Without --transport, a transport runs only the asked ops it implements (the others are not an error). */
 static void run_transport(struct run *run, const struct cb_transport *t)
 {
     const struct cb_args *args = run->args;
@@ -593,7 +595,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
             const struct cb_op *op = cb_find_op(args->ops[i]);
             if (covers(t, op))
                 selected[n++] = op;
-            else {
+            else if (args->ntransports) {
                 char msg[CB_TEXT_MAX];
                 snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, op->name);
                 error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
@@ -614,7 +616,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     if (rc)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
     int status = cb_agree(rc, msg, sizeof msg);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     if (status != CB_OK) {
         if (rc == CB_OK)
             t->close(state); /* opened here, failed elsewhere */
@@ -632,7 +634,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     }
     cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
     t->close(state);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 int cb_run_all(const struct cb_ctx *ctx)
@@ -646,9 +648,25 @@ int cb_run_all(const struct cb_ctx *ctx)
         for (int i = 0; cb_transports[i]; i++)
             if (cb_transports[i]->backends & cb_backend_bit())
                 run_transport(&run, cb_transports[i]);
+        for (int k = 0; k < args->nops; k++) { /* an op that no transport of this build implements */
+            const struct cb_op *op = cb_find_op(args->ops[k]);
+            int found = 0;
+            for (int i = 0; cb_transports[i] && !found; i++)
+                found = (cb_transports[i]->backends & cb_backend_bit()) && covers(cb_transports[i], op);
+            if (!found) {
+                char msg[CB_TEXT_MAX];
+                snprintf(msg, sizeof msg, "no transport of the %s backend implements op %s", ctx->backend->name,
+                         op->name);
+                error_record(&run, op->name, "none", NULL, NULL, CB_UNSUPPORTED, msg);
+            }
+        }
     }
     /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
     int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
+    if (args->inject == CB_INJECT_CRASH && ctx->rank == 0) {
+        cb_output_close(); /* its records are written; the others now wait for the verdict */
+        raise(SIGSEGV);
+    }
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return code;
 }

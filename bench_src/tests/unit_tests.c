@@ -105,7 +105,7 @@ static void test_args(void)
     CHECK(parse("--timeout", "1e9", NULL) == -1 && err_mentions("--timeout"));
     CHECK(parse("--peer", "0", NULL) == -1 && err_mentions("--peer"));
     CHECK(parse("--device", "-1", NULL) == -1 && err_mentions("--device"));
-    CHECK(parse("--inject", "crash", NULL) == -1 && err_mentions("'crash'"));
+    CHECK(parse("--inject", "explode", NULL) == -1 && err_mentions("'explode'"));
     CHECK(parse("--output", "", NULL) == -1 && err_mentions("--output"));
     CHECK(parse("--iters", NULL) == -1 && err_mentions("--iters needs a value"));
     CHECK(parse("--bogus", NULL) == -1 && err_mentions("'--bogus'"));
