@@ -361,7 +361,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
                     cells[s].round_medians[r] = st.median;
                 }
             }
-            cb_watchdog_disarm();
+            cb_watchdog_step_done();
         }
     for (int s = 0; s < n; s++) {
         if (cells[s].status)
@@ -370,7 +370,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         if (args->check)
             sweep_agree(run, op, exec, &sels[s], &cells[s],
                         sweep_extra_check(run, op, exec, &sels[s], bufs, &cells[s].wrong));
-        cb_watchdog_disarm();
+        cb_watchdog_step_done();
         if (cells[s].status)
             continue;
         uint64_t total_wrong = 0;
