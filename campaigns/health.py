@@ -53,12 +53,16 @@ from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.attribution import Suspects, rank_suspects
 from campaigns.store import RunRow, Store
 from tuners.writers import write_atomic
 
 STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
 BAD = ("degraded", "failed")
 # Distinct from commcamp's 1 (a case could not be stored) and 2 (bad usage, database unusable): cli.py.
+# The size up to which a message's time is its latency (the plausibility bound of small_latency without a
+# nominal NIC bandwidth to add the transfer time).
+SMALL_MESSAGE_BYTES = 4096
 EXIT_CODES = {"ok": 0, "not_judged": 3, "degraded": 4, "failed": 5}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
 # name -> (record field, smallest or largest size, unit, higher is better)
@@ -230,6 +234,11 @@ class Isolation:
     cleared: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     note: str = ""
+    # How the culprit was looked for: "attribution" (the degraded run's per-rank times named a suspect and
+    # one pair test confirmed it) or "pairs" (pair tests between every node involved); the pair jobs it cost.
+    path: str = "pairs"
+    attribution: str = ""
+    extra_jobs: int = 0
 
 
 @dataclass
@@ -318,23 +327,29 @@ class HealthCheck:
         for (metric, size), value in sorted(values.items()):
             _column, _pick, unit, higher = METRICS[metric]
             judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
-                              history.get((metric, size), []), self.settings, self._ceiling(case, metric))
+                              history.get((metric, size), []), self.settings, self._ceiling(case, metric, size))
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
                                           status=judgement.status, evidence=judgement.evidence,
                                           reference=judgement.reference, history=judgement.history))
         return verdicts
 
-    def _ceiling(self, case: TestCase, metric: str) -> Ceiling | None:
+    def _ceiling(self, case: TestCase, metric: str, size: int) -> Ceiling | None:
         """What a multi-node run can plausibly reach over the site's nominal links (site.yaml `links`): a
-        latency far above the nominal inter-node latency, a bandwidth above what a node's NICs carry."""
+        time far above the nominal inter-node latency plus the message at the nominal NIC bandwidth, a
+        bandwidth above what a node's NICs carry."""
         partition = next((p for p in self.campaign.partitions if p.name == case.partition), None)
         if partition is None or partition.links is None or case.num_nodes < 2:
             return None
         links = partition.links
         if metric == "small_latency" and links.nic_latency is not None:
             factor = self.settings.implausible_latency_factor
-            return Ceiling(factor * links.nic_latency.us, f"{factor:g} x the nominal inter-node latency "
-                                                          f"{links.nic_latency.us:g} us ({links.nic_latency.source})")
+            per_nic = (links.nic.gbs or links.nic.max_gbs or 0.0) if links.nic is not None else 0.0
+            if size > SMALL_MESSAGE_BYTES and not per_nic:
+                return None  # a large message's time is not bounded by a latency alone
+            transfer_us = size / (per_nic * 1e3) if per_nic else 0.0
+            return Ceiling(factor * (links.nic_latency.us + transfer_us),
+                           f"{factor:g} x (the nominal inter-node latency {links.nic_latency.us:g} us "
+                           f"({links.nic_latency.source})" + (f" + {size} B at {per_nic:g} GB/s)" if per_nic else ")"))
         if metric in ("large_goodput", "large_busbw") and links.nic is not None:
             nics = partition.node.nics or 1
             per_nic = links.nic.gbs or links.nic.max_gbs or 0.0
@@ -404,6 +419,39 @@ class HealthCheck:
                     test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
         return tests
 
+    def _records(self, run: RunRow) -> list[dict[str, Any]]:
+        """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
+        frame = self.store.measurements(run_id=run.id)
+        return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
+                                                                     "hostnames", "valid")}}
+                for row in frame.to_dict("records")]
+
+    def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
+        """The suspect named by the degraded run itself, against the last passed run of its series
+        (campaigns/attribution.py); None when there is no such baseline."""
+        worst_case = max(bad, key=lambda v: v.num_nodes)
+        tonight = self._run(worst_case.run_key)
+        earlier = [run for run in self.store.runs(run_key_prefix=worst_case.series_key, status="pass", **self._where())
+                   if run.parameters.get("tag") not in (None, self.tag)]
+        if tonight is None or not earlier:
+            return None
+        sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
+        pick = [r for r in self._records(tonight) if r["bytes"] in sizes]
+        base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
+        return rank_suspects(pick, base)
+
+    def _confirm(self, template: TestCase, suspect: str, nodes: list[str], good_multi_hosts: set[str],
+                 isolation: Isolation) -> bool:
+        """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
+        any other): the suspect is the culprit if that pair is bad."""
+        partners = sorted(good_multi_hosts - {suspect}) or [n for n in nodes if n != suspect]
+        pair = (partners[0], suspect)
+        self._run_pairs(template, [pair])
+        [test] = self._judge_pairs(template, [pair])
+        isolation.pairs.append(test)
+        isolation.extra_jobs += 1
+        return test.status in BAD
+
     def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
         suspects = sorted({host for v in bad for host in v.hosts})
         isolation = Isolation(suspects=suspects)
@@ -413,12 +461,24 @@ class HealthCheck:
         if len(nodes) < 2:
             isolation.note = "fewer than two nodes involved: nothing to isolate"
             return isolation
+        attributed = self._attribute(bad)
+        if attributed is not None:
+            isolation.attribution = attributed.reason
+        if attributed is not None and attributed.top is not None:
+            if self._confirm(template, attributed.top, nodes, good_multi_hosts, isolation):
+                isolation.path = "attribution"
+                isolation.culprit_nodes = [attributed.top]
+                isolation.unresolved = [s for s in suspects if s != attributed.top]
+                return isolation
+            isolation.note = (f"the run named {attributed.top}, but its pair test was healthy: "
+                              f"pair tests between every node follow")
         ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
         if len(nodes) % 2:
             ring.append((nodes[-1], nodes[0]))
         tested: list[tuple[str, str]] = ring[:self.settings.isolation.max_pairs]
         self._run_pairs(template, tested)
         results = self._judge_pairs(template, tested)
+        isolation.extra_jobs += len(tested)
         cleared = {node for test in results if test.status not in BAD for node in test.nodes}
         remaining = [s for s in suspects if s not in cleared
                      and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
@@ -426,10 +486,11 @@ class HealthCheck:
             partner = sorted(cleared - set(suspects)) or sorted(cleared)
             extra = [(partner[0], s) for s in remaining][:max(0, self.settings.isolation.max_pairs - len(tested))]
             self._run_pairs(template, extra)
+            isolation.extra_jobs += len(extra)
             tested += extra
             results = self._judge_pairs(template, tested)
             cleared = {node for test in results if test.status not in BAD for node in test.nodes}
-        isolation.pairs = results
+        isolation.pairs = [*isolation.pairs, *results]  # a refuted attribution's pair test first
         isolation.cleared = sorted(cleared)
         for test in results:
             if test.status not in BAD:
@@ -539,6 +600,11 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
     if iso is not None:
         pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)
         console.print(f"isolation: pairs {pairs or '-'}")
+        if iso.attribution:
+            console.print(f"attribution: {escape(iso.attribution)}")
+        how = ("named by the run's per-rank times, confirmed by one pair test" if iso.path == "attribution"
+               else "pair tests between the nodes involved")
+        console.print(f"isolation path: {how}; {iso.extra_jobs} extra pair job(s)")
         if iso.culprit_nodes:
             console.print(f"[bold red]culprit node(s): {', '.join(iso.culprit_nodes)}[/]")
         if iso.culprit_links:
