@@ -1,7 +1,9 @@
 """`commcamp`: run benchmark campaigns through ReFrame and query the results store.
 
-Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage,
-130 interrupted (what finished is stored). Health campaigns: 0 healthy, 1 degraded, 2 failed.
+Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage, or
+a results database that cannot be opened (every command), 130 interrupted (what finished is stored).
+Health campaigns (campaigns.health.EXIT_CODES): 0 healthy, 3 not judged (nothing bad, but some metric had
+neither a reference nor enough history), 4 degraded, 5 failed.
 """
 from __future__ import annotations
 

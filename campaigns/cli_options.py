@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns.sizes import parse_size
-from campaigns.store import MeasurementFilter, StoreError
+from campaigns.store import MeasurementFilter, StoreError, StoreUnavailable
 
 DbOption = Annotated[Optional[str], typer.Option(
     "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
@@ -86,9 +86,13 @@ def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None
 
 @contextmanager
 def expected_errors() -> Iterator[None]:
-    """Bad input and database trouble end the command with a one-line message and exit status 1."""
+    """Bad input and database trouble end the command with a one-line message and exit status 1; a
+    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli.py)."""
     try:
         yield
+    except StoreUnavailable as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
     except (StoreError, ValueError, OSError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from None

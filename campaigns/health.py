@@ -7,10 +7,16 @@ large_busbw: GB/s at the largest size, higher is better). Each is judged
 
 - against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
   the bounds is `failed`;
+- against what the site's links can give (site.yaml `links`, multi-node runs): a latency above
+  implausible_latency_factor x links.nic_latency, or a bandwidth above implausible_bandwidth_factor x
+  the node's NICs, is `failed`, with or without history;
 - against its own history: the same series (run key without the tag) on the last `history_nights`
-  nights; with median m and robust spread s = max(1.4826 MAD, min_spread |m|), a value worse than m by
-  z = |x - m| / s >= degraded_z (failed_z) AND by a relative change >= degraded_change (failed_change)
-  is `degraded` (`failed`). Fewer than `min_history` nights: not judged on history.
+  nights; with median m and robust spread s = max(1.4826 MAD, min_spread |m|, and for 2-4 nights the
+  range / d2(n): robust_spread), a value worse than m by z = |x - m| / s >= degraded_z (failed_z) AND by
+  a relative change >= degraded_change (failed_change) is `degraded` (`failed`); the evidence says what
+  was compared. Fewer than `min_history` nights: not judged on history.
+- A metric with neither a reference nor enough history is `not_judged` (its own status, counted in the
+  summary, exit code 3 when nothing is worse): an unjudged value is not a healthy one.
 
 A run that failed (commbench error, data validation, Slurm job failure) is `failed` with its reason.
 
@@ -21,8 +27,9 @@ suspect and a node a good pair cleared. A pair is bad when its metrics are degra
 pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
 nodes is a culprit link.
 
-Exit status of `commcamp run` for a health campaign: 0 healthy, 1 degraded, 2 failed (2 is also bad
-usage, as for every commcamp command). The verdict JSON (written atomically) holds every metric with its
+Exit status of `commcamp run` for a health campaign (EXIT_CODES): 0 healthy, 3 not judged (nothing bad,
+some metric had nothing to compare with), 4 degraded, 5 failed; distinct from commcamp's 1 (a case
+could not be stored) and 2 (bad usage, database unusable). The verdict JSON (written atomically) holds every metric with its
 evidence, the per-node verdicts and the isolation's pair tests.
 """
 from __future__ import annotations
@@ -46,12 +53,18 @@ from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.attribution import Suspects, rank_suspects
 from campaigns.store import RunRow, Store
 from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
 from tuners.writers import write_atomic
 
-STATUSES = ("ok", "degraded", "failed")
-EXIT_CODES = {"ok": 0, "degraded": 1, "failed": 2}
+STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
+BAD = ("degraded", "failed")
+# Distinct from commcamp's 1 (a case could not be stored) and 2 (bad usage, database unusable): cli.py.
+# The size up to which a message's time is its latency (the plausibility bound of small_latency without a
+# nominal NIC bandwidth to add the transfer time).
+SMALL_MESSAGE_BYTES = 4096
+EXIT_CODES = {"ok": 0, "not_judged": 3, "degraded": 4, "failed": 5}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
 PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"
 
@@ -68,10 +81,38 @@ class Judgement:
     history: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class Ceiling:
+    """The largest value of a metric the site's hardware can plausibly give, and where it comes from."""
+
+    value: float
+    what: str
+
+
+# Tippett's d2(n): the expected range of n normal values in standard deviations (range / d2 estimates sigma).
+RANGE_D2 = {2: 1.128, 3: 1.693, 4: 2.059}
+
+
+def robust_spread(history: list[float], median: float, min_spread: float) -> tuple[float, str]:
+    """The spread a new value is compared with, and how it was found: 1.4826 x MAD, at least min_spread x the
+    median, and for a tiny history (<= 4 nights) at least range / d2(n). The MAD of 3 values is the smaller
+    of the two deviations from the median, so one noisy night of three is not seen at all (an idle cluster
+    was called degraded at 39% below such a median); the range sees every night."""
+    mad_sigma = MAD_TO_SIGMA * statistics.median(abs(v - median) for v in history)
+    floor = min_spread * abs(median)
+    parts = [(mad_sigma, f"1.4826 MAD {mad_sigma:.3g}"), (floor, f"{min_spread:.0%} of the median {floor:.3g}")]
+    if len(history) in RANGE_D2:
+        by_range = (max(history) - min(history)) / RANGE_D2[len(history)]
+        parts.append((by_range, f"range/{RANGE_D2[len(history)]} {by_range:.3g} (tiny history)"))
+    spread, how = max(parts)
+    return spread, f"largest of {', '.join(text for _, text in parts)}: {how.split(' ')[0]}"
+
+
 def judge(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
-          settings: HealthSettings) -> Judgement:
-    """One metric value against its reference and its history (see the module docstring)."""
-    status, evidence = "ok", []
+          settings: HealthSettings, ceiling: Ceiling | None = None) -> Judgement:
+    """One metric value against its reference, the site's plausible range and its history (see the module
+    docstring). Neither a reference nor enough history: `not_judged`, whatever the value."""
+    status, evidence, judged = "ok", [], reference is not None
     ref_info = None
     if reference is not None:
         low = reference.value * (1 + reference.lower) if reference.lower is not None else None
@@ -84,24 +125,33 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
         elif high is not None and value > high:
             status = "failed"
             evidence.append(f"{value:.4g} above the reference bound {high:.4g} (reference {reference.value:.4g})")
+    if ceiling is not None and value > ceiling.value:
+        status = "failed"
+        evidence.append(f"{value:.4g} is not plausible on this site: above {ceiling.value:.4g}, {ceiling.what}")
     hist_info = None
-    if len(history) >= settings.min_history:
+    nights = len(history)
+    if nights >= max(settings.min_history, 2):  # a spread needs two values
+        judged = True
         median = statistics.median(history)
-        mad = statistics.median(abs(v - median) for v in history)
-        spread = max(MAD_TO_SIGMA * mad, settings.min_spread * abs(median))
+        spread, spread_how = robust_spread(history, median, settings.min_spread)
         worse_by = (median - value) if higher_is_better else (value - median)
         z = worse_by / spread if spread > 0 else (float("inf") if worse_by > 0 else 0.0)
         change = worse_by / abs(median) if median else 0.0
-        hist_info = {"nights": len(history), "median": median, "spread": spread, "z": z, "change": change}
+        hist_info = {"nights": nights, "median": median, "spread": spread, "z": z, "change": change}
         verdict = ("failed" if z >= settings.failed_z and change >= settings.failed_change
                    else "degraded" if z >= settings.degraded_z and change >= settings.degraded_change else "ok")
-        if verdict != "ok":
-            evidence.append(f"{value:.4g} is {change:.0%} worse than the median {median:.4g} of {len(history)} "
-                            f"earlier nights ({z:.1f} robust sigma)")
+        word = "worse" if worse_by > 0 else "better"
+        evidence.append(f"{value:.4g} is {abs(change):.0%} {word} than the median {median:.4g} of {nights} earlier "
+                        f"nights, {z:.1f} robust sigma (sigma: {spread_how}); degraded needs >= "
+                        f"{settings.degraded_z:g} sigma and >= {settings.degraded_change:.0%} worse, failed >= "
+                        f"{settings.failed_z:g} sigma and >= {settings.failed_change:.0%}")
         status = worst([status, verdict])
-    elif history:
-        evidence.append(f"history of {len(history)} night(s) is below min_history {settings.min_history}: "
+    else:
+        evidence.append(f"history of {nights} night(s) is below min_history {max(settings.min_history, 2)}: "
                         f"not judged on history")
+    if not judged and status == "ok":
+        status = "not_judged"
+        evidence.append("no reference and too little history: nothing to judge the value against")
     return Judgement(status, evidence, ref_info, hist_info)
 
 
@@ -170,6 +220,11 @@ class Isolation:
     cleared: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     note: str = ""
+    # How the culprit was looked for: "attribution" (the degraded run's per-rank times named a suspect and
+    # one pair test confirmed it) or "pairs" (pair tests between every node involved); the pair jobs it cost.
+    path: str = "pairs"
+    attribution: str = ""
+    extra_jobs: int = 0
 
 
 @dataclass
@@ -222,7 +277,7 @@ class HealthCheck:
     def _run(self, run_key: str) -> RunRow | None:
         if run_key not in self._runs:
             found = self.store.runs(run_key=run_key, **self._where())
-            self._runs[run_key] = found[0] if found else None
+            self._runs[run_key] = found[-1] if found else None  # the latest attempt (runs: oldest first)
         return self._runs[run_key]
 
     def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
@@ -258,11 +313,36 @@ class HealthCheck:
         for (metric, size), value in sorted(values.items()):
             unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
             judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
-                              history.get((metric, size), []), self.settings)
+                              history.get((metric, size), []), self.settings, self._ceiling(case, metric, size))
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
                                           status=judgement.status, evidence=judgement.evidence,
                                           reference=judgement.reference, history=judgement.history))
         return verdicts
+
+    def _ceiling(self, case: TestCase, metric: str, size: int) -> Ceiling | None:
+        """What a multi-node run can plausibly reach over the site's nominal links (site.yaml `links`): a
+        time far above the nominal inter-node latency plus the message at the nominal NIC bandwidth, a
+        bandwidth above what a node's NICs carry."""
+        partition = next((p for p in self.campaign.partitions if p.name == case.partition), None)
+        if partition is None or partition.links is None or case.num_nodes < 2:
+            return None
+        links = partition.links
+        if metric == "small_latency" and links.nic_latency is not None:
+            factor = self.settings.implausible_latency_factor
+            per_nic = (links.nic.gbs or links.nic.max_gbs or 0.0) if links.nic is not None else 0.0
+            if size > SMALL_MESSAGE_BYTES and not per_nic:
+                return None  # a large message's time is not bounded by a latency alone
+            transfer_us = size / (per_nic * 1e3) if per_nic else 0.0
+            return Ceiling(factor * (links.nic_latency.us + transfer_us),
+                           f"{factor:g} x (the nominal inter-node latency {links.nic_latency.us:g} us "
+                           f"({links.nic_latency.source})" + (f" + {size} B at {per_nic:g} GB/s)" if per_nic else ")"))
+        if metric in ("large_goodput", "large_busbw") and links.nic is not None:
+            nics = partition.node.nics or 1
+            per_nic = links.nic.gbs or links.nic.max_gbs or 0.0
+            factor = self.settings.implausible_bandwidth_factor
+            return Ceiling(factor * nics * per_nic, f"{factor:g} x the nominal bandwidth of a node's {nics} NIC(s) "
+                                                    f"of {per_nic:g} GB/s ({links.nic.source})")
+        return None
 
     # --- isolation ----------------------------------------------------------------------------------
     def _pair_campaign(self, template: TestCase) -> tuple[Campaign, int]:
@@ -307,7 +387,7 @@ class HealthCheck:
             case = self._pair_case(template, campaign, index, pair)
             verdicts = self.judge_case(case)
             tests.append(PairTest(pair, case.run_key, worst(v.status for v in verdicts),
-                                  [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status != "ok"],
+                                  [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status in BAD],
                                   {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None}))
         # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
         factor = self.settings.isolation.peer_factor
@@ -325,6 +405,39 @@ class HealthCheck:
                     test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
         return tests
 
+    def _records(self, run: RunRow) -> list[dict[str, Any]]:
+        """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
+        frame = self.store.measurements(run_id=run.id)
+        return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
+                                                                     "hostnames", "valid")}}
+                for row in frame.to_dict("records")]
+
+    def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
+        """The suspect named by the degraded run itself, against the last passed run of its series
+        (campaigns/attribution.py); None when there is no such baseline."""
+        worst_case = max(bad, key=lambda v: v.num_nodes)
+        tonight = self._run(worst_case.run_key)
+        earlier = [run for run in self.store.runs(run_key_prefix=worst_case.series_key, status="pass", **self._where())
+                   if run.parameters.get("tag") not in (None, self.tag)]
+        if tonight is None or not earlier:
+            return None
+        sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
+        pick = [r for r in self._records(tonight) if r["bytes"] in sizes]
+        base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
+        return rank_suspects(pick, base)
+
+    def _confirm(self, template: TestCase, suspect: str, nodes: list[str], good_multi_hosts: set[str],
+                 isolation: Isolation) -> bool:
+        """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
+        any other): the suspect is the culprit if that pair is bad."""
+        partners = sorted(good_multi_hosts - {suspect}) or [n for n in nodes if n != suspect]
+        pair = (partners[0], suspect)
+        self._run_pairs(template, [pair])
+        [test] = self._judge_pairs(template, [pair])
+        isolation.pairs.append(test)
+        isolation.extra_jobs += 1
+        return test.status in BAD
+
     def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
         suspects = sorted({host for v in bad for host in v.hosts})
         isolation = Isolation(suspects=suspects)
@@ -334,26 +447,39 @@ class HealthCheck:
         if len(nodes) < 2:
             isolation.note = "fewer than two nodes involved: nothing to isolate"
             return isolation
+        attributed = self._attribute(bad)
+        if attributed is not None:
+            isolation.attribution = attributed.reason
+        if attributed is not None and attributed.top is not None:
+            if self._confirm(template, attributed.top, nodes, good_multi_hosts, isolation):
+                isolation.path = "attribution"
+                isolation.culprit_nodes = [attributed.top]
+                isolation.unresolved = [s for s in suspects if s != attributed.top]
+                return isolation
+            isolation.note = (f"the run named {attributed.top}, but its pair test was healthy: "
+                              f"pair tests between every node follow")
         ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
         if len(nodes) % 2:
             ring.append((nodes[-1], nodes[0]))
         tested: list[tuple[str, str]] = ring[:self.settings.isolation.max_pairs]
         self._run_pairs(template, tested)
         results = self._judge_pairs(template, tested)
-        cleared = {node for test in results if test.status == "ok" for node in test.nodes}
+        isolation.extra_jobs += len(tested)
+        cleared = {node for test in results if test.status not in BAD for node in test.nodes}
         remaining = [s for s in suspects if s not in cleared
                      and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
         if remaining and cleared:
             partner = sorted(cleared - set(suspects)) or sorted(cleared)
             extra = [(partner[0], s) for s in remaining][:max(0, self.settings.isolation.max_pairs - len(tested))]
             self._run_pairs(template, extra)
+            isolation.extra_jobs += len(extra)
             tested += extra
             results = self._judge_pairs(template, tested)
-            cleared = {node for test in results if test.status == "ok" for node in test.nodes}
-        isolation.pairs = results
+            cleared = {node for test in results if test.status not in BAD for node in test.nodes}
+        isolation.pairs = [*isolation.pairs, *results]  # a refuted attribution's pair test first
         isolation.cleared = sorted(cleared)
         for test in results:
-            if test.status == "ok":
+            if test.status not in BAD:
                 continue
             a, b = test.nodes
             if a in cleared and b in cleared:
@@ -380,7 +506,7 @@ class HealthCheck:
             if item.status == "unplaceable":
                 continue  # the topology cannot give this placement tonight: nothing was measured
             metrics += self.judge_case(item.case)
-        bad_multi = [m for m in metrics if m.status != "ok" and m.num_nodes > 1]
+        bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         bad_runs = {m.run_key for m in bad_multi}
         good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
         isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
@@ -396,12 +522,12 @@ class HealthCheck:
             for host in metric.hosts:
                 nodes.setdefault(host, {"status": "ok", "evidence": []})
         for metric in metrics:
-            if metric.status == "ok" or metric.num_nodes > 1:
+            if metric.status not in BAD or metric.num_nodes > 1:
                 continue
             for host in metric.hosts:  # a single-node run names its node directly
                 nodes[host]["status"] = worst([nodes[host]["status"], metric.status])
                 nodes[host]["evidence"].append(f"{metric.op} on 1 node, {metric.metric}: {metric.status}")
-        unisolated = [m for m in metrics if m.status != "ok" and m.num_nodes > 1]
+        unisolated = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         if isolation is None:
             for metric in unisolated:
                 for host in metric.hosts:
@@ -413,7 +539,7 @@ class HealthCheck:
             for host in test.nodes:
                 nodes.setdefault(host, {"status": "ok", "evidence": []})
         for host in isolation.culprit_nodes:
-            bad_pairs = [t for t in isolation.pairs if host in t.nodes and t.status != "ok"]
+            bad_pairs = [t for t in isolation.pairs if host in t.nodes and t.status in BAD]
             nodes[host]["status"] = worst([nodes[host]["status"], *(t.status for t in bad_pairs)])
             nodes[host]["evidence"] += [f"pair {'+'.join(t.nodes)} {t.status}: {'; '.join(t.evidence)}"
                                         for t in bad_pairs]
@@ -431,16 +557,17 @@ def write_verdict(verdict: Verdict, path: Path) -> None:
     write_atomic(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
 
 
-_STYLE = {"ok": "green", "degraded": "bold yellow", "failed": "bold red"}
+_STYLE = {"ok": "green", "not_judged": "cyan", "degraded": "bold yellow", "failed": "bold red"}
 
 
 def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_rows: int = 12) -> None:
     """One screen: the overall verdict, the metrics that are not ok, the nodes, the isolation outcome."""
     counts = {s: sum(m.status == s for m in verdict.metrics) for s in STATUSES}
-    console.print(f"[{_STYLE[verdict.status]}]HEALTH {verdict.status.upper()}[/] {escape(verdict.campaign)} on "
-                  f"{verdict.site}:{verdict.system}, night {verdict.tag}: {counts['ok']} ok, "
-                  f"{counts['degraded']} degraded, {counts['failed']} failed metric(s)")
-    bad = [m for m in verdict.metrics if m.status != "ok"]
+    console.print(f"[{_STYLE[verdict.status]}]HEALTH {verdict.status.replace('_', ' ').upper()}[/] "
+                  f"{escape(verdict.campaign)} on {verdict.site}:{verdict.system}, night {verdict.tag}: "
+                  f"{counts['ok']} ok, {counts['not_judged']} not judged, {counts['degraded']} degraded, "
+                  f"{counts['failed']} failed metric(s); exit code {verdict.exit_code}")
+    bad = sorted((m for m in verdict.metrics if m.status != "ok"), key=lambda m: -STATUSES.index(m.status))
     if bad:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         for column in ("status", "env", "op", "nodes", "metric", "value", "evidence"):
@@ -448,7 +575,7 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
         for m in bad[:max_rows]:
             value = "-" if m.value is None else f"{m.value:.4g} {m.unit}"
             size = "" if m.bytes is None else f"@{m.bytes}"
-            table.add_row(f"[{_STYLE[m.status]}]{m.status}[/]", m.environ, m.op, str(m.num_nodes),
+            table.add_row(f"[{_STYLE[m.status]}]{m.status.replace('_', ' ')}[/]", m.environ, m.op, str(m.num_nodes),
                           f"{m.metric}{size}", value, escape("; ".join(m.evidence)))
         console.print(table)
         if len(bad) > max_rows:
@@ -459,6 +586,11 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
     if iso is not None:
         pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)
         console.print(f"isolation: pairs {pairs or '-'}")
+        if iso.attribution:
+            console.print(f"attribution: {escape(iso.attribution)}")
+        how = ("named by the run's per-rank times, confirmed by one pair test" if iso.path == "attribution"
+               else "pair tests between the nodes involved")
+        console.print(f"isolation path: {how}; {iso.extra_jobs} extra pair job(s)")
         if iso.culprit_nodes:
             console.print(f"[bold red]culprit node(s): {', '.join(iso.culprit_nodes)}[/]")
         if iso.culprit_links:

@@ -80,6 +80,19 @@ def _check_samples(samples: list[Any], where: str) -> np.ndarray:
     return values
 
 
+def _check_attribution(record: dict[str, Any], where: str) -> None:
+    """Schema 2's per-rank attribution: one entry per timed iteration and one per rank."""
+    ranks = record["ranks"]
+    for field in ("slowest_rank", "slowest_excess_us"):
+        if field in record and "iters" in record and len(record[field]) != record["iters"]:
+            raise RecordError(where, field, f"{len(record[field])} entries for {record['iters']} iterations")
+    if any(rank >= ranks for rank in record.get("slowest_rank", ())):
+        raise RecordError(where, "slowest_rank", f"rank {max(record['slowest_rank'])} of {ranks} ranks")
+    for field, values in record.get("per_rank", {}).items():
+        if len(values) != ranks:
+            raise RecordError(where, f"per_rank.{field}", f"{len(values)} entries for {ranks} ranks")
+
+
 def validate_record(record: Any, where: str) -> dict[str, Any]:
     """Check one parsed record; `where` (e.g. 'out.jsonl:12') prefixes every error message."""
     error = best_match(_VALIDATOR.iter_errors(record))
@@ -113,6 +126,7 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
                               f"{len(record['round_medians'])} round medians for {rounds} rounds")
         if "iters" in record and record["iters"] % rounds:
             raise RecordError(where, "iters", f"{record['iters']} samples do not split into {rounds} rounds")
+    _check_attribution(record, where)
     stats = record.get("stats")
     if stats is not None and not stats["min_us"] <= stats["median_us"] <= stats["max_us"]:
         raise RecordError(where, "stats", "not ordered min_us <= median_us <= max_us")

@@ -23,8 +23,10 @@ from campaigns.cli_options import expected_errors as _expected_errors
 from campaigns.cli_options import with_measurement_filters as _with_measurement_filters
 from campaigns.prune_cli import prune
 from campaigns.records import load_records, validate_record
-from campaigns.store import MeasurementFilter, RunFilter, RunInfo, open_store
+from campaigns.site import SiteError, load_site
+from campaigns.store import MeasurementFilter, RunFilter, RunInfo, open_store, records_digest
 from campaigns.store.models import Measurement
+from tuners.writers import new_file_mode
 
 if TYPE_CHECKING:
     import pandas
@@ -143,6 +145,7 @@ def export(filters: MeasurementFilter,
                 frame.to_csv(temp_name, index=False)
             else:
                 frame.to_parquet(temp_name, index=False)
+            os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
             os.replace(temp_name, output)
         except BaseException:
             os.unlink(temp_name)
@@ -221,9 +224,16 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
            db: DbOption = None) -> None:
     """Store a benchmark output produced outside commcamp (a site's own commbench, nccl-tests or OSU run,
     a reference result): each measurement becomes a record the store, health and report read like
-    commbench's own."""
+    commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
+    unless --replace."""
     parameters = _parameters(param or [])
     with _expected_errors():
+        try:
+            load_site(site).system(system)
+        except SiteError as exc:
+            raise ValueError(f"--site: {exc}") from None
+        except KeyError:
+            raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
         records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
@@ -241,6 +251,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
+            same = [] if replace else store.runs(records_digest=records_digest(records))
+            if same:
+                _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
+                                 f"({same[0].run_key!r}); --replace stores them again", markup=False)
+                return
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
                f"from {file} in {store.url}", markup=False)

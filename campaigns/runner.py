@@ -14,7 +14,9 @@ commbench.jsonl that are valid (a failed run keeps those it produced). A test ca
 ReFrame prints its result line (its records are then in ReFrame's output or stage directory), so an
 interrupted campaign keeps every case that finished; when the invocation ends, its run report adds the
 job id, times and ReFrame's exact failure reason (the run is replaced in one transaction). A run key
-(campaigns.spec.TestCase.run_key) names each test case; passed runs are skipped on the next run.
+(campaigns.spec.TestCase.run_key) names each test case; passed runs are skipped on the next run, and a
+forced re-run is stored as another run of the key beside them (a passed run is never deleted). A failed
+case's reason starts with its first failure (first_failure: a crashed rank, commbench's error record).
 
 Placements (characterize campaigns) and pair tests (health isolation) become Slurm options through
 ReFrame's `-J` (campaigns.characterize.Placer); test cases that need different options go into
@@ -79,6 +81,7 @@ class CaseResult:
     hosts: tuple[str, ...] = ()
     store_error: str | None = None
     job_nodes: tuple[str, ...] = ()  # the nodes Slurm gave its job (from ReFrame's report)
+    run_id: int | None = None  # its run in the store, once stored
 
 
 @dataclass
@@ -307,6 +310,32 @@ def _valid_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
 
 
+# How a job's tasks fail, in its stderr: srun's "srun: error: n1: task 0: Segmentation fault" (also
+# "tasks 0-1: Exited with exit code 4"), and commbench's own "commbench: ..." lines (watchdog, crash).
+_SRUN_TASK_FAILURE = re.compile(r"^srun: error: (?P<host>[^:\s]+): tasks? (?P<ranks>[\d,-]+): (?P<what>.+)$")
+_COMMBENCH_LINE = re.compile(r"^commbench: (?P<what>.+)$")
+
+
+def first_failure(job_stderr: str, records: list[dict[str, Any]]) -> str | None:
+    """The first thing that went wrong in a failed job, in the order it happened: the first line of the
+    job's stderr where a task died of a signal or commbench reported a failure (a crash, its watchdog),
+    else commbench's first error record, else srun's first non-zero exit. A rank killed by a crash
+    elsewhere, or one that waited for a dead peer until its watchdog fired, is a consequence, not the cause."""
+    exits = []
+    for line in job_stderr.splitlines():
+        task = _SRUN_TASK_FAILURE.match(line.strip())
+        if task and task["what"].startswith("Exited with exit code"):
+            exits.append(f"rank(s) {task['ranks']} on {task['host']}: {task['what'].lower()}")
+        elif task:
+            return f"rank(s) {task['ranks']} on {task['host']}: {task['what']}"
+        elif (own := _COMMBENCH_LINE.match(line.strip())) is not None:
+            return own["what"]
+    errors = [record for record in records if record["kind"] == "error"]
+    if errors:
+        return f"commbench {errors[0].get('reason')} error: {errors[0].get('error')}"
+    return exits[0] if exits else None
+
+
 def _timestamp(unix: float | None) -> datetime | None:
     return datetime.fromtimestamp(unix, UTC) if unix else None
 
@@ -344,6 +373,11 @@ def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: in
             status, reason = ("fail", note) if status == "pass" else (status, f"{reason}; {note}")
     elif status == "pass":
         status, reason = "fail", f"no {RECORDS_FILE} in {directory}"
+    if status != "pass" and directory is not None:
+        stderr = directory / (tc.get("job_stderr") or "rfm_job.err")
+        cause = first_failure(stderr.read_text(errors="replace") if stderr.is_file() else "", records)
+        if cause:
+            reason = f"{cause}; {reason}"
     perf = {name.split(":")[-1]: (values[0], values[4]) for name, values in (tc.get("perfvalues") or {}).items()}
     job_nodes = tuple(tc.get("job_nodelist") or ())
     if status != "pass" and job_nodes:  # a failed job names where it ran: a node may be what failed
@@ -398,9 +432,10 @@ def signals_deferred() -> Iterator[None]:
 
 
 def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
-                topology: Topology | None = None) -> None:
-    """Store (or replace) the run of one test case with its records; a store failure is kept in
-    result.store_error (the records stay in result.directory) so the campaign goes on."""
+                topology: Topology | None = None, replaces_run: int | None = None) -> None:
+    """Store the run of one test case with its records as a new attempt of its run key (earlier attempts
+    that passed are kept, failed ones dropped; `replaces_run`: this attempt stored earlier); a store
+    failure is kept in result.store_error (the records stay in result.directory) so the campaign goes on."""
     case = result.case
     parameters = case.parameters
     if case.nodelist:
@@ -420,7 +455,7 @@ def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
                   job_id=result.job_id)
     try:
         with signals_deferred():
-            store.ingest(run, records, replace=True, validated=True)
+            result.run_id = store.ingest(run, records, new_attempt=True, replaces_run=replaces_run, validated=True)
         result.store_error = None
     except StoreError as exc:
         result.store_error = f"{exc} (its records stay in {result.directory})"
@@ -463,9 +498,10 @@ def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, consol
         testcases = report_testcases(report) if report.is_file() else []
         for case in invocation.cases:
             if testcases or case.run_key not in results:
-                stored_early = case.run_key in results and results[case.run_key].store_error is None
+                early = results.get(case.run_key)
+                stored_early = early is not None and early.store_error is None
                 result, records = case_outcome(case, testcases, rc, prefix)
-                ingest_case(store, result, records, topology)
+                ingest_case(store, result, records, topology, replaces_run=early.run_id if early else None)
                 if result.store_error and stored_early:  # its records are stored; only the report's details are not
                     console.print(f"[yellow]note[/] {escape(case.run_key)}: stored when it finished, but its job id "
                                   f"and times could not be added: {escape(result.store_error)}", soft_wrap=True)

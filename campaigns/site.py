@@ -113,13 +113,22 @@ class Bandwidth(_Fact):
         return self
 
 
+class Latency(_Fact):
+    """A nominal small-message latency in microseconds, one way (as commbench's pingpong reports it)."""
+
+    us: float = Field(gt=0)
+    note: str = ""
+
+
 class Links(_Model):
     """Nominal bandwidths per direction, for "is my number right?": between two GPUs of a node, of one
-    NIC (inter-node), and between the host and one GPU."""
+    NIC (inter-node), and between the host and one GPU; the nominal inter-node latency. Health checks
+    flag values no such link can give (campaigns.health)."""
 
     gpu_pair: Bandwidth | None = None
     nic: Bandwidth | None = None
     host_device: Bandwidth | None = None
+    nic_latency: Latency | None = None
 
 
 class LibraryVersion(_Fact):

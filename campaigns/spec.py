@@ -171,6 +171,11 @@ class HealthSettings(_Model):
     degraded_change: float = Field(default=0.10, ge=0, description="relative change needed for degraded")
     failed_change: float = Field(default=0.50, ge=0, description="relative change needed for failed")
     min_spread: float = Field(default=0.02, ge=0)
+    # Plausibility over the site's nominal links (site.yaml links), judged even without history.
+    implausible_latency_factor: float = Field(default=100.0, gt=1, description=(
+        "a multi-node latency above this many times links.nic_latency is failed"))
+    implausible_bandwidth_factor: float = Field(default=1.25, ge=1, description=(
+        "a multi-node bandwidth above this many times a node's NICs (links.nic x node.nics) is failed"))
     isolate: bool = True
     isolation: IsolationSettings = IsolationSettings()
 

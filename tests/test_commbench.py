@@ -246,6 +246,9 @@ def test_planted_hang_times_out(
 def test_unsupported_op_is_an_error_record(
     commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
 ) -> None:
+    # Without --transport, each transport runs the asked ops it implements; an op none implements is an
+    # error record once (not one per transport: a GPU build measured h2d with memcpy, yet exited 4 with
+    # "transport staging does not implement op h2d" for every other transport).
     output = tmp_path / "out.jsonl"
     done = run_commbench(
         commbench_builds["openmpi"], 2,
@@ -255,9 +258,19 @@ def test_unsupported_op_is_an_error_record(
     records = read_records(output)
     for record in records:
         record_validator.validate(record)
-    assert [(r["op"], r["kind"], r.get("reason")) for r in records] == [
-        ("h2d", "error", "unsupported"), ("pingpong", "result", None)]
-    assert "does not implement op h2d" in records[0]["error"]
+    assert [(r["op"], r["transport"], r["kind"], r.get("reason")) for r in records] == [
+        ("pingpong", "mpi", "result", None), ("h2d", "none", "error", "unsupported")]
+    assert records[1]["error"] == "no transport of the cpu backend implements op h2d"
+    # A transport asked for by name answers for every op asked.
+    named = tmp_path / "named.jsonl"
+    done = run_commbench(commbench_builds["openmpi"], 2, ["--op", "h2d,pingpong", "--transport", "mpi",
+                                                          "--sizes", "64", "--iters", "2", "--output", str(named)])
+    assert done.returncode == 4, done.stderr
+    assert [(r["op"], r["kind"]) for r in read_records(named)] == [("h2d", "error"), ("pingpong", "result")]
+    assert "transport mpi does not implement op h2d" in read_records(named)[0]["error"]
+    # Ops that the transports implement: no error at all.
+    done = run_commbench(commbench_builds["openmpi"], 2, ["--op", "pingpong", "--sizes", "64", "--iters", "2"])
+    assert done.returncode == 0, done.stderr
 
 
 def test_single_rank_pingpong_is_unsupported(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
@@ -321,7 +334,7 @@ def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
                  "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2"):
         assert flag in helped.stdout, flag
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 1")
+    assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 2")
     listed = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=30, check=False)
     assert listed.stdout.splitlines() == [
         "backend cpu",

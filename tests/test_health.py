@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from campaigns.characterize import Placer, PlacementError, Topology, expand_hostlist, parse_topology
-from campaigns.health import judge, worst
+from campaigns.health import Ceiling, judge, worst
 from campaigns.runner import plan_invocations
 from campaigns.site import Reference
 from campaigns.spec import HealthSettings, load_campaign
@@ -44,13 +44,38 @@ def test_judge_against_history_uses_a_robust_spread() -> None:
 
 
 def test_judge_needs_enough_nights_and_a_real_change() -> None:
-    assert judge(50.0, False, None, [10.0, 10.0], SETTINGS).status == "ok"  # below min_history
-    assert "not judged on history" in judge(50.0, False, None, [10.0, 10.0], SETTINGS).evidence[0]
+    # Below min_history and no reference: not judged, which is not "ok".
+    unjudged = judge(50.0, False, None, [10.0, 10.0], SETTINGS)
+    assert unjudged.status == "not_judged"
+    assert "not judged on history" in unjudged.evidence[0] and "nothing to judge" in unjudged.evidence[1]
+    assert worst(["ok", "not_judged"]) == "not_judged" and worst(["not_judged", "degraded"]) == "degraded"
     # Identical history (MAD 0): the spread floor (2 % of the median) keeps z finite; 5 % worse is not
     # degraded because degraded_change is 10 %.
     flat = [10.0] * 5
     assert judge(10.5, False, None, flat, SETTINGS).status == "ok"
     assert judge(11.5, False, None, flat, SETTINGS).status == "degraded"
+
+
+def test_a_tiny_history_counts_every_night_in_its_spread() -> None:
+    # 3 nights, one of them low: the MAD (0.05) sees only the two close ones and called 39% below the
+    # median degraded (z 9.2); the range floor (0.70 / 1.693) sees all three: 1.6 sigma, ok.
+    noisy = [1.10, 1.75, 1.80]
+    verdict = judge(1.07, True, None, noisy, SETTINGS)
+    assert verdict.status == "ok", verdict.evidence
+    assert ("1.07 is 39% worse than the median 1.75 of 3 earlier nights, 1.6 robust sigma (sigma: largest of "
+            "1.4826 MAD 0.0741, 2% of the median 0.035, range/1.693 0.413 (tiny history): range/1.693); "
+            "degraded needs >= 3 sigma and >= 10% worse, failed >= 6 sigma and >= 50%") == verdict.evidence[0]
+    # Three quiet nights: the same drop is a change. From 5 nights on the MAD alone (robust to a bad night).
+    assert judge(1.07, True, None, [1.70, 1.75, 1.80], SETTINGS).status == "degraded"
+    assert judge(1.07, True, None, [1.10, 1.75, 1.80, 1.72, 1.78], SETTINGS).status == "degraded"
+
+
+def test_implausible_values_fail_without_history() -> None:
+    nominal = Ceiling(100 * 10.0, "100 x the nominal inter-node latency 10 us (site.yaml)")
+    crash_like = judge(7979.5, False, None, [13.0], SETTINGS, nominal)  # seen: ~13 us on other nights
+    assert crash_like.status == "failed"
+    assert "7980 is not plausible on this site: above 1000, 100 x the nominal" in crash_like.evidence[0]
+    assert judge(13.0, False, None, [], SETTINGS, nominal).status == "not_judged"
 
 
 def test_judge_against_the_reference() -> None:

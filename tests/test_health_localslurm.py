@@ -43,13 +43,15 @@ references:
   - {op: pingpong, metric: small_latency, bytes: 8, nodes: 2, value: 10.0, upper: 999.0}
 health:
   isolation: {sizes: [8, 32768], warmup: 1, iters: 8}
+  implausible_latency_factor: 1000  # as wide as the latency reference: 9.4 ms was seen unthrottled under load
 """
 
 
-def health_run(cluster: SlurmCluster, spec: Path, tmp_path: Path, db: str) -> tuple[int, str, dict]:
+def health_run(cluster: SlurmCluster, spec: Path, tmp_path: Path, db: str, night: str = "night-1"
+               ) -> tuple[int, str, dict]:
     verdict = tmp_path / "verdict.json"
     result = subprocess.run(
-        [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", "night-1",
+        [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", night,
          "--verdict", str(verdict)],
         env={**cluster.env, "COLUMNS": "160"}, capture_output=True, text=True, timeout=600, check=False)
     output = result.stdout + result.stderr
@@ -71,8 +73,8 @@ def test_throttled_node_is_named_and_the_night_recovers(slurm_cluster: SlurmClus
         code, output, verdict = health_run(slurm_cluster, spec, tmp_path, db)
     finally:
         subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=True, capture_output=True)
-    assert code == 2, output
-    assert verdict["status"] == "failed" and verdict["exit_code"] == 2
+    assert code == 5, output
+    assert verdict["status"] == "failed" and verdict["exit_code"] == 5
     isolation = verdict["isolation"]
     assert isolation["culprit_nodes"] == [bad], output
     assert verdict["nodes"][bad]["status"] == "failed"
@@ -94,3 +96,105 @@ def test_throttled_node_is_named_and_the_night_recovers(slurm_cluster: SlurmClus
     assert code == 0, output
     assert verdict["status"] == "ok" and verdict["isolation"] is None
     assert "stored" in output  # the same-switch run passed before and was not run again
+
+
+# Allreduce between two nodes: no reference anywhere (the site has pingpong references only).
+UNREFERENCED = """\
+name: health-unjudged
+kind: health
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [2]
+placements: [same-switch]
+checks:
+  - check: commbench_run
+    ops: [allreduce]
+    sizes: [8, 32768]
+    warmup: 1
+    iters: 8
+    timeout_s: 30
+    time_limit_s: 60
+    tasks_per_node: 1
+health:
+  isolate: false
+  implausible_latency_factor: 100000  # this test is about judging; a loaded host has shown 9.4 ms at 8 B
+"""
+
+
+@pytest.mark.slurm
+def test_a_first_night_without_references_is_not_judged(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "unjudged.yaml"
+    spec.write_text(UNREFERENCED)
+    code, output, verdict = health_run(slurm_cluster, spec, tmp_path, f"sqlite:///{tmp_path / 'results.db'}")
+    # Neither a reference nor any history: not "ok", its own status and exit code (a scheduler sees it).
+    assert code == 3, output
+    assert verdict["status"] == "not_judged" and verdict["exit_code"] == 3
+    statuses = {m["metric"]: m["status"] for m in verdict["metrics"]}
+    assert statuses == {"small_latency": "not_judged", "large_goodput": "not_judged", "large_busbw": "not_judged"}
+    latency = next(m for m in verdict["metrics"] if m["metric"] == "small_latency")
+    assert "nothing to judge the value against" in latency["evidence"][-1]
+    assert "HEALTH NOT JUDGED" in output and "0 ok, 3 not judged, 0 degraded, 0 failed metric(s)" in output
+
+
+# Three nodes, one rank each, sendrecv (every rank exchanges with its neighbours): the node whose link is
+# throttled slows its own ranks most, so the run that sees it names it (campaigns/attribution.py). The
+# references are wide (a loaded 2-core host: clean 1 MiB exchanges took 15-60 ms); 20 Mbit/s into the bad
+# node makes 1 MiB take ~0.45 s.
+ATTRIBUTION_SPEC = """\
+name: health-attribution
+kind: health
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [3]
+placements: [any]
+checks:
+  - check: commbench_run
+    ops: [sendrecv]
+    sizes: [1M]
+    warmup: 1
+    iters: 8
+    timeout_s: 60
+    time_limit_s: 120
+    tasks_per_node: 1
+references:
+  - {op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, value: 0.05, lower: -0.9}
+  - {op: pingpong, metric: large_goodput, bytes: 1048576, nodes: 2, value: 0.05, lower: -0.9}
+health:
+  isolation: {sizes: [1M], warmup: 1, iters: 8}
+"""
+
+
+@pytest.mark.slurm
+def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_cluster: SlurmCluster,
+                                                                      tmp_path: Path) -> None:
+    spec = tmp_path / "health.yaml"
+    spec.write_text(ATTRIBUTION_SPEC)
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    bad = slurm_cluster.nodes[2]
+    veth = slurm_cluster.veths[bad]
+
+    def night(tag: str) -> tuple[int, str, dict]:
+        verdict = tmp_path / f"verdict-{tag}.json"
+        result = subprocess.run(
+            [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", tag,
+             "--verdict", str(verdict)],
+            env={**slurm_cluster.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600, check=False)
+        return result.returncode, result.stdout + result.stderr, json.loads(verdict.read_text())
+
+    code, output, verdict = night("night-1")  # the baseline: a healthy night of the same series
+    assert verdict["status"] in ("ok", "not_judged"), output  # nothing bad; no references for some metrics
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
+                    "latency", "2s"], check=True, capture_output=True, text=True)
+    try:
+        code, output, verdict = night("night-2")
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=True, capture_output=True)
+    assert verdict["status"] == "failed", output
+    isolation = verdict["isolation"]
+    assert isolation["path"] == "attribution", output
+    assert isolation["culprit_nodes"] == [bad] and isolation["extra_jobs"] == 1, output
+    assert [bad in pair["nodes"] for pair in isolation["pairs"]] == [True]
+    assert f"{bad}'s ranks slowed down" in isolation["attribution"]
+    assert "1 extra pair job(s)" in output and f"culprit node(s): {bad}" in output

@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from fixtures_store import commbench_record, error_record, run_info, sqlite_only
 
 from campaigns.records import RecordError
-from campaigns.store import Store, StoreError, default_url, open_store
+from campaigns.store import Store, StoreError, default_url, open_store, records_digest
 from campaigns.store.migrate import VERSION_TABLE, current_revision, head_revision
 from campaigns.store.models import Base
 
@@ -168,6 +168,20 @@ def test_duplicate_run_key(store: Store, table_counts: Counts) -> None:
     [run] = store.runs()
     assert (run.id, run.status, run.reason, run.num_measurements) == (second, "fail", "rerun", 1)
     assert table_counts() == {"runs": 1, "measurements": 1, "samples": 1}  # old rows deleted, not orphaned
+
+
+def test_a_new_attempt_never_deletes_a_passed_run(store: Store) -> None:
+    passed = store.ingest(run_info("k"), [commbench_record(seed=1)])
+    failed = store.ingest(run_info("k", status="fail", reason="cannot allocate"), [], new_attempt=True)
+    assert [(r.id, r.status) for r in store.runs()] == [(passed, "pass"), (failed, "fail")]
+    assert store.has_run("k")
+    # A further attempt replaces the failed one only; the same attempt stored again replaces itself.
+    early = store.ingest(run_info("k"), [commbench_record(seed=2)], new_attempt=True)
+    final = store.ingest(run_info("k"), [commbench_record(seed=2)], new_attempt=True, replaces_run=early)
+    assert [(r.id, r.status) for r in store.runs()] == [(passed, "pass"), (final, "pass")]
+    # The records' digest finds the same records stored under another key.
+    [run] = store.runs(records_digest=records_digest([commbench_record(seed=1)]))
+    assert run.id == passed
 
 
 @pytest.mark.parametrize("bad", [

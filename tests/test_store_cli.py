@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pandas
 import pytest
@@ -38,7 +39,7 @@ def jsonl(tmp_path: Path) -> Path:
 
 
 def _ingest(jsonl: Path, store_url: str, *extra: str) -> Result:
-    return _invoke("ingest", jsonl, "--site", "site-a", "--system", "sys", "--db", store_url, *extra)
+    return _invoke("ingest", jsonl, "--site", "localslurm", "--system", "localslurm", "--db", store_url, *extra)
 
 
 def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
@@ -48,7 +49,7 @@ def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
     with open_store(store_url) as store:
         [run] = store.runs()
         assert (run.site, run.system, run.campaign, run.status, run.job_id, run.parameters) == (
-            "site-a", "sys", "manual", "fail", "77", {"nodes": "2"})
+            "localslurm", "localslurm", "manual", "fail", "77", {"nodes": "2"})
         assert run.reason == "1 of 4 records not valid"
         assert (run.num_nodes, run.num_tasks) == (2, 4)
         assert run.run_key.startswith("manual:")
@@ -63,19 +64,49 @@ def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
     assert "showing 2 of 4" in limited.output
 
     runs = _invoke("runs", "--db", store_url, "--status", "fail")
-    assert runs.exit_code == 0 and "site-a" in runs.output and "sys:default" in runs.output
-    assert "site-a" not in _invoke("runs", "--db", store_url, "--status", "pass").output
+    assert runs.exit_code == 0 and "localslurm" in runs.output and "localslurm:default" in runs.output
+    assert "localslurm" not in _invoke("runs", "--db", store_url, "--status", "pass").output
 
 
 def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
     assert _ingest(jsonl, store_url).exit_code == 0
-    again = _ingest(jsonl, store_url)
-    assert again.exit_code == 1
-    assert "is already stored" in again.output and "Traceback" not in again.output
+    again = _ingest(jsonl, store_url, "--run-key", "another-key")  # the same records: not stored twice
+    assert again.exit_code == 0, again.output
+    assert "skipped: the records of" in again.output and "already stored as run 1" in again.output
+    copy = jsonl.with_name("copy.jsonl")
+    shutil.copy(jsonl, copy)
+    assert "skipped" in _ingest(copy, store_url).output  # found by content, not by file name
+    same_key = _invoke("ingest", jsonl, "--site", "local", "--system", "local", "--db", store_url, "--run-key",
+                       (run_key := _only_run(store_url).run_key), "--replace", "--status", "pass")
+    assert same_key.exit_code == 0 and run_key in same_key.output, same_key.output
+    with open_store(store_url) as store:
+        [run] = store.runs()
+    assert (run.site, run.status) == ("local", "pass")
+    clash = _invoke("ingest", write_jsonl(jsonl.with_name("other.jsonl"), [commbench_record(seed=9)]), "--site",
+                    "local", "--system", "local", "--db", store_url, "--run-key", run_key)
+    assert clash.exit_code == 1
+    assert "is already stored" in clash.output and "Traceback" not in clash.output
     replaced = _ingest(jsonl, store_url, "--replace", "--status", "pass")
     assert replaced.exit_code == 0, replaced.output
     with open_store(store_url) as store:
         assert [run.status for run in store.runs()] == ["pass"]
+
+
+def _only_run(store_url: str) -> Any:
+    with open_store(store_url) as store:
+        [run] = store.runs()
+    return run
+
+
+@pytest.mark.parametrize(("where", "message"), [
+    (("--site", "nosuchsite", "--system", "x"), "--site: unknown site 'nosuchsite'; known sites:"),
+    (("--site", "local", "--system", "nosuchsystem"), "--system: site 'local' has no system 'nosuchsystem'")])
+def test_ingest_names_an_unknown_site_or_system(jsonl: Path, store_url: str, where: tuple[str, ...],
+                                                message: str) -> None:
+    result = _invoke("ingest", jsonl, *where, "--db", store_url)
+    assert result.exit_code == 1 and message in " ".join(result.output.split()), result.output
+    with open_store(store_url) as store:
+        assert store.runs() == []
 
 
 def test_ingest_bad_file_stores_nothing(tmp_path: Path, store_url: str) -> None:
@@ -98,8 +129,13 @@ def test_export_reads_back(jsonl: Path, store_url: str, tmp_path: Path, suffix: 
     assert _ingest(jsonl, store_url).exit_code == 0
     output = tmp_path / "out" / f"results.{suffix}"
     output.parent.mkdir()
-    result = _invoke("export", "--db", store_url, "--output", output, "--op", "allreduce")
+    umask = os.umask(0o027)
+    try:
+        result = _invoke("export", "--db", store_url, "--output", output, "--op", "allreduce")
+    finally:
+        os.umask(umask)
     assert result.exit_code == 0, result.output
+    assert output.stat().st_mode & 0o777 == 0o640  # as the umask says, not mkstemp's 0600
     assert "exported 2 measurements" in result.output
     assert [p.name for p in output.parent.iterdir()] == [output.name]  # no temporary file left
 
@@ -135,7 +171,7 @@ def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path
     output = tmp_path / "results.csv"
     output.write_text("previous export\n")
     result = _invoke("export", "--db", f"sqlite:///{tmp_path}/missing/x.db", "--output", output)
-    assert result.exit_code == 1 and "is not a directory" in result.output
+    assert result.exit_code == 2 and "is not a directory" in result.output
     assert output.read_text() == "previous export\n"
     assert _invoke("export", "--db", store_url, "--output", tmp_path / "nodir" / "x.csv").exit_code == 1
 
@@ -153,10 +189,11 @@ def test_usage_errors_exit_2(store_url: str, args: list[str], message: str) -> N
     assert message in result.output
 
 
-def test_unreachable_database_exits_1(tmp_path: Path) -> None:
-    result = _invoke("runs", "--db", f"sqlite:///{tmp_path}/missing/results.db")
-    assert result.exit_code == 1
-    assert "cannot open results database" in result.output and "Traceback" not in result.output
+def test_unreachable_database_exits_2_as_for_run(tmp_path: Path) -> None:
+    for command in ("runs", "list"):  # `commcamp run` exits 2 for it too (tests/test_campaign_resume.py)
+        result = _invoke(command, "--db", f"sqlite:///{tmp_path}/missing/results.db")
+        assert result.exit_code == 2, result.output
+        assert "cannot open results database" in result.output and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(("size", "text"), [(0, "0 B"), (8, "8 B"), (1024, "1 KiB"), (1536, "1.5 KiB"),

@@ -35,6 +35,13 @@ _COMMENT_CHARS = re.compile(r"[^ -~]")  # printable ASCII only: no newline can e
 _COMMENT_MAX = 200  # NCCL's example plugin reads 256-byte lines; a longer comment would spill
 
 
+def new_file_mode() -> int:
+    """The mode open() gives a new file here: 0666 less this process's umask."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Temp file in the same directory, fsync, rename over the target, fsync the directory. If
     anything fails before the rename, the previous file is untouched and the temp file removed."""
@@ -45,7 +52,7 @@ def write_atomic(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temp_name, 0o644)
+        os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
         os.replace(temp_name, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

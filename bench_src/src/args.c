@@ -317,8 +317,10 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                 a->inject = CB_INJECT_CORRUPT;
             else if (strcmp(value, "hang") == 0)
                 a->inject = CB_INJECT_HANG;
+            else if (strcmp(value, "crash") == 0)
+                a->inject = CB_INJECT_CRASH;
             else
-                return fail(err, errlen, "%s: '%s' is not one of corrupt, hang", name, value);
+                return fail(err, errlen, "%s: '%s' is not one of corrupt, hang, crash", name, value);
             break;
         case OPT_ASSUME_GPU_AWARE: a->assume_gpu_aware_mpi = 1; break;
         case OPT_SELECTIONS:

@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define CB_VERSION "0.1.0"
-#define CB_SCHEMA_VERSION 1
+#define CB_SCHEMA_VERSION 2 /* 2: + slowest_rank, slowest_excess_us, per_rank */
 #define CB_HOST_MAX 256
 #define CB_TEXT_MAX 512
 

@@ -8,6 +8,7 @@
 #include "driver.h"
 
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +98,7 @@ static int all_ok(struct run *run, int rc, const char *op, const char *transport
 /* samples: iters x rounds (rounds 0: not a selection sweep, one block of iters). */
 static void emit(struct run *run, const struct cb_op *op, const struct cb_transport *t, const struct cb_plan *plan,
                  const struct cb_instance *inst, const double *samples, uint64_t wrong, int rounds,
-                 const double *round_medians)
+                 const double *round_medians, const struct cb_rank_attribution *attribution)
 {
     struct cb_result r = {.op = op->name,
                           .transport = t->name,
@@ -107,6 +108,7 @@ static void emit(struct run *run, const struct cb_op *op, const struct cb_transp
                           .iters = run->args->iters * (rounds ? rounds : 1),
                           .rounds = rounds,
                           .round_medians = round_medians,
+                          .attribution = attribution,
                           .warmup = run->args->warmup,
                           .batch = run->args->batch,
                           .check = run->args->check,
@@ -156,6 +158,48 @@ static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_e
     return rc;
 }
 
+/* Rank 0's room for every rank's samples and what they say about who was slow; NULL members on
+ * other ranks. */
+struct gathered {
+    double *all; /* nranks x iters */
+    struct cb_rank_attribution attribution;
+};
+
+static int gathered_alloc(const struct cb_ctx *ctx, int iters, struct gathered *g)
+{
+    memset(g, 0, sizeof *g);
+    g->attribution.nranks = ctx->nranks;
+    g->attribution.iters = iters;
+    if (ctx->rank != 0)
+        return CB_OK;
+    size_t n = (size_t)iters, ranks = (size_t)ctx->nranks;
+    struct cb_rank_attribution *a = &g->attribution;
+    g->all = malloc(ranks * n * sizeof *g->all);
+    a->max_us = malloc(n * sizeof *a->max_us);
+    a->excess_us = malloc(n * sizeof *a->excess_us);
+    a->slowest_rank = malloc(n * sizeof *a->slowest_rank);
+    a->rank_median_us = malloc(ranks * sizeof *a->rank_median_us);
+    a->rank_p95_us = malloc(ranks * sizeof *a->rank_p95_us);
+    a->slowest_count = malloc(ranks * sizeof *a->slowest_count);
+    if (g->all && a->max_us && a->excess_us && a->slowest_rank && a->rank_median_us && a->rank_p95_us &&
+        a->slowest_count)
+        return CB_OK;
+    cb_errorf("out of memory for %d ranks x %d samples", ctx->nranks, iters);
+    return CB_ERROR;
+}
+
+static void gathered_free(struct gathered *g)
+{
+    struct cb_rank_attribution *a = &g->attribution;
+    free(g->all);
+    free(a->max_us);
+    free(a->excess_us);
+    free(a->slowest_rank);
+    free(a->rank_median_us);
+    free(a->rank_p95_us);
+    free(a->slowest_count);
+}
+
 static void measure(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
                     const struct cb_instance *inst, const struct cb_bufs *bufs, size_t requested)
 {
@@ -163,14 +207,17 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
     const struct cb_args *args = run->args;
     struct cb_plan plan;
     struct cb_data data;
+    struct gathered gathered;
     op->plan(ctx, requested, &plan);
     struct cb_exec exec = {.ctx = ctx, .transport = t, .state = state, .plan = &plan, .inst = inst};
     size_t n = (size_t)args->iters;
-    double *samples = calloc(n, sizeof *samples), *max_samples = calloc(n, sizeof *max_samples);
+    double *samples = calloc(n, sizeof *samples);
     uint64_t wrong = 0, total_wrong = 0;
-    int rc = samples && max_samples ? CB_OK : CB_ERROR;
-    if (rc)
+    int rc = gathered_alloc(ctx, args->iters, &gathered);
+    if (!rc && !samples) {
         cb_errorf("out of memory for %d samples", args->iters);
+        rc = CB_ERROR;
+    }
 
     cb_watchdog_arm("measurement", op->name, t->name, &plan, inst);
     if (!rc)
@@ -193,16 +240,19 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))
             goto out;
     }
-    MPI_Reduce(samples, max_samples, args->iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    /* Every rank's samples, not only their maximum: the record can then say which rank made each
+     * iteration slow (after the timed loop, so it costs no measured time). */
+    MPI_Gather(samples, args->iters, MPI_DOUBLE, gathered.all, args->iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (ctx->rank == 0) {
+        cb_rank_attribution_compute(gathered.all, &gathered.attribution);
         run->saw_wrong |= total_wrong != 0;
-        emit(run, op, t, &plan, inst, max_samples, total_wrong, 0, NULL);
+        emit(run, op, t, &plan, inst, gathered.attribution.max_us, total_wrong, 0, NULL, &gathered.attribution);
     }
 out:
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     free(samples);
-    free(max_samples);
+    gathered_free(&gathered);
 }
 
 /* ---- Selection sweep (--selections): per size, every candidate in interleaved rounds. ---- */
@@ -314,7 +364,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
                     cells[s].round_medians[r] = st.median;
                 }
             }
-            cb_watchdog_disarm();
+            cb_watchdog_step_done();
             cb_record_selection(NULL);
         }
     for (int s = 0; s < n; s++) {
@@ -324,7 +374,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         if (args->check)
             sweep_agree(run, op, exec, &sels[s], &cells[s],
                         sweep_extra_check(run, op, exec, &sels[s], bufs, &cells[s].wrong));
-        cb_watchdog_disarm();
+        cb_watchdog_step_done();
         if (cells[s].status)
             continue;
         uint64_t total_wrong = 0;
@@ -333,7 +383,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason};
             run->saw_wrong |= total_wrong != 0;
             cb_record_selection(&rec);
-            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians);
+            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians,
+                 NULL);
             cb_record_selection(NULL);
         }
     }
@@ -432,7 +483,7 @@ static void release_buffers(struct run *run, const struct cb_transport *t, void 
     if (bufs->recv)
         b->release(bufs->recv_space, bufs->recv);
     memset(bufs, 0, sizeof *bufs);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 /* Allocates and attaches buffers for inst; on failure every rank has released them. */
@@ -466,7 +517,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
         error_record(run, op->name, t->name, &max, inst, status, msg);
         release_buffers(run, t, state, op, bufs, attached);
     }
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     return status;
 }
 
@@ -537,6 +588,7 @@ static int covers(const struct cb_transport *t, const struct cb_op *op)
     return (t->caps & op->needs) == op->needs;
 }
 
+/* Without --transport, a transport runs only the asked ops it implements (the others are not an error). */
 static void run_transport(struct run *run, const struct cb_transport *t)
 {
     const struct cb_args *args = run->args;
@@ -547,7 +599,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
             const struct cb_op *op = cb_find_op(args->ops[i]);
             if (covers(t, op))
                 selected[n++] = op;
-            else {
+            else if (args->ntransports) {
                 char msg[CB_TEXT_MAX];
                 snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, op->name);
                 error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
@@ -568,7 +620,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     if (rc)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
     int status = cb_agree(rc, msg, sizeof msg);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
     if (status != CB_OK) {
         if (rc == CB_OK)
             t->close(state); /* opened here, failed elsewhere */
@@ -586,7 +638,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     }
     cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
     t->close(state);
-    cb_watchdog_disarm();
+    cb_watchdog_step_done();
 }
 
 int cb_run_all(const struct cb_ctx *ctx)
@@ -600,9 +652,25 @@ int cb_run_all(const struct cb_ctx *ctx)
         for (int i = 0; cb_transports[i]; i++)
             if (cb_transports[i]->backends & cb_backend_bit())
                 run_transport(&run, cb_transports[i]);
+        for (int k = 0; k < args->nops; k++) { /* an op that no transport of this build implements */
+            const struct cb_op *op = cb_find_op(args->ops[k]);
+            int found = 0;
+            for (int i = 0; cb_transports[i] && !found; i++)
+                found = (cb_transports[i]->backends & cb_backend_bit()) && covers(cb_transports[i], op);
+            if (!found) {
+                char msg[CB_TEXT_MAX];
+                snprintf(msg, sizeof msg, "no transport of the %s backend implements op %s", ctx->backend->name,
+                         op->name);
+                error_record(&run, op->name, "none", NULL, NULL, CB_UNSUPPORTED, msg);
+            }
+        }
     }
     /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
     int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
+    if (args->inject == CB_INJECT_CRASH && ctx->rank == 0) {
+        cb_output_close(); /* its records are written; the others now wait for the verdict */
+        raise(SIGSEGV);
+    }
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return code;
 }

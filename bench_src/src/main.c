@@ -104,15 +104,17 @@ static void print_help(const char *prog)
            "  --device N           GPU index to use (default: node-local rank modulo visible GPUs)\n"
            "  --assume-gpu-aware-mpi  transport mpi on GPU memory without asking the MPI library\n"
            "Robustness and output\n"
-           "  --timeout SECONDS    watchdog per step (setup, one size of one op): on expiry rank 0 writes\n"
-           "                       an error record (reason \"timeout\") and all ranks exit with code 3\n"
-           "                       (default 300)\n"
+           "  --timeout SECONDS    watchdog per step (setup, one size of one op, the exchange between\n"
+           "                       steps): on expiry rank 0 writes an error record (reason \"timeout\")\n"
+           "                       and all ranks exit with code 3, also a rank whose peer died (default 300)\n"
            "  --output FILE        append JSON Lines records to FILE (rank 0), one per op, transport,\n"
            "                       size and pair/direction/host memory; schema_version %d\n"
-           "  --inject corrupt|hang  TEST ONLY, for proving the checks work: 'corrupt' makes the last rank\n"
-           "                       overwrite one received element before each check (valid=false, exit 1);\n"
-           "                       'hang' makes the last rank stop in the first timed iteration (the\n"
-           "                       watchdog fires, exit 3). Never use for measurements.\n"
+           "  --inject corrupt|hang|crash  TEST ONLY, for proving the checks work: 'corrupt' makes the last\n"
+           "                       rank overwrite one received element before each check (valid=false,\n"
+           "                       exit 1); 'hang' makes the last rank stop in the first timed iteration\n"
+           "                       (the watchdog fires, exit 3); 'crash' makes rank 0 die of SIGSEGV after\n"
+           "                       its records, while the others wait in MPI (their watchdog fires, exit 3).\n"
+           "                       Never use for measurements.\n"
            "  --version, --help\n\n",
            CB_MAX_BATCH, CB_SCHEMA_VERSION);
     printf("Timing and definitions\n"
@@ -235,12 +237,7 @@ static int run(struct cb_ctx *ctx)
         cb_output_close();
         return CB_EXIT_RUNTIME;
     }
-    if (cb_watchdog_start(ctx, args->timeout_s) != CB_OK) {
-        fprintf(stderr, "commbench: rank %d: %s\n", ctx->rank, cb_last_error());
-        MPI_Abort(MPI_COMM_WORLD, CB_EXIT_RUNTIME);
-    }
     int code = cb_run_all(ctx);
-    cb_watchdog_stop();
     ctx->backend->finalize();
     cb_output_close();
     return code;
@@ -309,7 +306,12 @@ int main(int argc, char **argv)
     }
     ctx.backend = cb_backend;
     ctx.args = &args;
+    if (cb_watchdog_start(&ctx, args.timeout_s) != CB_OK) {
+        fprintf(stderr, "commbench: rank %d: %s\n", ctx.rank, cb_last_error());
+        MPI_Abort(MPI_COMM_WORLD, CB_EXIT_RUNTIME);
+    }
     int code = args.action == CB_ACT_LIST_CVARS ? list_cvars(&ctx) : run(&ctx);
+    cb_watchdog_stop();
     cb_ctx_free(&ctx);
     exit_code = code;
     pthread_t guard;

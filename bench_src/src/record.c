@@ -451,6 +451,38 @@ static void table_labels(const struct cb_instance *inst, char *pair, size_t len,
         *mem = host_memory_name(inst->host_memory);
 }
 
+static void number_array(struct cb_json *j, const char *key, const double *values, int n)
+{
+    cb_json_key(j, key);
+    cb_json_begin_array(j);
+    for (int i = 0; i < n; i++)
+        cb_json_number(j, values[i]);
+    cb_json_end_array(j);
+}
+
+static void int_array(struct cb_json *j, const char *key, const int *values, int n)
+{
+    cb_json_key(j, key);
+    cb_json_begin_array(j);
+    for (int i = 0; i < n; i++)
+        cb_json_int(j, values[i]);
+    cb_json_end_array(j);
+}
+
+/* Per iteration the slowest rank and its excess over the median rank; per rank (hostnames[rank] is
+ * its host) the median and p95 of its own time and how often it was the slowest. */
+static void attribution_json(struct cb_json *j, const struct cb_rank_attribution *a)
+{
+    int_array(j, "slowest_rank", a->slowest_rank, a->iters);
+    number_array(j, "slowest_excess_us", a->excess_us, a->iters);
+    cb_json_key(j, "per_rank");
+    cb_json_begin_object(j);
+    number_array(j, "median_us", a->rank_median_us, a->nranks);
+    number_array(j, "p95_us", a->rank_p95_us, a->nranks);
+    int_array(j, "slowest_iterations", a->slowest_count, a->nranks);
+    cb_json_end_object(j);
+}
+
 void cb_emit_result(const struct cb_result *r)
 {
     struct cb_json j;
@@ -491,6 +523,8 @@ void cb_emit_result(const struct cb_result *r)
             cb_json_number(&j, r->round_medians[i]);
         cb_json_end_array(&j);
     }
+    if (r->attribution)
+        attribution_json(&j, r->attribution);
     cb_json_key(&j, "error");
     cb_json_null(&j);
     cb_json_key(&j, "reason");

@@ -21,6 +21,7 @@ struct cb_result {
     uint64_t wrong;
     int rounds;                  /* selection sweep: interleaved rounds (samples_us = rounds x iters), else 0 */
     const double *round_medians; /* selection sweep: median of each round's samples */
+    const struct cb_rank_attribution *attribution; /* who was slow per iteration, per rank; NULL: none */
 };
 
 /* The selection a sweep's records are about (--selections). */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +16,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake;
 static pthread_t thread;
-static int running, armed, stopping;
+static int running, stopping;
 static struct timespec deadline;
 static double timeout_s;
 static const struct cb_ctx *wd_ctx;
@@ -25,6 +26,12 @@ static struct {
     struct cb_plan plan;
     struct cb_instance inst;
 } step;
+
+static void exit_timeout(int sig)
+{
+    (void)sig;
+    _exit(CB_EXIT_TIMEOUT);
+}
 
 static void fire(void)
 {
@@ -38,8 +45,12 @@ static void fire(void)
                       CB_REASON_TIMEOUT, msg);
     fprintf(stderr, "commbench: TIMEOUT: %s; exiting with code %d\n", msg, CB_EXIT_TIMEOUT);
     fflush(stderr);
-    if (wd_ctx->rank == 0)
+    if (wd_ctx->rank == 0) {
+        /* MPI_Abort from this thread while the main thread is inside MPI may itself block: exit anyway. */
+        signal(SIGALRM, exit_timeout);
+        alarm(2 * CB_WATCHDOG_GRACE_S);
         cb_abort(CB_EXIT_TIMEOUT); /* the launcher then ends the job with this code */
+    }
     sleep(CB_WATCHDOG_GRACE_S);
     _exit(CB_EXIT_TIMEOUT);
 }
@@ -56,12 +67,8 @@ static void *watch(void *unused)
     (void)unused;
     pthread_mutex_lock(&lock);
     while (!stopping) {
-        if (!armed) {
-            pthread_cond_wait(&wake, &lock);
-            continue;
-        }
         int rc = pthread_cond_timedwait(&wake, &lock, &deadline);
-        if (armed && !stopping && (rc == ETIMEDOUT || passed(&deadline))) {
+        if (!stopping && (rc == ETIMEDOUT || passed(&deadline))) {
             pthread_mutex_unlock(&lock); /* emitting takes the record lock, never this one */
             fire();
         }
@@ -70,27 +77,58 @@ static void *watch(void *unused)
     return NULL;
 }
 
-int cb_watchdog_start(const struct cb_ctx *ctx, double seconds)
+/* A crash (a rank's own bug, or a library's) is said on stderr before the process dies of it, with the
+ * rank and host: the first failure of a job, which the launcher alone would report without the rank. */
+static char crash_line[CB_TEXT_MAX];
+static size_t crash_prefix_len;
+static const struct {
+    int sig;
+    const char *name;
+} fatal_signals[] = {{SIGSEGV, "Segmentation fault"},
+                     {SIGBUS, "Bus error"},
+                     {SIGFPE, "Floating point exception"},
+                     {SIGILL, "Illegal instruction"},
+                     {SIGABRT, "Aborted"}};
+
+static void report_crash(int sig) /* async-signal-safe: a preformatted line, write(2), the default action */
 {
-    pthread_condattr_t attr;
-    wd_ctx = ctx;
-    timeout_s = seconds;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&wake, &attr);
-    pthread_condattr_destroy(&attr);
-    if (pthread_create(&thread, NULL, watch, NULL) != 0) {
-        cb_errorf("cannot start the watchdog thread");
-        return CB_ERROR;
-    }
-    running = 1;
-    return CB_OK;
+    size_t n = crash_prefix_len;
+    char digits[12];
+    int k = 0;
+    for (int v = sig; k == 0 || v; v /= 10)
+        digits[k++] = (char)('0' + v % 10);
+    while (k && n < sizeof crash_line - 1)
+        crash_line[n++] = digits[--k];
+    const char *name = "";
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+        if (fatal_signals[i].sig == sig)
+            name = fatal_signals[i].name;
+    const char *tail[] = {" (", name, ")\n"};
+    for (size_t i = 0; i < 3; i++)
+        for (const char *c = tail[i]; *c && n < sizeof crash_line - 1; c++)
+            crash_line[n++] = *c;
+    ssize_t unused = write(STDERR_FILENO, crash_line, n);
+    (void)unused;
+    raise(sig); /* SA_RESETHAND: the default action now, so the launcher sees the signal */
 }
 
-void cb_watchdog_arm(const char *phase, const char *op, const char *transport, const struct cb_plan *plan,
-                     const struct cb_instance *inst)
+static void install_crash_report(const struct cb_ctx *ctx)
 {
-    pthread_mutex_lock(&lock);
+    int n = snprintf(crash_line, sizeof crash_line, "commbench: rank %d on %s: crashed with signal ", ctx->rank,
+                     ctx->hosts ? ctx->hosts[ctx->rank] : "?");
+    crash_prefix_len = n > 0 && (size_t)n < sizeof crash_line ? (size_t)n : 0;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = report_crash;
+    action.sa_flags = (int)(SA_RESETHAND | SA_NODEFER);
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+        sigaction(fatal_signals[i].sig, &action, NULL);
+}
+
+static void set_step(const char *phase, const char *op, const char *transport, const struct cb_plan *plan,
+                     const struct cb_instance *inst) /* with the lock held */
+{
     snprintf(step.phase, sizeof step.phase, "%s", phase);
     snprintf(step.op, sizeof step.op, "%s", op);
     snprintf(step.transport, sizeof step.transport, "%s", transport);
@@ -108,16 +146,45 @@ void cb_watchdog_arm(const char *phase, const char *op, const char *transport, c
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    armed = 1;
     pthread_cond_signal(&wake);
+}
+
+int cb_watchdog_start(const struct cb_ctx *ctx, double seconds)
+{
+    pthread_condattr_t attr;
+    wd_ctx = ctx;
+    timeout_s = seconds;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&wake, &attr);
+    pthread_condattr_destroy(&attr);
+    install_crash_report(ctx);
+    pthread_mutex_lock(&lock);
+    set_step("start-up", "none", "none", NULL, NULL);
+    pthread_mutex_unlock(&lock);
+    if (pthread_create(&thread, NULL, watch, NULL) != 0) {
+        cb_errorf("cannot start the watchdog thread");
+        return CB_ERROR;
+    }
+    running = 1;
+    return CB_OK;
+}
+
+void cb_watchdog_arm(const char *phase, const char *op, const char *transport, const struct cb_plan *plan,
+                     const struct cb_instance *inst)
+{
+    pthread_mutex_lock(&lock);
+    set_step(phase, op, transport, plan, inst);
     pthread_mutex_unlock(&lock);
 }
 
-void cb_watchdog_disarm(void)
+void cb_watchdog_step_done(void)
 {
     pthread_mutex_lock(&lock);
-    armed = 0;
-    pthread_cond_signal(&wake);
+    char op[sizeof step.op], transport[sizeof step.transport];
+    snprintf(op, sizeof op, "%s", step.op);
+    snprintf(transport, sizeof transport, "%s", step.transport);
+    set_step("the exchange between steps", op, transport, NULL, NULL);
     pthread_mutex_unlock(&lock);
 }
 

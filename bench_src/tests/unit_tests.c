@@ -117,7 +117,7 @@ static void test_args(void)
     CHECK(parse("--timeout", "1e9", NULL) == -1 && err_mentions("--timeout"));
     CHECK(parse("--peer", "0", NULL) == -1 && err_mentions("--peer"));
     CHECK(parse("--device", "-1", NULL) == -1 && err_mentions("--device"));
-    CHECK(parse("--inject", "crash", NULL) == -1 && err_mentions("'crash'"));
+    CHECK(parse("--inject", "explode", NULL) == -1 && err_mentions("'explode'"));
     CHECK(parse("--output", "", NULL) == -1 && err_mentions("--output"));
     CHECK(parse("--iters", NULL) == -1 && err_mentions("--iters needs a value"));
     CHECK(parse("--bogus", NULL) == -1 && err_mentions("'--bogus'"));
@@ -314,6 +314,35 @@ static void test_ranks_per_device(void)
     CHECK(per_rank[0] == 2 && per_rank[1] == 2);
 }
 
+static void test_rank_attribution(void)
+{
+    /* 3 ranks x 4 iterations: rank 2 is slow in iterations 0, 1 and 3, rank 0 in iteration 2 */
+    const double all[] = {1.0, 1.0, 9.0, 1.0, /* rank 0 */
+                          2.0, 2.0, 2.0, 2.0, /* rank 1 */
+                          5.0, 7.0, 1.0, 8.0 /* rank 2 */};
+    double max_us[4], excess_us[4], median[3], p95[3];
+    int slowest[4], count[3];
+    struct cb_rank_attribution a = {.nranks = 3, .iters = 4, .max_us = max_us, .excess_us = excess_us,
+                                    .slowest_rank = slowest, .rank_median_us = median, .rank_p95_us = p95,
+                                    .slowest_count = count};
+    cb_rank_attribution_compute(all, &a);
+    CHECK(slowest[0] == 2 && slowest[1] == 2 && slowest[2] == 0 && slowest[3] == 2);
+    CHECK_NEAR(max_us[0], 5.0);
+    CHECK_NEAR(max_us[2], 9.0);
+    CHECK_NEAR(excess_us[0], 3.0); /* 5 - median(1, 2, 5) */
+    CHECK_NEAR(excess_us[2], 7.0); /* 9 - median(9, 2, 1) */
+    CHECK(count[0] == 1 && count[1] == 0 && count[2] == 3);
+    CHECK_NEAR(median[1], 2.0);
+    CHECK_NEAR(median[2], 6.0);
+    /* ties go to the lowest rank, as MPI_MAXLOC */
+    const double tie[] = {3.0, 3.0};
+    struct cb_rank_attribution b = {.nranks = 2, .iters = 1, .max_us = max_us, .excess_us = excess_us,
+                                    .slowest_rank = slowest, .rank_median_us = median, .rank_p95_us = p95,
+                                    .slowest_count = count};
+    cb_rank_attribution_compute(tie, &b);
+    CHECK(slowest[0] == 0 && count[0] == 1 && count[1] == 0);
+}
+
 int main(void)
 {
     test_args();
@@ -324,6 +353,7 @@ int main(void)
     test_timestamp();
     test_pattern();
     test_ranks_per_device();
+    test_rank_attribution();
     printf("commbench_unit: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -7,7 +7,8 @@
 # (results database; default <workspace>/commcamp.db), COMMCAMP_ENV (a file to source first, e.g. the output
 # of `site_configs/localslurm/cluster/cluster.sh env` or a site's env.sh). A relative SPEC is relative to
 # the directory above campaigns/ (the checkout, or an installed package's site-packages).
-# Exit status: commcamp's: 0 healthy, 1 degraded, 2 failed (or unusable spec/site/database).
+# Exit status: commcamp's: 0 healthy, 3 not judged (no reference, too little history), 4 degraded,
+# 5 failed; 1 a case could not be stored, 2 unusable spec/site/database.
 # The night is the UTC date, so a re-run the same night resumes; the verdict is
 # <workspace>/health/<campaign>-<night>.json and stdout has the one-screen summary.
 set -uo pipefail
@@ -24,5 +25,5 @@ night=$(date -u +%F)
 echo "commcamp nightly health: $1, night $night, $(date -u +%FT%TZ) on $(hostname)"
 COLUMNS=${COLUMNS:-120} "$COMMCAMP" run "$1" --tag "$night" "${@:2}"
 status=$?
-echo "commcamp nightly health: exit $status ($( case $status in 0) echo healthy;; 1) echo degraded;; 2) echo "failed, or spec/site/database unusable";; *) echo error;; esac))"
+echo "commcamp nightly health: exit $status ($( case $status in 0) echo healthy;; 3) echo "not judged";; 4) echo degraded;; 5) echo failed;; 1) echo "a case could not be stored";; 2) echo "spec/site/database unusable";; *) echo error;; esac))"
 exit $status

@@ -53,7 +53,7 @@ class Run(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_key: Mapped[str] = mapped_column(String(512), unique=True)
+    run_key: Mapped[str] = mapped_column(String(512), index=True)  # not unique: each attempt is a run
     campaign: Mapped[str] = mapped_column(String(200), index=True)
     site: Mapped[str] = mapped_column(String(200))
     system: Mapped[str] = mapped_column(String(200))
@@ -72,6 +72,7 @@ class Run(Base):
     status: Mapped[str] = mapped_column(String(8))
     reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    records_digest: Mapped[str | None] = mapped_column(String(64), index=True)  # SHA-256 of the records
 
 
 class Measurement(Base):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import getpass
+import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -22,7 +24,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 
 from campaigns import paths
 from campaigns.records import validate_record
-from campaigns.store.errors import StoreError
+from campaigns.store.errors import StoreError, StoreUnavailable
 from campaigns.store.migrate import upgrade_to_head
 from campaigns.store.models import RUN_STATUSES, Measurement, Run, Sample
 
@@ -90,6 +92,7 @@ class RunRow(RunInfo):
     id: int
     created_at: datetime
     num_measurements: int
+    records_digest: str | None = None
 
 
 Match = str | int | Collection[str] | Collection[int] | None
@@ -141,11 +144,12 @@ class RunFilter(_WhereFilter):
     status: Match = None
     run_key: Match = None
     run_key_prefix: str | None = None
+    records_digest: Match = None
     since: date | datetime | None = None  # on started_at, or created_at for runs without it
     until: date | datetime | None = None
 
     def apply(self, query: Select[Any]) -> Select[Any]:
-        conditions = self._run_conditions("check_name", "status", "run_key")
+        conditions = self._run_conditions("check_name", "status", "run_key", "records_digest")
         if self.run_key_prefix is not None:  # LIKE narrows (SQLite's is case-insensitive), substr is exact
             prefix = self.run_key_prefix
             conditions += [Run.run_key.startswith(prefix, autoescape=True),
@@ -209,6 +213,11 @@ def _current_user() -> str | None:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry and no $USER, e.g. in some containers
         return None
+
+
+def records_digest(records: list[dict[str, Any]]) -> str:
+    """SHA-256 of a run's records (canonical JSON): the same records ingested twice have the same digest."""
+    return hashlib.sha256(json.dumps(records, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _run_row(run: RunInfo) -> dict[str, Any]:
@@ -277,7 +286,16 @@ def _create_engine(url: URL, display: str) -> Engine:
 
 def open_store(url: str | None = None) -> Store:
     """Open (creating if needed) the results database at `url` (default: default_url()) and bring its
-    schema to the newest revision. StoreError when it cannot be reached or has a newer schema."""
+    schema to the newest revision. StoreUnavailable when it cannot be reached or has a newer schema."""
+    try:
+        return _open_store(url)
+    except StoreUnavailable:
+        raise
+    except StoreError as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+def _open_store(url: str | None) -> Store:
     if url is None:
         url = default_url()
         if url == workspace_url():
@@ -334,22 +352,30 @@ class Store:
             return bool(connection.scalar(select(exists().where(Run.run_key == run_key, Run.status == "pass"))))
 
     def ingest(self, run: RunInfo, records: list[dict[str, Any]], *, replace: bool = False,
-               validated: bool = False) -> int:
+               new_attempt: bool = False, replaces_run: int | None = None, validated: bool = False) -> int:
         """Store a run with all its records and samples in one transaction, or nothing; the run id.
-        An existing run_key is a StoreError unless `replace`, which deletes the old run first.
+        An existing run_key is a StoreError unless `replace`, which deletes every run of the key first, or
+        `new_attempt` (a campaign's run of the test case), which adds a run to the key and deletes only its
+        runs that did not pass: a passed run is never lost to a later attempt. `replaces_run`: the id of a
+        run to delete first (the same attempt stored earlier, e.g. as soon as it finished).
         `validated`: the records come from campaigns.records (load_records, parse_records), which checked
         each of them already; checking again would double the cost of a large ingest."""
         for index, record in enumerate(records if not validated else []):
             validate_record(record, f"record {index} of run {run.run_key!r}")
         run_row = _run_row(run)
+        run_row["records_digest"] = records_digest(records) if records else None
         measurement_rows = [_measurement_row(record, seq) for seq, record in enumerate(records)]
         with self._transaction(write=True) as connection:
+            if replaces_run is not None:
+                connection.execute(delete(Run).where(Run.id == replaces_run))  # measurements, samples cascade
             existing = connection.scalar(select(Run.id).where(Run.run_key == run.run_key))
             if existing is not None:
-                if not replace:
+                if not (replace or new_attempt):
                     raise StoreError(f"run {run.run_key!r} is already stored (id {existing}); "
                                      f"store it again only as a replacement (--replace)")
-                connection.execute(delete(Run).where(Run.id == existing))  # measurements, samples cascade
+                doomed = Run.run_key == run.run_key
+                connection.execute(delete(Run).where(doomed, Run.status != "pass") if new_attempt and not replace
+                                   else delete(Run).where(doomed))
             run_id = connection.scalar(insert(Run).returning(Run.id), run_row)
             if not measurement_rows:
                 return run_id
