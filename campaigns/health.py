@@ -29,8 +29,8 @@ nodes is a culprit link.
 
 Exit status of `commcamp run` for a health campaign (EXIT_CODES): 0 healthy, 3 not judged (nothing bad,
 some metric had nothing to compare with), 4 degraded, 5 failed; distinct from commcamp's 1 (a case
-could not be stored) and 2 (bad usage, database unusable). The verdict JSON (written atomically) holds every metric with its
-evidence, the per-node verdicts and the isolation's pair tests.
+could not be stored) and 2 (bad usage, database unusable). The verdict JSON (written atomically) holds
+every metric with its evidence, the per-node verdicts and the isolation's pair tests.
 """
 from __future__ import annotations
 

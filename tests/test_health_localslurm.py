@@ -40,6 +40,7 @@ checks:
     time_limit_s: 60
 references:
   - {op: pingpong, metric: large_goodput, bytes: 32768, nodes: 2, value: 1.0, lower: -0.998}
+  - {op: pingpong, metric: large_busbw, bytes: 32768, nodes: 2, value: 1.0, lower: -0.998}
   - {op: pingpong, metric: small_latency, bytes: 8, nodes: 2, value: 10.0, upper: 999.0}
 health:
   isolation: {sizes: [8, 32768], warmup: 1, iters: 8}
