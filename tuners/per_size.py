@@ -34,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 from pydantic.dataclasses import dataclass
 
-from tuners.finalize import Candidate, Thresholds, decide_paired, min_rounds
+from tuners.finalize import Candidate, Thresholds, decide_paired, rounds_needed
 
 PLUGIN_COLLECTIVES = {
     "allreduce": "allreduce",
@@ -273,8 +273,8 @@ def split_rounds(n_rounds: int) -> tuple[list[int], list[int]]:
 
 def rounds_for(n_sizes: int, top: int, alpha: float) -> int:
     """Sweep rounds needed so that a change is possible at all: the confirmation half must reach
-    finalize.min_rounds of the largest family (every size with `top` candidates)."""
-    return 2 * min_rounds(n_sizes * top, alpha)
+    finalize.rounds_needed of the largest family (every size with `top` candidates: min_rounds + margin)."""
+    return 2 * rounds_needed(n_sizes * top, alpha)
 
 
 def _log_ratios(baseline: Sequence[float], other: Sequence[float], rounds: Sequence[int]) -> np.ndarray:
