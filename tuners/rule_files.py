@@ -63,6 +63,8 @@ MPICH_ALGORITHMS = frozenset(
         "MPIR_Reduce_scatter_block_intra_noncommutative", "MPIR_Reduce_scatter_block_intra_pairwise",
         "MPIR_Reduce_scatter_block_intra_recursive_doubling", "MPIR_Reduce_scatter_block_intra_recursive_halving",
         "MPIR_Reduce_intra_binomial", "MPIR_Reduce_intra_reduce_scatter_gather", "MPIR_Reduce_intra_smp",
+        "MPIR_Allgather_allcomm_nb", "MPIR_Allreduce_allcomm_nb", "MPIR_Alltoall_allcomm_nb", "MPIR_Bcast_allcomm_nb",
+        "MPIR_Reduce_allcomm_nb", "MPIR_Reduce_scatter_block_allcomm_nb",
     }
 )
 # Intel MPI I_MPI_ADJUST_<COLL> algorithm ids (Intel MPI Library Developer Reference, "I_MPI_ADJUST
@@ -123,16 +125,16 @@ def ompi_rules_text(results: Sequence[PerSizeResult], evidence: Sequence[str]) -
             if rules[-1][0] == size_range.min_bytes:
                 rules.pop()
             rules += [(size_range.min_bytes, ompi_algorithm(size_range, result.op)), (size_range.max_bytes + 1, 0)]
+        comms = [(result.ranks, rules), (result.ranks + 1, [(0, 0)])]
+        if result.ranks > 1:
+            comms.insert(0, (1, [(0, 0)]))
         lines = [
             f"# {result.op}: measured on {result.ranks} ranks / {result.nodes} nodes; other comm sizes: library's choice",
-            f"{OMPI_COLLTYPE[result.op]} 3  # collective id, comm sizes",
-            "1 1  # comm size, message rules",
-            f"0 0 {OMPI_FANINOUT} {OMPI_SEGSIZE}",
-            f"{result.ranks} {len(rules)}",
-            *(f"{size} {alg} {OMPI_FANINOUT} {OMPI_SEGSIZE}" for size, alg in rules),
-            f"{result.ranks + 1} 1",
-            f"0 0 {OMPI_FANINOUT} {OMPI_SEGSIZE}",
+            f"{OMPI_COLLTYPE[result.op]} {len(comms)}  # collective id, comm sizes",
         ]
+        for comm_size, messages in comms:
+            lines.append(f"{comm_size} {len(messages)}  # comm size, message rules")
+            lines.extend(f"{size} {alg} {OMPI_FANINOUT} {OMPI_SEGSIZE}" for size, alg in messages)
         blocks.append((OMPI_COLLTYPE[result.op], lines))
     if len({cid for cid, _ in blocks}) != len(blocks):
         raise RuleFileError("two per-size results for the same Open MPI collective")
@@ -198,8 +200,9 @@ def mpich_algorithm(size_range: SizeRange, op: str) -> str:
     selection = size_range.selection
     assert selection is not None
     prefix = MPICH_COLLECTIVES[op][2]
-    name = selection.name if selection.name.startswith("MPIR_") else prefix + selection.name
-    if selection.mechanism != "mpi_t" or name not in MPICH_ALGORITHMS or not name.startswith(prefix):
+    # MPI_T's enum names the algorithm without its prefix; "nb" is the container MPIR_<Coll>_allcomm_nb.
+    name = prefix.replace("_intra_", "_allcomm_nb") if selection.name == "nb" else prefix + selection.name
+    if selection.mechanism != "mpi_t" or name not in MPICH_ALGORITHMS:
         raise RuleFileError(f"{op} selection {selection.name!r} is not an MPICH 4.0.2 {prefix}* algorithm")
     return name
 
