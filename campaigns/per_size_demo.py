@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from campaigns.records import parse_record_lines
+from campaigns.tuning import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
@@ -46,10 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 OPS = ("allreduce", "alltoall", "allgather", "bcast", "reduce_scatter")
 SIZES = (8, 64, 512, 4096, 32768, 262144, 2097152, 16777216)  # 8 B .. 16 MiB, factor 8
 SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2"}
-# The sweep forces Open MPI's algorithm through MPI_T, which coll_tuned honours only with dynamic rules
-# on (bench_src/README.md); MPICH across the netns "nodes" must use TCP, not shared memory (cluster.sh).
-LIBRARY_ENV = {"openmpi": {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}, "mpich": {"UCX_TLS": "tcp,self"}}
-BASE_ENV = {"openmpi": {}, "mpich": {"UCX_TLS": "tcp,self"}}
+# MPICH across the netns "nodes" must use TCP, not shared memory (cluster.sh).
+BASE_ENV: dict[str, dict[str, str]] = {"openmpi": {}, "mpich": {"UCX_TLS": "tcp,self"}}
 
 
 def commbench(library: str) -> Path:
@@ -91,9 +90,10 @@ def write_rules(library: str, results: Sequence[PerSizeResult], directory: Path,
 
 
 def validate(library: str, nodes: int, ops: Sequence[str], sizes: Sequence[int], rules_env: Mapping[str, str],
-             rounds: int, iters: int, directory: Path, deadline: float, rng: np.random.Generator) -> dict[str, Any]:
-    """Defaults vs deployed rules, interleaved (step 4 of the module docstring)."""
-    args = ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--iters", str(iters), "--warmup", "2"]
+             rounds: int, iters: int, warmup: int, directory: Path, deadline: float,
+             rng: np.random.Generator) -> dict[str, Any]:
+    """Defaults vs deployed rules, interleaved (step 4 of the module docstring); stops at `deadline`."""
+    args = ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--iters", str(iters), "--warmup", str(warmup)]
     settings = {"defaults": dict(BASE_ENV[library]), "rules": {**BASE_ENV[library], **rules_env}}
     times: dict[str, list[dict[tuple[str, int], float]]] = {"defaults": [], "rules": []}
     for round_index in range(rounds):
@@ -163,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=0, help="sweep rounds (0: the fewest that allow a change)")
     parser.add_argument("--validation-rounds", type=int, default=10)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--budget-s", type=float, default=600.0)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--budget-s", type=float, default=600.0, help="per library")
     args = parser.parse_args(argv)
-    deadline = time.time() + args.budget_s
     ops = args.ops.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     thresholds = Thresholds()
@@ -181,11 +181,12 @@ def main(argv: list[str] | None = None) -> int:
         directory = args.out / library
         directory.mkdir(parents=True, exist_ok=True)
         started = time.time()
+        deadline = started + args.budget_s
         records = run_commbench(
             library, args.nodes,
             ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", "all", "--rounds", str(rounds),
-             "--iters", str(args.iters), "--warmup", "2"],
-            directory / "sweep.jsonl", LIBRARY_ENV[library], timeout=max(60.0, deadline - time.time()))
+             "--iters", str(args.iters), "--warmup", str(args.warmup)],
+            directory / "sweep.jsonl", {**BASE_ENV[library], **SWEEP_ENV.get(library, {})}, timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
         results = [decide_per_size(load_sweep([r for r in records if r["op"] == op]), thresholds=thresholds,
                                    top=args.top) for op in ops]
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         if rule_file is not None:
             validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds, args.iters,
-                                  directory, deadline, rng)
+                                  args.warmup, directory, deadline, rng)
             by_op = {r.op: r for r in results}
             for row in validation["sizes"]:
                 at = by_op[row["op"]].at(row["bytes"])

@@ -140,7 +140,7 @@ def test_ompi_rules_file_format_and_validation() -> None:
             parse_ompi_rules(bad)
     with pytest.raises(RuleFileError, match="not an Open MPI coll_tuned_alltoall_algorithm"):
         ompi_rules_text([result_with("alltoall", "ring", 4, 64, 128)], [])
-    with pytest.raises(RuleFileError, match="no Open MPI coll_tuned collective id"):
+    with pytest.raises(RuleFileError, match="no Open MPI coll_tuned collective"):
         ompi_rules_text([result_with("pingpong", "ring", 4, 64, 128)], [])
 
 
@@ -246,3 +246,35 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(tmp_path: Pa
     assert "per-size selection for 64 B: the library's own choice" in format_lookup(
         lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=64)
     )
+
+
+# ---- a real sweep, as commbench writes it --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("library", "launcher", "env"), [
+    ("openmpi", ["mpirun.openmpi", "--oversubscribe", "-np", "2"], {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}),
+    ("mpich", ["mpiexec.hydra", "-np", "2"], {}),
+])
+def test_a_real_commbench_sweep_feeds_the_stage_and_the_rule_file(
+    tmp_path: Path, library: str, launcher: list[str], env: dict[str, str]
+) -> None:
+    from campaigns.records import load_records
+
+    output = tmp_path / "sweep.jsonl"
+    commbench = Path(__file__).resolve().parents[1] / "build" / "bench" / f"cpu-{library}" / "commbench"
+    run_hash([*launcher, str(commbench), "--op", "allreduce", "--transport", "mpi", "--sizes", "64,4096",
+              "--selections", "all", "--rounds", "4", "--iters", "1", "--warmup", "1", "--output", str(output)],
+             env)
+    sweep = load_sweep(load_records(output))
+    assert sweep.sizes == [64, 4096] and sweep.ranks == 2 and len(sweep.selections) >= 4
+    result = decide_per_size(sweep, top=2)
+    # 2 confirmation rounds: the smallest p is 0.25, so nothing can be significant: keep everywhere.
+    assert result.confirmation_rounds == 2 and all(d.winner is None for d in result.sizes)
+    forced = next(s for s in sweep.selections.values() if s.name != OWN and s.name != "nb")
+    ranges = [SizeRange(min_bytes=4096, max_bytes=4096, selection=forced, gains=[0.1])]
+    deployed = result.model_copy(update={"ranges": ranges})
+    if library == "openmpi":
+        assert parse_ompi_rules(ompi_rules_text([deployed], []))[2][1][1][1][:2] == (4096, forced.value)
+    else:
+        text = mpich_json_text([deployed], [])
+        assert f"algorithm=MPIR_Allreduce_intra_{forced.name}" in text

@@ -26,7 +26,6 @@ from tuners.finalize import (
     min_rounds,
     rounds_needed,
 )
-from tuners.per_size import TunerRule
 from tuners.recommendation import build_recommendation
 from tuners.writers import env_file_text
 

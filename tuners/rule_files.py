@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 
 from tuners.per_size import PerSizeResult, SizeRange
@@ -92,6 +92,18 @@ def _changed(result: PerSizeResult) -> list[SizeRange]:
     return [r for r in result.ranges if r.selection is not None]
 
 
+def _with_changes(
+    results: Sequence[PerSizeResult], known: Mapping[str, object], library: str
+) -> Iterator[tuple[PerSizeResult, list[SizeRange]]]:
+    """The results with at least one changed range; an op the library's file cannot hold is an error."""
+    for result in results:
+        if result.op not in known:
+            raise RuleFileError(f"op {result.op} has no {library} collective in its per-size rule file")
+        changed = _changed(result)
+        if changed:
+            yield result, changed
+
+
 def _comments(prefix: str, lines: Sequence[str]) -> list[str]:
     return [f"{prefix} {re.sub(r'[^ -~]', '?', line)}" for line in lines]
 
@@ -114,12 +126,7 @@ def ompi_algorithm(size_range: SizeRange, op: str) -> int:
 def ompi_rules_text(results: Sequence[PerSizeResult], evidence: Sequence[str]) -> str:
     """The dynamic rules file for every op of `results` that has a change (module docstring)."""
     blocks: list[tuple[int, list[str]]] = []
-    for result in results:
-        if result.op not in OMPI_COLLTYPE:
-            raise RuleFileError(f"op {result.op} has no Open MPI coll_tuned collective id")
-        changed = _changed(result)
-        if not changed:
-            continue
+    for result, changed in _with_changes(results, OMPI_COLLTYPE, "Open MPI coll_tuned"):
         rules = [(0, 0)]
         for size_range in changed:
             if rules[-1][0] == size_range.min_bytes:
@@ -217,12 +224,7 @@ def mpich_json_text(results: Sequence[PerSizeResult], evidence: Sequence[str]) -
     """MPICH's built-in tree with the per-size branches spliced in (module docstring). json-c, which
     MPICH parses the file with, takes C comments: the evidence goes in one."""
     tree = mpich_generic_tree()
-    for result in results:
-        if result.op not in MPICH_COLLECTIVES:
-            raise RuleFileError(f"op {result.op} has no MPICH collective selection")
-        changed = _changed(result)
-        if not changed:
-            continue
+    for result, changed in _with_changes(results, MPICH_COLLECTIVES, "MPICH"):
         collective, size_key, _ = MPICH_COLLECTIVES[result.op]
         built_in = tree[f"collective={collective}"]["comm_type=intra"]  # type: ignore[index]
         branch: dict[str, object] = {}

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import yaml
 
+from tuners import rule_files
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
-from tuners import rule_files
 from tuners.recommendation import Gain, Recommendation, RecommendationFile
 
 RECOMMENDATIONS_FILE = "recommendations.yaml"
