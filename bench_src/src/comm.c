@@ -14,10 +14,12 @@ int cb_mpi_check(int rc, const char *what)
     if (rc == MPI_SUCCESS)
         return CB_OK;
     char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
+    int len = 0, cls = MPI_ERR_OTHER;
     MPI_Error_string(rc, text, &len);
+    MPI_Error_class(rc, &cls);
     cb_errorf("%s failed: %s", what, text);
-    return CB_ERROR;
+    /* e.g. a forced algorithm that does not apply to this communicator (--selections) */
+    return cls == MPI_ERR_UNSUPPORTED_OPERATION ? CB_UNSUPPORTED : CB_ERROR;
 }
 
 int cb_barrier(void)

@@ -115,7 +115,7 @@ enum cb_cap {
  * tuner plugin, or not at run time (one process per selection, through the environment). */
 enum cb_mechanism { CB_MECH_MPI_T, CB_MECH_PLUGIN, CB_MECH_PROCESS };
 
-#define CB_MAX_SELECTIONS 128
+#define CB_MAX_SELECTIONS 256
 
 /* One candidate of a selection sweep: the library's own choice ("own") or a forced one. */
 struct cb_selection {

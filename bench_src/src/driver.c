@@ -215,7 +215,7 @@ struct sweep_cell {
     int status;             /* CB_OK, or why the candidate dropped out (CB_UNSUPPORTED: refused) */
 };
 
-/* Selects sel (NULL: the library's own state again) and records it for the following records. */
+/* Selects sel (NULL: the library's own state again, and the candidates' resources released). */
 static int select_candidate(const struct cb_transport *t, void *state, const struct cb_op *op,
                             const struct cb_selection *sel)
 {
@@ -269,7 +269,10 @@ static int sweep_agree(struct run *run, const struct cb_op *op, const struct cb_
         return CB_OK;
     struct cb_selection_record rec = {.sel = sel, .available = status != CB_UNSUPPORTED, .reason = msg};
     cb_record_selection(&rec);
-    error_record(run, op->name, exec->transport->name, exec->plan, exec->inst, status, msg);
+    if (status == CB_UNSUPPORTED && run->ctx->rank == 0) /* a refused selection is data, not a failed run */
+        cb_emit_error(op->name, exec->transport->name, exec->plan, exec->inst, CB_REASON_UNSUPPORTED, msg);
+    else if (status != CB_UNSUPPORTED)
+        error_record(run, op->name, exec->transport->name, exec->plan, exec->inst, status, msg);
     cb_record_selection(NULL);
     cell->status = status;
     return status;
@@ -331,7 +334,6 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         }
     }
 out:
-    select_candidate(t, exec->state, op, NULL);
     for (int s = 0; cells && s < n; s++) {
         free(cells[s].samples);
         free(cells[s].round_medians);
@@ -517,6 +519,8 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
             sweep_size(run, &exec, op, &bufs, sels, nsels, process_reason[0] ? process_reason : NULL);
         }
     }
+    if (sels) /* the library's own state again; the candidates' resources (communicators) go */
+        select_candidate(t, state, op, NULL);
     free(sels);
     if (have)
         release_buffers(run, t, state, op, &bufs, 1);

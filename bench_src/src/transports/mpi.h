@@ -7,9 +7,18 @@
 
 #include "../commbench.h"
 
+/* A communicator made for one forced selection (Open MPI), kept for the op's whole sweep. */
+struct cb_mpi_selection_comm {
+    char cvar[128];
+    int value;
+    MPI_Comm comm;
+};
+
 struct cb_mpi_bufs {
     void *send, *recv;
     MPI_Comm comm; /* MPI_COMM_WORLD, or a duplicate made for a forced selection */
+    struct cb_mpi_selection_comm *selection_comms; /* owned by mpi_selection.c */
+    int nselection_comms;
 };
 
 /* Selection sweep through MPI_T (mpi_selection.c): the mpi transport's selections/select hooks. */

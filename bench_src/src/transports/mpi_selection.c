@@ -8,6 +8,7 @@
  * Value 0 is the library's own choice in both ("ignore" / "auto"). */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../comm.h"
@@ -110,23 +111,66 @@ int cb_mpi_selections(void *state, const struct cb_op *op, struct cb_selection *
     return n;
 }
 
+/* The communicator of (cvar, value), made on first use: MPI_Comm_dup while the variable holds the
+ * value, which goes back to 0 right after (the forced algorithm lives on in that communicator only).
+ * Kept until select(NULL), so rounds and sizes reuse it. */
+static int selection_comm(struct cb_mpi_bufs *b, const struct cb_cvar *cvar, int value)
+{
+    for (int i = 0; i < b->nselection_comms; i++)
+        if (b->selection_comms[i].value == value && strcmp(b->selection_comms[i].cvar, cvar->name) == 0) {
+            b->comm = b->selection_comms[i].comm;
+            return CB_OK;
+        }
+    struct cb_mpi_selection_comm *grown =
+        realloc(b->selection_comms, (size_t)(b->nselection_comms + 1) * sizeof *grown);
+    if (!grown) {
+        cb_errorf("out of memory for selection communicators");
+        return CB_ERROR;
+    }
+    b->selection_comms = grown;
+    struct cb_mpi_selection_comm *made = &grown[b->nselection_comms];
+    int rc = cb_mpit_write_int(cvar, value);
+    if (rc == CB_OK)
+        rc = cb_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &made->comm), "MPI_Comm_dup");
+    int back = cb_mpit_write_int(cvar, 0);
+    /* A forced algorithm that does not apply returns MPI_ERR_UNSUPPORTED_OPERATION (Open MPI's
+     * two_proc algorithms on more than 2 ranks): recorded as unavailable, not fatal. */
+    if (rc == CB_OK)
+        rc = cb_mpi_check(MPI_Comm_set_errhandler(made->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    rc = rc ? rc : back;
+    if (rc != CB_OK)
+        return rc;
+    snprintf(made->cvar, sizeof made->cvar, "%s", cvar->name);
+    made->value = value;
+    b->nselection_comms++;
+    b->comm = made->comm;
+    return CB_OK;
+}
+
 int cb_mpi_select(void *state, const struct cb_op *op, const struct cb_selection *sel)
 {
     struct cb_mpi_bufs *b = state;
-    if (b->comm != MPI_COMM_WORLD)
-        MPI_Comm_free(&b->comm);
     b->comm = MPI_COMM_WORLD;
+    if (!sel) {
+        for (int i = 0; i < b->nselection_comms; i++)
+            MPI_Comm_free(&b->selection_comms[i].comm);
+        free(b->selection_comms);
+        b->selection_comms = NULL;
+        b->nselection_comms = 0;
+    }
     if (!op)
         return CB_OK;
     struct cb_cvar cvar;
     const struct library *lib = find_library(op, &cvar);
     if (!lib)
         return CB_ERROR;
-    int rc = cb_mpit_write_int(&cvar, sel ? sel->value : 0);
-    if (rc == CB_OK && sel && lib->fresh_comm) {
-        rc = cb_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &b->comm), "MPI_Comm_dup");
-        int back = cb_mpit_write_int(&cvar, 0); /* the forced value lives on in the new communicator only */
-        rc = rc ? rc : back;
+    int value = sel ? sel->value : 0, now = -1;
+    if (lib->fresh_comm)
+        return value ? selection_comm(b, &cvar, value) : CB_OK;
+    int rc = cb_mpit_write_int(&cvar, value);
+    if (rc == CB_OK && (cb_mpit_read_int(&cvar, &now) != CB_OK || now != value)) {
+        cb_errorf("%s reads %d after writing %d", cvar.name, now, value);
+        rc = CB_ERROR;
     }
     return rc;
 }
