@@ -656,8 +656,9 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
     spec = setup.spec
     thresholds = spec.finalize.thresholds()
     rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
+    # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
     request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
-                                  time_limit_s=spec.per_size.time_limit_s)
+                                  time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
     outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, False)
     if outcome.failure or outcome.exit_code != 0:
         raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")

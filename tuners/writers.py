@@ -250,7 +250,11 @@ def publish(
             write_atomic(rules[0], rules[1])
         write_atomic(env_path, env_file_text(rec, env, unset))
         write_atomic(module_path, modulefile_text(rec, env, unset))
-        groups = [([comment(f"scope: {r.scope.describe()}")], r.plugin_rules) for r in everything if r.plugin_rules]
+        groups = [
+            ([comment(f"scope: {r.scope.describe()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
+             r.plugin_rules)
+            for r in everything if r.plugin_rules
+        ]
         if groups:
             write_atomic(config_path, format_config(groups))
         elif config_path.exists():  # no scope points NCCL at it any more
