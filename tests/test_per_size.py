@@ -31,7 +31,7 @@ from tuners.per_size import (
     rounds_for,
 )
 from tuners.recommend import format_lookup, lookup
-from tuners.recommendation import Recommendation
+from tuners.recommendation import Recommendation, with_per_size
 from tuners.rule_files import (
     RuleFileError,
     mpich_json_text,
@@ -229,7 +229,9 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(tmp_path: Pa
 
     rec = mpi_recommendation(nodes=1).model_copy(update={"env": {}, "scope": scope})
     result = result_with("allreduce", "ring", 4, 1 << 20, 1 << 22, ranks=scope.ranks)
-    files = publish(tmp_path, rec.model_copy(update={"per_size_selection": result}), catalog)
+    with pytest.raises(ValueError, match="does not belong to scope"):
+        with_per_size(rec, result.model_copy(update={"nodes": 2}))
+    files = publish(tmp_path, with_per_size(rec, result), catalog)
     rules = files.env_file.parent / f"{scope.slug}.coll_tuned_rules"
     assert parse_ompi_rules(rules.read_text())[2][1][1][1] == (1 << 20, 4, 4, 0)
     env_text = files.env_file.read_text()

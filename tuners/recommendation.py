@@ -200,10 +200,11 @@ def _closest(decision: Decision, report: FinalReport) -> Gain | None:
 
 def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
     """`rec` with the per-size stage's decisions (run under rec.env); NCCL/RCCL get plugin rows."""
-    if (result.op, result.ranks, result.nodes) != (rec.scope.op, rec.scope.ranks, rec.scope.nodes):
+    # The scope counts GPUs, not CPU ranks (scope.ranks is nodes x GPUs per node): op and nodes must match;
+    # the rule files name the sweep's own rank count.
+    if (result.op, result.nodes) != (rec.scope.op, rec.scope.nodes):
         raise ValueError(
-            f"per-size sweep of {result.op} on {result.ranks} ranks / {result.nodes} nodes does not belong to "
-            f"scope {rec.scope.describe()}"
+            f"per-size sweep of {result.op} on {result.nodes} nodes does not belong to scope {rec.scope.describe()}"
         )
     rows = plugin_rows(result) if rec.scope.library in ("nccl", "rccl") else []
     return rec.model_copy(update={"per_size_selection": result, "plugin_rules": rows})
