@@ -138,7 +138,8 @@ def summary_text(summary: Mapping[str, Any]) -> str:
         for op, result in part["decisions"].items():
             lines.append(f"  {op}: {result['test_short']}")
             for size in result["sizes"]:
-                gain = "" if size["gain"] is None else f" gain {size['gain']:+.1%} [{size['ci_low']:+.1%}, {size['ci_high']:+.1%}]"
+                gain = "" if size["gain"] is None else \
+                    f" gain {size['gain']:+.1%} [{size['ci_low']:+.1%}, {size['ci_high']:+.1%}]"
                 lines.append(f"    {size['bytes']:>9} B: {size['winner'] or 'keep the library choice'}"
                              f" (candidates {', '.join(size['candidates']) or 'none'}{gain})")
         validation = part.get("validation")
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             library, args.nodes,
             ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", "all", "--rounds", str(rounds),
              "--iters", str(args.iters), "--warmup", str(args.warmup)],
-            directory / "sweep.jsonl", {**BASE_ENV[library], **SWEEP_ENV.get(library, {})}, timeout=max(60.0, deadline - time.time()))
+            directory / "sweep.jsonl", {**BASE_ENV[library], **SWEEP_ENV.get(library, {})},
+            timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
         results = [decide_per_size(load_sweep([r for r in records if r["op"] == op]), thresholds=thresholds,
                                    top=args.top) for op in ops]
@@ -198,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     *(f"{r.op}: {r.test}" for r in results)]
         rule_file, rules_env = write_rules(library, results, directory, evidence)
         part: dict[str, Any] = {
-            "mpi_library": records[0]["mpi_library"].splitlines()[0], "nodes": args.nodes, "hosts": sorted(set(records[0]["hostnames"])),
+            "mpi_library": records[0]["mpi_library"].splitlines()[0], "nodes": args.nodes,
+            "hosts": sorted(set(records[0]["hostnames"])),
             "sweep_rounds": rounds, "sweep_s": sweep_s, "rule_file": None if rule_file is None else str(rule_file),
             "rules_env": rules_env, "decisions": decisions,
             "selection_matrix": {f"{r['op']}/{r['bytes']}/{r['selection']['name']}": float(np.median(r["round_medians"]))

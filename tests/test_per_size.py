@@ -223,7 +223,9 @@ def test_mpich_honours_the_selection_json(tmp_path: Path) -> None:
 # ---- published with the recommendation -----------------------------------------------------------
 
 
-def test_publish_writes_the_rule_file_and_recommend_prints_the_size(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
+    tmp_path: Path, catalog: KnobCatalog  # noqa: F811
+) -> None:
     scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=1)
     from test_tuner_writers import mpi_recommendation
 

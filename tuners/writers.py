@@ -237,7 +237,8 @@ def publish(
     if rules is not None:
         plugin_env.update(rules[2])
     env, unset = _validated(rec, catalog, plugin_env)
-    rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": {} if rules is None else {rec.scope.library: str(rules[0])}})
+    written = {} if rules is None else {rec.scope.library: str(rules[0])}
+    rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written})
     env_path = directory / f"{rec.scope.slug}.env"
     module_path = directory / "modulefiles" / MODULE_FAMILY / f"{rec.scope.slug}.lua"
     yaml_path = directory / RECOMMENDATIONS_FILE
