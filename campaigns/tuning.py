@@ -48,7 +48,8 @@ from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, Thresholds, finalize, planned_rounds
-from tuners.recommendation import Recommendation, build_recommendation
+from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
+from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, build_space
 from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
@@ -82,6 +83,11 @@ def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Libra
     return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
 
 
+# What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T
+# only with dynamic rules on, which MPI_T cannot set (bench_src/README.md, "Selection sweep").
+SWEEP_ENV: dict[str, dict[str, str]] = {Library.OPENMPI: {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}}
+
+
 # ----------------------------------------------------------------------------------------------- runs
 @dataclasses.dataclass(frozen=True)
 class BenchRequest:
@@ -95,12 +101,16 @@ class BenchRequest:
     batch: int = 1
     bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
     time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
+    selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
+
+    def selection_args(self) -> list[str]:
+        return ["--selections", "all", "--rounds", str(self.selection_rounds)] if self.selection_rounds else []
 
     def commbench_args(self, validate: bool, output: Path) -> list[str]:
         return ["--op", self.op, "--transport", self.transport, "--sizes", ",".join(map(str, self.sizes)),
                 "--warmup", str(self.warmup), "--iters", str(self.iters), "--batch", str(self.batch),
                 "--timeout", str(self.bench_timeout_s), "--check" if validate else "--no-check",
-                "--output", str(output)]
+                "--output", str(output), *self.selection_args()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,7 +233,7 @@ class ReframeExecutor:
         from campaigns.spec import Campaign
 
         check = self.campaign.spec.checks[0]
-        extra = ["--batch", str(request.batch)] if request.batch > 1 else []
+        extra = (["--batch", str(request.batch)] if request.batch > 1 else []) + request.selection_args()
         check = check.model_copy(update={
             "ops": [request.op], "sizes": list(request.sizes), "warmup": request.warmup, "iters": request.iters,
             "timeout_s": request.bench_timeout_s, "time_limit_s": request.time_limit_s, "check_data": validate,
@@ -368,6 +378,15 @@ class FinalizeSpec(_Model):
         return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)
 
 
+class PerSizeSpec(_Model):
+    """The per-size stage (tuners/per_size.py) after finalization, under the recommended environment."""
+
+    enabled: bool = False
+    top: int = Field(default=3, ge=1, description="candidates per size, picked on the sweep's even rounds")
+    rounds: int = Field(default=0, ge=0, description="sweep rounds; 0: the fewest with which a change is possible")
+    time_limit_s: int = Field(default=600, ge=10, description="the sweep run's hard limit")
+
+
 class TuningSpec(_Model):
     """One tuning study: where and what commbench measures, which knobs, the budget, the outputs.
     YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
@@ -404,6 +423,7 @@ class TuningSpec(_Model):
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
     heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
+    per_size: PerSizeSpec = PerSizeSpec()
     publish_dir: Path | None = Field(default_factory=paths.recommendations_dir, description="None: do not publish")
     plugin_library: Path | None = None
     runs_dir: Path = Field(default_factory=paths.runs_dir)
@@ -628,6 +648,20 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     return report, rec
 
 
+def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
+    """One selection sweep under the recommended environment, decided per size (tuners/per_size.py)."""
+    spec = setup.spec
+    thresholds = spec.finalize.thresholds()
+    rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
+    # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
+    request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
+                                  time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
+    outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, False)
+    if outcome.failure or outcome.exit_code != 0:
+        raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")
+    return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+
+
 def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> PublishedFiles | None:
     spec = setup.spec
     if spec.publish_dir is None:
@@ -644,6 +678,9 @@ def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
     outcome = TuningOutcome(study, dict(tuner.baseline_env))
     if setup.spec.finalize.enabled:
         outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+        if setup.spec.per_size.enabled:
+            outcome.recommendation = with_per_size(outcome.recommendation,
+                                                   per_size_stage(setup, outcome.recommendation))
         outcome.published = publish_recommendation(setup, outcome.recommendation)
     return outcome
 

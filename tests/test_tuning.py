@@ -117,7 +117,8 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
         "tasks_per_node": 2, "sizes": ["64K", "1M"], "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
         "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"], "knob_overrides": [str(PLANTED)],
         "trials": 3, "executor": "launcher", "launcher": MPIRUN, "db": f"sqlite:///{tmp_path / 'study.db'}",
-        "finalize": {"candidates": 1, "alpha": 0.05}, "publish_dir": str(tmp_path / "rec"),
+        "finalize": {"candidates": 1, "alpha": 0.05}, "per_size": {"enabled": True, "top": 1, "rounds": 4},
+        "publish_dir": str(tmp_path / "rec"),
         "runs_dir": str(tmp_path / "runs")}))
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
     code, out = commcamp_output("tune", str(spec), "--dry-run", env=env)
@@ -130,11 +131,17 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     published = yaml.safe_load((tmp_path / "rec" / "local" / "local" / "recommendations.yaml").read_text())
     (rec,) = published["recommendations"]
     assert rec["scope"]["nodes"] == 1 and rec["evidence"]["trials_counted"] == 3
+    # The per-size stage swept every allreduce algorithm in one run under the recommended environment; 4
+    # rounds keep this test short (2 confirmation rounds: no change possible, tests/test_per_size.py decides).
+    per_size = rec["per_size_selection"]
+    assert per_size["rounds"] == 4 and [s["bytes"] for s in per_size["sizes"]] == [65536, 1 << 20]
+    assert all(s["winner"] is None for s in per_size["sizes"])
     # The lookup names the measured scope; another node count is refused, not extrapolated.
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "1", "--size", "1M", "--root", str(tmp_path / "rec"))
     assert code == 0, out
     assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
+    assert "per-size selection for 1048576 B: " in out
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "8", "--root", str(tmp_path / "rec"))
     assert code == 3

@@ -270,6 +270,40 @@ def changed_knobs(baseline_env: Mapping[str, str], env: Mapping[str, str]) -> in
     return sum(1 for name in set(baseline_env) | set(env) if baseline_env.get(name) != env.get(name))
 
 
+def decide_paired(
+    baseline_env: Mapping[str, str],
+    candidates: Mapping[str, Sequence[Candidate]],
+    log_ratios: Mapping[str, Mapping[int, np.ndarray]],
+    rejected: Mapping[str, Mapping[int, str]],
+    thresholds: Thresholds,
+    rng: np.random.Generator,
+) -> tuple[dict[str, Decision], int]:
+    """One decision per name from paired per-round log ratios log(t_baseline / t_candidate) of the
+    candidates `log_ratios[name]` holds (positive = candidate faster); candidates[name][i] not in it
+    must be in rejected[name]. Every test of every decision shares one Holm correction; returns the
+    decisions and the family size."""
+    measured = {
+        (name, i): _paired_statistics(series, thresholds, rng)
+        for name, by_candidate in log_ratios.items()
+        for i, series in by_candidate.items()
+    }
+    keys = list(measured)
+    adjusted = dict(zip(keys, holm([measured[k].p_value for k in keys]), strict=True))
+    judged = {
+        name: _judge(
+            name,
+            baseline_env,
+            candidates[name],
+            rejected[name],
+            {i: measured[name, i] for i in log_ratios[name]},
+            {i: adjusted[name, i] for i in log_ratios[name]},
+            thresholds,
+        )
+        for name in log_ratios
+    }
+    return judged, len(keys)
+
+
 RoundTimes = Mapping[int, Mapping[str, float]]  # per setting (-1 = baseline, i = candidates[i]): bucket -> time
 
 
@@ -292,25 +326,9 @@ def decide(
             return np.asarray([overall_time_us(measured[index]) for measured in rounds_data])
         return np.asarray([measured[index][decision] for measured in rounds_data])
 
-    measured = {
-        (name, i): _paired_statistics(np.log(series(-1, name)) - np.log(series(i, name)), thresholds, rng)
-        for name in names
-        for i in tested
-    }
-    keys = list(measured)
-    adjusted = dict(zip(keys, holm([measured[k].p_value for k in keys]), strict=True))
-    judged = {
-        name: _judge(
-            name,
-            baseline_env,
-            candidates,
-            rejected,
-            {i: measured[name, i] for i in tested},
-            {i: adjusted[name, i] for i in tested},
-            thresholds,
-        )
-        for name in names
-    }
+    log_ratios = {name: {i: np.log(series(-1, name)) - np.log(series(i, name)) for i in tested} for name in names}
+    judged, family = decide_paired(baseline_env, {name: candidates for name in names}, log_ratios,
+                                   {name: rejected for name in names}, thresholds, rng)
     overall = judged[OVERALL]
     if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
         judged = {
@@ -322,7 +340,7 @@ def decide(
             )
             for b in buckets
         }
-    return overall, {b.name: judged[b.name] for b in buckets}, len(keys)
+    return overall, {b.name: judged[b.name] for b in buckets}, family
 
 
 def finalize(
