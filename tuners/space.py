@@ -122,12 +122,15 @@ class SearchSpace:
             params.update(dimension.params_for(env.get(dimension.name)))
         return params
 
-    def may_corrupt_knobs(self, env: Mapping[str, str]) -> tuple[str, ...]:
-        """Knobs set in env whose safety class requires a validated re-run before acceptance."""
+    def unsafe_changes(self, baseline_env: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, ...]:
+        """Knobs that env sets, removes or alters relative to baseline_env (dropping a site default
+        such as Alps' NCCL_PROTO=^LL128 included) whose safety class is may-hang or above, or that are
+        not in the catalog: a candidate changing any of them is accepted only after validated runs."""
+        changed = sorted(name for name in set(baseline_env) | set(env) if baseline_env.get(name) != env.get(name))
         return tuple(
             name
-            for name in env
-            if name in self.catalog and self.catalog[name].safety is Safety.MAY_CORRUPT and name not in self.pinned
+            for name in changed
+            if name not in self.catalog or self.catalog[name].safety.rank >= Safety.MAY_HANG.rank
         )
 
 
