@@ -102,6 +102,13 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
         if "iters" in record and len(record["samples_us"]) != record["iters"]:
             raise RecordError(where, "samples_us",
                               f"{len(record['samples_us'])} samples for {record['iters']} iterations")
+    if "round_medians" in record:
+        rounds = record.get("rounds")
+        if rounds != len(record["round_medians"]):
+            raise RecordError(where, "round_medians",
+                              f"{len(record['round_medians'])} round medians for {rounds} rounds")
+        if "iters" in record and record["iters"] % rounds:
+            raise RecordError(where, "iters", f"{record['iters']} samples do not split into {rounds} rounds")
     stats = record.get("stats")
     if stats is not None and not stats["min_us"] <= stats["median_us"] <= stats["max_us"]:
         raise RecordError(where, "stats", "not ordered min_us <= median_us <= max_us")

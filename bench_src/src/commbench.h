@@ -111,7 +111,24 @@ enum cb_cap {
     CB_CAP_COPY = 1u << 6, /* local copy send -> recv (host <-> device) */
 };
 
+/* How a selection sweep (--selections) forces a choice: MPI_T control variables, commcamp's NCCL
+ * tuner plugin, or not at run time (one process per selection, through the environment). */
+enum cb_mechanism { CB_MECH_MPI_T, CB_MECH_PLUGIN, CB_MECH_PROCESS };
+
+#define CB_MAX_SELECTIONS 128
+
+/* One candidate of a selection sweep: the library's own choice ("own") or a forced one. */
+struct cb_selection {
+    char name[64]; /* "own", the library's name of the algorithm, or algorithm/protocol[/channels] */
+    enum cb_mechanism mechanism;
+    char cvar[128]; /* MPI_T variable written, "" for none */
+    int value;      /* value written to cvar; -1 for none */
+    int algorithm, protocol, channels; /* plugin: NCCL's ids, channels -1 = NCCL's count; else -1 */
+};
+
 enum cb_backend_bit { CB_ON_CPU = 1u << 0, CB_ON_CUDA = 1u << 1, CB_ON_HIP = 1u << 2 };
+
+struct cb_op;
 
 /* All counts are float32 elements. Every primitive returns CB_OK or CB_ERROR (+ cb_errorf), and
  * returns only when the data is in place (for GPUs: after stream completion) -- unless the
@@ -142,6 +159,16 @@ struct cb_transport {
     int (*bcast)(void *state, size_t count, int root);         /* in place in recv */
     int (*copy)(void *state, size_t count);
     int (*complete)(void *state); /* NULL: every primitive completes before it returns */
+    /* Selection sweep (--selections); NULL where the library has no run-time switch.
+     * selections: fills up to max candidates for op, the library's own choice first, and returns
+     * how many; 0 + cb_errorf(why) when the library has no run-time switch for op (then one
+     * process per selection is the way), -1 + cb_errorf on error. select (collective): the following
+     * calls run with sel; NULL: the library's own state again. refused (may be NULL): after the
+     * calls since select, CB_UNSUPPORTED (+ cb_errorf why) when the library refused the forced
+     * choice for any of them, else CB_OK. */
+    int (*selections)(void *state, const struct cb_op *op, struct cb_selection *out, int max);
+    int (*select)(void *state, const struct cb_op *op, const struct cb_selection *sel);
+    int (*refused)(void *state);
 };
 
 enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };
@@ -204,6 +231,8 @@ extern const struct cb_backend *const cb_backend;
 extern const struct cb_op *const cb_ops[];
 extern const struct cb_transport *const cb_transports[];
 const struct cb_op *cb_find_op(const char *name);
+/* The collectives a selection sweep covers: allreduce, allgather, alltoall, bcast, reduce_scatter. */
+int cb_op_has_selections(const struct cb_op *op);
 const struct cb_transport *cb_find_transport(const char *name);
 /* CB_ON_* bit of the backend compiled in. */
 unsigned cb_backend_bit(void);

@@ -17,6 +17,9 @@ static pthread_mutex_t emit_lock = PTHREAD_MUTEX_INITIALIZER;
 static int output_fd = -1;
 static int table_header_done;
 static const struct cb_ctx *rec_ctx;
+static struct cb_selection_record current_selection;
+static struct cb_selection current_sel;
+static char current_reason[CB_TEXT_MAX];
 /* Serialised once: "hostnames", "mpi_library", "devices", "versions", "env" values. */
 static char *hostnames_json, *mpi_library_json, *devices_json, *versions_json, *env_json;
 
@@ -261,8 +264,69 @@ static void begin_record(struct cb_json *j, const char *kind, const char *op, co
     }
 }
 
+void cb_record_selection(const struct cb_selection_record *sel)
+{
+    pthread_mutex_lock(&emit_lock); /* the watchdog thread emits too */
+    memset(&current_selection, 0, sizeof current_selection);
+    if (sel) {
+        current_sel = *sel->sel;
+        current_selection = *sel;
+        current_selection.sel = &current_sel;
+        snprintf(current_reason, sizeof current_reason, "%s", sel->reason ? sel->reason : "");
+        current_selection.reason = sel->reason ? current_reason : NULL;
+    }
+    pthread_mutex_unlock(&emit_lock);
+}
+
+static const char *mechanism_name(enum cb_mechanism m)
+{
+    return m == CB_MECH_MPI_T ? "mpi_t" : m == CB_MECH_PLUGIN ? "plugin" : "process";
+}
+
+static void optional_int(struct cb_json *j, const char *key, int value)
+{
+    cb_json_key(j, key);
+    if (value < 0)
+        cb_json_null(j);
+    else
+        cb_json_int(j, value);
+}
+
+/* Called with emit_lock held. */
+static void selection_json_locked(struct cb_json *j)
+{
+    const struct cb_selection *s = current_selection.sel;
+    if (!s)
+        return;
+    cb_json_key(j, "selection");
+    cb_json_begin_object(j);
+    cb_json_kstring(j, "name", s->name);
+    cb_json_kstring(j, "mechanism", mechanism_name(s->mechanism));
+    cb_json_key(j, "cvar");
+    if (s->cvar[0])
+        cb_json_string(j, s->cvar);
+    else
+        cb_json_null(j);
+    optional_int(j, "value", s->value);
+    if (s->mechanism == CB_MECH_PLUGIN) {
+        optional_int(j, "algorithm", s->algorithm);
+        optional_int(j, "protocol", s->protocol);
+        optional_int(j, "channels", s->channels);
+    }
+    cb_json_kbool(j, "available", current_selection.available);
+    cb_json_key(j, "reason");
+    if (current_selection.reason)
+        cb_json_string(j, current_selection.reason);
+    else
+        cb_json_null(j);
+    cb_json_end_object(j);
+}
+
 static void end_record(struct cb_json *j)
 {
+    pthread_mutex_lock(&emit_lock);
+    selection_json_locked(j);
+    pthread_mutex_unlock(&emit_lock);
     cb_json_kint(j, "ranks", rec_ctx->nranks);
     cb_json_kint(j, "nodes", rec_ctx->nnodes);
     cb_json_kraw(j, "hostnames", hostnames_json);
@@ -331,6 +395,14 @@ void cb_emit_result(const struct cb_result *r)
     cb_json_kbool(&j, "valid", valid);
     cb_json_kbool(&j, "check", r->check);
     cb_json_kint(&j, "wrong_elements", (long long)r->wrong);
+    if (r->rounds) {
+        cb_json_kint(&j, "rounds", r->rounds);
+        cb_json_key(&j, "round_medians");
+        cb_json_begin_array(&j);
+        for (int i = 0; i < r->rounds; i++)
+            cb_json_number(&j, r->round_medians[i]);
+        cb_json_end_array(&j);
+    }
     cb_json_key(&j, "error");
     cb_json_null(&j);
     cb_json_key(&j, "reason");
@@ -346,12 +418,13 @@ void cb_emit_result(const struct cb_result *r)
     pthread_mutex_lock(&emit_lock);
     write_line(&j);
     table_header();
-    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s\n", r->op, r->transport,
-           r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min, r->stats.p95,
-           r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
+    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s%s%s\n", r->op,
+           r->transport, r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min,
+           r->stats.p95, r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
            !r->check ? "unchecked"
            : valid   ? "ok"
-                     : "WRONG");
+                     : "WRONG",
+           current_selection.sel ? " selection=" : "", current_selection.sel ? current_selection.sel->name : "");
     fflush(stdout);
     pthread_mutex_unlock(&emit_lock);
     cb_json_free(&j);

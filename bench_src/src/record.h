@@ -19,6 +19,15 @@ struct cb_result {
     double aggregate_gbs; /* bidirectional only */
     int check;
     uint64_t wrong;
+    int rounds;                  /* selection sweep: interleaved rounds (samples_us = rounds x iters), else 0 */
+    const double *round_medians; /* selection sweep: median of each round's samples */
+};
+
+/* The selection a sweep's records are about (--selections). */
+struct cb_selection_record {
+    const struct cb_selection *sel;
+    int available;      /* 0: the library refused the forced choice */
+    const char *reason; /* why unavailable, or why mechanism is "process"; NULL */
 };
 
 /* Whether an environment variable belongs in a record's "env": tuning prefixes, minus the
@@ -34,6 +43,9 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
 /* Opens (appends to) the JSON Lines file; CB_ERROR + cb_errorf on failure. NULL: none. */
 int cb_output_open(const char *path);
 void cb_output_close(void);
+
+/* Records emitted from now on carry this "selection" (NULL: none, the default). */
+void cb_record_selection(const struct cb_selection_record *sel);
 
 void cb_emit_result(const struct cb_result *r);
 /* plan and inst may be NULL. */

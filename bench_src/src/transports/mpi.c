@@ -63,16 +63,19 @@ static int mpi_open(const struct cb_ctx *ctx, void **state)
             return CB_UNSUPPORTED;
         }
     }
-    *state = calloc(1, sizeof(struct cb_mpi_bufs));
-    if (!*state) {
+    struct cb_mpi_bufs *b = calloc(1, sizeof *b);
+    if (!b) {
         cb_errorf("out of memory");
         return CB_ERROR;
     }
+    b->comm = MPI_COMM_WORLD;
+    *state = b;
     return CB_OK;
 }
 
 static void mpi_close(void *state)
 {
+    cb_mpi_select(state, NULL, NULL);
     free(state);
 }
 
@@ -86,7 +89,8 @@ static int mpi_attach(void *state, const struct cb_bufs *bufs)
 
 static void mpi_detach(void *state)
 {
-    memset(state, 0, sizeof(struct cb_mpi_bufs));
+    struct cb_mpi_bufs *b = state;
+    b->send = b->recv = NULL;
 }
 
 static int mpi_send(void *state, int peer, size_t count)
@@ -94,7 +98,7 @@ static int mpi_send(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD), "MPI_Send");
+    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm), "MPI_Send");
 }
 
 static int mpi_recv(void *state, int peer, size_t count)
@@ -102,7 +106,7 @@ static int mpi_recv(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Recv");
 }
 
@@ -112,7 +116,7 @@ static int mpi_exchange(void *state, int to, int from, size_t count)
     if (!fits(count))
         return CB_ERROR;
     return cb_mpi_check(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, to, CB_TAG_DATA, b->recv, (int)count, MPI_FLOAT,
-                                     from, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                     from, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv");
 }
 
@@ -121,7 +125,7 @@ static int mpi_allreduce(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Allreduce");
 }
 
@@ -130,7 +134,7 @@ static int mpi_alltoall(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Alltoall");
 }
 
@@ -139,7 +143,7 @@ static int mpi_allgather(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Allgather");
 }
 
@@ -148,7 +152,7 @@ static int mpi_reduce_scatter(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Reduce_scatter_block");
 }
 
@@ -157,7 +161,7 @@ static int mpi_bcast(void *state, size_t count, int root)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, b->comm), "MPI_Bcast");
 }
 
 const struct cb_transport cb_transport_mpi = {
@@ -177,4 +181,6 @@ const struct cb_transport cb_transport_mpi = {
     .allgather = mpi_allgather,
     .reduce_scatter = mpi_reduce_scatter,
     .bcast = mpi_bcast,
+    .selections = cb_mpi_selections,
+    .select = cb_mpi_select,
 };
