@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
     args = parser.parse_args(argv[1:])
 
-    from campaigns.tuning import TuningSpec, prepare
+    from campaigns.tuning import TuningSpec, prepare, slurm_launcher
     from tuners.bench_finalize import clopper_pearson
     from tuners.finalize import Candidate, finalize
 
@@ -58,8 +58,10 @@ def main(argv: list[str]) -> int:
     tunes: list[dict[str, Any]] = []
     with slurm_cluster_env() as env, tempfile.TemporaryDirectory() as scratch:
         os.environ.update(env)  # srun and sinfo of the executor find this cluster
-        setup = prepare(TuningSpec.model_validate(spec_document(args.library, Path(scratch))), environ=env,
-                        ingest=False)
+        document = spec_document(args.library, Path(scratch))
+        # srun -N 2 -n 2 with the site's MPI plugin (a bare srun would start one singleton rank)
+        document["launcher"] = slurm_launcher(TuningSpec.model_validate(document), inside_allocation=False)
+        setup = prepare(TuningSpec.model_validate(document), environ=env, ingest=False)
         baseline = setup.space.env_from_values({n: setup.catalog[n].default for n in setup.space.knob_names})
         thresholds = setup.spec.finalize.thresholds()
         for tune in range(args.tunes):
