@@ -185,13 +185,17 @@ def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_buc
     return speedups, one_bucket
 
 
-def _one_finalization(seed: int, gain: float | str, noise_model: str, thresholds: Thresholds) -> dict[str, object]:
+def _one_finalization(seed: int, gain: float | str, noise_model: str, thresholds: Thresholds,
+                      rules: Sequence[str] = RULES) -> dict[str, object]:
     buckets = buckets_for_sizes(SIZES, 1)
     effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
     speedups, true_gain = _true_gains(gain, thresholds.min_effect, len(buckets), effect_bucket)
     report = finalize(realistic_evaluator(speedups, seed, noise_model), BASELINE,
                       [Candidate(env) for env in CANDIDATES], buckets, thresholds=thresholds, seed=seed)
-    accepted = accepted_by_rule(report)
+    if tuple(rules) == ("family-margin",):  # finalize's own decisions: no other rule to recompute
+        accepted = {"family-margin": [c for d in report.decisions for c in d.comparisons if c.accepted]}
+    else:
+        accepted = {rule: found for rule, found in accepted_by_rule(report).items() if rule in rules}
     return {
         "rounds": report.rounds_run,
         "false": {rule: any(true_gain(c) <= thresholds.min_effect for c in acc) for rule, acc in accepted.items()},
@@ -201,15 +205,15 @@ def _one_finalization(seed: int, gain: float | str, noise_model: str, thresholds
 
 
 def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, noise_model: str = "lognormal",
-                 workers: int = 1) -> dict[str, object]:
+                 workers: int = 1, rules: Sequence[str] = RULES) -> dict[str, object]:
     """Counts over `finalizations` seeds (0 .. finalizations-1) of one scenario and noise model."""
-    one = partial(_one_finalization, gain=gain, noise_model=noise_model, thresholds=thresholds)
+    one = partial(_one_finalization, gain=gain, noise_model=noise_model, thresholds=thresholds, rules=rules)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             outcomes = list(pool.map(one, range(finalizations), chunksize=8))
     else:
         outcomes = [one(seed) for seed in range(finalizations)]
-    false_changes = {rule: sum(bool(o["false"][rule]) for o in outcomes) for rule in RULES}  # type: ignore[index]
+    false_changes = {rule: sum(bool(o["false"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
     result: dict[str, object] = {
         "scenario": gain if gain == BOUNDARY else f"one bucket +{gain:g}" if gain else "A/A",
         "gain_in_2MiB_bucket": thresholds.min_effect if gain == BOUNDARY else gain,
@@ -221,7 +225,7 @@ def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, 
         "false_change_rate_ci95": {rule: clopper_pearson(n, finalizations) for rule, n in false_changes.items()},
     }
     if gain != BOUNDARY and gain:
-        found = {rule: sum(bool(o["found"][rule]) for o in outcomes) for rule in RULES}  # type: ignore[index]
+        found = {rule: sum(bool(o["found"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
         result["finalizations_that_found_the_effect"] = found
         result["power_ci95"] = {rule: clopper_pearson(n, finalizations) for rule, n in found.items()}
     return result
@@ -237,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="at least (finalize raises it to what the family needs)")
     parser.add_argument("--n-resamples", type=int, default=999, help="bootstrap resamples (finalize's default 9999)")
     parser.add_argument("--workers", type=int, default=1, help="processes")
+    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=RULES,
+                        help="decision rules counted (family-margin alone: no recomputation, fastest)")
     parser.add_argument("--commit", default="", help="the commit measured (recorded as given)")
     parser.add_argument("--out", type=Path, help="the JSON document (default: printed)")
     args = parser.parse_args(argv)
@@ -256,13 +262,13 @@ def main(argv: list[str] | None = None) -> int:
         for noise_model in args.noise:
             for gain in gains:
                 result = {"alpha": alpha, "min_effect": thresholds.min_effect,
-                          **run_scenario(gain, args.finalizations, thresholds, noise_model, args.workers)}
+                          **run_scenario(gain, args.finalizations, thresholds, noise_model, args.workers, args.rules)}
                 print(json.dumps(result), file=sys.stderr, flush=True)
                 results.append(result)
     document = {
         "what": " ".join(__doc__.split("    python -m")[0].split()),
         "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "rules": RULES,
+        "rules": args.rules,
         "n_resamples": args.n_resamples,
         "results": results,
         "seconds": round(time.time() - started, 1),
