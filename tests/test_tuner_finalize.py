@@ -149,7 +149,8 @@ def test_may_corrupt_candidate_needs_a_validated_rerun() -> None:
 
     report = finalize(corrupting, BASELINE, [Candidate(FASTER)], TWO_BUCKETS, needs_validation=needs)
     assert report.overall.verdict == "keep-defaults"
-    assert "validated re-run (NCCL_PROTO: may-hang/may-corrupt, changed from the baseline) failed" in report.overall.comparisons[0].reason
+    reason = report.overall.comparisons[0].reason
+    assert "validated re-run (NCCL_PROTO: may-hang/may-corrupt, changed from the baseline) failed" in reason
     assert "wrong elements" in report.overall.comparisons[0].reason
     report = finalize(
         DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 0), BASELINE, [Candidate(FASTER)], TWO_BUCKETS,

@@ -236,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finalizations", type=int, default=1000, help="per scenario, noise model and alpha")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.01])
     parser.add_argument("--gains", nargs="+", default=["0", BOUNDARY, "0.05", "0.10", "0.20"],
-                        help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere) or a gain in the 2 MiB bucket")
+                        help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere) or a gain in the 2 MiB "
+                        "bucket")
     parser.add_argument("--noise", nargs="+", default=list(NOISE_MODELS), choices=NOISE_MODELS)
     parser.add_argument("--rounds", type=int, default=2, help="at least (finalize raises it to what the family needs)")
     parser.add_argument("--n-resamples", type=int, default=999, help="bootstrap resamples (finalize's default 9999)")

@@ -274,7 +274,8 @@ class ProductConstraint(BaseModel):
         product = math.prod(int(values[name]) for name in self.product)
         if product <= self.at_most:
             return None
-        return f"{' x '.join(f'{n}={values[n]}' for n in self.product)} = {product} exceeds {self.at_most} ({self.source})"
+        factors = " x ".join(f"{name}={values[name]}" for name in self.product)
+        return f"{factors} = {product} exceeds {self.at_most} ({self.source})"
 
     def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
         """The largest value of `name` the constraint allows given the other knobs' values (None: no

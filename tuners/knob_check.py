@@ -116,7 +116,8 @@ def check_catalog(catalog: KnobCatalog, library: Library | str, version: str, cv
         cvar = cvars.get(name)
         if cvar is None:
             if applies:
-                findings.append(KnobFinding(knob.name, "missing", f"{library} {version} has no control variable {name}"))
+                findings.append(KnobFinding(knob.name, "missing",
+                                            f"{library} {version} has no control variable {name}"))
             continue
         checked.append(knob.name)
         if not applies:
