@@ -17,15 +17,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from tuners.catalog import CatalogError, KnobCatalog, Library
-from tuners.knob_check import CvarListError, check_catalog, format_report, parse_cvars
-
 REPO = Path(__file__).resolve().parent.parent
 EXIT_PROBLEMS = 1
 EXIT_UNUSABLE = 2
-COMMBENCH = {Library.OPENMPI: REPO / "build" / "bench" / "cpu-openmpi" / "commbench",
-             Library.MPICH: REPO / "build" / "bench" / "cpu-mpich" / "commbench"}
-VERSION_TOOL = {Library.OPENMPI: ["ompi_info", "--version"], Library.MPICH: ["mpichversion"]}
+LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (build/bench/cpu-LIBRARY)
+VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]}
 TIMEOUT_S = 120
 
 
@@ -39,7 +35,7 @@ def _output(cmd: list[str], what: str) -> str:
     return done.stdout
 
 
-def library_version(library: Library) -> str:
+def library_version(library: str) -> str:
     text = _output(VERSION_TOOL[library], f"{library} version")
     found = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
     if found is None:
@@ -58,17 +54,19 @@ def check(
     = False,
 ) -> None:
     """Compare the knob catalog with the installed MPI's MPI_T control variables."""
+    from tuners.catalog import CatalogError, KnobCatalog  # pydantic: loaded when the command runs
+    from tuners.knob_check import CvarListError, check_catalog, format_report, parse_cvars
+
     errors = Console(stderr=True)
-    if library not in (Library.OPENMPI.value, Library.MPICH.value):
+    if library not in LIBRARIES:
         errors.print(f"--library must be openmpi or mpich, not {escape(library)}")
         raise typer.Exit(EXIT_UNUSABLE)
-    lib = Library(library)
-    binary = commbench or COMMBENCH[lib]
+    binary = commbench or REPO / "build" / "bench" / f"cpu-{library}" / "commbench"
     try:
         catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
-        version = library_version_ or library_version(lib)
+        version = library_version_ or library_version(library)
         listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars")
-        report = check_catalog(catalog, lib, version, parse_cvars(listing.splitlines(), f"{binary} --list-cvars"))
+        report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), f"{binary} --list-cvars"))
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(EXIT_UNUSABLE) from None
