@@ -28,8 +28,8 @@ from tuners.finalize import (
     rounds_needed,
 )
 from tuners.per_size import TunerRule
-from tuners.space import build_space
 from tuners.recommendation import build_recommendation
+from tuners.space import build_space
 from tuners.writers import env_file_text
 
 SIZES = (64, 1024, 1 << 20, 1 << 26)
