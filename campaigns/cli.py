@@ -23,7 +23,7 @@ from rich.table import Table
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from campaigns import bench_cli, paths, plugin_cli, report_cli, results_cli, site_cli, tune_cli
+from campaigns import bench_cli, knobs_cli, paths, plugin_cli, report_cli, results_cli, site_cli, tune_cli
 from campaigns.characterize import PlacementError, placer_for, planned_job_options
 from campaigns.health import HealthCheck, print_summary, write_verdict
 from campaigns.runner import CampaignResult, nodes_out_of_service, plan_invocations, preflight, run_campaign
@@ -245,6 +245,7 @@ bench_cli.register(app)
 tune_cli.register(app)
 plugin_cli.register(app)
 site_cli.register(app)
+knobs_cli.register(app)
 
 
 def main() -> None:

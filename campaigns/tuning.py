@@ -640,7 +640,7 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         keep -= 1
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.may_corrupt_knobs)
+                      needs_validation=setup.space.unsafe_changes)
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))

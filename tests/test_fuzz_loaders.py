@@ -113,7 +113,8 @@ def test_knob_overrides_loader(overrides: Any) -> None:
 
 @FUZZ
 @given(documents(["schema_version", "knobs", "libraries", "type", "choices", "low", "high", "default",
-                  "safety", "description", "transports", "versions", "NCCL_ALGO"]))
+                  "safety", "description", "transports", "versions", "NCCL_ALGO", "unset", "source",
+                  "constraints", "product", "at_most"]))
 def test_knob_catalog_loader(document: Any) -> None:
     try:
         KnobCatalog.from_document(document, "fuzz-catalog.yaml")

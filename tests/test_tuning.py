@@ -72,7 +72,8 @@ def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, c
     assert validated.ok and validated.validated
     # A knob Open MPI does not know is never credited.
     fake = KnobCatalog.from_document({"schema_version": 1, "knobs": {"OMPI_MCA_coll_tuned_no_such_param": {
-        "libraries": ["openmpi"], "type": "bool", "safety": "safe", "description": "misspelt on purpose"}}},
+        "libraries": ["openmpi"], "type": "bool", "safety": "safe", "description": "misspelt on purpose",
+        "unset": "-", "source": "-"}}},
         "test catalog")
     unread = evaluator(tmp_path, fake)({"OMPI_MCA_coll_tuned_no_such_param": "1"})
     assert unread.failure is FailureKind.INVALID

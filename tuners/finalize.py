@@ -1,8 +1,10 @@
 """Finalization: decide, from fresh interleaved measurements, whether any candidate beats the baseline.
 
 Procedure (`FinalReport.test` says it in every output, with this finalization's numbers):
-1. Candidates whose environment sets a may-corrupt knob get one run with data validation on; a
-   run that fails or does not validate rejects the candidate.
+1. Candidates whose environment sets, removes or alters a may-hang or may-corrupt knob relative to
+   the baseline (dropping a site default included: `needs_validation(baseline, env)`, i.e.
+   SearchSpace.unsafe_changes) get one run with data validation on; a run that fails, does not
+   validate, or lacks a size of any bucket rejects the candidate.
 2. `rounds` rounds; in each, the baseline and every remaining candidate run once, in a freshly
    shuffled order (interleaving A B A B..., so drift hits all settings alike). A candidate that
    fails in any round is rejected; a round whose baseline failed is dropped.
@@ -350,25 +352,27 @@ def finalize(
     buckets: Sequence[SizeBucket],
     *,
     thresholds: Thresholds = Thresholds(),
-    needs_validation: Callable[[Mapping[str, str]], Sequence[str]] = lambda env: (),
+    needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
     seed: int = 0,
 ) -> FinalReport:
     """Re-measures baseline and candidates interleaved and returns the decisions. `needs_validation`
-    names the may-corrupt knobs an environment sets (SearchSpace.may_corrupt_knobs)."""
+    (baseline env, candidate env) names the unsafe knobs a candidate changes (SearchSpace.unsafe_changes)."""
     rng = np.random.default_rng(seed)
     notes: list[str] = []
     rejected: dict[int, str] = {}
     for i, candidate in enumerate(candidates):
-        risky = needs_validation(candidate.env)
+        risky = needs_validation(baseline_env, candidate.env)
         if not risky:
             continue
         check = evaluator(candidate.env, validate=True)
+        what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
+        unchecked = [b.name for b in buckets if check.ok and not any(b.contains(s) for s in check.times_us)]
         if not check.ok:
-            rejected[i] = (
-                f"validated re-run ({', '.join(risky)} may corrupt data) failed: {check.failure}: {check.reason}"
-            )
+            rejected[i] = f"{what} failed: {check.failure}: {check.reason}"
         elif not check.validated:
-            rejected[i] = f"validated re-run ({', '.join(risky)} may corrupt data) did not validate the data"
+            rejected[i] = f"{what} did not validate the data"
+        elif unchecked:
+            rejected[i] = f"{what} measured no size of bucket(s) {', '.join(unchecked)}"
     remaining = len(candidates) - len(rejected)
     planned_family = family_size(remaining, len(buckets))
     rounds = planned_rounds(thresholds, remaining, len(buckets))
