@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns import paths
 from campaigns.cli_options import DbOption, expected_errors
 from campaigns.store import open_store
 
@@ -92,16 +93,15 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
               "--include-referenced",
               help="delete directories the store or a health verdict still points to as well")] = False,
           runs_dir: Annotated[Optional[Path], typer.Option(
-              help="where the run directories are [default: results/runs]")] = None,
+              help="where the run directories are [default: <workspace>/runs]")] = None,
           db: DbOption = None) -> None:
-    """Delete old run directories (results/runs): those outside --keep-days and --keep-last; a dry run
+    """Delete old run directories (<workspace>/runs): those outside --keep-days and --keep-last; a dry run
     unless --yes. Directories the results store or a health verdict still points to are kept (and
     named) unless --include-referenced."""
     if keep_days is None and keep_last is None:
         raise typer.BadParameter("say what to keep: --keep-days N and/or --keep-last N", param_hint="--keep-days")
     if runs_dir is None:
-        from campaigns.runner import DEFAULT_RUNS_DIR  # lazily: the runner pulls in the campaign machinery
-        runs_dir = DEFAULT_RUNS_DIR
+        runs_dir = paths.runs_dir()
     console = Console()
     if not runs_dir.is_dir():
         console.print(f"no run directories: {escape(str(runs_dir))} does not exist")
