@@ -11,6 +11,7 @@ for that context.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -33,6 +34,9 @@ from campaigns.tuning import (
     TuningOutcome,
     TuningSetup,
     TuningSpec,
+    UntestedDecision,
+    check_spec,
+    executor_label,
     finalize_study,
     load_spec,
     make_tuner,
@@ -40,14 +44,16 @@ from campaigns.tuning import (
     publish_recommendation,
     run_tuning,
     slurm_launcher,
+    study_name,
     submit_workers,
     wait_for_jobs,
+    worker_spec,
     write_env_file,
     write_summary,
 )
 from tuners.evaluation import EvaluationAborted, format_bytes
 from tuners.recommend import format_lookup, lookup
-from tuners.study import StorageUnavailable, storage_problem, study_progress
+from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, storage_problem, study_progress
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -146,6 +152,8 @@ DbOpt = Annotated[Optional[str], typer.Option(
 PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (results/recommendations)")]
 PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
 RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
+StudyOpt = Annotated[Optional[str], typer.Option(
+    help="study name (default: the scope + executor + a digest of the knobs and knob files)")]
 
 
 def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
@@ -173,11 +181,24 @@ def _fields(**kwargs: Any) -> dict[str, Any]:
 def describe(setup: TuningSetup) -> list[str]:
     space = ", ".join(setup.space.knob_names)
     return [f"scope: {setup.scope.describe()}",
-            f"study: {setup.scope.study_name}",
+            f"study: {setup.study_name}",
             f"knobs searched: {space}",
             f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
             "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
             f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}"]
+
+
+def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
+    """What a dry run can tell before the probe run that reads the library's version."""
+    return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
+            f"when the study runs; give --library-version to see the study and its search space) op={spec.op} "
+            f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node}",
+            f"study: {spec.study or 'the scope + ' + executor_label(spec) + ' + a digest of the knob setup'}",
+            f"knobs asked for: {', '.join(spec.knobs) if spec.knobs else 'every catalog knob that applies'}",
+            f"knob files: {', '.join(knob_files) or 'none'}",
+            f"sizes: {', '.join(format_bytes(size) for size in spec.sizes)}; budget: "
+            + ", ".join(part for part in (f"{spec.trials} trials" if spec.trials else "",
+                                          f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part)]
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
@@ -218,7 +239,7 @@ def register(app: typer.Typer) -> None:
             "--finalize/--no-finalize", help="re-measure the best candidates and decide (default on)")] = None,
         publish_dir: PublishOpt = None,
         no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
-        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None,
+        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None, study: StudyOpt = None,
         workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
         summary: Annotated[Optional[Path], typer.Option(
@@ -233,7 +254,7 @@ def register(app: typer.Typer) -> None:
                          knob_overrides=knob_overrides, trials=trials,
                          budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
                          executor=executor, launcher=launcher, commbench=commbench, db=db,
-                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir)
+                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir, study=study)
         try:
             spec_obj = build_spec(spec, fields)
             if finalize is not None:
@@ -244,7 +265,18 @@ def register(app: typer.Typer) -> None:
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
+            if dry_run and spec_obj.library_version is None:  # the version needs a probe run: not in a dry run
+                _, knob_files = check_spec(spec_obj)
+                for line in plan_lines(spec_obj, knob_files):
+                    console.print(escape(line), highlight=False, soft_wrap=True)
+                return
             setup = prepare(spec_obj)
+            if workers:  # the workers run the trials (srun steps): the study is named for them
+                spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
+                                                                           setup.knob_files)})
+                setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
+        except StorageUnavailable as exc:
+            raise _fail(errors, f"cannot use the {exc}") from None
         except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
@@ -285,7 +317,7 @@ def register(app: typer.Typer) -> None:
         with _study_errors(Console(stderr=True), spec_obj.storage_url()):
             study = make_tuner(setup).run()
         progress = study_progress(study)
-        print(f"worker done: study {setup.scope.study_name}: {progress.counted} counted trials, "
+        print(f"worker done: study {setup.study_name}: {progress.counted} counted trials, "
               f"{len(setup.evaluator.durations_s)} run here", flush=True)
 
     @app.command()
@@ -298,6 +330,10 @@ def register(app: typer.Typer) -> None:
         knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
         sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
         publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
+        study: Annotated[Optional[str], typer.Option(help=(
+            "name stem of this run's study (default: the scope + srun + a digest of the knob setup); each "
+            "pretune makes a study of its own, <stem>/job<SLURM_JOB_ID>-<UTC time>, seeded with the best "
+            "settings of earlier studies of that stem"))] = None,
         trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
         summary: Annotated[Optional[Path], typer.Option(
             help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
@@ -327,19 +363,41 @@ def register(app: typer.Typer) -> None:
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             setup = prepare(spec_obj)
+            # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
+            stem = study or setup.study_name
+            setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"
+                                                          f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        except StorageUnavailable as exc:
+            raise _fail(errors, f"cannot use the {exc}") from None
         except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
-            tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
-            study = tuner.run()
+            storage = open_storage(spec_obj.storage_url(), heartbeat_interval=spec_obj.heartbeat_s,
+                                   grace_period=2 * spec_obj.heartbeat_s)
+            seeds = best_envs_of_studies(storage, stem, setup.space)
+            if seeds:
+                console.print(f"seeded with {len(seeds)} setting(s) of earlier studies {escape(stem)}*",
+                              highlight=False, soft_wrap=True)
+            tuner = make_tuner(setup, storage=storage, progress=True, timeout_s=total * trial_share,
+                               seed_envs=seeds)
+            study_obj = tuner.run()
             durations = setup.evaluator.durations_s
-            per_run = sum(durations) / len(durations) if durations else float("inf")
+            if not durations:
+                raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
+                                    f"{env_file} not written", EXIT_FAILED)
+            per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
-            outcome = TuningOutcome(study, dict(tuner.baseline_env))
-            outcome.report, outcome.recommendation = finalize_study(
-                setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
+            outcome = TuningOutcome(study_obj, dict(tuner.baseline_env))
+            try:
+                outcome.report, outcome.recommendation = finalize_study(
+                    setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run))
+            except UntestedDecision as exc:
+                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", EXIT_FAILED) from None
+            if outcome.report.rounds_used == 0 and study_progress(study_obj).counted < 2:
+                raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
+                                    f"untested; {env_file} not written (give a larger --budget)", EXIT_FAILED)
             outcome.published = publish_recommendation(setup, outcome.recommendation)
             write_env_file(env_file, outcome.recommendation, setup.catalog)
             if summary is not None:

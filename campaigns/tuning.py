@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -49,8 +52,8 @@ from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBu
 from tuners.finalize import Candidate, FinalReport, Thresholds, finalize, planned_rounds
 from tuners.recommendation import Recommendation, build_recommendation
 from tuners.scope import StudyScope
-from tuners.space import SearchSpace, build_space
-from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
+from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
+from tuners.study import SamplerName, Tuner, check_reachable, finalization_candidates, open_storage
 from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -211,15 +214,17 @@ class ReframeExecutor:
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
         self.runs_dir = runs_dir
         self.base_env = dict(base_env)
-        self.directory = _new_directory(runs_dir, "reframe")
-        spec_path = self.directory / "campaign.yaml"
-        spec_path.write_text(yaml.safe_dump({
+        self.spec_text = yaml.safe_dump({
             "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
-            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]}))
-        try:
-            self.campaign = load_campaign(spec_path)
-        except SpecError as exc:
-            raise ValueError(str(exc)) from None
+            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]})
+        with tempfile.TemporaryDirectory() as scratch:  # checked now; the run directory is made by the first run
+            spec_path = Path(scratch) / "campaign.yaml"
+            spec_path.write_text(self.spec_text)
+            try:
+                self.campaign = load_campaign(spec_path)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        self.directory: Path | None = None
         self.count = 0
         self.built: Path | None = None  # report of the run whose build later runs restore
 
@@ -239,6 +244,10 @@ class ReframeExecutor:
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         from campaigns.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
 
+        if self.directory is None:
+            self.directory = _new_directory(self.runs_dir, "reframe")
+            (self.directory / "campaign.yaml").write_text(self.spec_text)
+            self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1
         campaign = self.campaign_for(env, request, validate)
         (case,) = campaign.cases()
@@ -406,6 +415,8 @@ class TuningSpec(_Model):
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    study: str | None = Field(default=None, min_length=1, description=(
+        "study name (default: the scope's name + the executor and a digest of the knobs and knob files)"))
     heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
     publish_dir: Path | None = Field(default=DEFAULT_RECOMMENDATIONS_DIR, description="None: do not publish")
@@ -424,6 +435,15 @@ class TuningSpec(_Model):
         if outside:
             raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
         return sizes
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        from campaigns.site import ALL_OPS
+
+        if value not in ALL_OPS:
+            raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
@@ -508,6 +528,7 @@ class TuningSetup:
     buckets: tuple[SizeBucket, ...]
     evaluator: CommbenchEvaluator
     versions: dict[str, str]
+    study_name: str
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -543,10 +564,46 @@ def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
     return ingest
 
 
-def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
-    """Everything a study needs, checked before any trial runs. Without `library_version` one probe
-    run with the site's defaults at the smallest size reads it from commbench's records."""
+def executor_label(spec: TuningSpec) -> str:
+    """What runs the trials, as a study tells it apart: `reframe`, or the launcher's program (srun, mpirun)."""
+    return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
+
+
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -> str:
+    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for and the knob
+    files' content: trials of another executor or another knob setup go to a study of their own."""
+    if spec.study is not None:
+        return spec.study
+    setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
+             "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
+             "executor": executor_label(spec)}
+    digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{scope.study_name}/{executor_label(spec)}-{digest}"
+
+
+def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """What can be checked before anything is submitted: the site, partition and environment, the knob
+    files, the knobs asked for (whatever the library version), the executor and the study database
+    (reached, nothing created). Returns the site's catalog and the knob files used; ValueError
+    (StorageUnavailable for the database) naming the problem."""
     catalog, files = site_catalog(spec)
+    if spec.knobs:
+        try:
+            check_knob_names(catalog, Library(spec.library), spec.knobs, op=spec.op, transport=spec.transport)
+        except SpaceError as exc:
+            raise ValueError(f"knobs: {exc}") from None
+    site_env(spec)
+    if spec.executor == "launcher":
+        make_executor(spec, {})
+    check_reachable(spec.storage_url())
+    return catalog, files
+
+
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+    """Everything a study needs, checked before any trial runs (check_spec first). Without
+    `library_version` one probe run with the site's defaults at the smallest size reads it from
+    commbench's records."""
+    catalog, files = check_spec(spec)
     library = Library(spec.library)
     base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
     executor = make_executor(spec, base_env)
@@ -569,7 +626,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
     versions = {library.value: version, "commcamp": _git_commit()}
-    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions)
+    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
+                       study_name(spec, scope, files))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -587,10 +645,12 @@ def _git_commit() -> str:
 
 
 def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
-               timeout_s: float | None = None, n_trials: int | None = None) -> Tuner:
-    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget."""
+               timeout_s: float | None = None, n_trials: int | None = None,
+               seed_envs: Sequence[Mapping[str, str]] = ()) -> Tuner:
+    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget; `seed_envs`
+    are enqueued after the defaults (and the library defaults) when the study is created."""
     spec = setup.spec
-    seeds = [{}] if spec.seed_library_defaults else []
+    seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(
                      spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
@@ -598,7 +658,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
-                 seed_envs=seeds, progress=progress)
+                 seed_envs=seeds, progress=progress, study_name=setup.study_name)
 
 
 @dataclasses.dataclass
@@ -608,6 +668,10 @@ class TuningOutcome:
     report: FinalReport | None = None
     recommendation: Recommendation | None = None
     published: PublishedFiles | None = None
+
+
+class UntestedDecision(RuntimeError):
+    """Finalization could re-measure no candidate within its budget: no decision can be made."""
 
 
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
@@ -621,6 +685,10 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     while max_evaluations is not None and keep > 0 and \
             planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
         keep -= 1
+    if keep == 0 < len(found):
+        raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
+                               f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
+                               "for one): a decision now would be untested")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
                       needs_validation=setup.space.may_corrupt_knobs)
@@ -686,7 +754,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
               for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]
     rec = outcome.recommendation
     return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
-            "study": setup.scope.study_name, "knob_files": setup.knob_files,
+            "study": setup.study_name, "knob_files": setup.knob_files,
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"),
@@ -696,8 +764,6 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
 
 
 def write_summary(path: Path, setup: TuningSetup, outcome: TuningOutcome) -> None:
-    import json
-
     write_atomic(path, json.dumps(outcome_summary_data(setup, outcome), indent=2, default=str) + "\n")
 
 

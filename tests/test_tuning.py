@@ -122,7 +122,7 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
     code, out = commcamp_output("tune", str(spec), "--dry-run", env=env)
     assert code == 0, out
-    assert "knobs searched: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
+    assert "knobs asked for: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
     assert not (tmp_path / "study.db").exists() or "trials:" not in out
     code, out = commcamp_output("tune", str(spec), env=env)
     assert code == 0, out
