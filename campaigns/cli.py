@@ -22,6 +22,7 @@ from sqlalchemy.exc import ArgumentError
 
 from campaigns import plugin_cli, report_cli, results_cli, site_cli, tune_cli
 from campaigns.characterize import PlacementError, placer_for, planned_job_options
+from campaigns.console import make_console
 from campaigns.health import HealthCheck, print_summary, write_verdict
 from campaigns.runner import (DEFAULT_RUNS_DIR, CampaignResult, nodes_out_of_service, plan_invocations, preflight,
                               run_campaign)
@@ -134,7 +135,7 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    console, errors = Console(), Console(stderr=True)
+    console, errors = make_console(), make_console(stderr=True)
     try:
         campaign = load_campaign(spec, site)
     except SpecError as exc:

@@ -2,11 +2,13 @@
 campaigns/cli.py mounts it with register(app)."""
 from __future__ import annotations
 
+import csv
 import functools
 import hashlib
 import inspect
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 from sqlalchemy import JSON
 
+from campaigns.console import make_console
 from campaigns.records import load_records
 from campaigns.sizes import parse_size
 from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
 
 def _console(*, stderr: bool = False) -> Console:
     # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call.
-    return Console(stderr=stderr)
+    return make_console(stderr=stderr)
 
 
 DbOption = Annotated[Optional[str], typer.Option(
@@ -123,13 +126,31 @@ def _expected_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int) -> None:
-    table = Table(*columns, title=escape(title))
-    for row in rows:
-        table.add_row(*map(escape, row))  # values are data, not rich markup
-    _console().print(table)
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOption = Annotated[ListFormat, typer.Option(
+    "--format", help="table (rich), json (a list of objects) or csv (a header line, then one line per row)")]
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
+                 list_format: ListFormat = ListFormat.table) -> None:
+    if list_format is ListFormat.table:
+        table = Table(*columns, title=escape(title))
+        for row in rows:
+            table.add_row(*map(escape, row))  # values are data, not rich markup
+        _console().print(table)
+    elif list_format is ListFormat.json:
+        print(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=1))
+    else:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerows([columns, *rows])
     if len(rows) < total:
-        _console().print(f"showing {len(rows)} of {total}; use --limit 0 or narrower filters to see the rest")
+        _console(stderr=list_format is not ListFormat.table).print(
+            f"showing {len(rows)} of {total} (newest first); use --limit 0 or narrower filters to see the rest")
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -150,26 +171,29 @@ def list_runs(db: DbOption = None,
               status: Annotated[Optional[RunStatus], typer.Option()] = None,
               since: Annotated[Optional[str], typer.Option(help="started on or after (YYYY-MM-DD or ISO)")] = None,
               until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
-              limit: LimitOption = 100) -> None:
-    """List stored runs."""
+              limit: LimitOption = 100, list_format: FormatOption = ListFormat.table) -> None:
+    """List stored runs, newest first."""
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with _expected_errors(), open_store(db) as store:
-        runs = store.runs(**vars(run_filter))
+        runs = store.runs(**vars(run_filter))[::-1]
     rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
              str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
              str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
             for run in (runs[:limit] if limit else runs)]
     _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
-                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs))
+                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs),
+                 list_format)
 
 
 @_with_measurement_filters
-def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100) -> None:
-    """List stored measurements (one per commbench record)."""
+def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
+                      list_format: FormatOption = ListFormat.table) -> None:
+    """List stored measurements (one per commbench record), newest run first."""
     with _expected_errors(), open_store(db) as store:
         frame = store.measurements(**vars(filters))
+    frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
              _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
              "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
@@ -177,7 +201,7 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
             for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
     _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
                                                   "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
-                 rows, len(frame))
+                 rows, len(frame), list_format)
 
 
 class ExportFormat(str, Enum):

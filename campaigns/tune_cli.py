@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.markup import escape
 from sqlalchemy.exc import SQLAlchemyError
 
+from campaigns.console import make_console
 from campaigns.sizes import parse_size
 from campaigns.tuning import (
     DEFAULT_RECOMMENDATIONS_DIR,
@@ -41,6 +42,7 @@ from campaigns.tuning import (
     load_spec,
     make_tuner,
     prepare,
+    print_progress,
     publish_recommendation,
     run_tuning,
     slurm_launcher,
@@ -247,7 +249,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        console, errors = Console(), Console(stderr=True)
+        console, errors = make_console(), make_console(stderr=True)
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
                          tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, sizes=sizes, knobs=knobs,
@@ -295,7 +297,8 @@ def register(app: typer.Typer) -> None:
                 study = tuner.load_study()
                 outcome = TuningOutcome(study, dict(tuner.baseline_env))
                 if spec_obj.finalize.enabled:
-                    outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+                    outcome.report, outcome.recommendation = finalize_study(
+                        setup, study, tuner.baseline_env, log=print_progress)
                     outcome.published = publish_recommendation(setup, outcome.recommendation)
             else:
                 outcome = run_tuning(setup)
@@ -313,8 +316,8 @@ def register(app: typer.Typer) -> None:
             spec_obj = TuningSpec.model_validate_json(spec.read_text())
             setup = prepare(spec_obj)
         except (OSError, ValueError, EvaluationAborted) as exc:
-            raise _fail(Console(stderr=True), str(exc)) from None
-        with _study_errors(Console(stderr=True), spec_obj.storage_url()):
+            raise _fail(make_console(stderr=True), str(exc)) from None
+        with _study_errors(make_console(stderr=True), spec_obj.storage_url()):
             study = make_tuner(setup).run()
         progress = study_progress(study)
         print(f"worker done: study {setup.study_name}: {progress.counted} counted trials, "
@@ -340,7 +343,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
-        console, errors = Console(), Console(stderr=True)
+        console, errors = make_console(), make_console(stderr=True)
         if not os.environ.get("SLURM_JOB_ID"):
             raise _fail(errors, "pretune runs inside a Slurm allocation (salloc or an sbatch script): "
                                 "SLURM_JOB_ID is not set")
@@ -392,7 +395,8 @@ def register(app: typer.Typer) -> None:
             outcome = TuningOutcome(study_obj, dict(tuner.baseline_env))
             try:
                 outcome.report, outcome.recommendation = finalize_study(
-                    setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run))
+                    setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run),
+                    log=print_progress)
             except UntestedDecision as exc:
                 raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", EXIT_FAILED) from None
             if outcome.report.rounds_used == 0 and study_progress(study_obj).counted < 2:
@@ -421,7 +425,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
-        errors = Console(stderr=True)
+        errors = make_console(stderr=True)
         try:
             size_bytes = None if size is None else parse_size(size)
             result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,

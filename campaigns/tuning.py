@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -300,11 +300,14 @@ class CommbenchEvaluator:
         self.exempt = exempt
         self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
         self.durations_s: list[float] = []
+        self.run_done: Callable[[], None] | None = None  # called after each run (finalization's progress lines)
 
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         started = time.monotonic()
         outcome = self.executor.run({**env, **READ_LOG_ENV.get(self.library, {})}, self.request, validate)
         self.durations_s.append(time.monotonic() - started)
+        if self.run_done is not None:
+            self.run_done()
         evaluation = self.judge(env, outcome, validate)
         if self.ingest is not None:
             ids = self.ingest(env, outcome, evaluation)
@@ -674,10 +677,28 @@ class UntestedDecision(RuntimeError):
     """Finalization could re-measure no candidate within its budget: no decision can be made."""
 
 
+class _FinalizationLog:
+    """Says how far finalization is (it has no progress bar): at the start, then at most every `every_s`."""
+
+    def __init__(self, planned: int, log: Callable[[str], None], every_s: float = 10.0) -> None:
+        self.planned, self.log, self.every_s = planned, log, every_s
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def run_done(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done == self.planned:
+            self.last = now
+            self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
+
+
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
-                   max_evaluations: int | None = None) -> tuple[FinalReport, Recommendation]:
+                   max_evaluations: int | None = None,
+                   log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
-    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
+    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits;
+    `log` gets a progress line at the start and then at most every 10 s."""
     fin = setup.spec.finalize
     thresholds = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
@@ -690,11 +711,16 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
                                f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
                                "for one): a decision now would be untested")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
+    if log is not None and candidates:
+        planned = planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1)
+        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, {planned} runs planned")
+        setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
                       needs_validation=setup.space.may_corrupt_knobs)
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
+    setup.evaluator.run_done = None
     rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
     return report, rec
 
@@ -714,9 +740,15 @@ def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
     study = tuner.run()
     outcome = TuningOutcome(study, dict(tuner.baseline_env))
     if setup.spec.finalize.enabled:
-        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env,
+                                                                log=print_progress if progress else None)
         outcome.published = publish_recommendation(setup, outcome.recommendation)
     return outcome
+
+
+def print_progress(line: str) -> None:
+    """A progress line that reaches a log file or pipe at once."""
+    print(line, flush=True)
 
 
 def _command_output(cmd: list[str]) -> str:

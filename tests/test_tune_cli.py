@@ -1,7 +1,12 @@
 """`commcamp tune` on the local Slurm cluster, before and around the trials: what a dry run and bad input
-submit and write (nothing), and which study a tune uses (one per knob setup and executor, or --study)."""
+submit and write (nothing), and which study a tune uses (one per knob setup and executor, or --study);
+commcamp's listings where cron and sbatch read them (a pipe, not a terminal)."""
 from __future__ import annotations
 
+import csv
+import io
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +14,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from campaigns.spec import load_campaign
+from campaigns.store import open_store
 from fixtures_slurm import SlurmCluster
+from fixtures_store import commbench_record, run_info
 
 REPO = Path(__file__).resolve().parents[1]
 COMMCAMP = Path(sys.executable).with_name("commcamp")
@@ -72,3 +80,35 @@ def test_tunes_with_other_knobs_or_executor_get_their_own_study(slurm_cluster: S
     assert names[2].startswith(base + "reframe-") and names[3] == "mine"
     assert len(set(names)) == 4
     assert sorted(optuna.get_all_study_names(url)) == sorted(names)
+
+
+def piped(*args: str) -> subprocess.CompletedProcess[str]:
+    """commcamp as cron or sbatch runs it: stdout a pipe, no $COLUMNS."""
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
+    return subprocess.run([str(COMMCAMP), *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120,
+                          check=False)
+
+
+def test_output_off_a_terminal_is_full_width_newest_first_and_machine_readable(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    keys = [f"nightly/localslurm/localslurm:debug/openmpi/commbench_run/allreduce/n2/placement-spread/{n:02d}"
+            for n in range(7)]
+    with open_store(url) as store:
+        for number, key in enumerate(keys):  # records of their own: not the same measurement stored twice
+            store.ingest(run_info(key), [commbench_record(size=1024 * (number + 1))])
+    result = piped("results", "runs", "--db", url, "--limit", "5")
+    assert result.returncode == 0, result.stderr
+    shown = [key for line in result.stdout.splitlines() for key in keys if key in line]
+    assert shown == keys[::-1][:5], result.stdout  # whole run keys (> 80 columns), newest first
+    result = piped("results", "runs", "--db", url, "--limit", "5", "--format", "json")
+    assert [run["run key"] for run in json.loads(result.stdout)] == keys[::-1][:5]
+    assert "showing 5 of 7 (newest first)" in result.stderr
+    result = piped("results", "list", "--db", url, "--limit", "0", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 7 and rows[0]["op"] == "allreduce" and int(rows[0]["id"]) > int(rows[-1]["id"])
+    # The plan of a campaign names every run key whole.
+    spec = REPO / "campaigns" / "health-localslurm.yaml"
+    result = piped("run", str(spec), "--dry-run", "--tag", "2026-11-25", "--db", f"sqlite:///{tmp_path / 'none.db'}")
+    assert result.returncode == 0, result.stderr
+    cases = load_campaign(spec).cases("2026-11-25")
+    assert cases and all(case.run_key in result.stdout for case in cases), result.stdout

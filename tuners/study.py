@@ -426,9 +426,13 @@ class _ProgressDisplay:
             TextColumn("{task.fields[best]}"),
         )
         self.task = self.bar.add_task(name, total=total, best="")
+        self.total = total
+        self.lines = not self.bar.console.is_terminal  # a log (pipe, file, batch job): one line per trial
+        self.counted: int | None = None
+        self.started = time.monotonic()
 
     def __enter__(self) -> _ProgressDisplay:
-        if self.enabled:
+        if self.enabled and not self.lines:
             # Optuna's per-trial INFO lines would tear the bar apart; the bar says the same.
             self.verbosity = optuna.logging.get_verbosity()
             optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -436,7 +440,7 @@ class _ProgressDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+        if self.enabled and not self.lines:
             self.bar.stop()
             optuna.logging.set_verbosity(self.verbosity)
 
@@ -448,6 +452,10 @@ class _ProgressDisplay:
                 best += f" ({(progress.best_speedup - 1) * 100:+.1f}% vs defaults)"
         best += f"  failed {progress.failed}"
         self.bar.update(self.task, completed=progress.counted, best=best)
+        if self.enabled and self.lines and progress.counted != self.counted:
+            self.counted = progress.counted
+            print(f"trials: {progress.counted}{'' if self.total is None else f' of {self.total}'} counted, "
+                  f"{time.monotonic() - self.started:.0f} s; {best}", flush=True)
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
