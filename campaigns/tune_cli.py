@@ -130,7 +130,7 @@ def _stopping_cause(exc: BaseException | None) -> BaseException | None:
 # Options shared by tune and pretune: None = keep the spec's value (or the model default).
 SpecOpt = Annotated[Optional[Path], typer.Argument(help="tuning spec (YAML); options override its fields")]
 SiteOpt = Annotated[Optional[str], typer.Option(help="site (site_configs/<site>/)")]
-SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition")]
+SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition, or a system of one partition")]
 EnvironOpt = Annotated[Optional[str], typer.Option(help="programming environment / MPI (openmpi, mpich)")]
 LibraryOpt = Annotated[Optional[str], typer.Option(help="library whose knobs are tuned: nccl, openmpi, mpich, ...")]
 LibVersionOpt = Annotated[Optional[str], typer.Option(help="its version (default: read from a probe run)")]
@@ -414,7 +414,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def recommend(
         site: Annotated[str, typer.Option(help="site")],
-        system: Annotated[str, typer.Option(help="system")],
+        system: Annotated[str, typer.Option(help="system, or system:partition (as tune takes it)")],
         op: Annotated[str, typer.Option(help="commbench op, e.g. allreduce")],
         nodes: Annotated[int, typer.Option(help="node count of the job")],
         size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
@@ -426,6 +426,10 @@ def register(app: typer.Typer) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
         errors = make_console(stderr=True)
+        system, _, named = system.partition(":")
+        if named and partition not in (None, named):
+            raise _fail(errors, f"--system {system}:{named} and --partition {partition} name two partitions")
+        partition = partition or named or None
         try:
             size_bytes = None if size is None else parse_size(size)
             result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,

@@ -389,7 +389,8 @@ class TuningSpec(_Model):
     YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
 
     site: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
-    system: str = Field(description="system:partition (ReFrame executor: a partition of the site)")
+    system: str = Field(description="system:partition, or a system of one partition (ReFrame executor: a "
+                                    "partition of the site)")
     environ: str = Field(default="openmpi", description="programming environment (ReFrame) / MPI of the binary")
     library: Library
     library_version: str | None = Field(default=None, description="None: read from a probe run's records")
@@ -439,6 +440,15 @@ class TuningSpec(_Model):
             raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
         return sizes
 
+    @model_validator(mode="before")
+    @classmethod
+    def _partition(cls, data: Any) -> Any:
+        """`system` without `:partition` names the system's only partition (the site's site.yaml)."""
+        if isinstance(data, dict) and isinstance(data.get("system"), str) and ":" not in data["system"] \
+                and isinstance(data.get("site"), str):
+            return {**data, "system": only_partition(data["site"], data["system"])}
+        return data
+
     @field_validator("op")
     @classmethod
     def _op(cls, value: str) -> str:
@@ -451,7 +461,8 @@ class TuningSpec(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
         if ":" not in self.system:
-            raise ValueError(f"system {self.system!r} must be system:partition")
+            raise ValueError(f"system {self.system!r} must be system:partition (or a system of site.yaml with "
+                         "one partition)")
         if self.trials is None and self.budget_s is None:
             raise ValueError("give a budget: trials and/or budget_s")
         if self.executor == "reframe" and self.transport != "mpi":
@@ -845,6 +856,21 @@ def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
         raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
                          f"has {partition.nodes}")
     return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def only_partition(site_name: str, system_name: str) -> str:
+    """system:partition for a system of one partition; `system_name` unchanged where the site or system
+    is unknown (reported later, with what there is); ValueError when the system has several partitions."""
+    from campaigns.site import SiteError, load_site
+
+    try:
+        system = load_site(site_name).system(system_name)
+    except (SiteError, KeyError):
+        return system_name
+    if len(system.partitions) > 1:
+        raise ValueError(f"system {system_name!r} of site {site_name!r} has partitions "
+                         f"{', '.join(p.name for p in system.partitions)}: give system:partition")
+    return f"{system_name}:{system.partitions[0].name}"
 
 
 def site_env(spec: TuningSpec) -> dict[str, str]:
