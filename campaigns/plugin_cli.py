@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.tuning import DEFAULT_PLUGIN, REPO_ROOT
+from campaigns.paths import DEFAULT_PLUGIN, REPO_ROOT
 
 SOURCE_DIR = REPO_ROOT / "bench_src" / "nccl_tuner"
 PLUGIN_FILE = DEFAULT_PLUGIN.name

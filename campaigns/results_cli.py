@@ -17,21 +17,17 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from sqlalchemy import JSON
 
 from campaigns.console import make_console
-from campaigns.records import load_records
-from campaigns.sizes import parse_size
-from campaigns.store import MeasurementFilter, RunFilter, RunInfo, StoreError, open_store
-from campaigns.store.models import Measurement
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
+    import numpy as np
     import pandas
+
+    from campaigns.store import MeasurementFilter
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -84,6 +80,9 @@ _MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 
 
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    from campaigns.sizes import parse_size
+    from campaigns.store import MeasurementFilter
+
     def size(name: str) -> int | None:
         text = options[name]
         if text is None:
@@ -102,7 +101,8 @@ def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
 
 def _with_measurement_filters(command: Callable[..., None]) -> Callable[..., None]:
     """Give `command` the filter options; it receives them as one MeasurementFilter `filters`."""
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "filters"]
+    own = [p.replace(annotation=eval(p.annotation, command.__globals__)) if isinstance(p.annotation, str) else p
+           for p in inspect.signature(command).parameters.values() if p.name != "filters"]  # the store loads later
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
              for name, annotation in _MEASUREMENT_FILTER_OPTIONS.items()]
 
@@ -119,6 +119,8 @@ def _with_measurement_filters(command: Callable[..., None]) -> Callable[..., Non
 @contextmanager
 def _expected_errors() -> Iterator[None]:
     """Bad input and database trouble end the command with a one-line message and exit status 1."""
+    from campaigns.store import StoreError
+
     try:
         yield
     except (StoreError, ValueError, OSError) as exc:
@@ -139,6 +141,8 @@ FormatOption = Annotated[ListFormat, typer.Option(
 def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
                  list_format: ListFormat = ListFormat.table) -> None:
     if list_format is ListFormat.table:
+        from rich.table import Table
+
         table = Table(*columns, title=escape(title))
         for row in rows:
             table.add_row(*map(escape, row))  # values are data, not rich markup
@@ -173,6 +177,8 @@ def list_runs(db: DbOption = None,
               until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
               limit: LimitOption = 100, list_format: FormatOption = ListFormat.table) -> None:
     """List stored runs, newest first."""
+    from campaigns.store import RunFilter, open_store
+
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
@@ -191,6 +197,8 @@ def list_runs(db: DbOption = None,
 def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
                       list_format: FormatOption = ListFormat.table) -> None:
     """List stored measurements (one per commbench record), newest run first."""
+    from campaigns.store import open_store
+
     with _expected_errors(), open_store(db) as store:
         frame = store.measurements(**vars(filters))
     frame = frame.sort_values("run_id", ascending=False, kind="stable")
@@ -220,6 +228,11 @@ def export(filters: MeasurementFilter,
            db: DbOption = None) -> None:
     """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
     written as JSON text."""
+    from sqlalchemy import JSON
+
+    from campaigns.store import open_store
+    from campaigns.store.models import Measurement
+
     if export_format is None:
         try:
             export_format = ExportFormat(output.suffix.lstrip(".").lower())
@@ -257,6 +270,8 @@ _SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "
 
 def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
     """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    import numpy as np
+
     ids = [mid for mid in measurements["measurement_id"] if mid in samples]
     counts = [len(samples[mid]) for mid in ids]
     identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]
@@ -295,6 +310,9 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
            db: DbOption = None) -> None:
     """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result)."""
+    from campaigns.records import load_records
+    from campaigns.store import RunInfo, open_store
+
     parameters = _parameters(param or [])
     with _expected_errors():
         records = load_records(file)

@@ -42,14 +42,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns.characterize import Placer, PlacementError, Topology
+from campaigns.paths import DEFAULT_RUNS_DIR, REPO_ROOT
 from campaigns.records import parse_record_lines
 from campaigns.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store, StoreError
 from campaigns.subproc import die_with_this_process
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CHECKS_DIR = REPO_ROOT / "reframe_checks"
-DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
 RECORDS_FILE = "commbench.jsonl"
 REPORT_FILE = "report.json"
 REFRAME_LOG = "reframe.out"

@@ -20,42 +20,17 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy.exc import SQLAlchemyError
 
 from campaigns.console import make_console
-from campaigns.sizes import parse_size
-from campaigns.tuning import (
-    DEFAULT_RECOMMENDATIONS_DIR,
-    TuningOutcome,
-    TuningSetup,
-    TuningSpec,
-    UntestedDecision,
-    check_spec,
-    executor_label,
-    finalize_study,
-    load_spec,
-    make_tuner,
-    prepare,
-    print_progress,
-    publish_recommendation,
-    run_tuning,
-    slurm_launcher,
-    study_name,
-    submit_workers,
-    wait_for_jobs,
-    worker_spec,
-    write_env_file,
-    write_summary,
-)
-from tuners.evaluation import EvaluationAborted, format_bytes
-from tuners.recommend import format_lookup, lookup
-from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, storage_problem, study_progress
+from campaigns.paths import DEFAULT_RECOMMENDATIONS_DIR
+
+if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
+    from campaigns.tuning import TuningOutcome, TuningSetup, TuningSpec
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -81,6 +56,10 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
     """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
     written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
     one clear message instead of a traceback. What Optuna committed stays committed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.study import StorageUnavailable, storage_problem
+
     previous_hook = threading.excepthook
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
@@ -118,6 +97,10 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
 def _stopping_cause(exc: BaseException | None) -> BaseException | None:
     """The database error or aborted evaluation behind `exc`, if any. Optuna 5.0 can hide a database error
     that hit its own bookkeeping behind an UnboundLocalError (optuna/study/_optimize.py, _run_trial)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.evaluation import EvaluationAborted
+
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, (SQLAlchemyError, EvaluationAborted)):
@@ -161,6 +144,10 @@ StudyOpt = Annotated[Optional[str], typer.Option(
 def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
     """The spec file with the given fields replaced, or a spec from the fields alone; ValueError with
     every problem otherwise."""
+    from pydantic import ValidationError
+
+    from campaigns.tuning import TuningSpec, load_spec
+
     given = {k: v for k, v in fields.items() if v is not None}
     for key in ("knobs", "launcher"):
         if isinstance(given.get(key), str):
@@ -192,6 +179,9 @@ def describe(setup: TuningSetup) -> list[str]:
 
 def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
     """What a dry run can tell before the probe run that reads the library's version."""
+    from campaigns.tuning import executor_label
+    from tuners.evaluation import format_bytes
+
     return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
             f"when the study runs; give --library-version to see the study and its search space) op={spec.op} "
             f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node}",
@@ -204,6 +194,8 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
+    from tuners.study import study_progress
+
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
     if progress.best_speedup is not None:
@@ -249,6 +241,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
+        from campaigns.tuning import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare, print_progress,
+                                      publish_recommendation, run_tuning, study_name, submit_workers, wait_for_jobs,
+                                      worker_spec, write_summary)
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import StorageUnavailable, study_progress
+
         console, errors = make_console(), make_console(stderr=True)
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
@@ -312,6 +310,10 @@ def register(app: typer.Typer) -> None:
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
         """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
+        from campaigns.tuning import TuningSpec, make_tuner, prepare
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import study_progress
+
         try:
             spec_obj = TuningSpec.model_validate_json(spec.read_text())
             setup = prepare(spec_obj)
@@ -343,6 +345,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
+        from campaigns.tuning import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
+                                      print_progress, publish_recommendation, slurm_launcher, write_env_file,
+                                      write_summary)
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, study_progress
+
         console, errors = make_console(), make_console(stderr=True)
         if not os.environ.get("SLURM_JOB_ID"):
             raise _fail(errors, "pretune runs inside a Slurm allocation (salloc or an sbatch script): "
@@ -425,6 +433,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
+        from campaigns.sizes import parse_size
+        from tuners.evaluation import format_bytes
+        from tuners.recommend import format_lookup, lookup
+
         errors = make_console(stderr=True)
         system, _, named = system.partition(":")
         if named and partition not in (None, named):

@@ -44,6 +44,7 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns.paths import DEFAULT_PLUGIN, DEFAULT_RECOMMENDATIONS_DIR, DEFAULT_RUNS_DIR, REPO_ROOT
 from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
 from campaigns.sizes import parse_size
 from campaigns.subproc import die_with_this_process
@@ -56,11 +57,7 @@ from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import SamplerName, Tuner, check_reachable, finalization_candidates, open_storage
 from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 KNOBS_DIR = REPO_ROOT / "site_configs" / "knobs"
-DEFAULT_RECOMMENDATIONS_DIR = REPO_ROOT / "results" / "recommendations"
-DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
-DEFAULT_PLUGIN = REPO_ROOT / "build" / "nccl_tuner-release" / "libnccl-tuner-commcamp.so"  # commcamp plugin build
 RECORDS_FILE = "commbench.jsonl"
 OUTPUT_FILE = "output.txt"
 

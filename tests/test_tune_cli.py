@@ -112,3 +112,12 @@ def test_output_off_a_terminal_is_full_width_newest_first_and_machine_readable(t
     assert result.returncode == 0, result.stderr
     cases = load_campaign(spec).cases("2026-11-25")
     assert cases and all(case.run_key in result.stdout for case in cases), result.stdout
+
+
+def test_commcamp_starts_without_its_heavy_libraries() -> None:
+    """`commcamp --help` (the CLI module) loads none of the libraries behind the commands: they cost ~2 s."""
+    heavy = ("optuna", "sqlalchemy", "pandas", "numpy", "scipy", "reframe", "jsonschema", "pydantic")
+    code = f"import sys, campaigns.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
+                            check=True)
+    assert result.stdout.strip() == "[]"
