@@ -52,7 +52,7 @@ def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_clus
     end = slurm_cluster.wait_job_end(job, timeout=300)
     log = (tmp_path / f"job-{job}.out").read_text()
     assert (end.state, end.exit_code) == ("COMPLETED", 0), log[-3000:]
-    assert f"wrote tuned-{job}.env after" in log
+    assert f"wrote tuned-{job}.env after" in log, log[-3000:]
     env_text = (tmp_path / f"tuned-{job}.env").read_text()
     assert env_text.startswith("# commcamp recommendation")
     # The planted 4 KiB buffers cost far more than the noise: the recommendation moves away from them
