@@ -13,23 +13,18 @@ import shlex
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from campaigns import bench_cli, knobs_cli, paths, plugin_cli, report_cli, results_cli, site_cli, tune_cli
-from campaigns.characterize import PlacementError, placer_for, planned_job_options
-from campaigns.health import HealthCheck, print_summary, write_verdict
-from campaigns.runner import CampaignResult, nodes_out_of_service, plan_invocations, preflight, run_campaign
-from campaigns.site import site_search_path
-from campaigns.spec import SLURM_SCHEDULERS, Campaign, SpecError, load_campaign
-from campaigns.store import StoreError, default_url, open_store
+from campaigns.console import make_console
+
+if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
+    from campaigns.runner import CampaignResult
+    from campaigns.spec import Campaign
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -45,6 +40,9 @@ app = typer.Typer(
 
 def _stored_nothing_yet(url: str) -> bool:
     """A SQLite URL whose file does not exist: nothing is stored (and a dry run must not create it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -65,6 +63,12 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def _print_summary(console: Console, campaign: Campaign, result: CampaignResult) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from campaigns.runner import nodes_out_of_service
+    from campaigns.spec import SLURM_SCHEDULERS
+
     targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
     table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
                   caption="lat: latency (us) at the smallest size; goodput, busbw (GB/s) at the largest; "
@@ -99,6 +103,11 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
 
 
 def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
+    from rich.table import Table
+
+    from campaigns.characterize import planned_job_options
+    from campaigns.runner import plan_invocations
+
     cases = campaign.cases(tag)
     table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
     for column in ("run key", "op", "transport", "nodes", "tasks", "placement", "env", "action"):
@@ -137,7 +146,13 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    console, errors = Console(), Console(stderr=True)
+    from campaigns.characterize import PlacementError, placer_for
+    from campaigns.health import HealthCheck, print_summary, write_verdict
+    from campaigns.runner import preflight, run_campaign
+    from campaigns.spec import SpecError, load_campaign
+    from campaigns.store import StoreError, default_url, open_store
+
+    console, errors = make_console(), make_console(stderr=True)
     runs_dir = runs_dir or paths.runs_dir()
     try:
         campaign = load_campaign(spec, site)
@@ -235,6 +250,8 @@ def show_paths(
         for name, value in paths.subprocess_env().items():
             print(f"export {name}={shlex.quote(value)}")
         return
+    from campaigns.site import site_search_path
+
     print(f"workspace: {paths.workspace()}\nbuilds: {paths.build_dir()}\nshipped files: {paths.DATA_ROOT}\n"
           f"site search path: {os.pathsep.join(str(p) for p in site_search_path())}")
 

@@ -8,14 +8,16 @@ import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import date, datetime
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from campaigns.sizes import parse_size
-from campaigns.store import MeasurementFilter, StoreError, StoreUnavailable
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
+    from campaigns.store import MeasurementFilter
 
 DbOption = Annotated[Optional[str], typer.Option(
     "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
@@ -52,6 +54,8 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 
 
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    from campaigns.store import MeasurementFilter
+
     def size(name: str) -> int | None:
         text = options[name]
         if text is None:
@@ -70,7 +74,8 @@ def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
 
 def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None]:
     """Give `command` the filter options; it receives them as one MeasurementFilter `filters`."""
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "filters"]
+    own = [p.replace(annotation=eval(p.annotation, command.__globals__)) if isinstance(p.annotation, str) else p
+           for p in inspect.signature(command).parameters.values() if p.name != "filters"]  # the store loads later
     added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
              for name, annotation in MEASUREMENT_FILTER_OPTIONS.items()]
 
@@ -88,6 +93,8 @@ def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None
 def expected_errors() -> Iterator[None]:
     """Bad input and database trouble end the command with a one-line message and exit status 1; a
     database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli.py)."""
+    from campaigns.store import StoreError, StoreUnavailable
+
     try:
         yield
     except StoreUnavailable as exc:

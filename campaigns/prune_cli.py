@@ -23,7 +23,6 @@ from rich.markup import escape
 
 from campaigns import paths
 from campaigns.cli_options import DbOption, expected_errors
-from campaigns.store import open_store
 
 REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: results/runs/reframe
 HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli.py DEFAULT_HEALTH_DIR)
@@ -69,6 +68,8 @@ def mark_references(directories: list[RunDirectory], runs_dir: Path, db: str | N
 
     def pointed_to(text: str) -> list[RunDirectory]:
         return [d for prefix, d in prefixes.items() if text == prefix or f"{prefix}/" in text]
+
+    from campaigns.store import open_store
 
     with open_store(db) as store:
         for run in store.runs():

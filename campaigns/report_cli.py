@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from campaigns.cli_options import DbOption, expected_errors, with_measurement_filters
-from campaigns.report import Nominal, build_report
-from campaigns.site import SiteError, load_site
-from campaigns.spec import Campaign
-from campaigns.store import MeasurementFilter, Store, open_store
-from tuners.writers import write_atomic
+
+if TYPE_CHECKING:  # loaded when a report is written: `commcamp --help` stays fast
+    from campaigns.report import Nominal
+    from campaigns.spec import Campaign
+    from campaigns.store import MeasurementFilter, Store
 
 
 _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
@@ -25,6 +25,9 @@ _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-d
 def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
     """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
     host_device; a range gives its two ends). A name without site data has none."""
+    from campaigns.report import Nominal
+    from campaigns.site import SiteError, load_site
+
     try:
         site = load_site(site_name)
     except SiteError:
@@ -45,6 +48,8 @@ def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[
 
 
 def _parse_nominal(texts: list[str]) -> list[Nominal]:
+    from campaigns.report import Nominal
+
     nominal = []
     for text in texts:
         match = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9.]+(?:[eE][0-9]+)?)\s*", text)
@@ -68,6 +73,9 @@ def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
+    from campaigns.report import build_report
+    from tuners.writers import write_atomic
+
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
                         nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
                         campaign=[campaign.name])
@@ -86,6 +94,10 @@ def report(filters: MeasurementFilter,
                "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
+    from campaigns.report import build_report
+    from campaigns.store import open_store
+    from tuners.writers import write_atomic
+
     links = _parse_nominal(nominal or [])
     with expected_errors():
         verdicts = _load_verdicts(verdict or [])

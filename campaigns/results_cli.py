@@ -2,39 +2,38 @@
 campaigns/cli.py mounts it with register(app)."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from sqlalchemy import JSON
 
 from campaigns.cli_options import DbOption, parse_when
 from campaigns.cli_options import expected_errors as _expected_errors
 from campaigns.cli_options import with_measurement_filters as _with_measurement_filters
+from campaigns.console import make_console
 from campaigns.prune_cli import prune
-from campaigns.records import load_records, validate_record
-from campaigns.site import SiteError, load_site
-from campaigns.store import MeasurementFilter, RunFilter, RunInfo, open_store, records_digest
-from campaigns.store.models import Measurement
-from tuners.writers import new_file_mode
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
+    import numpy as np
     import pandas
+
+    from campaigns.store import MeasurementFilter
 
 
 def _console(*, stderr: bool = False) -> Console:
-    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call.
-    return Console(stderr=stderr)
+    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call; full
+    # width when not on a terminal (campaigns/console.py).
+    return make_console(stderr=stderr)
 
 
 LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
@@ -49,13 +48,33 @@ def human_size(size: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int) -> None:
-    table = Table(*columns, title=escape(title))
-    for row in rows:
-        table.add_row(*map(escape, row))  # values are data, not rich markup
-    _console().print(table)
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOption = Annotated[ListFormat, typer.Option(
+    "--format", help="table (rich), json (a list of objects) or csv (a header line, then one line per row)")]
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
+                 list_format: ListFormat = ListFormat.table) -> None:
+    if list_format is ListFormat.table:
+        from rich.table import Table
+
+        table = Table(*columns, title=escape(title))
+        for row in rows:
+            table.add_row(*map(escape, row))  # values are data, not rich markup
+        _console().print(table)
+    elif list_format is ListFormat.json:
+        print(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=1))
+    else:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerows([columns, *rows])
     if len(rows) < total:
-        _console().print(f"showing {len(rows)} of {total}; use --limit 0 or narrower filters to see the rest")
+        _console(stderr=list_format is not ListFormat.table).print(
+            f"showing {len(rows)} of {total} (newest first); use --limit 0 or narrower filters to see the rest")
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -76,26 +95,33 @@ def list_runs(db: DbOption = None,
               status: Annotated[Optional[RunStatus], typer.Option()] = None,
               since: Annotated[Optional[str], typer.Option(help="started on or after (YYYY-MM-DD or ISO)")] = None,
               until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
-              limit: LimitOption = 100) -> None:
-    """List stored runs."""
+              limit: LimitOption = 100, list_format: FormatOption = ListFormat.table) -> None:
+    """List stored runs, newest first."""
+    from campaigns.store import RunFilter, open_store
+
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with _expected_errors(), open_store(db) as store:
-        runs = store.runs(**vars(run_filter))
+        runs = store.runs(**vars(run_filter))[::-1]
     rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
              str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
              str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
             for run in (runs[:limit] if limit else runs)]
     _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
-                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs))
+                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs),
+                 list_format)
 
 
 @_with_measurement_filters
-def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100) -> None:
-    """List stored measurements (one per commbench record)."""
+def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
+                      list_format: FormatOption = ListFormat.table) -> None:
+    """List stored measurements (one per commbench record), newest run first."""
+    from campaigns.store import open_store
+
     with _expected_errors(), open_store(db) as store:
         frame = store.measurements(**vars(filters))
+    frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
              _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
              "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
@@ -103,7 +129,7 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
             for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
     _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
                                                   "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
-                 rows, len(frame))
+                 rows, len(frame), list_format)
 
 
 class ExportFormat(str, Enum):
@@ -122,6 +148,12 @@ def export(filters: MeasurementFilter,
            db: DbOption = None) -> None:
     """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
     written as JSON text."""
+    from sqlalchemy import JSON
+
+    from campaigns.store import open_store
+    from campaigns.store.models import Measurement
+    from tuners.writers import new_file_mode
+
     if export_format is None:
         try:
             export_format = ExportFormat(output.suffix.lstrip(".").lower())
@@ -160,6 +192,8 @@ _SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "
 
 def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
     """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    import numpy as np
+
     ids = [mid for mid in measurements["measurement_id"] if mid in samples]
     counts = [len(samples[mid]) for mid in ids]
     identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]
@@ -182,6 +216,8 @@ def _parameters(pairs: list[str]) -> dict[str, str]:
 def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str) -> list[dict[str, Any]]:
     """The records of `file`: commbench JSON Lines as they are, another benchmark's output through
     campaigns.formats (each of its rows a record naming that benchmark as its source)."""
+    from campaigns.records import load_records, validate_record
+
     if fmt == "commbench":
         return load_records(file)
     from campaigns.formats import foreign  # deferred: only this command reads other benchmarks
@@ -226,6 +262,9 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     a reference result): each measurement becomes a record the store, health and report read like
     commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
     unless --replace."""
+    from campaigns.site import SiteError, load_site
+    from campaigns.store import RunInfo, open_store, records_digest
+
     parameters = _parameters(param or [])
     with _expected_errors():
         try:

@@ -9,7 +9,7 @@ bad usage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
@@ -17,8 +17,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from campaigns import paths
-from campaigns.site import Bandwidth, SiteError, available_sites, check_site, load_site, new_site, site_file, \
-    site_search_path
+
+if TYPE_CHECKING:  # site.yaml's models (pydantic) load when a command runs: `commcamp --help` stays fast
+    from campaigns.site import Bandwidth
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -33,6 +34,8 @@ def _gbs(bandwidth: Bandwidth | None) -> str:
 
 def list_sites() -> None:
     """The sites, their partitions and what the suite runs there."""
+    from campaigns.site import SiteError, available_sites, load_site
+
     table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
     for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
         table.add_column(column)
@@ -54,6 +57,8 @@ def list_sites() -> None:
 
 def show(site_name: Annotated[str, typer.Argument(help="a directory under site_configs/")]) -> None:
     """A site's nominal bandwidths, libraries and references: what a measurement is compared with."""
+    from campaigns.site import SiteError, load_site
+
     try:
         site = load_site(site_name)
     except SiteError as exc:
@@ -86,6 +91,8 @@ def check(
     all_sites: Annotated[bool, typer.Option("--all", help="check every site")] = False,
 ) -> None:
     """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment."""
+    from campaigns.site import SiteError, available_sites, check_site, site_file
+
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
         errors.print("give a SITE or --all (one of them)")
@@ -120,6 +127,8 @@ def new(
 ) -> None:
     """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
     env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
+    from campaigns.site import SiteError, new_site, site_search_path
+
     parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
     try:
         target = new_site(site_name, template, parent.resolve())

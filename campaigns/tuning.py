@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -51,8 +54,8 @@ from tuners.finalize import Candidate, FinalReport, Thresholds, finalize, planne
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
-from tuners.space import SearchSpace, build_space
-from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
+from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
+from tuners.study import SamplerName, Tuner, check_reachable, finalization_candidates, open_storage
 from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
 
 RECORDS_FILE = "commbench.jsonl"
@@ -217,15 +220,17 @@ class ReframeExecutor:
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
         self.runs_dir = runs_dir
         self.base_env = dict(base_env)
-        self.directory = _new_directory(runs_dir, "reframe")
-        spec_path = self.directory / "campaign.yaml"
-        spec_path.write_text(yaml.safe_dump({
+        self.spec_text = yaml.safe_dump({
             "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
-            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]}))
-        try:
-            self.campaign = load_campaign(spec_path)
-        except SpecError as exc:
-            raise ValueError(str(exc)) from None
+            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]})
+        with tempfile.TemporaryDirectory() as scratch:  # checked now; the run directory is made by the first run
+            spec_path = Path(scratch) / "campaign.yaml"
+            spec_path.write_text(self.spec_text)
+            try:
+                self.campaign = load_campaign(spec_path)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        self.directory: Path | None = None
         self.count = 0
         self.built: Path | None = None  # report of the run whose build later runs restore
 
@@ -245,6 +250,10 @@ class ReframeExecutor:
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         from campaigns.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
 
+        if self.directory is None:
+            self.directory = _new_directory(self.runs_dir, "reframe")
+            (self.directory / "campaign.yaml").write_text(self.spec_text)
+            self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1
         campaign = self.campaign_for(env, request, validate)
         (case,) = campaign.cases()
@@ -297,11 +306,14 @@ class CommbenchEvaluator:
         self.exempt = exempt
         self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
         self.durations_s: list[float] = []
+        self.run_done: Callable[[], None] | None = None  # called after each run (finalization's progress lines)
 
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         started = time.monotonic()
         outcome = self.executor.run({**env, **READ_LOG_ENV.get(self.library, {})}, self.request, validate)
         self.durations_s.append(time.monotonic() - started)
+        if self.run_done is not None:
+            self.run_done()
         evaluation = self.judge(env, outcome, validate)
         if self.ingest is not None:
             ids = self.ingest(env, outcome, evaluation)
@@ -392,7 +404,8 @@ class TuningSpec(_Model):
     YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
 
     site: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
-    system: str = Field(description="system:partition (ReFrame executor: a partition of the site)")
+    system: str = Field(description="system:partition, or a system of one partition (ReFrame executor: a "
+                                    "partition of the site)")
     environ: str = Field(default="openmpi", description="programming environment (ReFrame) / MPI of the binary")
     library: Library
     library_version: str | None = Field(default=None, description="None: read from a probe run's records")
@@ -421,6 +434,8 @@ class TuningSpec(_Model):
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    study: str | None = Field(default=None, min_length=1, description=(
+        "study name (default: the scope's name + the executor and a digest of the knobs and knob files)"))
     heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
     per_size: PerSizeSpec = PerSizeSpec()
@@ -441,10 +456,29 @@ class TuningSpec(_Model):
             raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
         return sizes
 
+    @model_validator(mode="before")
+    @classmethod
+    def _partition(cls, data: Any) -> Any:
+        """`system` without `:partition` names the system's only partition (the site's site.yaml)."""
+        if isinstance(data, dict) and isinstance(data.get("system"), str) and ":" not in data["system"] \
+                and isinstance(data.get("site"), str):
+            return {**data, "system": only_partition(data["site"], data["system"])}
+        return data
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        from campaigns.site import ALL_OPS
+
+        if value not in ALL_OPS:
+            raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
         if ":" not in self.system:
-            raise ValueError(f"system {self.system!r} must be system:partition")
+            raise ValueError(f"system {self.system!r} must be system:partition (or a system of site.yaml with "
+                         "one partition)")
         if self.trials is None and self.budget_s is None:
             raise ValueError("give a budget: trials and/or budget_s")
         if self.executor == "reframe" and self.transport != "mpi":
@@ -524,6 +558,7 @@ class TuningSetup:
     buckets: tuple[SizeBucket, ...]
     evaluator: CommbenchEvaluator
     versions: dict[str, str]
+    study_name: str
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -559,10 +594,46 @@ def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
     return ingest
 
 
-def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
-    """Everything a study needs, checked before any trial runs. Without `library_version` one probe
-    run with the site's defaults at the smallest size reads it from commbench's records."""
+def executor_label(spec: TuningSpec) -> str:
+    """What runs the trials, as a study tells it apart: `reframe`, or the launcher's program (srun, mpirun)."""
+    return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
+
+
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -> str:
+    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for and the knob
+    files' content: trials of another executor or another knob setup go to a study of their own."""
+    if spec.study is not None:
+        return spec.study
+    setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
+             "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
+             "executor": executor_label(spec)}
+    digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{scope.study_name}/{executor_label(spec)}-{digest}"
+
+
+def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """What can be checked before anything is submitted: the site, partition and environment, the knob
+    files, the knobs asked for (whatever the library version), the executor and the study database
+    (reached, nothing created). Returns the site's catalog and the knob files used; ValueError
+    (StorageUnavailable for the database) naming the problem."""
     catalog, files = site_catalog(spec)
+    if spec.knobs:
+        try:
+            check_knob_names(catalog, Library(spec.library), spec.knobs, op=spec.op, transport=spec.transport)
+        except SpaceError as exc:
+            raise ValueError(f"knobs: {exc}") from None
+    site_env(spec)
+    if spec.executor == "launcher":
+        make_executor(spec, {})
+    check_reachable(spec.storage_url())
+    return catalog, files
+
+
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+    """Everything a study needs, checked before any trial runs (check_spec first). Without
+    `library_version` one probe run with the site's defaults at the smallest size reads it from
+    commbench's records."""
+    catalog, files = check_spec(spec)
     library = Library(spec.library)
     base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
     executor = make_executor(spec, base_env)
@@ -585,7 +656,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
     versions = {library.value: version, "commcamp": _git_commit()}
-    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions)
+    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
+                       study_name(spec, scope, files))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -604,10 +676,12 @@ def _git_commit() -> str:
 
 
 def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
-               timeout_s: float | None = None, n_trials: int | None = None) -> Tuner:
-    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget."""
+               timeout_s: float | None = None, n_trials: int | None = None,
+               seed_envs: Sequence[Mapping[str, str]] = ()) -> Tuner:
+    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget; `seed_envs`
+    are enqueued after the defaults (and the library defaults) when the study is created."""
     spec = setup.spec
-    seeds = [{}] if spec.seed_library_defaults else []
+    seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(
                      spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
@@ -615,7 +689,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
-                 seed_envs=seeds, progress=progress)
+                 seed_envs=seeds, progress=progress, study_name=setup.study_name)
 
 
 @dataclasses.dataclass
@@ -627,10 +701,32 @@ class TuningOutcome:
     published: PublishedFiles | None = None
 
 
+class UntestedDecision(RuntimeError):
+    """Finalization could re-measure no candidate within its budget: no decision can be made."""
+
+
+class _FinalizationLog:
+    """Says how far finalization is (it has no progress bar): at the start, then at most every `every_s`."""
+
+    def __init__(self, planned: int, log: Callable[[str], None], every_s: float = 10.0) -> None:
+        self.planned, self.log, self.every_s = planned, log, every_s
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def run_done(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done == self.planned:
+            self.last = now
+            self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
+
+
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
-                   max_evaluations: int | None = None) -> tuple[FinalReport, Recommendation]:
+                   max_evaluations: int | None = None,
+                   log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
-    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
+    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits;
+    `log` gets a progress line at the start and then at most every 10 s."""
     fin = setup.spec.finalize
     thresholds = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
@@ -638,12 +734,21 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     while max_evaluations is not None and keep > 0 and \
             planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
         keep -= 1
+    if keep == 0 < len(found):
+        raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
+                               f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
+                               "for one): a decision now would be untested")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
+    if log is not None and candidates:
+        planned = planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1)
+        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, {planned} runs planned")
+        setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
                       needs_validation=setup.space.unsafe_changes)
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
+    setup.evaluator.run_done = None
     rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
     return report, rec
 
@@ -677,12 +782,18 @@ def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
     study = tuner.run()
     outcome = TuningOutcome(study, dict(tuner.baseline_env))
     if setup.spec.finalize.enabled:
-        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env,
+                                                                log=print_progress if progress else None)
         if setup.spec.per_size.enabled:
             outcome.recommendation = with_per_size(outcome.recommendation,
                                                    per_size_stage(setup, outcome.recommendation))
         outcome.published = publish_recommendation(setup, outcome.recommendation)
     return outcome
+
+
+def print_progress(line: str) -> None:
+    """A progress line that reaches a log file or pipe at once."""
+    print(line, flush=True)
 
 
 def _command_output(cmd: list[str]) -> str:
@@ -721,7 +832,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
               for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]
     rec = outcome.recommendation
     return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
-            "study": setup.scope.study_name, "knob_files": setup.knob_files,
+            "study": setup.study_name, "knob_files": setup.knob_files,
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"),
@@ -731,8 +842,6 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
 
 
 def write_summary(path: Path, setup: TuningSetup, outcome: TuningOutcome) -> None:
-    import json
-
     write_atomic(path, json.dumps(outcome_summary_data(setup, outcome), indent=2, default=str) + "\n")
 
 
@@ -782,6 +891,21 @@ def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
         raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
                          f"has {partition.nodes}")
     return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def only_partition(site_name: str, system_name: str) -> str:
+    """system:partition for a system of one partition; `system_name` unchanged where the site or system
+    is unknown (reported later, with what there is); ValueError when the system has several partitions."""
+    from campaigns.site import SiteError, load_site
+
+    try:
+        system = load_site(site_name).system(system_name)
+    except (SiteError, KeyError):
+        return system_name
+    if len(system.partitions) > 1:
+        raise ValueError(f"system {system_name!r} of site {site_name!r} has partitions "
+                         f"{', '.join(p.name for p in system.partitions)}: give system:partition")
+    return f"{system_name}:{system.partitions[0].name}"
 
 
 def site_env(spec: TuningSpec) -> dict[str, str]:

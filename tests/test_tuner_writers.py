@@ -166,6 +166,19 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
     assert not set(rec.env) & set(unloaded)
 
 
+def test_modules_of_two_systems_load_side_by_side(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """The same scope on two systems of a site: two module names, each loads its own settings."""
+    first = mpi_recommendation()
+    second = first.model_copy(update={"scope": first.scope.model_copy(update={"system": "othersys"}),
+                                      "env": {**first.env, "OMPI_MCA_coll_tuned_allreduce_algorithm": "recursive_doubling"}})
+    files = [publish(tmp_path, rec, catalog) for rec in (first, second)]
+    assert files[0].module_name != files[1].module_name and "othersys" in files[1].module_name
+    use = " ".join(str(f.modulefile.parent.parent) for f in files)
+    for rec, published in zip((first, second), files, strict=True):
+        changed, _ = env_changes(f"source {LMOD_INIT}\nmodule use {use}\nmodule load {published.module_name}", {})
+        assert changed["OMPI_MCA_coll_tuned_allreduce_algorithm"] == rec.env["OMPI_MCA_coll_tuned_allreduce_algorithm"]
+
+
 def test_writes_are_atomic(tmp_path: Path, catalog: KnobCatalog, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     target = tmp_path / "x.env"
     write_atomic(target, "old\n")

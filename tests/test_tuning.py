@@ -124,7 +124,7 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
     code, out = commcamp_output("tune", str(spec), "--dry-run", env=env)
     assert code == 0, out
-    assert "knobs searched: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
+    assert "knobs asked for: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
     assert not (tmp_path / "study.db").exists() or "trials:" not in out
     code, out = commcamp_output("tune", str(spec), env=env)
     assert code == 0, out
@@ -143,6 +143,11 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     assert code == 0, out
     assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
     assert "per-size selection for 1048576 B: " in out
+    assert commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--op", "allreduce", "--nodes",
+                           "1", "--size", "1M", "--root", str(tmp_path / "rec")) == (code, out)  # tune's form
+    code, out = commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--partition", "gpu",
+                                "--op", "allreduce", "--nodes", "1", "--root", str(tmp_path / "rec"))
+    assert code == 2 and "name two partitions" in out
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "8", "--root", str(tmp_path / "rec"))
     assert code == 3
@@ -150,9 +155,13 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
 
 
 def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
-    code, out = commcamp_output("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+    code, out = commcamp_output("tune", "--site", "local", "--system", "nosuch", "--library", "openmpi", "--op",
                                 "allreduce", "--sizes", "1M")
     assert code == 2 and "must be system:partition" in out
+    # A system of one partition names it, as in `recommend --system`.
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M", "--dry-run", "--db", f"sqlite:///{tmp_path}/x.db")
+    assert code == 0 and "system=local:cpu" in out, out
     code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
                                 "allreduce", "--sizes", "1M", "--knobs", "NCCL_NVLS_ENABLE", "--library-version",
                                 "4.1.4", "--executor", "launcher", "--launcher", "mpirun", "--db",

@@ -188,14 +188,37 @@ def build_space(
     return SearchSpace(catalog, tuple(dimensions), dict(catalog.pinned))
 
 
+def check_knob_names(
+    catalog: KnobCatalog,
+    library: Library,
+    knobs: Sequence[str],
+    *,
+    op: str | None = None,
+    transport: str | None = None,
+    max_safety: Safety = Safety.MAY_CORRUPT,
+) -> None:
+    """SpaceError for a named knob that build_space would refuse whatever the library's version: checked
+    before a probe run reads the version (a knob that needs another version is refused after it)."""
+    for name in knobs:
+        if name not in catalog:
+            raise SpaceError(f"{name} is not in the knob catalog {catalog.source}")
+        knob = catalog[name]
+        reason = _exclusion_reason(knob, catalog, None, op, transport, max_safety)
+        if reason is None and library not in knob.libraries:
+            reason = f"it is read by {', '.join(knob.libraries)}, not by {library}"
+        if reason is not None:
+            raise SpaceError(f"{name} cannot be searched: {reason}")
+
+
 def _exclusion_reason(
     knob: Knob,
     catalog: KnobCatalog,
-    versions: Mapping[Library, str | None],
+    versions: Mapping[Library, str | None] | None,
     op: str | None,
     transport: str | None,
     max_safety: Safety,
 ) -> str | None:
+    """Why `knob` cannot be searched here, or None; `versions` None: the version check is left out."""
     if knob.safety is Safety.FORBIDDEN:
         return "it is forbidden at this site"
     if knob.name in catalog.pinned:
@@ -204,4 +227,4 @@ def _exclusion_reason(
         return f"its safety class {knob.safety} is above the allowed {max_safety}"
     if not knob.affects(op, transport):
         return f"it does not affect op={op} transport={transport}"
-    return knob.applies_to(versions)
+    return None if versions is None else knob.applies_to(versions)

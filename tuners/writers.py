@@ -1,7 +1,8 @@
 """Recommendation files under <root>/<site>/<system>/, all written atomically:
 
 - <scope slug>.env          sourceable: `export NAME='value'` / `unset NAME`, evidence in comments
-- modulefiles/commcamp/<scope slug>.lua   Lmod modulefile (`module load commcamp/<slug>`)
+- modulefiles/commcamp/<system>_<scope slug>.lua   Lmod modulefile (`module load commcamp/<system>_<slug>`:
+  the system in the name, so the modules of two systems in one MODULEPATH do not collide)
 - nccl_tuner.conf           tuner-plugin rows of every scope of this system
 - <scope slug>.coll_tuned_rules   Open MPI scopes with per-size changes: coll_tuned dynamic rules
 - <scope slug>.mpich_coll.json    MPICH scopes with per-size changes: collective selection JSON
@@ -247,7 +248,8 @@ def publish(
     written = {} if rules is None else {rec.scope.library: str(rules[0])}
     rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written})
     env_path = directory / f"{rec.scope.slug}.env"
-    module_path = directory / "modulefiles" / MODULE_FAMILY / f"{rec.scope.slug}.lua"
+    module_version = f"{rec.scope.system}_{rec.scope.slug}"
+    module_path = directory / "modulefiles" / MODULE_FAMILY / f"{module_version}.lua"
     yaml_path = directory / RECOMMENDATIONS_FILE
     with _locked(directory):
         others = []
@@ -270,5 +272,5 @@ def publish(
         document = RecommendationFile(site=rec.scope.site, system=rec.scope.system, recommendations=everything)
         write_atomic(yaml_path, yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False))
     return PublishedFiles(
-        env_path, module_path, f"{MODULE_FAMILY}/{rec.scope.slug}", config_path if groups else None, yaml_path
+        env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
     )
