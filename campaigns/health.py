@@ -52,8 +52,9 @@ from rich.table import Table
 from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
-from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
 from campaigns.attribution import Suspects, rank_suspects
+from campaigns.slurm_snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
 from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
 from tuners.writers import write_atomic
@@ -239,6 +240,10 @@ class Verdict:
     isolation: Isolation | None
     db: str
     run_dirs: list[str]
+    # "node" (a culprit node or link explains what degraded), "fabric-wide" (degraded metrics on node sets
+    # that share no node: not one node's fault) or "" (nothing degraded on several nodes)
+    scope: str = ""
+    slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @property
@@ -509,11 +514,27 @@ class HealthCheck:
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         bad_runs = {m.run_key for m in bad_multi}
         good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
-        isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+        snapshot = self._snapshot()
+        scope = ""
+        if bad_multi and fabric_wide([set(m.hosts) for m in {m.run_key: m for m in bad_multi}.values()]):
+            scope, isolation = "fabric-wide", Isolation(suspects=[], note=(
+                "degraded multi-node runs on node sets that share no node: no single node explains them "
+                "(fabric-wide: contention or a switch); read them against the partition's load in `slurm`"))
+        else:
+            isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+            if isolation is not None and (isolation.culprit_nodes or isolation.culprit_links):
+                scope = "node"
         nodes = self._node_verdicts(metrics, isolation)
         return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
                        tag=self.tag, status=worst(m.status for m in metrics), metrics=metrics, nodes=nodes,
-                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs])
+                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs], scope=scope,
+                       slurm=snapshot)
+
+    def _snapshot(self) -> SlurmSnapshot | None:
+        """The Slurm partition's jobs and node states now (Slurm partitions only)."""
+        partitions = sorted({slurm_partition(p.access, p.name) for p in self.campaign.partitions
+                             if p.scheduler in SLURM_SCHEDULERS})
+        return take_snapshot(partitions[0]) if partitions else None
 
     @staticmethod
     def _node_verdicts(metrics: list[MetricVerdict], isolation: Isolation | None) -> dict[str, dict[str, Any]]:
@@ -582,6 +603,14 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
             console.print(f"... and {len(bad) - max_rows} more in the verdict file")
     node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}[/]" for n, v in sorted(verdict.nodes.items()))
     console.print(f"nodes: {node_text or '-'}")
+    if verdict.scope == "fabric-wide":
+        console.print("[bold red]fabric-wide: degraded multi-node runs on node sets that share no node[/]")
+    if verdict.slurm is not None:
+        snap = verdict.slurm
+        others = ", ".join(f"{job['id']} {job['name']} ({job['user']}, {job['state']}, {len(job['nodes'])} node(s))"
+                           for job in snap.jobs)
+        console.print(f"partition {snap.partition} at {snap.taken_at}: "
+                      + escape(snap.problem or f"{len(snap.jobs)} job(s) {others or ''}".strip()))
     iso = verdict.isolation
     if iso is not None:
         pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)

@@ -184,15 +184,25 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
             env={**slurm_cluster.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600, check=False)
         return result.returncode, result.stdout + result.stderr, json.loads(verdict.read_text())
 
-    code, output, verdict = night("night-1")  # the baseline: a healthy night of the same series
+    # Another user's job on the partition while the night runs: the verdict keeps the snapshot of it.
+    other = slurm_cluster.sbatch("-N1", "-n1", "-J", "someone-else", "--wrap", "sleep 600")
+    try:
+        code, output, verdict = night("night-1")  # the baseline: a healthy night of the same series
+    finally:
+        slurm_cluster.run(["scancel", str(other)])
     assert verdict["status"] in ("ok", "not_judged"), output  # nothing bad; no references for some metrics
+    snapshot = verdict["slurm"]
+    assert snapshot["partition"] == slurm_cluster.partition and not snapshot["problem"]
+    assert {"id": str(other), "name": "someone-else"}.items() <= next(
+        job for job in snapshot["jobs"] if job["name"] == "someone-else").items()
+    assert set(snapshot["nodes"]) == set(slurm_cluster.nodes)
     subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
                     "latency", "2s"], check=True, capture_output=True, text=True)
     try:
         code, output, verdict = night("night-2")
     finally:
         subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=True, capture_output=True)
-    assert verdict["status"] == "failed", output
+    assert verdict["status"] == "failed" and verdict["scope"] == "node", output
     isolation = verdict["isolation"]
     assert isolation["path"] == "attribution", output
     assert isolation["culprit_nodes"] == [bad] and isolation["extra_jobs"] == 1, output
