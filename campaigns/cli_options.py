@@ -14,8 +14,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.sizes import parse_size
-
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.store import MeasurementFilter
 
@@ -54,6 +52,7 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 
 
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    from campaigns.sizes import parse_size  # pydantic: loaded when a command runs
     from campaigns.store import MeasurementFilter
 
     def size(name: str) -> int | None:
