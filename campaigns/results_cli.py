@@ -277,9 +277,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
            reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
            job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
+           allow_duplicate: Annotated[bool, typer.Option(
+               "--allow-duplicate", help="store records although the same records are stored (as test data)")] = False,
            db: DbOption = None) -> None:
     """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result).
-    The same records stored before (by `commcamp run` or an earlier ingest) are skipped, unless --replace."""
+    The same records stored before (by `commcamp run` or an earlier ingest) are skipped."""
     parameters = _parameters(param or [])
     with _expected_errors():
         try:
@@ -305,10 +307,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
-            same = [] if replace else store.runs(records_digest=records_digest(records))
+            same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
+                                               if not (replace and stored.run_key == run.run_key)]
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
-                                 f"({same[0].run_key!r}); --replace stores them again", markup=False)
+                                 f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
                 return
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
