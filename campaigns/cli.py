@@ -7,44 +7,42 @@ neither a reference nor enough history), 4 degraded, 5 failed.
 """
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
-from campaigns import plugin_cli, report_cli, results_cli, site_cli, tune_cli
-from campaigns.characterize import PlacementError, placer_for, planned_job_options
-from campaigns.health import HealthCheck, print_summary, write_verdict
-from campaigns.runner import (DEFAULT_RUNS_DIR, CampaignResult, nodes_out_of_service, plan_invocations, preflight,
-                              run_campaign)
-from campaigns.spec import SLURM_SCHEDULERS, Campaign, SpecError, load_campaign
-from campaigns.store import StoreError, default_url, open_store
+from campaigns import bench_cli, knobs_cli, paths, plugin_cli, report_cli, results_cli, site_cli, tune_cli
+from campaigns.console import make_console
+
+if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
+    from campaigns.runner import CampaignResult
+    from campaigns.spec import Campaign
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-DEFAULT_HEALTH_DIR = DEFAULT_RUNS_DIR.parent / "health"
-DEFAULT_REPORTS_DIR = DEFAULT_RUNS_DIR.parent / "reports"
 
 app = typer.Typer(
     help="commcamp: benchmark campaigns for HPC interconnects. Runs commbench through ReFrame on a site "
-         "(site_configs/<site>/), stores every result (SQLite by default: results/commcamp.db), and queries "
-         "them (`commcamp results ...`).",
+         "(site_configs/<site>/ on $COMMCAMP_SITE_PATH, then the shipped examples), stores every result in the "
+         "workspace (--workspace; SQLite by default: <workspace>/commcamp.db), and queries them "
+         "(`commcamp results ...`; `commcamp paths` shows where things are).",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 
 def _stored_nothing_yet(url: str) -> bool:
     """A SQLite URL whose file does not exist: nothing is stored (and a dry run must not create it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -65,6 +63,12 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 
 
 def _print_summary(console: Console, campaign: Campaign, result: CampaignResult) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from campaigns.runner import nodes_out_of_service
+    from campaigns.spec import SLURM_SCHEDULERS
+
     targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
     table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
                   caption="lat: latency (us) at the smallest size; goodput, busbw (GB/s) at the largest; "
@@ -99,6 +103,11 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
 
 
 def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
+    from rich.table import Table
+
+    from campaigns.characterize import planned_job_options
+    from campaigns.runner import plan_invocations
+
     cases = campaign.cases(tag)
     table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
     for column in ("run key", "op", "transport", "nodes", "tasks", "placement", "env", "action"):
@@ -110,7 +119,7 @@ def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str
     console.print(table)
     pending = [c for c in cases if c.run_key not in stored]
     for number, invocation in enumerate(plan_invocations(pending, planned_job_options), start=1):
-        prefix = DEFAULT_RUNS_DIR / f"{campaign.name}-<time>" / f"rfm-{number}"
+        prefix = paths.runs_dir() / f"{campaign.name}-<time>" / f"rfm-{number}"
         console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(campaign, prefix))),
                       soft_wrap=True)
 
@@ -121,22 +130,30 @@ def run(
     site: Annotated[Optional[str], typer.Option(
         help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
     db: Annotated[Optional[str], typer.Option(
-        help="SQLAlchemy URL of the results database (default: $COMMCAMP_DB_URL, else results/commcamp.db)")] = None,
+        help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else <workspace>/commcamp.db]",
+    )] = None,
     force: Annotated[bool, typer.Option("--force", help="run test cases again although passed runs are stored")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="validate the spec and show the test cases and ReFrame commands; run and write nothing")] = False,
-    runs_dir: Annotated[Path, typer.Option(
-        help="where run directories (ReFrame stage, output, perflogs, report) go")] = DEFAULT_RUNS_DIR,
+    runs_dir: Annotated[Optional[Path], typer.Option(
+        help="where run directories (ReFrame stage, output, perflogs, report) go [default: <workspace>/runs]")] = None,
     tag: Annotated[Optional[str], typer.Option(
         help="run tag, part of every run key (health: the night; default there: today's UTC date)")] = None,
     verdict: Annotated[Optional[Path], typer.Option(
-        help="health: the verdict JSON file [default: results/health/<campaign>-<tag>.json]")] = None,
+        help="health: the verdict JSON file [default: <workspace>/health/<campaign>-<tag>.json]")] = None,
     report: Annotated[Optional[Path], typer.Option(
-        help="characterize: the HTML report [default: results/reports/<campaign>.html]")] = None,
+        help="characterize: the HTML report [default: <workspace>/reports/<campaign>.html]")] = None,
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    console, errors = Console(), Console(stderr=True)
+    from campaigns.characterize import PlacementError, placer_for
+    from campaigns.health import HealthCheck, print_summary, write_verdict
+    from campaigns.runner import preflight, run_campaign
+    from campaigns.spec import SpecError, load_campaign
+    from campaigns.store import StoreError, default_url, open_store
+
+    console, errors = make_console(), make_console(stderr=True)
+    runs_dir = runs_dir or paths.runs_dir()
     try:
         campaign = load_campaign(spec, site)
     except SpecError as exc:
@@ -191,12 +208,12 @@ def run(
                 assert tag is not None
                 check = HealthCheck(campaign, store, tag, console=console, runs_dir=runs_dir, placer=placer)
                 night = check.evaluate(result)
-                path = verdict or DEFAULT_HEALTH_DIR / f"{campaign.name}-{tag}.json"
+                path = verdict or paths.health_dir() / f"{campaign.name}-{tag}.json"
                 write_verdict(night, path)
                 print_summary(console, night, path)
                 raise typer.Exit(night.exit_code)
             if campaign.spec.kind == "characterize":
-                path = report or DEFAULT_REPORTS_DIR / f"{campaign.name}.html"
+                path = report or paths.reports_dir() / f"{campaign.name}.html"
                 report_cli.write_campaign_report(store, campaign, path)
                 console.print(f"Report: {path}")
         except StoreError as exc:
@@ -213,11 +230,39 @@ def run(
         raise typer.Exit(EXIT_FAILED)
 
 
+@app.callback()
+def workspace_option(
+    workspace: Annotated[Optional[Path], typer.Option(
+        help="where results, runs, verdicts, recommendations, reports and builds go [default: $COMMCAMP_HOME; "
+             "in a checkout its results/, else $XDG_DATA_HOME/commcamp]")] = None,
+) -> None:
+    """commcamp: benchmark campaigns for HPC interconnects."""
+    if workspace is not None:  # through the environment, so that ReFrame and Slurm workers get it too
+        os.environ[paths.HOME_ENV] = str(workspace.expanduser().resolve())
+
+
+@app.command("paths")
+def show_paths(
+    env: Annotated[bool, typer.Option("--env", help="as shell exports (what a site's env.sh evaluates)")] = False,
+) -> None:
+    """Where commcamp reads its shipped files and sites from, and where it writes."""
+    if env:
+        for name, value in paths.subprocess_env().items():
+            print(f"export {name}={shlex.quote(value)}")
+        return
+    from campaigns.site import site_search_path
+
+    print(f"workspace: {paths.workspace()}\nbuilds: {paths.build_dir()}\nshipped files: {paths.DATA_ROOT}\n"
+          f"site search path: {os.pathsep.join(str(p) for p in site_search_path())}")
+
+
 results_cli.register(app)
 report_cli.register(app)
+bench_cli.register(app)
 tune_cli.register(app)
 plugin_cli.register(app)
 site_cli.register(app)
+knobs_cli.register(app)
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
 """Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
 the node or link behind a degraded multi-node test, and write a verdict.
 
-Metrics of a run (the commbench checks' performance variables, reframe_checks/lib/commbench_tests.py):
-small_latency (latency_us at the smallest size, lower is better), large_goodput and large_busbw (GB/s at
-the largest size, higher is better). Each is judged
+Metrics of a run: the commbench checks' performance variables, defined once in campaigns/vocabulary.py
+(small_latency: latency_us at the smallest size that moves data, lower is better; large_goodput and
+large_busbw: GB/s at the largest size, higher is better). Each is judged
 
 - against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
   the bounds is `failed`;
@@ -52,23 +52,22 @@ from rich.table import Table
 from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
-from campaigns.spec import PAIR_RANKS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.attribution import Suspects, rank_suspects
+from campaigns.slurm_snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
+from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
 from tuners.writers import write_atomic
 
 STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
 BAD = ("degraded", "failed")
 # Distinct from commcamp's 1 (a case could not be stored) and 2 (bad usage, database unusable): cli.py.
+# The size up to which a message's time is its latency (the plausibility bound of small_latency without a
+# nominal NIC bandwidth to add the transfer time).
+SMALL_MESSAGE_BYTES = 4096
 EXIT_CODES = {"ok": 0, "not_judged": 3, "degraded": 4, "failed": 5}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
-# name -> (record field, smallest or largest size, unit, higher is better)
-METRICS = {
-    "small_latency": ("latency_us", min, "us", False),
-    "large_goodput": ("goodput_gbs", max, "GB/s", True),
-    "large_busbw": ("busbw_gbs", max, "GB/s", True),
-}
-MULTI_RECORD_OPS = ("pairmatrix",)
-PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"  # several records per size: no single metric value
+PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"
 
 
 def worst(statuses: Iterable[str]) -> str:
@@ -160,15 +159,11 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
 def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
     """(metric, bytes) -> value from the valid result records of one run."""
     results = records[(records["kind"] == "result") & records["valid"]]
-    if results.empty or results["op"].iloc[0] in MULTI_RECORD_OPS:
+    if results.empty or results["op"].iloc[0] in MATRIX_OPS:  # several records per size: no single value
         return {}
-    values = {}
-    for name, (column, pick, _unit, _higher) in METRICS.items():
-        size = int(pick(results["bytes"]))
-        at_size = results[results["bytes"] == size][column].dropna()
-        if not at_size.empty:
-            values[name, size] = float(at_size.iloc[0])
-    return values
+    rows = results.to_dict("records")
+    return {(name, size): value for name in METRICS
+            if (taken := metric_value(name, rows)) is not None for value, size in [taken]}
 
 
 class ReferenceKey(Protocol):
@@ -184,13 +179,9 @@ class ReferenceKey(Protocol):
 def find_reference(references: list[Reference], case: ReferenceKey, metric: str, size: int) -> Reference | None:
     """The first reference for this op, metric and size whose optional fields (nodes, environ, transport,
     ranks) are unset or match, as the check applies them."""
-    for ref in references:
-        if (ref.op == case.op and ref.metric == metric and ref.bytes == size and ref.nodes in (None, case.num_nodes)
-                and ref.environ in (None, case.environ)
-                and getattr(ref, "transport", None) in (None, case.transport)
-                and getattr(ref, "ranks", None) in (None, case.num_tasks)):
-            return ref
-    return None
+    wanted = {"op": case.op, "bytes": size, "nodes": case.num_nodes, "ranks": case.num_tasks,
+              "environ": case.environ, "transport": case.transport}
+    return next((ref for ref in references if reference_matches(ref.model_dump(), metric, wanted)), None)
 
 
 @dataclass
@@ -230,6 +221,11 @@ class Isolation:
     cleared: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
     note: str = ""
+    # How the culprit was looked for: "attribution" (the degraded run's per-rank times named a suspect and
+    # one pair test confirmed it) or "pairs" (pair tests between every node involved); the pair jobs it cost.
+    path: str = "pairs"
+    attribution: str = ""
+    extra_jobs: int = 0
 
 
 @dataclass
@@ -244,6 +240,10 @@ class Verdict:
     isolation: Isolation | None
     db: str
     run_dirs: list[str]
+    # "node" (a culprit node or link explains what degraded), "fabric-wide" (degraded metrics on node sets
+    # that share no node: not one node's fault) or "" (nothing degraded on several nodes)
+    scope: str = ""
+    slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @property
@@ -316,25 +316,31 @@ class HealthCheck:
         history = self._history(case)
         verdicts = []
         for (metric, size), value in sorted(values.items()):
-            _column, _pick, unit, higher = METRICS[metric]
+            unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
             judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
-                              history.get((metric, size), []), self.settings, self._ceiling(case, metric))
+                              history.get((metric, size), []), self.settings, self._ceiling(case, metric, size))
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
                                           status=judgement.status, evidence=judgement.evidence,
                                           reference=judgement.reference, history=judgement.history))
         return verdicts
 
-    def _ceiling(self, case: TestCase, metric: str) -> Ceiling | None:
+    def _ceiling(self, case: TestCase, metric: str, size: int) -> Ceiling | None:
         """What a multi-node run can plausibly reach over the site's nominal links (site.yaml `links`): a
-        latency far above the nominal inter-node latency, a bandwidth above what a node's NICs carry."""
+        time far above the nominal inter-node latency plus the message at the nominal NIC bandwidth, a
+        bandwidth above what a node's NICs carry."""
         partition = next((p for p in self.campaign.partitions if p.name == case.partition), None)
         if partition is None or partition.links is None or case.num_nodes < 2:
             return None
         links = partition.links
         if metric == "small_latency" and links.nic_latency is not None:
             factor = self.settings.implausible_latency_factor
-            return Ceiling(factor * links.nic_latency.us, f"{factor:g} x the nominal inter-node latency "
-                                                          f"{links.nic_latency.us:g} us ({links.nic_latency.source})")
+            per_nic = (links.nic.gbs or links.nic.max_gbs or 0.0) if links.nic is not None else 0.0
+            if size > SMALL_MESSAGE_BYTES and not per_nic:
+                return None  # a large message's time is not bounded by a latency alone
+            transfer_us = size / (per_nic * 1e3) if per_nic else 0.0
+            return Ceiling(factor * (links.nic_latency.us + transfer_us),
+                           f"{factor:g} x (the nominal inter-node latency {links.nic_latency.us:g} us "
+                           f"({links.nic_latency.source})" + (f" + {size} B at {per_nic:g} GB/s)" if per_nic else ")"))
         if metric in ("large_goodput", "large_busbw") and links.nic is not None:
             nics = partition.node.nics or 1
             per_nic = links.nic.gbs or links.nic.max_gbs or 0.0
@@ -391,7 +397,7 @@ class HealthCheck:
         # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
         factor = self.settings.isolation.peer_factor
         for name in {name for test in tests for name in test.values}:
-            higher = METRICS[name.split("@")[0]][3]
+            higher = METRICS[name.split("@")[0]].higher_is_better
             measured = [t.values[name] for t in tests if name in t.values]
             best = max(measured) if higher else min(measured)
             for test in tests:
@@ -404,6 +410,39 @@ class HealthCheck:
                     test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
         return tests
 
+    def _records(self, run: RunRow) -> list[dict[str, Any]]:
+        """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
+        frame = self.store.measurements(run_id=run.id)
+        return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
+                                                                     "hostnames", "valid")}}
+                for row in frame.to_dict("records")]
+
+    def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
+        """The suspect named by the degraded run itself, against the last passed run of its series
+        (campaigns/attribution.py); None when there is no such baseline."""
+        worst_case = max(bad, key=lambda v: v.num_nodes)
+        tonight = self._run(worst_case.run_key)
+        earlier = [run for run in self.store.runs(run_key_prefix=worst_case.series_key, status="pass", **self._where())
+                   if run.parameters.get("tag") not in (None, self.tag)]
+        if tonight is None or not earlier:
+            return None
+        sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
+        pick = [r for r in self._records(tonight) if r["bytes"] in sizes]
+        base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
+        return rank_suspects(pick, base)
+
+    def _confirm(self, template: TestCase, suspect: str, nodes: list[str], good_multi_hosts: set[str],
+                 isolation: Isolation) -> bool:
+        """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
+        any other): the suspect is the culprit if that pair is bad."""
+        partners = sorted(good_multi_hosts - {suspect}) or [n for n in nodes if n != suspect]
+        pair = (partners[0], suspect)
+        self._run_pairs(template, [pair])
+        [test] = self._judge_pairs(template, [pair])
+        isolation.pairs.append(test)
+        isolation.extra_jobs += 1
+        return test.status in BAD
+
     def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
         suspects = sorted({host for v in bad for host in v.hosts})
         isolation = Isolation(suspects=suspects)
@@ -413,12 +452,24 @@ class HealthCheck:
         if len(nodes) < 2:
             isolation.note = "fewer than two nodes involved: nothing to isolate"
             return isolation
+        attributed = self._attribute(bad)
+        if attributed is not None:
+            isolation.attribution = attributed.reason
+        if attributed is not None and attributed.top is not None:
+            if self._confirm(template, attributed.top, nodes, good_multi_hosts, isolation):
+                isolation.path = "attribution"
+                isolation.culprit_nodes = [attributed.top]
+                isolation.unresolved = [s for s in suspects if s != attributed.top]
+                return isolation
+            isolation.note = (f"the run named {attributed.top}, but its pair test was healthy: "
+                              f"pair tests between every node follow")
         ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
         if len(nodes) % 2:
             ring.append((nodes[-1], nodes[0]))
         tested: list[tuple[str, str]] = ring[:self.settings.isolation.max_pairs]
         self._run_pairs(template, tested)
         results = self._judge_pairs(template, tested)
+        isolation.extra_jobs += len(tested)
         cleared = {node for test in results if test.status not in BAD for node in test.nodes}
         remaining = [s for s in suspects if s not in cleared
                      and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
@@ -426,10 +477,11 @@ class HealthCheck:
             partner = sorted(cleared - set(suspects)) or sorted(cleared)
             extra = [(partner[0], s) for s in remaining][:max(0, self.settings.isolation.max_pairs - len(tested))]
             self._run_pairs(template, extra)
+            isolation.extra_jobs += len(extra)
             tested += extra
             results = self._judge_pairs(template, tested)
             cleared = {node for test in results if test.status not in BAD for node in test.nodes}
-        isolation.pairs = results
+        isolation.pairs = [*isolation.pairs, *results]  # a refuted attribution's pair test first
         isolation.cleared = sorted(cleared)
         for test in results:
             if test.status not in BAD:
@@ -462,11 +514,27 @@ class HealthCheck:
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         bad_runs = {m.run_key for m in bad_multi}
         good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
-        isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+        snapshot = self._snapshot()
+        scope = ""
+        if bad_multi and fabric_wide([set(m.hosts) for m in {m.run_key: m for m in bad_multi}.values()]):
+            scope, isolation = "fabric-wide", Isolation(suspects=[], note=(
+                "degraded multi-node runs on node sets that share no node: no single node explains them "
+                "(fabric-wide: contention or a switch); read them against the partition's load in `slurm`"))
+        else:
+            isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+            if isolation is not None and (isolation.culprit_nodes or isolation.culprit_links):
+                scope = "node"
         nodes = self._node_verdicts(metrics, isolation)
         return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
                        tag=self.tag, status=worst(m.status for m in metrics), metrics=metrics, nodes=nodes,
-                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs])
+                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs], scope=scope,
+                       slurm=snapshot)
+
+    def _snapshot(self) -> SlurmSnapshot | None:
+        """The Slurm partition's jobs and node states now (Slurm partitions only)."""
+        partitions = sorted({slurm_partition(p.access, p.name) for p in self.campaign.partitions
+                             if p.scheduler in SLURM_SCHEDULERS})
+        return take_snapshot(partitions[0]) if partitions else None
 
     @staticmethod
     def _node_verdicts(metrics: list[MetricVerdict], isolation: Isolation | None) -> dict[str, dict[str, Any]]:
@@ -535,10 +603,23 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
             console.print(f"... and {len(bad) - max_rows} more in the verdict file")
     node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}[/]" for n, v in sorted(verdict.nodes.items()))
     console.print(f"nodes: {node_text or '-'}")
+    if verdict.scope == "fabric-wide":
+        console.print("[bold red]fabric-wide: degraded multi-node runs on node sets that share no node[/]")
+    if verdict.slurm is not None:
+        snap = verdict.slurm
+        others = ", ".join(f"{job['id']} {job['name']} ({job['user']}, {job['state']}, {len(job['nodes'])} node(s))"
+                           for job in snap.jobs)
+        console.print(f"partition {snap.partition} at {snap.taken_at}: "
+                      + escape(snap.problem or f"{len(snap.jobs)} job(s) {others or ''}".strip()))
     iso = verdict.isolation
     if iso is not None:
         pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)
         console.print(f"isolation: pairs {pairs or '-'}")
+        if iso.attribution:
+            console.print(f"attribution: {escape(iso.attribution)}")
+        how = ("named by the run's per-rank times, confirmed by one pair test" if iso.path == "attribution"
+               else "pair tests between the nodes involved")
+        console.print(f"isolation path: {how}; {iso.extra_jobs} extra pair job(s)")
         if iso.culprit_nodes:
             console.print(f"[bold red]culprit node(s): {', '.join(iso.culprit_nodes)}[/]")
         if iso.culprit_links:

@@ -1,4 +1,4 @@
-"""`commcamp plugin path|build|install`: the NCCL/RCCL tuner plugin of bench_src/nccl_tuner.
+"""`commcamp plugin path|build|install`: the NCCL/RCCL tuner plugin of bench_src/nccl_tuner (shipped with commcamp).
 
 The plugin (libnccl-tuner-commcamp.so) is what NCCL_TUNER_PLUGIN in a published recommendation points
 at when the recommendation has per-size rules (nccl_tuner.conf, NCCL_TUNER_CONFIG_FILE). It is built
@@ -10,28 +10,28 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.tuning import DEFAULT_PLUGIN, REPO_ROOT
+from campaigns import paths
 
-SOURCE_DIR = REPO_ROOT / "bench_src" / "nccl_tuner"
-PLUGIN_FILE = DEFAULT_PLUGIN.name
+PLUGIN_FILE = paths.PLUGIN_LIBRARY
 TARGET = "nccl-tuner-commcamp"
 
 plugin_app = typer.Typer(help="The NCCL tuner plugin (bench_src/nccl_tuner): locate, build, install.",
                          no_args_is_help=True)
-BuildDirOpt = Annotated[Path, typer.Option(help="CMake build directory of the plugin")]
+BuildDirOpt = Annotated[Optional[Path], typer.Option(
+    help="CMake build directory of the plugin [default: <workspace builds>/nccl_tuner-release]")]
 
 
 def build_plugin(build_dir: Path) -> Path:
     """Configure (once) and build the plugin target; the .so's path. RuntimeError with CMake's output."""
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake is not installed (Debian package cmake)")
-    steps = [["cmake", "-S", str(SOURCE_DIR), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+    steps = [["cmake", "-S", str(paths.PLUGIN_SRC), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
               "-DCOMMCAMP_TUNER_TESTS=OFF"],
              ["cmake", "--build", str(build_dir), "--target", TARGET, "-j", "2"]]
     for cmd in steps:
@@ -43,22 +43,22 @@ def build_plugin(build_dir: Path) -> Path:
 
 
 @plugin_app.command("path")
-def path(build_dir: BuildDirOpt = DEFAULT_PLUGIN.parent) -> None:
+def path(build_dir: BuildDirOpt = None) -> None:
     """Print the built plugin's absolute path (exit 1 if it is not built: `commcamp plugin build`)."""
-    plugin = build_dir / PLUGIN_FILE
+    plugin = (build_dir or paths.plugin_build_dir()) / PLUGIN_FILE
     if not plugin.is_file():
         Console(stderr=True).print(f"[bold red]no plugin at {escape(str(plugin))}[/]: run `commcamp plugin build`"
-                                   f"{'' if build_dir == DEFAULT_PLUGIN.parent else f' --build-dir {build_dir}'}",
+                                   f"{'' if build_dir is None else f' --build-dir {build_dir}'}",
                                    highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     print(plugin.resolve())
 
 
 @plugin_app.command()
-def build(build_dir: BuildDirOpt = DEFAULT_PLUGIN.parent) -> None:
-    """Build the plugin (Release, no tests) and print its path."""
+def build(build_dir: BuildDirOpt = None) -> None:
+    """Build the plugin (Release, no tests) from the shipped sources and print its path."""
     try:
-        plugin = build_plugin(build_dir)
+        plugin = build_plugin(build_dir or paths.plugin_build_dir())
     except RuntimeError as exc:
         Console(stderr=True).print(f"[bold red]plugin build failed[/]\n{escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from None
@@ -68,11 +68,12 @@ def build(build_dir: BuildDirOpt = DEFAULT_PLUGIN.parent) -> None:
 @plugin_app.command()
 def install(
     prefix: Annotated[Path, typer.Option(help="install prefix: the plugin goes to PREFIX/lib")],
-    build_dir: BuildDirOpt = DEFAULT_PLUGIN.parent,
+    build_dir: BuildDirOpt = None,
 ) -> None:
     """Build (if needed) and install the plugin under PREFIX/lib; print the installed path, the value
     for NCCL_TUNER_PLUGIN."""
     errors = Console(stderr=True)
+    build_dir = build_dir or paths.plugin_build_dir()
     try:
         build_plugin(build_dir)
     except RuntimeError as exc:

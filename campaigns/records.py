@@ -17,7 +17,7 @@ import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "bench_src" / "schema" / "commbench-record.schema.json"
+from campaigns.paths import RECORD_SCHEMA as SCHEMA_PATH
 
 # The items rule of samples_us that _check_samples implements; _load_validator refuses a schema whose
 # rule differs, so the vectorised check cannot silently drift from the contract.
@@ -80,6 +80,19 @@ def _check_samples(samples: list[Any], where: str) -> np.ndarray:
     return values
 
 
+def _check_attribution(record: dict[str, Any], where: str) -> None:
+    """Schema 2's per-rank attribution: one entry per timed iteration and one per rank."""
+    ranks = record["ranks"]
+    for field in ("slowest_rank", "slowest_excess_us"):
+        if field in record and "iters" in record and len(record[field]) != record["iters"]:
+            raise RecordError(where, field, f"{len(record[field])} entries for {record['iters']} iterations")
+    if any(rank >= ranks for rank in record.get("slowest_rank", ())):
+        raise RecordError(where, "slowest_rank", f"rank {max(record['slowest_rank'])} of {ranks} ranks")
+    for field, values in record.get("per_rank", {}).items():
+        if len(values) != ranks:
+            raise RecordError(where, f"per_rank.{field}", f"{len(values)} entries for {ranks} ranks")
+
+
 def validate_record(record: Any, where: str) -> dict[str, Any]:
     """Check one parsed record; `where` (e.g. 'out.jsonl:12') prefixes every error message."""
     error = best_match(_VALIDATOR.iter_errors(record))
@@ -97,11 +110,23 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     if len(record["hostnames"]) != record["ranks"]:
         raise RecordError(where, "hostnames",
                           f"{len(record['hostnames'])} hostnames for {record['ranks']} ranks")
+    sharing = record.get("gpu_sharing")
+    if sharing is not None and sharing["max_ranks_per_gpu"] > record["ranks"]:
+        raise RecordError(where, "gpu_sharing.max_ranks_per_gpu",
+                          f"{sharing['max_ranks_per_gpu']} ranks on one GPU in a run of {record['ranks']} ranks")
     if "samples_us" in record:
         _check_samples(record["samples_us"], where)
         if "iters" in record and len(record["samples_us"]) != record["iters"]:
             raise RecordError(where, "samples_us",
                               f"{len(record['samples_us'])} samples for {record['iters']} iterations")
+    if "round_medians" in record:
+        rounds = record.get("rounds")
+        if rounds != len(record["round_medians"]):
+            raise RecordError(where, "round_medians",
+                              f"{len(record['round_medians'])} round medians for {rounds} rounds")
+        if "iters" in record and record["iters"] % rounds:
+            raise RecordError(where, "iters", f"{record['iters']} samples do not split into {rounds} rounds")
+    _check_attribution(record, where)
     stats = record.get("stats")
     if stats is not None and not stats["min_us"] <= stats["median_us"] <= stats["max_us"]:
         raise RecordError(where, "stats", "not ordered min_us <= median_us <= max_us")

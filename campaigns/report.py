@@ -5,24 +5,33 @@ plotly.js (4.6 MiB) is embedded gzip-compressed and base64-encoded (1.8 MiB) and
 with DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+); each figure is a JSON block that the
 page draws once plotly is loaded. `document.body.dataset.plots` then holds the number of plots drawn.
 
+Medians are taken only over runs that agree on everything that changes the number: site, system and
+partition, programming environment, MPI library, transport, node and rank count, placement (network
+distance), batch and knob set (the catalog's variables in the environment commbench recorded). Each curve is one such
+group; its legend names what differs between the curves of a plot, the plot's subtitle what they share.
+Tuning trials (campaign `tune`: settings under test, some bad) are left out unless asked for.
+
 Sections, each shown when the data has it:
-1. Goodput vs message size, one plot per op, one line per transport / node count / network distance
-   (median over runs), nominal link bandwidths dashed (seed 001 Figs. 3, 5, 6).
+1. Goodput vs message size, one plot per op, one line per group (median over its runs), nominal link
+   bandwidths dashed (seed 001 Figs. 3, 5, 6).
 2. GPU-pair heatmaps from `pairmatrix` records: latency at the smallest size, goodput (uni) and aggregate
    bandwidth (bi) at the largest size, per transport (seeds 000, 004).
 3. Distributions of per-iteration times (violin + box, p50/p95/p99 in the table) at the smallest, a middle
    and the largest size per op and transport (seed 001 Fig. 8); each distribution is drawn from 201
    quantiles of its stored samples, so the file stays small whatever the iteration count.
-4. Nightly trend of every health metric with its reference band (the site's references).
-5. Health summary: the verdict files given (`--verdict`), metric and node tables.
+4. Nightly trend of every health metric with its reference band (the site's references), log axis.
+5. Health summary: the verdict files given (`--verdict`), metric (with placement and hosts) and node
+   tables.
 """
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -33,12 +42,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from campaigns.health import METRICS, find_reference, run_metrics
+from campaigns.health import find_reference, run_metrics
 from campaigns.site import Reference, SiteError, load_site
 from campaigns.store import Store
+from campaigns.vocabulary import MATRIX_OPS, METRICS
 
 QUANTILES = np.linspace(0, 1, 201)
-PAIR_OPS = ("pairmatrix",)
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
@@ -92,26 +101,79 @@ def _plotly_js_packed() -> str:
     return base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode(), compresslevel=9)).decode()
 
 
-def _series_label(row: pandas.Series) -> str:
+TUNING_CAMPAIGN = "tune"  # campaigns/tuning.py stores each trial as a run of this campaign
+# What tells two curves apart, in legend order; environment and library are always in the legend.
+DIMENSIONS = ("site", "system", "environment", "library", "transport", "nodes", "ranks", "placement", "batch",
+              "knobs")
+ALWAYS_IN_LEGEND = ("environment", "library")
+
+
+def library_label(text: object) -> str:
+    """A library's name and version from MPI_Get_library_version's text (MPICH: a multi-line configure
+    dump, tab-separated, sometimes stored with literal backslash escapes)."""
+    first = str(text or "").replace("\\n", "\n").replace("\\t", "\t").strip().split("\n")[0]
+    first = " ".join(first.split())
+    mpich = re.match(r"MPICH Version:\s*(\S+)", first)
+    if mpich:
+        return f"MPICH {mpich.group(1)}"
+    return first.split(",")[0] or "unknown library"
+
+
+@functools.cache
+def _knob_names() -> frozenset[str]:
+    """The knob catalog's variables: those of a record's environment that make its knob set."""
+    from tuners.catalog import KnobCatalog
+
+    return frozenset(knob.name for knob in KnobCatalog.load())
+
+
+def _dimensions(row: pandas.Series) -> dict[str, str]:
+    extra = row["extra"] if isinstance(row["extra"], dict) else {}
+    batch = extra.get("batch", 1)
     distance = row.get("network_distance")
-    where = f", {distance}" if isinstance(distance, str) else ""
-    batch = (row["extra"] or {}).get("batch", 1) if isinstance(row["extra"], dict) else 1
-    batched = f", batch {batch}" if batch > 1 else ""  # nccl-tests' throughput method, not per-op latency
-    return f"{row['transport']}, {row['nodes']} node(s), {row['ranks']} ranks{where}{batched}"
+    placement = distance if isinstance(distance, str) else row.get("placement") or "any"
+    knobs = {k: v for k, v in (row["env"] if isinstance(row["env"], dict) else {}).items() if k in _knob_names()}
+    return {"site": str(row["site"]), "system": f"{row['system']}:{row['partition']}",
+            "environment": str(row["environ"]), "library": library_label(row["mpi_library"]),
+            "transport": str(row["transport"]), "nodes": f"{row['nodes']} node(s)", "ranks": f"{row['ranks']} ranks",
+            "placement": f"placement {placement}",
+            # nccl-tests' throughput method, not per-op latency
+            "batch": f"batch {batch}" if batch > 1 else "per-op timing",
+            "knobs": "knobs " + (" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "unset")}
+
+
+def with_series(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """The frame with `series` (one text per group of runs that may be pooled) and `dimensions`."""
+    dimensions = frame.apply(_dimensions, axis=1)
+    return frame.assign(dimensions=dimensions, series=[" | ".join(d[k] for k in DIMENSIONS) for d in dimensions])
+
+
+def describe_series(rows: pandas.DataFrame) -> tuple[dict[str, str], str]:
+    """Legend label per series of one plot (what differs, plus environment and library) and what every
+    series of the plot shares (its subtitle)."""
+    groups = {series: dims for series, dims in zip(rows["series"], rows["dimensions"], strict=True)}
+    varying = [k for k in DIMENSIONS if len({d[k] for d in groups.values()}) > 1 or k in ALWAYS_IN_LEGEND]
+    labels = {series: ", ".join(dims[k] for k in varying) for series, dims in groups.items()}
+    first = next(iter(groups.values()))
+    return labels, "; ".join(first[k] for k in DIMENSIONS if k not in varying)
+
+
+def _subtitled(title: str, common: str) -> str:
+    return f"{html.escape(title)}<br><sup>{html.escape(common)}</sup>" if common else html.escape(title)
 
 
 def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
-    results = frame[(frame["kind"] == "result") & frame["valid"] & ~frame["op"].isin(PAIR_OPS)
+    results = frame[(frame["kind"] == "result") & frame["valid"] & ~frame["op"].isin(MATRIX_OPS)
                     & frame["goodput_gbs"].notna() & (frame["bytes"] > 0)]
     if results.empty:
         return ""
     parts = []
     for op, rows in results.groupby("op", sort=True):
         fig = go.Figure()
-        rows = rows.assign(series=rows.apply(_series_label, axis=1))
+        labels, common = describe_series(rows)
         for series, points in rows.groupby("series", sort=True):
             curve = points.groupby("bytes")["goodput_gbs"].median().sort_index()
-            fig.add_trace(go.Scatter(x=curve.index, y=curve.values, mode="lines+markers", name=series,
+            fig.add_trace(go.Scatter(x=curve.index, y=curve.values, mode="lines+markers", name=labels[series],
                                      hovertemplate="%{x} B: %{y:.3g} GB/s"))
         for link in nominal:
             fig.add_hline(y=link.gbs, line_dash="dash", line_color="#555")
@@ -119,7 +181,8 @@ def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
             fig.add_annotation(x=0, xref="paper", y=math.log10(link.gbs), yref="y", showarrow=False,
                                xanchor="left", yanchor="bottom", text=f"{link.label} nominal {link.gbs:g} GB/s",
                                font=dict(size=10, color="#555"))
-        fig.update_layout(title=f"{op}: goodput (median over runs)", legend_title="transport")
+        fig.update_layout(title=_subtitled(f"{op}: goodput, median over the runs of each curve", common),
+                          legend=dict(orientation="h", yanchor="top", y=-0.2), height=520)
         fig.update_xaxes(type="log", title="message size (bytes)", exponentformat="power")
         fig.update_yaxes(type="log", title="goodput (GB/s)")
         parts.append(_figure_html(fig))
@@ -146,7 +209,8 @@ def heatmap_section(frame: pandas.DataFrame) -> str:
     if pairs.empty:
         return ""
     parts = []
-    for (transport, direction), rows in pairs.groupby(["transport", "direction"], sort=True):
+    labels, common = describe_series(pairs)
+    for (series, direction), rows in pairs.groupby(["series", "direction"], sort=True):
         small, large = rows["bytes"].min(), rows["bytes"].max()
         bandwidth = "aggregate_gbs" if direction == "bi" and rows["extra"].notna().any() else "goodput_gbs"
         for size, column, what, unit, scale in (
@@ -160,15 +224,17 @@ def heatmap_section(frame: pandas.DataFrame) -> str:
             if at_size.empty:
                 continue
             ranks, matrix = _pair_matrix(at_size, column)
-            labels = [f"GPU {r}" for r in ranks]
-            fig = go.Figure(go.Heatmap(z=matrix, x=labels, y=labels, colorscale=scale, colorbar_title=unit,
+            # cpu backend: the pairs are MPI ranks (host memory), not GPUs
+            names = [f"{'rank' if rows['backend'].iloc[0] == 'cpu' else 'GPU'} {r}" for r in ranks]
+            fig = go.Figure(go.Heatmap(z=matrix, x=names, y=names, colorscale=scale, colorbar_title=unit,
                                        text=np.vectorize(lambda v: "" if np.isnan(v) else f"{v:.3g}")(matrix),
                                        texttemplate="%{text}", hovertemplate="%{y} -> %{x}: %{z:.4g} " + unit))
-            fig.update_layout(title=f"{transport} {direction}: {what} at {int(size)} B", height=420)
+            fig.update_layout(title=_subtitled(f"{labels[series]}: {direction} {what} at {int(size)} B", common),
+                              height=460)
             fig.update_yaxes(autorange="reversed", title="source")
             fig.update_xaxes(title="destination")
             parts.append(_figure_html(fig))
-    return f"<h2>GPU pairs</h2><div class='plots'>{''.join(parts)}</div>"
+    return f"<h2>GPU / rank pairs</h2><div class='plots'>{''.join(parts)}</div>"
 
 
 def _picked_sizes(sizes: list[int]) -> list[int]:
@@ -178,25 +244,25 @@ def _picked_sizes(sizes: list[int]) -> list[int]:
 
 def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]) -> str:
     rows = frame[(frame["kind"] == "result") & frame["measurement_id"].isin(samples.keys())
-                 & ~frame["op"].isin(PAIR_OPS)]
+                 & ~frame["op"].isin(MATRIX_OPS)]
     if rows.empty:
         return ""
     parts, table = [], []
-    rows = rows.assign(series=rows.apply(_series_label, axis=1))
     for op, by_op in rows.groupby("op", sort=True):
         fig = go.Figure()
+        labels, common = describe_series(by_op)
         for series, by_series in by_op.groupby("series", sort=True):
             for size in _picked_sizes(list(by_series["bytes"])):
                 ids = by_series[by_series["bytes"] == size]["measurement_id"]
                 values = np.concatenate([samples[i] for i in ids])
-                fig.add_trace(go.Violin(y=np.quantile(values, QUANTILES), name=f"{series}: {int(size)} B",
+                fig.add_trace(go.Violin(y=np.quantile(values, QUANTILES), name=f"{labels[series]}: {int(size)} B",
                                         box_visible=True, meanline_visible=False, points=False, spanmode="hard"))
                 p50, p95, p99 = np.percentile(values, [50, 95, 99])
-                table.append({"op": op, "series": series, "bytes": int(size), "samples": len(values),
+                table.append({"op": op, "series": labels[series], "bytes": int(size), "samples": len(values),
                               "p50 us": f"{p50:.4g}", "p95 us": f"{p95:.4g}", "p99 us": f"{p99:.4g}",
                               "max us": f"{values.max():.4g}"})
-        fig.update_layout(title=f"{op}: per-iteration times (violin of 201 quantiles, box: quartiles)",
-                          showlegend=False)
+        fig.update_layout(title=_subtitled(f"{op}: per-iteration times (violin of 201 quantiles, box: quartiles)",
+                                           common), showlegend=False)
         fig.update_xaxes(tickangle=20)
         fig.update_yaxes(type="log", title="time per iteration (us)")
         parts.append(_figure_html(fig))
@@ -212,7 +278,8 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         records = frame[frame["run_id"] == run.id]
         for (metric, size), value in run_metrics(records).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
-                           "placement": run.placement,
+                           "placement": run.placement, "site": records["site"].iloc[0],
+                           "system": f"{records['system'].iloc[0]}:{records['partition'].iloc[0]}",
                            "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ,
                            "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0]})
     if not points:
@@ -224,8 +291,9 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
         ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), int(first["ranks"]),
                                                    first["environ"], first["transport"]), metric, int(size))
-        if ref is not None:
-            low = ref.value * (1 + ref.lower) if ref.lower is not None else 0
+        if ref is not None:  # an open side of the band reaches past the data (a log axis has no 0)
+            open_low = ref.lower is None or ref.lower <= -1
+            low = min(ref.value, rows["value"].min()) / 2 if open_low else ref.value * (1 + ref.lower)
             high = ref.value * (1 + ref.upper) if ref.upper is not None else max(ref.value, rows["value"].max()) * 2
             fig.add_hrect(y0=low, y1=high, fillcolor="green", opacity=0.12, line_width=0,
                           annotation_text="reference band", annotation_position="top left")
@@ -233,10 +301,12 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         fig.add_hline(y=float(rows["value"].median()), line_dash="dash", line_color="#888",
                       annotation_text="median of the nights shown")
         where = "" if first["placement"] == "any" else f" {first['placement']}"
-        fig.update_layout(title=f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B",
-                          showlegend=False, height=320)
+        what = f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B"
+        shared = f"{first['site']}:{first['system']}, {first['transport']}, {first['ranks']} ranks"
+        fig.update_layout(title=_subtitled(what, shared), showlegend=False, height=340)
         fig.update_xaxes(type="category", title="night")
-        fig.update_yaxes(title=METRICS[metric][2])
+        # log: a wide reference band (e.g. 10x) would squash the nights' spread on a linear axis
+        fig.update_yaxes(type="log", title=METRICS[metric].unit)
         parts.append(_figure_html(fig))
     note = "" if references else "<p class='note'>No references in the site data of these measurements.</p>"
     return f"<h2>Nightly trends</h2>{note}<div class='plots'>{''.join(parts)}</div>"
@@ -257,7 +327,8 @@ def _value_text(value: float | None, unit: str) -> str:
     return "-" if value is None else f"{value:.4g} {html.escape(unit)}"
 
 
-def health_section(verdicts: list[dict[str, Any]]) -> str:
+def health_section(verdicts: list[dict[str, Any]], placements: dict[str, str]) -> str:
+    """The verdicts' tables; `placements`: run key -> placement of the runs the store has."""
     if not verdicts:
         return ""
     parts = ["<h2>Health summary</h2>"]
@@ -267,12 +338,15 @@ def health_section(verdicts: list[dict[str, Any]]) -> str:
                      f"<span class='{status}'>{status}</span></h3>")
         rows = "".join(
             f"<tr><td class='{m['status']}'>{m['status']}</td><td>{html.escape(m['environ'])}</td>"
-            f"<td>{html.escape(m['op'])}</td><td>{m['num_nodes']}</td><td>{html.escape(m['metric'])}"
+            f"<td>{html.escape(m['op'])}</td><td>{m['num_nodes']}</td>"
+            f"<td>{html.escape(placements.get(m.get('run_key', ''), 'not in the store'))}</td>"
+            f"<td>{html.escape(' '.join(m.get('hosts') or []) or '-')}</td><td>{html.escape(m['metric'])}"
             f"{'' if m['bytes'] is None else '@' + str(m['bytes'])}</td>"
             f"<td>{_value_text(m['value'], m['unit'])}</td>"
             f"<td>{html.escape('; '.join(m['evidence']))}</td></tr>"
             for m in verdict["metrics"])
-        parts.append("<table><tr><th>status</th><th>env</th><th>op</th><th>nodes</th><th>metric</th><th>value</th>"
+        parts.append("<table><tr><th>status</th><th>env</th><th>op</th><th>nodes</th><th>placement</th>"
+                     "<th>hosts</th><th>metric</th><th>value</th>"
                      f"<th>evidence</th></tr>{rows}</table>")
         nodes = "".join(f"<tr><td>{html.escape(n)}</td><td class='{v['status']}'>{v['status']}</td>"
                         f"<td>{html.escape('; '.join(v['evidence']))}</td></tr>"
@@ -312,22 +386,43 @@ def site_references(sites: list[str]) -> list[Reference]:
 
 
 def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: list[dict[str, Any]],
-                 **filters: Any) -> str:
+                 include_tuning: bool = False, **filters: Any) -> str:
+    """The report of the measurements `filters` select; tuning trials only with `include_tuning` (or when
+    the filters ask for campaign `tune`)."""
     frame = store.measurements(**filters)
     if frame.empty:
         raise ValueError(f"no measurements in {store.url} match the filters")
+    tuning = frame["campaign"] == TUNING_CAMPAIGN
+    asked = include_tuning or TUNING_CAMPAIGN in (filters.get("campaign") or [])
+    left_out = 0 if asked else frame[tuning]["run_id"].nunique()
+    if left_out:
+        frame = frame[~tuning]
+        if frame.empty:
+            raise ValueError(f"only tuning trials (campaign {TUNING_CAMPAIGN}) match the filters; "
+                             "--include-tuning shows them")
     runs = _runs_frame(store, sorted(set(frame["run_id"])))
-    frame = frame.merge(runs[["id", "network_distance"]].rename(columns={"id": "run_id"}), on="run_id", how="left")
+    frame = with_series(frame.merge(runs[["id", "network_distance", "placement"]].rename(columns={"id": "run_id"}),
+                                    on="run_id", how="left"))
     samples = store.sample_arrays(**filters)
+    verdict_keys = {m.get("run_key") for verdict in verdicts for m in verdict["metrics"]}
+    placements = {run.run_key: run.parameters.get("placement", "any") for run in store.runs()
+                  if run.run_key in verdict_keys} if verdicts else {}
     sections = [goodput_section(frame, nominal), heatmap_section(frame), distribution_section(frame, samples),
-                trend_section(frame, runs, site_references(sorted(set(frame["site"])))), health_section(verdicts)]
-    provenance = (frame.groupby(["site", "system", "backend", "commbench_version", "mpi_library"], dropna=False)
+                trend_section(frame, runs, site_references(sorted(set(frame["site"])))),
+                health_section(verdicts, placements)]
+    provenance = (frame.assign(library=frame["mpi_library"].map(library_label))
+                  .groupby(["site", "system", "campaign", "environ", "library", "backend", "commbench_version"],
+                           dropna=False)
                   .agg(runs=("run_id", "nunique"), measurements=("measurement_id", "size"),
                        first=("timestamp", "min"), last=("timestamp", "max")).reset_index())
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    tuning_note = (f" {left_out} tuning-trial runs (campaign {TUNING_CAMPAIGN}) left out: --include-tuning shows "
+                   "them." if left_out else "")
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {generated} from {html.escape(store.url)}"
               f" with filters {html.escape(json.dumps({k: v for k, v in filters.items() if v}, default=str))}: "
-              f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.</p>"
+              f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.{tuning_note} Each curve pools only "
+              "runs of one site, system, environment, library, transport, node and rank count, placement and "
+              "knob set.</p>"
               f"{provenance.to_html(index=False, border=0)}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{header}{''.join(sections)}"

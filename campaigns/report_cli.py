@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.report import Nominal, build_report
-from campaigns.results_cli import DbOption, _expected_errors, _with_measurement_filters
-from campaigns.site import SiteError, load_site
-from campaigns.spec import Campaign
-from campaigns.store import MeasurementFilter, Store, open_store
-from tuners.writers import write_atomic
+from campaigns.cli_options import DbOption, expected_errors, with_measurement_filters
+
+if TYPE_CHECKING:  # loaded when a report is written: `commcamp --help` stays fast
+    from campaigns.report import Nominal
+    from campaigns.spec import Campaign
+    from campaigns.store import MeasurementFilter, Store
 
 
 _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
@@ -25,6 +25,9 @@ _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-d
 def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
     """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
     host_device; a range gives its two ends). A name without site data has none."""
+    from campaigns.report import Nominal
+    from campaigns.site import SiteError, load_site
+
     try:
         site = load_site(site_name)
     except SiteError:
@@ -47,6 +50,8 @@ def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[
 
 
 def _parse_nominal(texts: list[str]) -> list[Nominal]:
+    from campaigns.report import Nominal
+
     nominal = []
     for text in texts:
         match = re.fullmatch(r"\s*([^=]+?)\s*=\s*([0-9.]+(?:[eE][0-9]+)?)\s*", text)
@@ -70,13 +75,16 @@ def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
+    from campaigns.report import build_report
+    from tuners.writers import write_atomic
+
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
                         nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
                         campaign=[campaign.name])
     write_atomic(output, text)
 
 
-@_with_measurement_filters
+@with_measurement_filters
 def report(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (replaced atomically)")],
            title: Annotated[str, typer.Option(help="heading of the report")] = "commcamp report",
@@ -84,15 +92,22 @@ def report(filters: MeasurementFilter,
                help="nominal link bandwidth LABEL=GB/s drawn dashed (repeatable); added to the site's")] = None,
            verdict: Annotated[Optional[list[Path]], typer.Option(
                help="health verdict JSON for the summary table (repeatable)")] = None,
+           include_tuning: Annotated[bool, typer.Option(
+               "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
+    from campaigns.report import build_report
+    from campaigns.store import open_store
+    from tuners.writers import write_atomic
+
     links = _parse_nominal(nominal or [])
-    with _expected_errors():
+    with expected_errors():
         verdicts = _load_verdicts(verdict or [])
         for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
             links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
         with open_store(db) as store:
-            text = build_report(store, title=title, nominal=links, verdicts=verdicts, **vars(filters))
+            text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
+                                **vars(filters))
         write_atomic(output, text)
     Console().print(f"wrote {escape(str(output))} ({output.stat().st_size / 2**20:.1f} MiB)")
 

@@ -2,45 +2,40 @@
 campaigns/cli.py mounts it with register(app)."""
 from __future__ import annotations
 
-import functools
+import csv
 import hashlib
-import inspect
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
-import numpy as np
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from sqlalchemy import JSON
 
-from campaigns.records import load_records
-from campaigns.sizes import parse_size
-from campaigns.site import SiteError, load_site
-from campaigns.store import (MeasurementFilter, RunFilter, RunInfo, StoreError, StoreUnavailable, open_store,
-                             records_digest)
-from campaigns.store.models import Measurement
-from tuners.writers import new_file_mode
+from campaigns.cli_options import DbOption, parse_when
+from campaigns.cli_options import expected_errors as _expected_errors
+from campaigns.cli_options import with_measurement_filters as _with_measurement_filters
+from campaigns.console import make_console
+from campaigns.prune_cli import prune
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
+    import numpy as np
     import pandas
+
+    from campaigns.store import MeasurementFilter
 
 
 def _console(*, stderr: bool = False) -> Console:
-    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call.
-    return Console(stderr=stderr)
+    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call; full
+    # width when not on a terminal (campaigns/console.py).
+    return make_console(stderr=stderr)
 
 
-DbOption = Annotated[Optional[str], typer.Option(
-    "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
 LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
 
 def human_size(size: float | None) -> str:
@@ -53,90 +48,33 @@ def human_size(size: float | None) -> str:
     raise AssertionError("unreachable")
 
 
-def parse_when(text: str | None, option: str) -> date | datetime | None:
-    """YYYY-MM-DD (that whole day) or an ISO 8601 date-time; without an offset it is local time."""
-    if text is None:
-        return None
-    try:
-        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a date (2026-01-31) or ISO date-time",
-                                 param_hint=option) from None
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
 
 
-# Filter options shared by the measurement commands; _with_measurement_filters adds them to a command.
-_MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
-    "campaign": Annotated[Optional[list[str]], typer.Option(help="campaign name (repeatable)")],
-    "site": Annotated[Optional[list[str]], typer.Option(help="site (repeatable)")],
-    "system": Annotated[Optional[list[str]], typer.Option(help="system (repeatable)")],
-    "partition": Annotated[Optional[list[str]], typer.Option(help="partition (repeatable)")],
-    "op": Annotated[Optional[list[str]], typer.Option(help="operation, e.g. allreduce (repeatable)")],
-    "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. nccl (repeatable)")],
-    "backend": Annotated[Optional[list[str]], typer.Option(help="cpu, cuda or hip (repeatable)")],
-    "run_id": Annotated[Optional[list[int]], typer.Option(help="run id (repeatable)")],
-    "size": Annotated[Optional[str], typer.Option(help="exact message size, e.g. 1MiB")],
-    "min_size": Annotated[Optional[str], typer.Option(help="smallest message size")],
-    "max_size": Annotated[Optional[str], typer.Option(help="largest message size")],
-    "since": Annotated[Optional[str], typer.Option(help="measured on or after (YYYY-MM-DD or ISO date-time)")],
-    "until": Annotated[Optional[str], typer.Option(help="measured on or before (YYYY-MM-DD or ISO date-time)")],
-    "valid": Annotated[Optional[bool], typer.Option("--valid/--invalid", help="only valid / only invalid")],
-}
+FormatOption = Annotated[ListFormat, typer.Option(
+    "--format", help="table (rich), json (a list of objects) or csv (a header line, then one line per row)")]
 
 
-def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
-    def size(name: str) -> int | None:
-        text = options[name]
-        if text is None:
-            return None
-        try:
-            return parse_size(text)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--" + name.replace("_", "-")) from None
+def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
+                 list_format: ListFormat = ListFormat.table) -> None:
+    if list_format is ListFormat.table:
+        from rich.table import Table
 
-    lists = {name: options[name] or None
-             for name in ("campaign", "site", "system", "partition", "op", "transport", "backend", "run_id")}
-    return MeasurementFilter(**lists, bytes=size("size"), min_bytes=size("min_size"), max_bytes=size("max_size"),
-                             since=parse_when(options["since"], "--since"),
-                             until=parse_when(options["until"], "--until"), valid=options["valid"])
-
-
-def _with_measurement_filters(command: Callable[..., None]) -> Callable[..., None]:
-    """Give `command` the filter options; it receives them as one MeasurementFilter `filters`."""
-    own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "filters"]
-    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
-             for name, annotation in _MEASUREMENT_FILTER_OPTIONS.items()]
-
-    @functools.wraps(command)
-    def with_filters(**options: Any) -> None:
-        filter_options = {name: options.pop(name) for name in _MEASUREMENT_FILTER_OPTIONS}
-        command(filters=_measurement_filter(filter_options), **options)
-
-    with_filters.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
-    with_filters.__annotations__ = {p.name: p.annotation for p in own + added}
-    return with_filters
-
-
-@contextmanager
-def _expected_errors() -> Iterator[None]:
-    """Bad input and database trouble end the command with a one-line message and exit status 1; a
-    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli.py)."""
-    try:
-        yield
-    except StoreUnavailable as exc:
-        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
-    except (StoreError, ValueError, OSError) as exc:
-        _console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
-
-
-def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int) -> None:
-    table = Table(*columns, title=escape(title))
-    for row in rows:
-        table.add_row(*map(escape, row))  # values are data, not rich markup
-    _console().print(table)
+        table = Table(*columns, title=escape(title))
+        for row in rows:
+            table.add_row(*map(escape, row))  # values are data, not rich markup
+        _console().print(table)
+    elif list_format is ListFormat.json:
+        print(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=1))
+    else:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerows([columns, *rows])
     if len(rows) < total:
-        _console().print(f"showing {len(rows)} of {total}; use --limit 0 or narrower filters to see the rest")
+        _console(stderr=list_format is not ListFormat.table).print(
+            f"showing {len(rows)} of {total} (newest first); use --limit 0 or narrower filters to see the rest")
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -157,26 +95,33 @@ def list_runs(db: DbOption = None,
               status: Annotated[Optional[RunStatus], typer.Option()] = None,
               since: Annotated[Optional[str], typer.Option(help="started on or after (YYYY-MM-DD or ISO)")] = None,
               until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
-              limit: LimitOption = 100) -> None:
-    """List stored runs."""
+              limit: LimitOption = 100, list_format: FormatOption = ListFormat.table) -> None:
+    """List stored runs, newest first."""
+    from campaigns.store import RunFilter, open_store
+
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with _expected_errors(), open_store(db) as store:
-        runs = store.runs(**vars(run_filter))
+        runs = store.runs(**vars(run_filter))[::-1]
     rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
              str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
              str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
             for run in (runs[:limit] if limit else runs)]
     _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
-                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs))
+                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs),
+                 list_format)
 
 
 @_with_measurement_filters
-def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100) -> None:
-    """List stored measurements (one per commbench record)."""
+def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
+                      list_format: FormatOption = ListFormat.table) -> None:
+    """List stored measurements (one per commbench record), newest run first."""
+    from campaigns.store import open_store
+
     with _expected_errors(), open_store(db) as store:
         frame = store.measurements(**vars(filters))
+    frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
              _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
              "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
@@ -184,7 +129,7 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
             for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
     _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
                                                   "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
-                 rows, len(frame))
+                 rows, len(frame), list_format)
 
 
 class ExportFormat(str, Enum):
@@ -203,6 +148,12 @@ def export(filters: MeasurementFilter,
            db: DbOption = None) -> None:
     """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
     written as JSON text."""
+    from sqlalchemy import JSON
+
+    from campaigns.store import open_store
+    from campaigns.store.models import Measurement
+    from tuners.writers import new_file_mode
+
     if export_format is None:
         try:
             export_format = ExportFormat(output.suffix.lstrip(".").lower())
@@ -241,6 +192,8 @@ _SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "
 
 def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
     """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    import numpy as np
+
     ids = [mid for mid in measurements["measurement_id"] if mid in samples]
     counts = [len(samples[mid]) for mid in ids]
     identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]
@@ -260,7 +213,28 @@ def _parameters(pairs: list[str]) -> dict[str, str]:
     return parameters
 
 
-def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines output")],
+def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str) -> list[dict[str, Any]]:
+    """The records of `file`: commbench JSON Lines as they are, another benchmark's output through
+    campaigns.formats (each of its rows a record naming that benchmark as its source)."""
+    from campaigns.records import load_records, validate_record
+
+    if fmt == "commbench":
+        return load_records(file)
+    from campaigns.formats import foreign  # deferred: only this command reads other benchmarks
+    if fmt not in foreign.FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of commbench, {', '.join(foreign.FORMATS)}",
+                                 param_hint="--format")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: cannot read: {exc}") from exc
+    stamp = datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
+    records = foreign.parse(fmt, text, source=str(file), timestamp=stamp, hostnames=hosts,
+                            mpi_library=mpi_library)
+    return [validate_record(record, f"{file} row {index}") for index, record in enumerate(records)]
+
+
+def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
            site: Annotated[str, typer.Option(help="site the records were measured at")],
            system: Annotated[str, typer.Option(help="system (cluster) name")],
            partition: Annotated[str, typer.Option()] = "default",
@@ -279,9 +253,20 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
            allow_duplicate: Annotated[bool, typer.Option(
                "--allow-duplicate", help="store records although the same records are stored (as test data)")] = False,
+           fmt: Annotated[str, typer.Option("--format", help=(
+               "commbench (JSON Lines), nccl-tests (its printed table), nccl-tests-json (-J file, "
+               "per-iteration data with -I) or osu (an osu_* benchmark's printed output)"))] = "commbench",
+           hosts: Annotated[Optional[str], typer.Option(help=(
+               "comma-separated host of each rank, for outputs that do not name them (osu)"))] = None,
+           mpi_library: Annotated[str, typer.Option(help="MPI library of a foreign output (osu, nccl-tests)")] = "",
            db: DbOption = None) -> None:
-    """Store a commbench JSON Lines file produced by hand (a site's own run, a reference result).
-    The same records stored before (by `commcamp run` or an earlier ingest) are skipped."""
+    """Store a benchmark output produced outside commcamp (a site's own commbench, nccl-tests or OSU run,
+    a reference result): each measurement becomes a record the store, health and report read like
+    commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
+    unless --allow-duplicate."""
+    from campaigns.site import SiteError, load_site
+    from campaigns.store import RunInfo, open_store, records_digest
+
     parameters = _parameters(param or [])
     with _expected_errors():
         try:
@@ -290,7 +275,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
             raise ValueError(f"--site: {exc}") from None
         except KeyError:
             raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
-        records = load_records(file)
+        records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
         invalid = sum(not record["valid"] for record in records)
@@ -320,9 +305,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="commbench JSON Lines outpu
 
 def register(app: typer.Typer) -> None:
     """Add the `results` command group to the commcamp CLI."""
-    results = typer.Typer(help="Query, export and ingest stored benchmark results.", no_args_is_help=True)
+    results = typer.Typer(help="Query, export, ingest stored benchmark results; prune old run directories.",
+                          no_args_is_help=True)
     results.command("runs")(list_runs)
     results.command("list")(list_measurements)
     results.command("export")(export)
     results.command("ingest")(ingest)
+    results.command("prune")(prune)
     app.add_typer(results, name="results")

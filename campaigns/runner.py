@@ -4,7 +4,7 @@ For the test cases of a campaign that the store does not hold yet (all of them w
 runner starts the `reframe` of this Python environment with the site's configuration
 (site_configs/<site>/reframe_config.py) and reframe_checks/, selecting test cases with `-n`
 (op and node count), `-p` (environments) and `--system`, and setting the check's variables with
-`-S`. Each invocation gets its own prefix under the run directory (results/runs/<campaign>-<UTC
+`-S`. Each invocation gets its own prefix under the run directory (<workspace>/runs/<campaign>-<UTC
 time>/rfm-<n>/: stage, output, perflogs, report.json, reframe.out, ReFrame's debug log), and its
 output streams to the terminal while it runs.
 
@@ -30,7 +30,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator
@@ -43,15 +42,13 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns import paths
 from campaigns.characterize import Placer, PlacementError, Topology
 from campaigns.records import parse_record_lines
 from campaigns.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store, StoreError
 from campaigns.subproc import die_with_this_process
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CHECKS_DIR = REPO_ROOT / "reframe_checks"
-DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
 RECORDS_FILE = "commbench.jsonl"
 REPORT_FILE = "report.json"
 REFRAME_LOG = "reframe.out"
@@ -113,10 +110,11 @@ class Invocation:
     job_options: tuple[str, ...] = ()
 
     def command(self, campaign: Campaign, prefix: Path) -> list[str]:
-        reframe = Path(sys.executable).with_name("reframe")
+        reframe = paths.reframe_executable()
         check = campaign.spec.checks[self.check_index]
         variables = dict(self.cases[0].variables)  # one invocation: one set of variables
-        cmd = [str(reframe), "-C", str(campaign.site.reframe_config), "-c", str(CHECKS_DIR / "commbench_run.py"),
+        cmd = [str(reframe), "-C", str(campaign.site.reframe_config),
+               "-c", str(paths.CHECKS_DIR / "commbench_run.py"),
                "--system", f"{campaign.system.name}:{self.partition}",
                "-p", "^(" + "|".join(re.escape(env) for env in self.environments) + ")$"]
         for name in sorted({case.reframe_name for case in self.cases}):
@@ -131,14 +129,17 @@ class Invocation:
             cmd += ["-S", env_vars_setting(check.check, check.env)]
         if not campaign.spec.check_performance:
             cmd += ["--skip-performance-check"]
-        cmd += ["--prefix", str(prefix), "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
+        # One continuous perflog per system beside the runs directory (prefix: <runs dir>/<run dir>/rfm-N),
+        # results/reframe/perflogs by default, where plain `reframe` writes too.
+        cmd += ["--prefix", str(prefix), "--perflogdir", str(prefix.parents[2] / "reframe" / "perflogs"),
+                "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
 
 
 def env_vars_setting(check: str, env: dict[str, str]) -> str:
     """`-S` argument that sets a check's env_vars to exactly `env`: JSON, since values may hold the ','
-    and ':' of ReFrame's short dict syntax, and shell-quoted, since ReFrame writes `export NAME=VALUE`."""
-    return f"{check}.env_vars=" + json.dumps({name: shlex.quote(value) for name, value in env.items()})
+    and ':' of ReFrame's short dict syntax (the check validates and shell-quotes them)."""
+    return f"{check}.env_vars=" + json.dumps(env)
 
 
 def _reframe_value(value: Any) -> str:
@@ -246,10 +247,10 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console,
     hand each run test's result (OK, FAIL, ...) with its parsed name to `on_result` right away."""
     prefix.mkdir(parents=True)
     # ReFrame writes its debug log (rfm-*.log) to $TMPDIR: keep it with the run.
-    env = {**os.environ, "TMPDIR": str(prefix)}
+    env = {**os.environ, **paths.subprocess_env(), "TMPDIR": str(prefix)}
     with (open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log,
           subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                           env=env, cwd=REPO_ROOT, preexec_fn=die_with_this_process()) as proc,
+                           env=env, cwd=prefix, preexec_fn=die_with_this_process()) as proc,
           console.status("ReFrame: loading checks") as status):
         assert proc.stdout is not None
         try:
@@ -510,7 +511,7 @@ def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, consol
 
 
 def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Console,
-                 runs_dir: Path = DEFAULT_RUNS_DIR, tag: str | None = None,
+                 runs_dir: Path | None = None, tag: str | None = None,
                  placer: Placer | None = None) -> CampaignResult:
     cases = campaign.cases(tag)
     pending = [c for c in cases if force or not store.has_run(c.run_key)]
@@ -521,7 +522,7 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
         console.print(f"Nothing to run: all {len(cases)} test case(s) have passed runs stored "
                       f"(--force runs them again).")
     else:
-        run_dir = new_run_dir(campaign, runs_dir)
+        run_dir = new_run_dir(campaign, runs_dir or paths.runs_dir())
         console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
                       f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
                       f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)

@@ -17,20 +17,23 @@ forbids unknown keys.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns import vocabulary
+from campaigns import paths
+from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
 from campaigns.sizes import ByteCount
 from campaigns.yamlio import YamlDocument, YamlModelError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SITE_CONFIGS_DIR = REPO_ROOT / "site_configs"
-SPACK_ENV_DIR = REPO_ROOT / "spack_env"
 SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
 ENV_FILE = "env.sh"
@@ -38,13 +41,13 @@ ENV_FILE = "env.sh"
 # Ops of the campaign check `commbench_run` (reframe_checks/commbench_run.py; campaigns/spec.py).
 COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall", "pingpong_bi", "allgather", "reduce_scatter", "bcast",
                  "sendrecv", "pairmatrix")
-# Every commbench op (commbench --list); h2d/d2h are the host<->device copies of the memcpy transport.
-ALL_OPS = (*COMMBENCH_OPS, "h2d", "d2h")
-TRANSPORTS = ("mpi", "staging", "d2d", "d2d-kernel", "ccl", "memcpy")
+# Every commbench op and transport (campaigns/vocabulary.py, tested against commbench --list).
+ALL_OPS = vocabulary.OPS
+TRANSPORTS = vocabulary.TRANSPORTS
 # The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/spec.py).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 # Metrics the checks report, by the ops they are taken for.
-COMMBENCH_METRICS = ("small_latency", "large_goodput", "large_busbw")
+COMMBENCH_METRICS = tuple(vocabulary.METRICS)
 PAIRMATRIX_METRICS = ("worst_pair_latency", "worst_pair_goodput", "worst_pair_bi_goodput")
 HOSTDEVICE_METRICS = ("small_latency", "pinned_goodput", "pageable_goodput")
 ALL_METRICS = tuple(dict.fromkeys((*COMMBENCH_METRICS, *PAIRMATRIX_METRICS, *HOSTDEVICE_METRICS)))
@@ -54,7 +57,8 @@ SIZE_SETS = ("health", "small", "large", "matrix", "hostdevice")
 # every partition whose GPUs can do it must switch it off in every library that would use it.
 NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
-Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
+NAME_PATTERN = r"[A-Za-z][A-Za-z0-9_-]*"  # sites, systems, partitions, environments
+Name = Annotated[str, Field(pattern=rf"^{NAME_PATTERN}$", max_length=64)]
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 Transport = Literal[TRANSPORTS]  # type: ignore[valid-type]
 NodeCount = Literal[NODE_COUNTS]  # type: ignore[valid-type]
@@ -215,7 +219,8 @@ class CommbenchPartition(_Model):
     build: Literal["cmake", "spack"] = "cmake"
     cmake_options: list[str] = Field(default=[], description="extra -D options, e.g. -DCOMMBENCH_CUDA_ARCHS=90")
     build_jobs: int = Field(default=2, ge=1)
-    spack_env: str = Field(default="", description="Spack environment directory (build: spack), repository-relative")
+    spack_env: str = Field(default="", description="Spack environment directory (build: spack): absolute, "
+                           "or relative to commcamp's shipped folders (e.g. spack_env/h200)")
     spack_spec: str = Field(default="", description="the commbench spec that environment installs (build: spack)")
     tasks_per_node: int = Field(ge=1, description="ranks per node for collectives (pingpong uses 2 ranks)")
     transports: list[Transport] = Field(min_length=1)
@@ -428,7 +433,7 @@ class Site(_Model):
 
     @property
     def directory(self) -> Path:
-        return SITE_CONFIGS_DIR / self.name
+        return site_file(self.name).parent
 
     @property
     def reframe_config(self) -> Path:
@@ -463,15 +468,28 @@ def _require_unique(names: list[str], what: str) -> None:
         raise ValueError(f"{what} names must be unique; repeated: {duplicates}")
 
 
+def site_search_path() -> list[Path]:
+    """Where sites are looked for, first match first: $COMMCAMP_SITE_PATH, then the shipped examples."""
+    return [*paths.site_path_dirs(), SITE_CONFIGS_DIR]
+
+
 def available_sites() -> list[str]:
-    """Names of the sites under site_configs/ (a directory with a site.yaml)."""
-    return sorted(p.parent.name for p in SITE_CONFIGS_DIR.glob(f"*/{SITE_FILE}"))
+    """Names of the sites on the search path (a directory with a site.yaml)."""
+    return sorted({p.parent.name for directory in site_search_path() for p in directory.glob(f"*/{SITE_FILE}")})
+
+
+def find_site_file(name: str) -> Path | None:
+    """The site.yaml of site `name`: the first on the search path; None if there is none."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        return None
+    return next((d / name / SITE_FILE for d in site_search_path() if (d / name / SITE_FILE).is_file()), None)
 
 
 def site_file(name: str) -> Path:
-    path = SITE_CONFIGS_DIR / name / SITE_FILE
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name) or not path.is_file():
-        raise SiteError(f"unknown site {name!r}; known sites: {', '.join(available_sites()) or 'none'}")
+    path = find_site_file(name)
+    if path is None:
+        raise SiteError(f"unknown site {name!r}; known sites: {', '.join(available_sites()) or 'none'} "
+                        f"(searched {', '.join(map(str, site_search_path()))})")
     return path
 
 
@@ -507,7 +525,7 @@ def check_site(name: str) -> list[str]:
     except ValueError as exc:  # CatalogError is a ValueError; its message names the file and key
         problems.append(str(exc))
     problems += _env_file_problems(site.env_file)
-    required = {REPO_ROOT / p.commbench.spack_env for s in site.systems for p in s.partitions
+    required = {paths.DATA_ROOT / p.commbench.spack_env for s in site.systems for p in s.partitions
                 if p.commbench and p.commbench.build == "spack"}
     for env_dir in sorted(required | {SPACK_ENV_DIR / site.name}):
         manifest = env_dir / "spack.yaml"
@@ -516,6 +534,48 @@ def check_site(name: str) -> list[str]:
         elif env_dir in required:
             problems.append(f"{manifest}: missing (a partition of site {site.name!r} builds commbench with Spack)")
     return problems
+
+
+# What a site kept outside commcamp's examples adds to its env.sh: plain `reframe` then finds reframe_site.py
+# and the checks' shipped folders (COMMCAMP_DATA) and writes to the workspace (COMMCAMP_HOME).
+ENV_FILE_PATHS_LINE = 'eval "$(commcamp paths --env)"  # COMMCAMP_DATA, COMMCAMP_HOME (`commcamp paths`)\n'
+
+
+def new_site(name: str, template: str, parent: Path) -> Path:
+    """Scaffold site `name` in parent/name from site `template` (site.yaml, reframe_config.py, env.sh), check
+    it like `commcamp site check` and move it into place in one rename: SiteError (nothing written) if the
+    name is bad, the target exists, the template is unknown or the new site has problems."""
+    import shutil
+    import tempfile
+
+    if not re.fullmatch(NAME_PATTERN, name) or len(name) > 64:
+        raise SiteError(f"site name {name!r}: use a letter, then letters, digits, _ and - (at most 64)")
+    source = site_file(template).parent
+    target = parent / name
+    if target.exists():
+        raise SiteError(f"{target} exists; choose another name or --dir")
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
+    try:
+        draft = staging / name
+        draft.mkdir()
+        header = f"# Site {name!r}: `commcamp site new {name} --from {template}`; EDIT what the template marks.\n"
+        site_yaml = re.sub(rf"^name:\s*{re.escape(template)}\s*$", f"name: {name}",
+                           (source / SITE_FILE).read_text(encoding="utf-8"), count=1, flags=re.MULTILINE)
+        (draft / SITE_FILE).write_text(header + site_yaml, encoding="utf-8")
+        (draft / REFRAME_CONFIG_FILE).write_text((source / REFRAME_CONFIG_FILE).read_text(encoding="utf-8").replace(
+            f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
+        (draft / ENV_FILE).write_text((source / ENV_FILE).read_text(encoding="utf-8") + ENV_FILE_PATHS_LINE,
+                                      encoding="utf-8")
+        with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
+            problems = check_site(name)
+        if problems:
+            raise SiteError(f"site {name!r} made from {template!r} has problems (nothing written):\n"
+                            + "\n".join(p.replace(str(staging), str(parent)) for p in problems))
+        draft.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def _reframe_config_problems(path: Path) -> list[str]:
@@ -554,8 +614,24 @@ def _loaded_module_config(path: Path) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location(f"_commcamp_site_config_{path.parent.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # A site kept outside the shipped examples finds reframe_site.py through this (its reframe_config.py).
+    with _environ(paths.DATA_ENV, os.environ.get(paths.DATA_ENV) or str(paths.DATA_ROOT)):
+        spec.loader.exec_module(module)
     return module.site_configuration  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """os.environ[name] = value for the block, then as it was."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def _env_file_problems(path: Path) -> list[str]:

@@ -8,14 +8,18 @@ bad usage.
 """
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from campaigns.site import Bandwidth, SiteError, available_sites, check_site, load_site, site_file
+from campaigns import paths
+
+if TYPE_CHECKING:  # site.yaml's models (pydantic) load when a command runs: `commcamp --help` stays fast
+    from campaigns.site import Bandwidth
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -30,7 +34,9 @@ def _gbs(bandwidth: Bandwidth | None) -> str:
 
 def list_sites() -> None:
     """The sites, their partitions and what the suite runs there."""
-    table = Table(title="Sites (site_configs/<site>/site.yaml)", title_justify="left")
+    from campaigns.site import SiteError, available_sites, load_site
+
+    table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
     for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
         table.add_column(column)
     for name in available_sites():
@@ -51,6 +57,8 @@ def list_sites() -> None:
 
 def show(site_name: Annotated[str, typer.Argument(help="a directory under site_configs/")]) -> None:
     """A site's nominal bandwidths, libraries and references: what a measurement is compared with."""
+    from campaigns.site import SiteError, load_site
+
     try:
         site = load_site(site_name)
     except SiteError as exc:
@@ -83,6 +91,8 @@ def check(
     all_sites: Annotated[bool, typer.Option("--all", help="check every site")] = False,
 ) -> None:
     """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment."""
+    from campaigns.site import SiteError, available_sites, check_site, site_file
+
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
         errors.print("give a SITE or --all (one of them)")
@@ -109,10 +119,34 @@ def check(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+def new(
+    site_name: Annotated[str, typer.Argument(metavar="NAME", help="the new site's name (its directory's name)")],
+    template: Annotated[str, typer.Option("--from", help="the site to start from")] = "generic-slurm",
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="where NAME/ goes [default: the first directory of $COMMCAMP_SITE_PATH, else .]")] = None,
+) -> None:
+    """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
+    env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
+    from campaigns.site import SiteError, new_site, site_search_path
+
+    parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
+    try:
+        target = new_site(site_name, template, parent.resolve())
+    except SiteError as exc:
+        Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    print(target)
+    if target.parent not in [p.resolve() for p in site_search_path()]:
+        Console(stderr=True).print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
+                                   f"site {site_name}", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add the `site` command group to the commcamp CLI."""
-    sites = typer.Typer(help="The sites under site_configs/: list, check, show.", no_args_is_help=True)
+    sites = typer.Typer(help="The sites ($COMMCAMP_SITE_PATH, then the shipped site_configs/): list, check, show, "
+                             "new.", no_args_is_help=True)
     sites.command("list")(list_sites)
     sites.command("check")(check)
     sites.command("show")(show)
+    sites.command("new")(new)
     app.add_typer(sites, name="site")

@@ -56,13 +56,12 @@ from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Referenc
                             load_site)
 from campaigns.records import MAX_MESSAGE_BYTES
 from campaigns.sizes import ByteCount
+from campaigns.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
 from campaigns.yamlio import Loc, YamlDocument, YamlModelError
-from tuners.catalog import check_safe_value
+from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
-# Ops between rank 0 and one peer (the check's PAIR_OPS): 2 ranks, so on 1 or 2 nodes only.
-PAIR_OPS = ("pingpong", "pingpong_bi")
 PAIR_RANKS = 2
 SLURM_SCHEDULERS = ("slurm", "squeue")
 PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
@@ -381,6 +380,10 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
             problems.append((("placements",), f"placements other than 'any' need Slurm; partition "
                                               f"{system.name}:{partition.name} uses {partition.scheduler!r}"))
     for index, check in enumerate(spec.checks):
+        try:  # what the check would refuse in setup (reframe_checks/lib/commcamp_checks.py)
+            site.knob_catalog().check_job_env(check.env)
+        except (CatalogError, UnsafeValueError) as exc:
+            problems.append((("checks", index, "env"), str(exc)))
         for partition in partitions:
             offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
             unknown = [t for t in check.transports if t not in offered_transports]

@@ -11,6 +11,7 @@ for that context.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -19,35 +20,17 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from sqlalchemy.exc import SQLAlchemyError
 
-from campaigns.sizes import parse_size
-from campaigns.tuning import (
-    DEFAULT_RECOMMENDATIONS_DIR,
-    TuningOutcome,
-    TuningSetup,
-    TuningSpec,
-    finalize_study,
-    load_spec,
-    make_tuner,
-    prepare,
-    publish_recommendation,
-    run_tuning,
-    slurm_launcher,
-    submit_workers,
-    wait_for_jobs,
-    write_env_file,
-    write_summary,
-)
-from tuners.evaluation import EvaluationAborted, format_bytes
-from tuners.recommend import format_lookup, lookup
-from tuners.study import StorageUnavailable, storage_problem, study_progress
+from campaigns import paths
+from campaigns.console import make_console
+
+if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
+    from campaigns.tuning import TuningOutcome, TuningSetup, TuningSpec
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -73,6 +56,10 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
     """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
     written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
     one clear message instead of a traceback. What Optuna committed stays committed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.study import StorageUnavailable, storage_problem
+
     previous_hook = threading.excepthook
 
     def thread_hook(args: threading.ExceptHookArgs) -> None:
@@ -110,6 +97,10 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
 def _stopping_cause(exc: BaseException | None) -> BaseException | None:
     """The database error or aborted evaluation behind `exc`, if any. Optuna 5.0 can hide a database error
     that hit its own bookkeeping behind an UnboundLocalError (optuna/study/_optimize.py, _run_trial)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.evaluation import EvaluationAborted
+
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, (SQLAlchemyError, EvaluationAborted)):
@@ -122,7 +113,7 @@ def _stopping_cause(exc: BaseException | None) -> BaseException | None:
 # Options shared by tune and pretune: None = keep the spec's value (or the model default).
 SpecOpt = Annotated[Optional[Path], typer.Argument(help="tuning spec (YAML); options override its fields")]
 SiteOpt = Annotated[Optional[str], typer.Option(help="site (site_configs/<site>/)")]
-SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition")]
+SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition, or a system of one partition")]
 EnvironOpt = Annotated[Optional[str], typer.Option(help="programming environment / MPI (openmpi, mpich)")]
 LibraryOpt = Annotated[Optional[str], typer.Option(help="library whose knobs are tuned: nccl, openmpi, mpich, ...")]
 LibVersionOpt = Annotated[Optional[str], typer.Option(help="its version (default: read from a probe run)")]
@@ -143,14 +134,20 @@ LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor comm
 CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
 DbOpt = Annotated[Optional[str], typer.Option(
     help="Optuna storage URL (default: the results database; PostgreSQL for parallel workers)")]
-PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (results/recommendations)")]
+PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (<workspace>/recommendations)")]
 PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
 RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
+StudyOpt = Annotated[Optional[str], typer.Option(
+    help="study name (default: the scope + executor + a digest of the knobs and knob files)")]
 
 
 def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
     """The spec file with the given fields replaced, or a spec from the fields alone; ValueError with
     every problem otherwise."""
+    from pydantic import ValidationError
+
+    from campaigns.tuning import TuningSpec, load_spec
+
     given = {k: v for k, v in fields.items() if v is not None}
     for key in ("knobs", "launcher"):
         if isinstance(given.get(key), str):
@@ -173,14 +170,32 @@ def _fields(**kwargs: Any) -> dict[str, Any]:
 def describe(setup: TuningSetup) -> list[str]:
     space = ", ".join(setup.space.knob_names)
     return [f"scope: {setup.scope.describe()}",
-            f"study: {setup.scope.study_name}",
+            f"study: {setup.study_name}",
             f"knobs searched: {space}",
             f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
             "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
             f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}"]
 
 
+def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
+    """What a dry run can tell before the probe run that reads the library's version."""
+    from campaigns.tuning import executor_label
+    from tuners.evaluation import format_bytes
+
+    return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
+            f"when the study runs; give --library-version to see the study and its search space) op={spec.op} "
+            f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node}",
+            f"study: {spec.study or 'the scope + ' + executor_label(spec) + ' + a digest of the knob setup'}",
+            f"knobs asked for: {', '.join(spec.knobs) if spec.knobs else 'every catalog knob that applies'}",
+            f"knob files: {', '.join(knob_files) or 'none'}",
+            f"sizes: {', '.join(format_bytes(size) for size in spec.sizes)}; budget: "
+            + ", ".join(part for part in (f"{spec.trials} trials" if spec.trials else "",
+                                          f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part)]
+
+
 def report_lines(outcome: TuningOutcome) -> list[str]:
+    from tuners.study import study_progress
+
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
     if progress.best_speedup is not None:
@@ -218,7 +233,7 @@ def register(app: typer.Typer) -> None:
             "--finalize/--no-finalize", help="re-measure the best candidates and decide (default on)")] = None,
         publish_dir: PublishOpt = None,
         no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
-        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None,
+        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None, study: StudyOpt = None,
         workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
         summary: Annotated[Optional[Path], typer.Option(
@@ -226,14 +241,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        console, errors = Console(), Console(stderr=True)
+        from campaigns.tuning import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare, print_progress,
+                                      publish_recommendation, run_tuning, study_name, submit_workers, wait_for_jobs,
+                                      worker_spec, write_summary)
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import StorageUnavailable, study_progress
+
+        console, errors = make_console(), make_console(stderr=True)
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
                          tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, sizes=sizes, knobs=knobs,
                          knob_overrides=knob_overrides, trials=trials,
                          budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
                          executor=executor, launcher=launcher, commbench=commbench, db=db,
-                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir)
+                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir, study=study)
         try:
             spec_obj = build_spec(spec, fields)
             if finalize is not None:
@@ -244,7 +265,18 @@ def register(app: typer.Typer) -> None:
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
+            if dry_run and spec_obj.library_version is None:  # the version needs a probe run: not in a dry run
+                _, knob_files = check_spec(spec_obj)
+                for line in plan_lines(spec_obj, knob_files):
+                    console.print(escape(line), highlight=False, soft_wrap=True)
+                return
             setup = prepare(spec_obj)
+            if workers:  # the workers run the trials (srun steps): the study is named for them
+                spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
+                                                                           setup.knob_files)})
+                setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
+        except StorageUnavailable as exc:
+            raise _fail(errors, f"cannot use the {exc}") from None
         except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
@@ -263,7 +295,8 @@ def register(app: typer.Typer) -> None:
                 study = tuner.load_study()
                 outcome = TuningOutcome(study, dict(tuner.baseline_env))
                 if spec_obj.finalize.enabled:
-                    outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+                    outcome.report, outcome.recommendation = finalize_study(
+                        setup, study, tuner.baseline_env, log=print_progress)
                     outcome.published = publish_recommendation(setup, outcome.recommendation)
             else:
                 outcome = run_tuning(setup)
@@ -277,15 +310,19 @@ def register(app: typer.Typer) -> None:
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
         """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
+        from campaigns.tuning import TuningSpec, make_tuner, prepare
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import study_progress
+
         try:
             spec_obj = TuningSpec.model_validate_json(spec.read_text())
             setup = prepare(spec_obj)
         except (OSError, ValueError, EvaluationAborted) as exc:
-            raise _fail(Console(stderr=True), str(exc)) from None
-        with _study_errors(Console(stderr=True), spec_obj.storage_url()):
+            raise _fail(make_console(stderr=True), str(exc)) from None
+        with _study_errors(make_console(stderr=True), spec_obj.storage_url()):
             study = make_tuner(setup).run()
         progress = study_progress(study)
-        print(f"worker done: study {setup.scope.study_name}: {progress.counted} counted trials, "
+        print(f"worker done: study {setup.study_name}: {progress.counted} counted trials, "
               f"{len(setup.evaluator.durations_s)} run here", flush=True)
 
     @app.command()
@@ -298,13 +335,23 @@ def register(app: typer.Typer) -> None:
         knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
         sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
         publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
+        study: Annotated[Optional[str], typer.Option(help=(
+            "name stem of this run's study (default: the scope + srun + a digest of the knob setup); each "
+            "pretune makes a study of its own, <stem>/job<SLURM_JOB_ID>-<UTC time>, seeded with the best "
+            "settings of earlier studies of that stem"))] = None,
         trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
         summary: Annotated[Optional[Path], typer.Option(
             help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
-        console, errors = Console(), Console(stderr=True)
+        from campaigns.tuning import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
+                                      print_progress, publish_recommendation, slurm_launcher, write_env_file,
+                                      write_summary)
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, study_progress
+
+        console, errors = make_console(), make_console(stderr=True)
         if not os.environ.get("SLURM_JOB_ID"):
             raise _fail(errors, "pretune runs inside a Slurm allocation (salloc or an sbatch script): "
                                 "SLURM_JOB_ID is not set")
@@ -327,19 +374,42 @@ def register(app: typer.Typer) -> None:
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             setup = prepare(spec_obj)
+            # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
+            stem = study or setup.study_name
+            setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"
+                                                          f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        except StorageUnavailable as exc:
+            raise _fail(errors, f"cannot use the {exc}") from None
         except (ValueError, EvaluationAborted) as exc:
             raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
-            tuner = make_tuner(setup, progress=True, timeout_s=total * trial_share)
-            study = tuner.run()
+            storage = open_storage(spec_obj.storage_url(), heartbeat_interval=spec_obj.heartbeat_s,
+                                   grace_period=2 * spec_obj.heartbeat_s)
+            seeds = best_envs_of_studies(storage, stem, setup.space)
+            if seeds:
+                console.print(f"seeded with {len(seeds)} setting(s) of earlier studies {escape(stem)}*",
+                              highlight=False, soft_wrap=True)
+            tuner = make_tuner(setup, storage=storage, progress=True, timeout_s=total * trial_share,
+                               seed_envs=seeds)
+            study_obj = tuner.run()
             durations = setup.evaluator.durations_s
-            per_run = sum(durations) / len(durations) if durations else float("inf")
+            if not durations:
+                raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
+                                    f"{env_file} not written", EXIT_FAILED)
+            per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
-            outcome = TuningOutcome(study, dict(tuner.baseline_env))
-            outcome.report, outcome.recommendation = finalize_study(
-                setup, study, tuner.baseline_env, max_evaluations=int(left // per_run) if per_run > 0 else 0)
+            outcome = TuningOutcome(study_obj, dict(tuner.baseline_env))
+            try:
+                outcome.report, outcome.recommendation = finalize_study(
+                    setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run),
+                    log=print_progress)
+            except UntestedDecision as exc:
+                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", EXIT_FAILED) from None
+            if outcome.report.rounds_used == 0 and study_progress(study_obj).counted < 2:
+                raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
+                                    f"untested; {env_file} not written (give a larger --budget)", EXIT_FAILED)
             outcome.published = publish_recommendation(setup, outcome.recommendation)
             write_env_file(env_file, outcome.recommendation, setup.catalog)
             if summary is not None:
@@ -352,22 +422,32 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def recommend(
         site: Annotated[str, typer.Option(help="site")],
-        system: Annotated[str, typer.Option(help="system")],
+        system: Annotated[str, typer.Option(help="system, or system:partition (as tune takes it)")],
         op: Annotated[str, typer.Option(help="commbench op, e.g. allreduce")],
         nodes: Annotated[int, typer.Option(help="node count of the job")],
         size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
         gpus_per_node: GpusOpt = None,
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
         transport: TransportOpt = None, library: LibraryOpt = None,
-        root: Annotated[Path, typer.Option(help="recommendations root")] = DEFAULT_RECOMMENDATIONS_DIR,
+        root: Annotated[Optional[Path], typer.Option(
+            help="recommendations root [default: <workspace>/recommendations]")] = None,
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
-        errors = Console(stderr=True)
+        from campaigns.sizes import parse_size
+        from tuners.evaluation import format_bytes
+        from tuners.recommend import format_lookup, lookup
+
+        errors = make_console(stderr=True)
+        system, _, named = system.partition(":")
+        if named and partition not in (None, named):
+            raise _fail(errors, f"--system {system}:{named} and --partition {partition} name two partitions")
+        partition = partition or named or None
         try:
             size_bytes = None if size is None else parse_size(size)
-            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,
-                            partition=partition, transport=transport, library=library, size=size_bytes)
+            result = lookup(root or paths.recommendations_dir(), site, system, op=op, nodes=nodes,
+                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
+                            size=size_bytes)
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))

@@ -25,15 +25,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import os
 import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
@@ -41,23 +44,20 @@ from typing import Annotated, Any, Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from campaigns import paths
 from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
 from campaigns.sizes import parse_size
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, Thresholds, finalize, planned_rounds
-from tuners.recommendation import Recommendation, build_recommendation
+from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
+from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
-from tuners.space import SearchSpace, build_space
-from tuners.study import SamplerName, Tuner, finalization_candidates, open_storage
+from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
+from tuners.study import SamplerName, Tuner, check_reachable, finalization_candidates, open_storage
 from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-KNOBS_DIR = REPO_ROOT / "site_configs" / "knobs"
-DEFAULT_RECOMMENDATIONS_DIR = REPO_ROOT / "results" / "recommendations"
-DEFAULT_RUNS_DIR = REPO_ROOT / "results" / "runs"
-DEFAULT_PLUGIN = REPO_ROOT / "build" / "nccl_tuner-release" / "libnccl-tuner-commcamp.so"  # commcamp plugin build
 RECORDS_FILE = "commbench.jsonl"
 OUTPUT_FILE = "output.txt"
 
@@ -86,6 +86,11 @@ def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Libra
     return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
 
 
+# What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T
+# only with dynamic rules on, which MPI_T cannot set (bench_src/README.md, "Selection sweep").
+SWEEP_ENV: dict[str, dict[str, str]] = {Library.OPENMPI: {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}}
+
+
 # ----------------------------------------------------------------------------------------------- runs
 @dataclasses.dataclass(frozen=True)
 class BenchRequest:
@@ -99,12 +104,16 @@ class BenchRequest:
     batch: int = 1
     bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
     time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
+    selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
+
+    def selection_args(self) -> list[str]:
+        return ["--selections", "all", "--rounds", str(self.selection_rounds)] if self.selection_rounds else []
 
     def commbench_args(self, validate: bool, output: Path) -> list[str]:
         return ["--op", self.op, "--transport", self.transport, "--sizes", ",".join(map(str, self.sizes)),
                 "--warmup", str(self.warmup), "--iters", str(self.iters), "--batch", str(self.batch),
                 "--timeout", str(self.bench_timeout_s), "--check" if validate else "--no-check",
-                "--output", str(output)]
+                "--output", str(output), *self.selection_args()]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,15 +220,17 @@ class ReframeExecutor:
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
         self.runs_dir = runs_dir
         self.base_env = dict(base_env)
-        self.directory = _new_directory(runs_dir, "reframe")
-        spec_path = self.directory / "campaign.yaml"
-        spec_path.write_text(yaml.safe_dump({
+        self.spec_text = yaml.safe_dump({
             "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
-            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]}))
-        try:
-            self.campaign = load_campaign(spec_path)
-        except SpecError as exc:
-            raise ValueError(str(exc)) from None
+            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]})
+        with tempfile.TemporaryDirectory() as scratch:  # checked now; the run directory is made by the first run
+            spec_path = Path(scratch) / "campaign.yaml"
+            spec_path.write_text(self.spec_text)
+            try:
+                self.campaign = load_campaign(spec_path)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        self.directory: Path | None = None
         self.count = 0
         self.built: Path | None = None  # report of the run whose build later runs restore
 
@@ -227,7 +238,7 @@ class ReframeExecutor:
         from campaigns.spec import Campaign
 
         check = self.campaign.spec.checks[0]
-        extra = ["--batch", str(request.batch)] if request.batch > 1 else []
+        extra = (["--batch", str(request.batch)] if request.batch > 1 else []) + request.selection_args()
         check = check.model_copy(update={
             "ops": [request.op], "sizes": list(request.sizes), "warmup": request.warmup, "iters": request.iters,
             "timeout_s": request.bench_timeout_s, "time_limit_s": request.time_limit_s, "check_data": validate,
@@ -239,6 +250,10 @@ class ReframeExecutor:
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         from campaigns.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
 
+        if self.directory is None:
+            self.directory = _new_directory(self.runs_dir, "reframe")
+            (self.directory / "campaign.yaml").write_text(self.spec_text)
+            self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1
         campaign = self.campaign_for(env, request, validate)
         (case,) = campaign.cases()
@@ -251,7 +266,7 @@ class ReframeExecutor:
         with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
             try:
                 rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=REPO_ROOT, env={**self.base_env, "TMPDIR": str(prefix)},
+                                    cwd=prefix, env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
                                     timeout=request.time_limit_s + 120, check=False,
                                     preexec_fn=die_with_this_process()).returncode
             except subprocess.TimeoutExpired:
@@ -291,11 +306,14 @@ class CommbenchEvaluator:
         self.exempt = exempt
         self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
         self.durations_s: list[float] = []
+        self.run_done: Callable[[], None] | None = None  # called after each run (finalization's progress lines)
 
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         started = time.monotonic()
         outcome = self.executor.run({**env, **READ_LOG_ENV.get(self.library, {})}, self.request, validate)
         self.durations_s.append(time.monotonic() - started)
+        if self.run_done is not None:
+            self.run_done()
         evaluation = self.judge(env, outcome, validate)
         if self.ingest is not None:
             ids = self.ingest(env, outcome, evaluation)
@@ -372,12 +390,22 @@ class FinalizeSpec(_Model):
         return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)
 
 
+class PerSizeSpec(_Model):
+    """The per-size stage (tuners/per_size.py) after finalization, under the recommended environment."""
+
+    enabled: bool = False
+    top: int = Field(default=3, ge=1, description="candidates per size, picked on the sweep's even rounds")
+    rounds: int = Field(default=0, ge=0, description="sweep rounds; 0: the fewest with which a change is possible")
+    time_limit_s: int = Field(default=600, ge=10, description="the sweep run's hard limit")
+
+
 class TuningSpec(_Model):
     """One tuning study: where and what commbench measures, which knobs, the budget, the outputs.
     YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
 
     site: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
-    system: str = Field(description="system:partition (ReFrame executor: a partition of the site)")
+    system: str = Field(description="system:partition, or a system of one partition (ReFrame executor: a "
+                                    "partition of the site)")
     environ: str = Field(default="openmpi", description="programming environment (ReFrame) / MPI of the binary")
     library: Library
     library_version: str | None = Field(default=None, description="None: read from a probe run's records")
@@ -406,11 +434,14 @@ class TuningSpec(_Model):
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
     db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    study: str | None = Field(default=None, min_length=1, description=(
+        "study name (default: the scope's name + the executor and a digest of the knobs and knob files)"))
     heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
     finalize: FinalizeSpec = FinalizeSpec()
-    publish_dir: Path | None = Field(default=DEFAULT_RECOMMENDATIONS_DIR, description="None: do not publish")
+    per_size: PerSizeSpec = PerSizeSpec()
+    publish_dir: Path | None = Field(default_factory=paths.recommendations_dir, description="None: do not publish")
     plugin_library: Path | None = None
-    runs_dir: Path = DEFAULT_RUNS_DIR
+    runs_dir: Path = Field(default_factory=paths.runs_dir)
 
     @field_validator("sizes", mode="before")
     @classmethod
@@ -425,10 +456,29 @@ class TuningSpec(_Model):
             raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
         return sizes
 
+    @model_validator(mode="before")
+    @classmethod
+    def _partition(cls, data: Any) -> Any:
+        """`system` without `:partition` names the system's only partition (the site's site.yaml)."""
+        if isinstance(data, dict) and isinstance(data.get("system"), str) and ":" not in data["system"] \
+                and isinstance(data.get("site"), str):
+            return {**data, "system": only_partition(data["site"], data["system"])}
+        return data
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        from campaigns.site import ALL_OPS
+
+        if value not in ALL_OPS:
+            raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
         if ":" not in self.system:
-            raise ValueError(f"system {self.system!r} must be system:partition")
+            raise ValueError(f"system {self.system!r} must be system:partition (or a system of site.yaml with "
+                         "one partition)")
         if self.trials is None and self.budget_s is None:
             raise ValueError("give a budget: trials and/or budget_s")
         if self.executor == "reframe" and self.transport != "mpi":
@@ -469,7 +519,7 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     site = _site(spec)
     catalog = KnobCatalog.load() if site is None else site.knob_catalog()
     files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
-    extra = [p for p in [KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
+    extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
     for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
         try:
             overrides = yaml.safe_load(path.read_text()) or {}
@@ -508,6 +558,7 @@ class TuningSetup:
     buckets: tuple[SizeBucket, ...]
     evaluator: CommbenchEvaluator
     versions: dict[str, str]
+    study_name: str
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -516,7 +567,7 @@ def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
         return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
                                base_env)
     assert spec.launcher is not None
-    commbench = spec.commbench or REPO_ROOT / "build" / "bench" / f"cpu-{spec.environ}" / "commbench"
+    commbench = spec.commbench or paths.commbench_build_dir() / f"cpu-{spec.environ}" / "commbench"
     return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)
 
 
@@ -543,10 +594,46 @@ def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
     return ingest
 
 
-def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
-    """Everything a study needs, checked before any trial runs. Without `library_version` one probe
-    run with the site's defaults at the smallest size reads it from commbench's records."""
+def executor_label(spec: TuningSpec) -> str:
+    """What runs the trials, as a study tells it apart: `reframe`, or the launcher's program (srun, mpirun)."""
+    return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
+
+
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -> str:
+    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for and the knob
+    files' content: trials of another executor or another knob setup go to a study of their own."""
+    if spec.study is not None:
+        return spec.study
+    setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
+             "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
+             "executor": executor_label(spec)}
+    digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{scope.study_name}/{executor_label(spec)}-{digest}"
+
+
+def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """What can be checked before anything is submitted: the site, partition and environment, the knob
+    files, the knobs asked for (whatever the library version), the executor and the study database
+    (reached, nothing created). Returns the site's catalog and the knob files used; ValueError
+    (StorageUnavailable for the database) naming the problem."""
     catalog, files = site_catalog(spec)
+    if spec.knobs:
+        try:
+            check_knob_names(catalog, Library(spec.library), spec.knobs, op=spec.op, transport=spec.transport)
+        except SpaceError as exc:
+            raise ValueError(f"knobs: {exc}") from None
+    site_env(spec)
+    if spec.executor == "launcher":
+        make_executor(spec, {})
+    check_reachable(spec.storage_url())
+    return catalog, files
+
+
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+    """Everything a study needs, checked before any trial runs (check_spec first). Without
+    `library_version` one probe run with the site's defaults at the smallest size reads it from
+    commbench's records."""
+    catalog, files = check_spec(spec)
     library = Library(spec.library)
     base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
     executor = make_executor(spec, base_env)
@@ -569,7 +656,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
     versions = {library.value: version, "commcamp": _git_commit()}
-    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions)
+    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
+                       study_name(spec, scope, files))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -579,18 +667,21 @@ def outcome_summary(outcome: RunOutcome) -> str:
 
 def _git_commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=False).stdout.strip()
+        out = "" if paths.CHECKOUT is None else subprocess.run(
+            ["git", "-C", str(paths.CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=False).stdout.strip()
     except OSError:
         out = ""
     return out or "unknown"
 
 
 def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
-               timeout_s: float | None = None, n_trials: int | None = None) -> Tuner:
-    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget."""
+               timeout_s: float | None = None, n_trials: int | None = None,
+               seed_envs: Sequence[Mapping[str, str]] = ()) -> Tuner:
+    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget; `seed_envs`
+    are enqueued after the defaults (and the library defaults) when the study is created."""
     spec = setup.spec
-    seeds = [{}] if spec.seed_library_defaults else []
+    seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(
                      spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
@@ -598,7 +689,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
-                 seed_envs=seeds, progress=progress)
+                 seed_envs=seeds, progress=progress, study_name=setup.study_name)
 
 
 @dataclasses.dataclass
@@ -610,10 +701,32 @@ class TuningOutcome:
     published: PublishedFiles | None = None
 
 
+class UntestedDecision(RuntimeError):
+    """Finalization could re-measure no candidate within its budget: no decision can be made."""
+
+
+class _FinalizationLog:
+    """Says how far finalization is (it has no progress bar): at the start, then at most every `every_s`."""
+
+    def __init__(self, planned: int, log: Callable[[str], None], every_s: float = 10.0) -> None:
+        self.planned, self.log, self.every_s = planned, log, every_s
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def run_done(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done == self.planned:
+            self.last = now
+            self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
+
+
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
-                   max_evaluations: int | None = None) -> tuple[FinalReport, Recommendation]:
+                   max_evaluations: int | None = None,
+                   log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
-    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits."""
+    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits;
+    `log` gets a progress line at the start and then at most every 10 s."""
     fin = setup.spec.finalize
     thresholds = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
@@ -621,21 +734,44 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     while max_evaluations is not None and keep > 0 and \
             planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
         keep -= 1
+    if keep == 0 < len(found):
+        raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
+                               f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
+                               "for one): a decision now would be untested")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
+    if log is not None and candidates:
+        planned = planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1)
+        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, {planned} runs planned")
+        setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.may_corrupt_knobs)
+                      needs_validation=setup.space.unsafe_changes)
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
+    setup.evaluator.run_done = None
     rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
     return report, rec
+
+
+def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
+    """One selection sweep under the recommended environment, decided per size (tuners/per_size.py)."""
+    spec = setup.spec
+    thresholds = spec.finalize.thresholds()
+    rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
+    # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
+    request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
+                                  time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
+    outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, False)
+    if outcome.failure or outcome.exit_code != 0:
+        raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")
+    return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
 
 
 def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> PublishedFiles | None:
     spec = setup.spec
     if spec.publish_dir is None:
         return None
-    plugin = spec.plugin_library or (DEFAULT_PLUGIN if rec.plugin_rules else None)
+    plugin = spec.plugin_library or (paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if rec.plugin_rules else None)
     return publish(Path(spec.publish_dir), rec, setup.catalog,
                    plugin_library=None if plugin is None else str(Path(plugin).resolve()))
 
@@ -646,9 +782,18 @@ def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
     study = tuner.run()
     outcome = TuningOutcome(study, dict(tuner.baseline_env))
     if setup.spec.finalize.enabled:
-        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env)
+        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env,
+                                                                log=print_progress if progress else None)
+        if setup.spec.per_size.enabled:
+            outcome.recommendation = with_per_size(outcome.recommendation,
+                                                   per_size_stage(setup, outcome.recommendation))
         outcome.published = publish_recommendation(setup, outcome.recommendation)
     return outcome
+
+
+def print_progress(line: str) -> None:
+    """A progress line that reaches a log file or pipe at once."""
+    print(line, flush=True)
 
 
 def _command_output(cmd: list[str]) -> str:
@@ -665,12 +810,13 @@ def provenance() -> dict[str, Any]:
 
     import optuna
 
-    dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain"], capture_output=True, text=True,
-                           timeout=20, check=False).stdout.count("\n")
+    dirty = 0 if paths.CHECKOUT is None else subprocess.run(
+        ["git", "-C", str(paths.CHECKOUT), "status", "--porcelain"], capture_output=True, text=True, timeout=20,
+        check=False).stdout.count("\n")
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
             "optuna": optuna.__version__, "command": sys.argv,
-            "reframe": _command_output([str(Path(sys.executable).with_name("reframe")), "--version"]),
+            "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
             "slurm": _command_output(["sinfo", "--version"]),
             "open_mpi": _command_output(["ompi_info", "--version"])}
 
@@ -686,7 +832,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
               for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]
     rec = outcome.recommendation
     return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
-            "study": setup.scope.study_name, "knob_files": setup.knob_files,
+            "study": setup.study_name, "knob_files": setup.knob_files,
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"),
@@ -696,8 +842,6 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
 
 
 def write_summary(path: Path, setup: TuningSetup, outcome: TuningOutcome) -> None:
-    import json
-
     write_atomic(path, json.dumps(outcome_summary_data(setup, outcome), indent=2, default=str) + "\n")
 
 
@@ -714,9 +858,9 @@ def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> Non
 def _site(spec: TuningSpec) -> Any:
     """The spec's site (campaigns.site.Site), or None for a site known only by its knob file
     (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
-    from campaigns.site import SITE_CONFIGS_DIR, SITE_FILE, SiteError, load_site
+    from campaigns.site import SiteError, find_site_file, load_site
 
-    if not (SITE_CONFIGS_DIR / spec.site / SITE_FILE).is_file() and (KNOBS_DIR / f"{spec.site}.yaml").is_file():
+    if find_site_file(spec.site) is None and (paths.KNOBS_DIR / f"{spec.site}.yaml").is_file():
         return None
     try:
         return load_site(spec.site)
@@ -747,6 +891,21 @@ def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
         raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
                          f"has {partition.nodes}")
     return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def only_partition(site_name: str, system_name: str) -> str:
+    """system:partition for a system of one partition; `system_name` unchanged where the site or system
+    is unknown (reported later, with what there is); ValueError when the system has several partitions."""
+    from campaigns.site import SiteError, load_site
+
+    try:
+        system = load_site(site_name).system(system_name)
+    except (SiteError, KeyError):
+        return system_name
+    if len(system.partitions) > 1:
+        raise ValueError(f"system {system_name!r} of site {site_name!r} has partitions "
+                         f"{', '.join(p.name for p in system.partitions)}: give system:partition")
+    return f"{system_name}:{system.partitions[0].name}"
 
 
 def site_env(spec: TuningSpec) -> dict[str, str]:
@@ -791,7 +950,7 @@ def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping
         command = shlex.join([str(Path(sys.executable).with_name("commcamp")), "tune-worker", str(spec_path)])
         sbatch = ["sbatch", "--parsable", "-N", str(spec.nodes), f"--ntasks-per-node={spec.tasks_per_node}",
                   "-t", str(limit_min), "-J", f"commcamp-tune-{number}", "-o", str(directory / "worker-%j.out"),
-                  *access, "--wrap", f"cd {shlex.quote(str(REPO_ROOT))} && exec {command}"]
+                  *access, "--wrap", f"cd {shlex.quote(str(directory))} && exec {command}"]
         out = subprocess.run(sbatch, capture_output=True, text=True, env=dict(env), timeout=60, check=False)
         if out.returncode != 0:
             raise RuntimeError(f"sbatch failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")

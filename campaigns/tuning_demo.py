@@ -1,8 +1,8 @@
-"""Tuning demonstrations, one phase per call, with a deadline: what results/tuning/gpu-demo.sh runs.
+"""Tuning demonstrations, one phase per call, with a deadline: what tools/tuning/gpu-demo.sh runs.
 
     python3 -m campaigns.tuning_demo CONFIG.yaml --phase NAME --out DIR [--until UNIX_TIME]
 
-CONFIG (results/tuning/gpu-demo.yaml on the GPU machine, results/tuning/gpu-demo-cpu.yaml for the same
+CONFIG (tools/tuning/gpu-demo.yaml on the GPU machine, tools/tuning/gpu-demo-cpu.yaml for the same
 plumbing on a CPU machine) has `common` TuningSpec fields, an `environment` for every launch, and named
 phases of four kinds:
 

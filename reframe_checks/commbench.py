@@ -9,6 +9,7 @@ they share is reframe_checks/lib/commbench_tests.py.
 | `commbench_sweep` | op x transport x size_range (health, small, large) x num_nodes | `health` (size_range=health: pingpong, allreduce, alltoall) or `characterize`; `p2p` / `collective` |
 | `commbench_pairmatrix` | transport x num_nodes: every GPU/rank pair of each node, both directions | `health`, `matrix` |
 | `commbench_hostdevice` | op (h2d, d2h): host<->device copies, pinned and pageable | `health`, `hostdevice` |
+| `commbench_gpu_aware_mpi` | op (pingpong, pingpong_bi, sendrecv): transport mpi on device buffers in an environment with the feature `gpu_aware_mpi` | `gpu_aware_mpi`, `p2p` |
 | `commbench_run` | op x num_nodes, transport a variable: what campaigns run (commcamp) | `campaign`; `p2p` / `collective` / `matrix` |
 
 Everything site-specific comes from the partition (site_configs/<site>/site.yaml through
@@ -37,11 +38,14 @@ watchdog, s), time_limit (the job's, default 10m), check_data, extra_args (more 
 env_vars, the knobs. Values with commas or colons need the JSON form (the short form
 NAME:VALUE,NAME:VALUE splits on both):
 
-    -S env_vars='{"UCX_TLS":"tcp,self","NCCL_PROTO":"^LL128"}'
+    -S env_vars='{"UCX_TLS":"tcp,sm,cuda_copy,cuda_ipc","NCCL_PROTO":"^LL128"}'
 
-Each value lands in the job script as `export NAME=VALUE`, so it is a shell word: quote what the shell
-must not split or expand, e.g. '{"X":"\'a b\'"}' (commcamp does this). The site's knob defaults are
-applied under env_vars: a variable given there wins.
+Every value that reaches the job script is checked first and shell-quoted there (`export
+NCCL_PROTO='^LL128'`): env_vars naming a knob of the catalog (site_configs/knobs/catalog.yaml with the
+site's overrides) must be inside its domain, not forbidden and not against a site pin; other variables
+and extra_args may hold only the catalog's safe characters (letters, digits, _ . , : ^ / + = -). A bad
+value fails the test case in setup with a message naming it. The site's knob defaults are applied under
+env_vars: a variable given there wins.
 """
 import os
 import sys
@@ -51,7 +55,7 @@ import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, variable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commbench_tests import (HEALTH_OPS, HOSTDEVICE_METRICS, PAIR_OPS, PAIRMATRIX_METRICS,  # noqa: E402
+from commbench_tests import (HEALTH_OPS, HOSTDEVICE_METRICS, P2P_OPS, PAIR_OPS, PAIRMATRIX_METRICS,  # noqa: E402
                              PEER_TRANSPORTS, SINGLE_NODE_TRANSPORTS, SWEEP_OPS, TRANSPORT_OPS, CommbenchOpTest,
                              CommbenchTest, check_pairs, op_kind, pairmatrix_metric)
 from commcamp_checks import NODE_COUNTS, offered  # noqa: E402
@@ -145,3 +149,32 @@ class commbench_hostdevice(CommbenchTest):
         for size in sorted({r['bytes'] for r in results}):
             kinds = sorted(r['host_memory'] for r in results if r['bytes'] == size)
             sn.evaluate(sn.assert_eq(kinds, ['pageable', 'pinned'], msg=f'{size} B: host memory kinds {{0}}'))
+
+
+@rfm.simple_test
+class commbench_gpu_aware_mpi(CommbenchOpTest):
+    '''GPU-aware MPI where the system MPI is not built for it: the mpi transport's point-to-point ops on
+    device buffers, in an environment (feature `gpu_aware_mpi`; h200: openmpi-ucx-cuda) that puts a
+    GPU-built UCX under the MPI (bench_src/scripts/ucx-cuda.sh). commbench still refuses that MPI's
+    collectives (`unsupported` records: its own collective code is not built for device memory), so
+    only point-to-point runs here. Skipped where the environment's UCX_MODULE_DIR is no folder.'''
+
+    descr = 'commbench: GPU-aware MPI point-to-point through a GPU-built UCX'
+    valid_systems = ['+commbench_mpi']
+    valid_prog_environs = ['+gpu_aware_mpi']
+    op = parameter(P2P_OPS)
+    transport = variable(str, value='mpi')
+    num_nodes = 1
+    extra_args = ['--assume-gpu-aware-mpi']
+    overrides_expect_unsupported = True
+    tags = {'gpu_aware_mpi', 'p2p'}
+
+    @run_after('setup')
+    def need_the_ucx(self):
+        module_dir = os.path.expandvars(self.current_environ.env_vars.get('UCX_MODULE_DIR', ''))
+        self.skip_if(not os.path.isdir(module_dir),
+                     f'environment {self.current_environ.name}: UCX_MODULE_DIR {module_dir!r} is no folder '
+                     f'(site_configs/h200/env.sh sets it up from COMMCAMP_UCX_CUDA, a libucx-cu13 wheel)')
+
+    def size_set(self):
+        return 'health'

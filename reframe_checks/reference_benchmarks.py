@@ -32,12 +32,13 @@ import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
+from reframe.core.exceptions import SanityError
+
+from campaigns.formats import nccl_tests, osu  # the one parser of each format (checks, store, scripts)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commcamp_checks import (NODE_COUNTS, apply_site_environment, assert_job_ended, offered,  # noqa: E402
-                             parse_ccl_tests, parse_osu, reference_entry)
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
+                             checked_words, offered, quoted, set_references, simple_test_if_offered)
 
 
 def _find_binary(directory, binary):
@@ -52,13 +53,15 @@ def _find_binary(directory, binary):
 class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     '''A third-party benchmark binary the site provides, laid out like the commbench checks.'''
 
-    valid_prog_environs = ['+mpi']
+    valid_prog_environs = ['+mpi -gpu_aware_mpi']  # as CommbenchTest: not in GPU-aware MPI environments
     sourcesdir = None
     time_limit = '10m'
     #: More options of the benchmark, after the site's `args`.
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
     #: reference_benchmarks key in site.yaml (and feature name).
     SUITE = ''
     PAIR_BENCHMARKS = ()
@@ -89,7 +92,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         self.num_gpus_per_node = extras['gpus_per_node']
         self.locate()
         apply_site_environment(self, commbench.get('job_options', []), commbench.get('launcher_options', []))
-        self.executable_opts = [*self.site.get('args', []), *self.fixed_args(), *self.extra_args]
+        self.executable_opts = quoted([*self.site.get('args', []), *self.fixed_args(),
+                                       *checked_words(self.extra_args, 'extra_args')])
 
     def locate(self):
         '''Point the test at the benchmark binary, or skip saying what was tried.'''
@@ -100,10 +104,10 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
             tried.append(f'${variable_name} is not set')
         directory = directory or site.get('default_dir', '')
         if directory:
-            directory = directory if os.path.isabs(directory) else os.path.join(REPO_ROOT, directory)
+            directory = directory if os.path.isabs(directory) else os.path.join(DATA_ROOT, directory)
             path = _find_binary(directory, binary) if os.path.isdir(directory) else None
             if path:
-                self.executable = path
+                self.executable = quoted([path])[0]
                 return
             tried.append(f'no executable {binary} in {directory}')
         modules = site.get('modules', [])
@@ -151,17 +155,11 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.is_dry_run():
             return
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(self.site.get('references', []), name, unit, benchmark=self.benchmark,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), benchmark=self.benchmark, nodes=self.num_nodes,
+                       ranks=self.num_tasks, environ=self.current_environ.name)
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class nccl_tests_run(ReferenceBenchmarkTest):
     '''nccl-tests (or rccl-tests): one binary over the site's size range.'''
 
@@ -181,28 +179,34 @@ class nccl_tests_run(ReferenceBenchmarkTest):
     def metrics(self):
         return {'small_latency': 'us', 'large_busbw': 'GB/s'}
 
+    def parsed(self):
+        try:
+            return nccl_tests.parse_text(self.output(), self.benchmark)
+        except nccl_tests.NcclTestsError as exc:
+            raise SanityError(str(exc)) from None
+
     def metric_at(self, name):
-        rows, _ = parse_ccl_tests(self.output())
-        moving = [r for r in rows if r['bytes'] > 0] or rows
-        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
-        return (row['time_us'] if name == 'small_latency' else row['busbw_gbs']), row['bytes']
+        rows = [row for row in self.parsed().rows if row.out_of_place is not None]
+        moving = [r for r in rows if r.size > 0] or rows
+        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
+        return (row.out_of_place.time_us if name == 'small_latency' else row.out_of_place.busbw_gbs), row.size
 
     @sanity_function
     def validate_output(self):
         assert_job_ended(self, self.benchmark)
-        text = self.output()
-        rows, hosts = parse_ccl_tests(text)
-        sn.evaluate(sn.assert_true(rows, msg='no size table in the output'))
-        for row in rows:
-            sn.evaluate(sn.assert_eq(row['wrong'], '0', msg=f'{row["bytes"]} B: {{0}} wrong elements (out of place)'))
-            sn.evaluate(sn.assert_in(row['wrong_inplace'], ('0', 'N/A'),
-                                     msg=f'{row["bytes"]} B: {{0}} wrong elements (in place)'))
+        run = self.parsed()
+        hosts = run.hosts
+        for row in run.rows:
+            sn.evaluate(sn.assert_eq(row.out_of_place and row.out_of_place.wrong, 0,
+                                     msg=f'{row.size} B: {{0}} wrong elements (out of place)'))
+            sn.evaluate(sn.assert_in(row.in_place and row.in_place.wrong, (0, None),
+                                     msg=f'{row.size} B: {{0}} wrong elements (in place)'))
         sn.evaluate(sn.assert_found(r'Out of bounds values\s*:\s*0\s+OK', self.stdout))
         sn.evaluate(sn.assert_eq(len(hosts), self.num_tasks, msg='{0} ranks reported, expected {1}'))
         return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
 
 
-@rfm.simple_test
+@simple_test_if_offered
 class osu_run(ReferenceBenchmarkTest):
     '''OSU micro-benchmarks: latency and bandwidth between two ranks, two collectives.'''
 
@@ -223,15 +227,21 @@ class osu_run(ReferenceBenchmarkTest):
             return {'small_latency': 'us'}
         return {'small_latency': 'us', 'large_latency': 'us'}
 
+    def parsed(self):
+        try:
+            return osu.parse_text(self.output(), self.benchmark)
+        except osu.OsuError as exc:
+            raise SanityError(str(exc)) from None
+
     def metric_at(self, name):
-        rows = parse_osu(self.output())
-        moving = [r for r in rows if r['bytes'] > 0] or rows
-        row = min(moving, key=lambda r: r['bytes']) if name == 'small_latency' else max(rows, key=lambda r: r['bytes'])
+        rows = self.parsed().rows
+        moving = [r for r in rows if r.size > 0] or rows
+        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
         # osu_bw reports MB/s (1e6 bytes/s)
-        return (row['value'] / 1000 if name == 'large_bandwidth' else row['value']), row['bytes']
+        return (row.value / 1000 if name == 'large_bandwidth' else row.value), row.size
 
     @sanity_function
     def validate_output(self):
         assert_job_ended(self, self.benchmark)
         sn.evaluate(sn.assert_found(r'# OSU MPI', self.stdout, msg='no OSU banner in the output'))
-        return sn.assert_true(parse_osu(self.output()), msg='no size table in the output')
+        return sn.assert_true(self.parsed().rows, msg='no size table in the output')

@@ -15,11 +15,15 @@ the data is only reshaped:
   `<benchmark>` / `<benchmark>_nodes_<n>` per reference benchmark (`nccl_tests`, `osu`);
 * the site's pinned knobs (`knobs.pinned`) are added to every partition's env_vars: in every job;
 * every environment gets the extras `mpi` (library family) and the features listed in site.yaml;
-* stage, output and perflog directories default to results/runs/reframe/ of this repository and the
-  run report to results/runs/reframe/reports/ (both git-ignored); `--prefix`/`--report-file` override;
-* perflogs (filelog) carry what users miss in ReFrame's default ones: node count, tasks, GPUs per
-  node, pass/fail, the transport, and per performance variable its value, unit, reference and
-  thresholds.
+* stage, output and perflog directories default to runs/reframe/ of commcamp's workspace ($COMMCAMP_HOME;
+  from a checkout without it: its results/) and the run report to runs/reframe/reports/ there (git-ignored
+  in a checkout); `--prefix`/`--report-file` override;
+* perflogs (filelog) go to one continuous file per system, partition and check under reframe/perflogs/
+  of the workspace (git-ignored), whatever the `--prefix` (`--perflogdir` overrides; commcamp points it
+  beside its runs directory), and carry what users miss in ReFrame's default ones: node count, tasks,
+  GPUs per node, pass/fail, the transport, the message size each performance variable was taken at
+  (`metric_bytes`), and per performance variable its value, unit, reference (None where no reference
+  applies, not ReFrame's 0) and thresholds.
 """
 from __future__ import annotations
 
@@ -32,8 +36,11 @@ from reframe.core.backends import getlauncher, register_launcher
 from reframe.core.exceptions import ConfigError
 from reframe.core.launchers import JobLauncher
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PREFIX = REPO_ROOT / "results" / "runs" / "reframe"
+# commcamp sets both variables for the ReFrame it starts (campaigns/paths.py: the shipped folders and the
+# workspace); a ReFrame started by hand from a checkout falls back to the checkout and its results/.
+DATA_ROOT = Path(os.environ.get("COMMCAMP_DATA") or Path(__file__).resolve().parents[1])
+DEFAULT_PREFIX = Path(os.environ.get("COMMCAMP_HOME") or DATA_ROOT / "results") / "runs" / "reframe"
+PERFLOG_DIR = Path(os.environ.get("COMMCAMP_HOME") or DATA_ROOT / "results") / "reframe" / "perflogs"
 
 MPIEXEC_FROM_ENV = "mpiexec-from-env"
 MPIEXEC_VARIABLE = "COMMCAMP_MPIEXEC"
@@ -42,7 +49,8 @@ PERFLOG_FORMAT = "|".join([
     "%(check_job_completion_time)s", "%(version)s", "%(check_display_name)s", "%(check_system)s",
     "%(check_partition)s", "%(check_environ)s", "%(check_result)s", "%(check_num_nodes)s",
     "%(check_num_tasks)s", "%(check_num_tasks_per_node)s", "%(check_num_gpus_per_node)s",
-    "%(check_transport)s", "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_perfvalues)s",
+    "%(check_transport)s", "%(check_jobid)s", "%(check_job_nodelist)s", "%(check_metric_bytes)s",
+    "%(check_perfvalues)s",
 ])
 # One block per performance variable; the header names them <variable>_value, <variable>_unit, ...
 PERFLOG_FORMAT_PERFVARS = "|".join([
@@ -106,6 +114,7 @@ def _partition(part: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
         "gpus_per_node": node.get("gpus", 0),
         "knob_defaults": {name: _text(value) for name, value in (knobs.get("defaults") or {}).items()
                           if value is not None},
+        "knob_overrides": knobs,  # the checks validate env_vars against the catalog with these
         "reference_benchmarks": part.get("reference_benchmarks") or {},
     }
     if part.get("commbench"):
@@ -174,6 +183,7 @@ def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
             ],
             "handlers_perflog": [{
                 "type": "filelog",
+                "basedir": str(PERFLOG_DIR),
                 "prefix": "%(check_system)s/%(check_partition)s",
                 "level": "info",
                 "format": PERFLOG_FORMAT,
@@ -184,6 +194,6 @@ def site_configuration(site_yaml: str | os.PathLike[str]) -> dict[str, Any]:
         }],
         "general": [{
             "report_file": str(reports / "run-report-{sessionid}.json"),
-            "check_search_path": [str(REPO_ROOT / "reframe_checks")],
+            "check_search_path": [str(DATA_ROOT / "reframe_checks")],
         }],
     }

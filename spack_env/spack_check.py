@@ -5,6 +5,8 @@
   externals, concretizer, view, repos, develop, specs); other sections are checked by name only.
 * `read_recipe(path)`: what a package.py declares (class, bases, variants, dependencies, the CMake
   cache variables its cmake_args define), read with `ast`, nothing imported.
+* `check_python_recipe(recipe, pyproject)`: py-commcamp's dependencies are pyproject.toml's pins, one
+  for one, under Spack's names; and which of them Spack's builtin repository lacks (SPACK_BUILTIN).
 
 The key lists below are transcribed from Spack's JSON schemas in spack/spack, lib/spack/spack/schema
 (read through the project's public-code index; "Copyright Spack Project Developers" versions, i.e.
@@ -23,7 +25,9 @@ Only key names and the shapes above are vendored; no Spack code is.
 from __future__ import annotations
 
 import ast
+import re
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +50,24 @@ VIEW_KEYS = frozenset({"root", "link", "link_type", "select", "exclude", "projec
 REPO_GIT_KEYS = frozenset({"git", "branch", "commit", "tag", "destination", "paths"})
 DEVELOP_KEYS = frozenset({"spec", "path"})
 SPEC_MATRIX_KEYS = frozenset({"matrix", "exclude"})
+
+# The builtin Spack package of each commcamp dependency, with the newest version its package.py declares
+# (None: the package exists, its versions were not read). Read on 2026-11-23 from spack/spack-packages,
+# repos/spack_repo/builtin/packages/<name with _ for ->/package.py, through the public-code index.
+SPACK_BUILTIN = {
+    "reframe": "4.10.0", "py-optuna": "4.8.0", "py-sqlalchemy": "2.0.43", "py-alembic": "1.16.5",
+    "py-pydantic": "2.12.4", "py-jsonschema": "4.25.1", "py-rich": "13.9.4", "py-typer": "0.20.1",
+    "py-plotly": "6.3.1", "py-setuptools": "82.0.1", "py-psycopg2": "2.9.10", "py-pyyaml": None,
+    "py-pandas": None, "py-pyarrow": None, "py-scipy": None, "py-packaging": None, "py-numpy": None,
+    "gmake": None, "cmake": None, "python": None,
+}
+PY_COMMCAMP_RECIPE = "repos/spack_repo/commcamp/packages/py_commcamp/package.py"
+# PyPI names whose Spack package is not py-<name>; psycopg (3) has none in builtin, the recipe uses
+# psycopg2 (a variant) instead.
+SPACK_NAMES = {"reframe-hpc": "reframe", "psycopg": "py-psycopg2"}
+# Recipe dependencies that are not pyproject dependencies: the interpreter, the build backend, what
+# commcamp imports directly but pins through others (numpy), and the tools its build commands run.
+RECIPE_ONLY = frozenset({"python", "py-setuptools", "py-numpy", "cmake", "gmake"})
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -221,11 +243,63 @@ def read_recipe(path: Path) -> Recipe:
     return recipe
 
 
+def _spec(text: str) -> tuple[str, str]:
+    """"py-optuna@=5.0.0" -> ("py-optuna", "5.0.0"); version "" if none, ranges kept as written."""
+    name, _, version = text.partition("@")
+    return name, version.removeprefix("=")
+
+
+def check_python_recipe(recipe_path: Path, pyproject_path: Path) -> tuple[list[str], list[str]]:
+    """(problems, missing): problems where the recipe's run dependencies and pyproject.toml's pins differ;
+    missing: what Spack's builtin repository lacks (a package, or the pinned version: newer than its newest)."""
+    pins = tomllib.loads(Path(pyproject_path).read_text(encoding="utf-8"))["project"]["dependencies"]
+    wanted = {}
+    for pin in pins:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?==([^;\s]+)", pin)
+        if match is None:
+            wanted[pin] = ("", "")
+            continue
+        name = match.group(1).lower()
+        wanted[SPACK_NAMES.get(name, f"py-{name}")] = (pin, match.group(2))
+    declared = dict(_spec(d) for d in read_recipe(recipe_path).dependencies)
+    problems = [f"{recipe_path}: pyproject.toml's {pin or name!r} is not an exact pin (name==version)"
+                for name, (pin, version) in wanted.items() if not version]
+    for name, (pin, version) in wanted.items():
+        if version and name not in declared:
+            problems.append(f"{recipe_path}: no depends_on for pyproject.toml's {pin!r} ({name})")
+        elif version and name != SPACK_NAMES["psycopg"] and declared[name] != version:
+            problems.append(f"{recipe_path}: {name}@={declared[name]} but pyproject.toml pins {pin!r}")
+    problems += [f"{recipe_path}: depends_on({name!r}) is not in pyproject.toml" for name in declared
+                 if name not in wanted and name not in RECIPE_ONLY]
+    missing = []
+    for name, version in declared.items():
+        if name not in SPACK_BUILTIN:
+            missing.append(f"{name}: not a Spack builtin package")
+            continue
+        newest = SPACK_BUILTIN[name]
+        if newest and version[:1].isdigit() and _version_key(version) > _version_key(newest):
+            missing.append(f"{name}@={version}: Spack builtin's newest is {newest}")
+        elif newest is None and version[:1].isdigit() and name.startswith("py-"):
+            missing.append(f"{name}@={version}: the package is builtin; its versions were not read")
+    return problems, missing
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
 def main(argv: list[str]) -> int:
-    """`python spack_env/spack_check.py [spack.yaml ...]` (default: every spack_env/*/spack.yaml)."""
+    """`python spack_env/spack_check.py [spack.yaml ...]` (default: every spack_env/*/spack.yaml, and in a
+    checkout the py-commcamp recipe against pyproject.toml)."""
     here = Path(__file__).resolve().parent
     paths = [Path(a) for a in argv] or sorted(here.glob("*/spack.yaml"))
     problems = [p for path in paths for p in check_environment_file(path)]
+    pyproject = here.parent / "pyproject.toml"
+    if not argv and pyproject.is_file():
+        recipe_problems, missing = check_python_recipe(here / PY_COMMCAMP_RECIPE, pyproject)
+        problems += recipe_problems
+        print("py-commcamp's dependencies against Spack's builtin repository:\n  " + "\n  ".join(missing)
+              if missing else "every py-commcamp dependency is in Spack's builtin repository")
     print("\n".join(problems) or f"{len(paths)} environment(s): ok")
     return 1 if problems else 0
 

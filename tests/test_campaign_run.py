@@ -38,10 +38,12 @@ def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     for ranks, hosts in zip(frame["ranks"], frame["hostnames"], strict=True):
         assert ranks == 2 and len(set(hosts)) == 1
 
-    # What ReFrame left behind: the run report and a perflog whose lines carry the node count, tasks,
-    # GPUs per node, the result and value/unit/reference per performance variable.
+    # What ReFrame left behind: the run report and, in one perflog per system beside the runs directory
+    # (not one per invocation), lines that carry the node count, tasks, GPUs per node, the result, the
+    # message size of each performance variable and value/unit/reference per performance variable.
     assert (run_dir / "rfm-1" / "report.json").is_file()
-    perflog = (run_dir / "rfm-1" / "perflogs" / "local" / "cpu" / "commbench_run.log").read_text().splitlines()
+    assert not (run_dir / "rfm-1" / "perflogs").exists()
+    perflog = (tmp_path / "reframe" / "perflogs" / "local" / "cpu" / "commbench_run.log").read_text().splitlines()
     header = perflog[0].split("|")
     for column in ("result", "num_nodes", "num_tasks", "num_gpus_per_node", "small_latency_value",
                    "small_latency_unit", "small_latency_ref", "large_busbw_value", "large_busbw_result"):
@@ -49,6 +51,8 @@ def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     row = dict(zip(header, perflog[1].split("|"), strict=True))
     assert (row["result"], row["num_nodes"], row["num_tasks"], row["num_gpus_per_node"]) == ("pass", "1", "2", "0")
     assert row["small_latency_unit"] == "us" and float(row["small_latency_value"]) > 0
+    assert row["small_latency_ref"] == "None" and row["metric_bytes"].startswith("small_latency=8,")
+    assert len(perflog) == 1 + len(OPS) * len(ENVIRONS)  # every invocation's cases in the one file
 
     # Everything passed and is stored: a second run has nothing to do and starts no ReFrame.
     code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs))

@@ -79,7 +79,7 @@ def test_run_keys_identify_parameters(tmp_path: Path) -> None:
     assert again == base
     written_1k = VALID_SPEC.replace("max_bytes: 1024", "max_bytes: 1K")  # the same size, the same cases
     assert {c.run_key for c in load_campaign(write_spec(tmp_path, written_1k)).cases()} == base
-    for change in ("    iters: 7\n", "    env: {UCX_TLS: 'tcp,self'}\n", "    tasks_per_node: 1\n"):
+    for change in ("    iters: 7\n", "    env: {UCX_TLS: '^cuda_ipc'}\n", "    tasks_per_node: 1\n"):
         changed = {c.run_key for c in load_campaign(write_spec(tmp_path, VALID_SPEC + change)).cases()}
         if "tasks_per_node" in change:  # pingpong always runs 2 ranks: only the allreduce keys change
             assert len(changed & base) == 2
@@ -88,15 +88,18 @@ def test_run_keys_identify_parameters(tmp_path: Path) -> None:
 
 
 def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
-    spec = write_spec(tmp_path, VALID_SPEC + "    env: {UCX_TLS: 'tcp,self', NCCL_PROTO: '^LL128'}\n")
+    spec = write_spec(tmp_path, VALID_SPEC + "    env: {UCX_TLS: 'tcp,sm,cuda_copy,cuda_ipc', NCCL_PROTO: '^LL128'}\n")
     campaign = load_campaign(spec)
     cases = campaign.cases()
     everything = plan_invocations(cases)
     assert len(everything) == 1 and set(everything[0].cases) == set(cases)
-    command = everything[0].command(campaign, tmp_path / "rfm-1")
+    command = everything[0].command(campaign, tmp_path / "runs" / "t-20261123T000000Z" / "rfm-1")
     assert command[command.index("-p") + 1] == "^(mpich|openmpi)$"
-    # JSON (the values hold ',' and ':'), each value one shell word for the job script's export
-    assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,self", "NCCL_PROTO": "'^LL128'"}) in command
+    # JSON (the values hold ',' and ':'), as they are: the check validates and shell-quotes them
+    assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,sm,cuda_copy,cuda_ipc", "NCCL_PROTO": "^LL128"}) \
+        in command
+    # one continuous perflog beside the runs directory, not one per invocation
+    assert command[command.index("--perflogdir") + 1] == str(tmp_path / "reframe" / "perflogs")
     assert "commbench_run.max_bytes=1024" in command
     assert "--skip-performance-check" not in command
     unjudged = load_campaign(write_spec(tmp_path, "check_performance: false\n" + VALID_SPEC))
@@ -154,6 +157,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                  id="transport-not-offered"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, mpi]"),
                  ["spec.yaml:7: checks[0].transports: repeated values ['mpi']"], id="repeated-transport"),
+    pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    env: {OMPI_MCA_btl_tcp_sndbuf: '1000'}"),
+                 ["checks[0].env: OMPI_MCA_btl_tcp_sndbuf: 1000 is outside [4096, 16777216]"],
+                 id="knob-outside-its-domain"),
 ])
 def test_bad_spec_is_refused_and_nothing_is_written(tmp_path: Path, text: str, expected: list[str]) -> None:
     spec = write_spec(tmp_path, text)

@@ -334,7 +334,7 @@ def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
                  "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2"):
         assert flag in helped.stdout, flag
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
-    assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 1")
+    assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 2")
     listed = subprocess.run([binary, "--list"], capture_output=True, text=True, timeout=30, check=False)
     assert listed.stdout.splitlines() == [
         "backend cpu",

@@ -17,6 +17,8 @@ from types import ModuleType
 
 import pytest
 
+from campaigns.formats import nccl_tests
+
 from fixtures_bench import BENCH_SRC, REPO, CommbenchBuild, launch_env
 
 SCRIPTS = BENCH_SRC / "scripts"
@@ -37,31 +39,23 @@ def load_helper() -> ModuleType:
 helper = load_helper()
 
 
-def test_parser_reads_the_real_nccl_tests_outputs() -> None:
-    runs = {op: helper.parse_nccl_tests((RUN1 / "nt-outputs" / name).read_text()) for op, name in NT_FILES.items()}
+def test_the_comparison_reads_nccl_tests_through_the_one_parser() -> None:
+    """The script has no nccl-tests parser of its own (campaigns.formats.nccl_tests, tested in
+    test_formats.py, also for these outputs)."""
+    assert helper.nccl_tests is nccl_tests and not hasattr(helper, "parse_nccl_tests")
+    runs = {op: nccl_tests.parse_text((RUN1 / "nt-outputs" / name).read_text()) for op, name in NT_FILES.items()}
     for run in runs.values():
-        assert run.version == "nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803"
+        assert (run.version, run.nccl_version) == ("2.19.6", "22803")
         assert "warmup iters: 5 iters: 20" in run.params
         assert len(run.devices) == 4 and all("NVIDIA H200" in d for d in run.devices)
         assert len(run.rows) == 30 and run.rows[-1].size == 4 << 30
-        assert all(row.wrong == 0 for row in run.rows)
-    allreduce = runs["allreduce"].rows
-    assert (allreduce[0].size, allreduce[0].count, allreduce[0].time_us) == (8, 2, 23.58)
-    assert (allreduce[-1].time_us, allreduce[-1].algbw_gbs, allreduce[-1].busbw_gbs) == (17778.2, 241.59, 362.38)
+        assert all(row.out_of_place.wrong == 0 for row in run.rows)
     # alltoall's first three sizes move nothing at 4 ranks: nccl-tests prints size 0
     assert [row.size for row in runs["alltoall"].rows[:4]] == [0, 0, 0, 64]
-    assert runs["sendrecv"].rows[-1].busbw_gbs == 365.10
-
-
-def test_parser_skips_foreign_lines_and_rejects_broken_rows() -> None:
+    assert runs["sendrecv"].rows[-1].out_of_place.busbw_gbs == 365.10
     text = (RUN1 / "nt-outputs" / "all_reduce.txt").read_text()
     noisy = "vm:5108:5108 [0] NCCL INFO Bootstrap: using eth0\n" + text
-    assert len(helper.parse_nccl_tests(noisy).rows) == 30
-    broken = text.replace("23.58    0.00    0.00       0", "23.58    0.00    x.00       0")
-    with pytest.raises(helper.InputError, match="not an nccl-tests row"):
-        helper.parse_nccl_tests(broken)
-    with pytest.raises(helper.InputError, match="no nccl-tests result rows"):
-        helper.parse_nccl_tests("# only comments\nmpirun noticed that process rank 0 exited\n")
+    assert len(nccl_tests.parse_text(noisy).rows) == 30
 
 
 def run1_outdir(tmp_path: Path) -> Path:

@@ -161,7 +161,8 @@ def tune_spec(tmp_path: Path, **fields: object) -> Path:
         "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
         "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"], "heartbeat_s": 1,
         "executor": "launcher", "launcher": ["srun"], "db": f"sqlite:///{tmp_path / 'study.db'}",
-        "publish_dir": None, "finalize": {"enabled": False}, "runs_dir": str(tmp_path / "runs"), **fields}
+        "publish_dir": None, "finalize": {"enabled": False}, "runs_dir": str(tmp_path / "runs"), "study": STUDY,
+        **fields}
     document["launcher"] = slurm_launcher(TuningSpec.model_validate(document), inside_allocation=False)
     spec = tmp_path / "tune.yaml"
     spec.write_text(yaml.safe_dump(document))

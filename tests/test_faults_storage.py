@@ -117,7 +117,7 @@ def tune_spec(tmp_path: Path, db: str, trials: int) -> Path:
         "iters": 3, "warmup": 1, "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"],
         "trials": trials, "heartbeat_s": 1, "executor": "launcher",
         "launcher": ["mpirun.openmpi", "-np", "2", "--bind-to", "none"], "db": db, "publish_dir": None,
-        "finalize": {"enabled": False}, "runs_dir": str(tmp_path / "runs")}))
+        "finalize": {"enabled": False}, "runs_dir": str(tmp_path / "runs"), "study": STUDY}))
     return spec
 
 

@@ -113,7 +113,8 @@ def test_knob_overrides_loader(overrides: Any) -> None:
 
 @FUZZ
 @given(documents(["schema_version", "knobs", "libraries", "type", "choices", "low", "high", "default",
-                  "safety", "description", "transports", "versions", "NCCL_ALGO"]))
+                  "safety", "description", "transports", "versions", "NCCL_ALGO", "unset", "source",
+                  "constraints", "product", "at_most"]))
 def test_knob_catalog_loader(document: Any) -> None:
     try:
         KnobCatalog.from_document(document, "fuzz-catalog.yaml")
@@ -136,4 +137,4 @@ def test_record_lines_parser(lines: list[str]) -> None:
     records, problems = parse_record_lines(text, "fuzz.jsonl")
     assert len(records) + len(problems) <= len(text.splitlines())  # one verdict per non-blank line at most
     for record in records:  # what is accepted is a whole, schema-valid record
-        assert record["schema_version"] == 1 and len(record["hostnames"]) == record["ranks"]
+        assert record["schema_version"] in (1, 2) and len(record["hostnames"]) == record["ranks"]

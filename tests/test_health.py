@@ -174,3 +174,14 @@ def test_topology_with_one_switch_cannot_spread() -> None:
     spread = next(c for c in spec_case if c.placement == "different-switch")
     with pytest.raises(PlacementError, match="1 leaf switches"):
         Placer(flat).job_options(spread)
+
+
+def test_degraded_runs_on_disjoint_node_sets_are_fabric_wide_not_a_node() -> None:
+    from campaigns.slurm_snapshot import fabric_wide, slurm_partition
+
+    assert fabric_wide([{"n1", "n2"}, {"n3", "n4"}])  # two bad runs, no node in common
+    assert not fabric_wide([{"n1", "n2"}, {"n2", "n3"}])  # n2 is in both: a node can explain them
+    assert not fabric_wide([{"n1", "n2"}])  # one bad run says nothing about the fabric
+    assert slurm_partition(["--partition=debug"], "x") == "debug"
+    assert slurm_partition(["-p", "gpu", "--exclusive"], "x") == "gpu"
+    assert slurm_partition(["--exclusive"], "normal") == "normal"

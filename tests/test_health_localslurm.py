@@ -136,3 +136,76 @@ def test_a_first_night_without_references_is_not_judged(slurm_cluster: SlurmClus
     latency = next(m for m in verdict["metrics"] if m["metric"] == "small_latency")
     assert "nothing to judge the value against" in latency["evidence"][-1]
     assert "HEALTH NOT JUDGED" in output and "0 ok, 3 not judged, 0 degraded, 0 failed metric(s)" in output
+
+
+# Three nodes, one rank each, sendrecv (every rank exchanges with its neighbours): the node whose link is
+# throttled slows its own ranks most, so the run that sees it names it (campaigns/attribution.py). The
+# references are wide (a loaded 2-core host: clean 1 MiB exchanges took 15-60 ms); 20 Mbit/s into the bad
+# node makes 1 MiB take ~0.45 s.
+ATTRIBUTION_SPEC = """\
+name: health-attribution
+kind: health
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [3]
+placements: [any]
+checks:
+  - check: commbench_run
+    ops: [sendrecv]
+    sizes: [1M]
+    warmup: 1
+    iters: 8
+    timeout_s: 60
+    time_limit_s: 120
+    tasks_per_node: 1
+references:
+  - {op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, value: 0.05, lower: -0.9}
+  - {op: pingpong, metric: large_goodput, bytes: 1048576, nodes: 2, value: 0.05, lower: -0.9}
+health:
+  isolation: {sizes: [1M], warmup: 1, iters: 8}
+"""
+
+
+@pytest.mark.slurm
+def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_cluster: SlurmCluster,
+                                                                      tmp_path: Path) -> None:
+    spec = tmp_path / "health.yaml"
+    spec.write_text(ATTRIBUTION_SPEC)
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    bad = slurm_cluster.nodes[2]
+    veth = slurm_cluster.veths[bad]
+
+    def night(tag: str) -> tuple[int, str, dict]:
+        verdict = tmp_path / f"verdict-{tag}.json"
+        result = subprocess.run(
+            [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", tag,
+             "--verdict", str(verdict)],
+            env={**slurm_cluster.env, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600, check=False)
+        return result.returncode, result.stdout + result.stderr, json.loads(verdict.read_text())
+
+    # Another user's job on the partition while the night runs: the verdict keeps the snapshot of it.
+    other = slurm_cluster.sbatch("-N1", "-n1", "-J", "someone-else", "--wrap", "sleep 600")
+    try:
+        code, output, verdict = night("night-1")  # the baseline: a healthy night of the same series
+    finally:
+        slurm_cluster.run(["scancel", str(other)])
+    assert verdict["status"] in ("ok", "not_judged"), output  # nothing bad; no references for some metrics
+    snapshot = verdict["slurm"]
+    assert snapshot["partition"] == slurm_cluster.partition and not snapshot["problem"]
+    assert {"id": str(other), "name": "someone-else"}.items() <= next(
+        job for job in snapshot["jobs"] if job["name"] == "someone-else").items()
+    assert set(snapshot["nodes"]) == set(slurm_cluster.nodes)
+    subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "20mbit", "burst", "32kbit",
+                    "latency", "2s"], check=True, capture_output=True, text=True)
+    try:
+        code, output, verdict = night("night-2")
+    finally:
+        subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], check=True, capture_output=True)
+    assert verdict["status"] == "failed" and verdict["scope"] == "node", output
+    isolation = verdict["isolation"]
+    assert isolation["path"] == "attribution", output
+    assert isolation["culprit_nodes"] == [bad] and isolation["extra_jobs"] == 1, output
+    assert [bad in pair["nodes"] for pair in isolation["pairs"]] == [True]
+    assert f"{bad}'s ranks slowed down" in isolation["attribution"]
+    assert "1 extra pair job(s)" in output and f"culprit node(s): {bad}" in output

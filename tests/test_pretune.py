@@ -15,7 +15,7 @@ import yaml
 
 from fixtures_pg import socket_url
 from fixtures_slurm import SlurmCluster
-from tuners.study import RETRY_OF, is_counted
+from tuners.study import RETRY_OF, ROLE, SEEDED, is_counted, top_envs
 
 REPO = Path(__file__).resolve().parents[1]
 COMMCAMP = Path(sys.executable).with_name("commcamp")
@@ -23,6 +23,7 @@ COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
 PLANTED = REPO / "site_configs" / "knobs" / "planted" / "tcp-buffers.yaml"
 KNOBS = "OMPI_MCA_btl_tcp_sndbuf,OMPI_MCA_btl_tcp_rcvbuf"
 PLANTED_VALUES = {name: str(value) for name, value in yaml.safe_load(PLANTED.read_text())["defaults"].items()}
+STUDY = "localslurm/localslurm:debug/openmpi-4.1.4/allreduce/mpi/all/n1/g1/workers"
 SCOPE_OPTIONS = ["--site", "localslurm", "--system", "localslurm:debug", "--environ", "openmpi", "--library",
                  "openmpi", "--op", "allreduce", "--sizes", "64K,1M", "--knobs", KNOBS, "--knob-overrides",
                  str(PLANTED)]
@@ -51,7 +52,7 @@ def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_clus
     end = slurm_cluster.wait_job_end(job, timeout=300)
     log = (tmp_path / f"job-{job}.out").read_text()
     assert (end.state, end.exit_code) == ("COMPLETED", 0), log[-3000:]
-    assert f"wrote tuned-{job}.env after" in log
+    assert f"wrote tuned-{job}.env after" in log, log[-3000:]
     env_text = (tmp_path / f"tuned-{job}.env").read_text()
     assert env_text.startswith("# commcamp recommendation")
     # The planted 4 KiB buffers cost far more than the noise: the recommendation moves away from them
@@ -71,18 +72,29 @@ def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_clus
 
 
 @pytest.mark.slurm
-def test_pretune_under_salloc(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    env_file = tmp_path / "tuned.env"
+def test_pretune_under_salloc_twice_measures_twice_and_writes_no_untested_decision(
+        slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Two pretunes in one salloc, each with a budget too small for finalization (22 runs of one candidate
+    in 1.2 s): each runs its own trials in this allocation (the second in a study of its own, seeded with
+    the first's best settings) and neither writes an env file, since no decision was tested here."""
+    url = f"sqlite:///{tmp_path / 'pretune.db'}"
+    pretune = shlex.join([str(COMMCAMP), "pretune", "--budget", "12s", "--trial-share", "0.9", *SCOPE_OPTIONS,
+                          "--trials", "3", "--db", url, "--runs-dir", str(tmp_path / "runs")])
+    script = f"{pretune} --env-file first.env >first.log 2>&1; {pretune} --env-file second.env >second.log 2>&1"
     cmd = ["timeout", "-k", "10", "240", "salloc", "-N", "2", "--ntasks-per-node=1", "-p", slurm_cluster.partition,
-           str(COMMCAMP), "pretune", "--budget", "25s", *SCOPE_OPTIONS, "--trials", "3",
-           "--db", f"sqlite:///{tmp_path / 'pretune.db'}", "--runs-dir", str(tmp_path / "runs"),
-           "--env-file", str(env_file), "--summary", str(tmp_path / "summary.json")]
-    result = slurm_cluster.run(cmd, timeout=300, check=False, cwd=REPO)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert env_file.read_text().startswith("# commcamp recommendation")
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["scope"]["nodes"] == 2 and summary["progress"]["counted"] >= 2
-    assert summary["provenance"]["slurm"].startswith("slurm")
+           "bash", "-c", script]
+    result = slurm_cluster.run(cmd, timeout=300, check=False, cwd=tmp_path)
+    first_output, second_output = ((tmp_path / f"{name}.log").read_text() for name in ("first", "second"))
+    for text in (first_output, second_output):
+        assert "a decision now would be untested" in text and "env not written" in text, text[-4000:]
+    assert result.returncode == 1 and not list(tmp_path.glob("*.env"))
+    names = optuna.get_all_study_names(url)
+    assert len(names) == 2 and all("/job" in name for name in names), names
+    first, second = (optuna.load_study(study_name=name, storage=url) for name in names)
+    assert names[0].rsplit("/", 1)[0] == names[1].rsplit("/", 1)[0]  # one stem: the same scope and knob setup
+    assert [t for t in second.trials if is_counted(t)], "the second pretune ran no trial in this allocation"
+    if top_envs(first, 1):  # a measured setting other than the defaults: it seeds the second study
+        assert "seeded with" in second_output and second.trials[2].user_attrs.get(ROLE) == SEEDED
 
 
 @pytest.mark.slurm
@@ -96,12 +108,12 @@ def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, 
         "library_version": "4.1.4", "op": "allreduce", "nodes": 1, "tasks_per_node": 2, "sizes": [65536, 262144],
         "iters": 50, "warmup": 1, "knobs": KNOBS.split(","), "knob_overrides": [str(PLANTED)], "trials": 12,
         "heartbeat_s": 2, "executor": "launcher", "launcher": ["srun"], "commbench": str(COMMBENCH), "db": url,
-        "runs_dir": str(tmp_path / "runs"), "publish_dir": None}))
+        "runs_dir": str(tmp_path / "runs"), "publish_dir": None, "study": STUDY}))
     coordinator = subprocess.Popen([str(COMMCAMP), "tune", str(spec), "--workers", "2", "--no-finalize"], cwd=REPO,
                                    env={**slurm_cluster.env, "COLUMNS": "200"}, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
     storage = optuna.storages.RDBStorage(url)
-    name = "localslurm/localslurm:debug/openmpi-4.1.4/allreduce/mpi/all/n1/g1"
+    name = STUDY
     deadline = time.monotonic() + 240
     while True:  # both workers running trials at the same time: then kill one of them mid-trial
         try:

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,6 @@ import yaml
 
 from campaigns.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
 from campaigns.spec import COMMBENCH_NODE_COUNTS
-from fixtures_bench import CommbenchBuild
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def reframe(config: Path | None, *args: str, prefix: Path, env: dict[str, str] |
             timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """`reframe [-C config] -c reframe_checks ARGS` with stage/output/perflogs/report under `prefix`."""
     cmd = [str(REFRAME), *(["-C", str(config)] if config else []), "-c", str(CHECKS), "--prefix", str(prefix),
-           "--report-file", str(prefix / "report.json"), "--nocolor", *args]
+           "--perflogdir", str(prefix / "perflogs"), "--report-file", str(prefix / "report.json"), "--nocolor", *args]
     # TMPDIR: ReFrame's debug log (rfm-*.log) goes there.
     return subprocess.run(cmd, env={**(env or os.environ), "TMPDIR": str(prefix.parent)}, capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, check=False)
@@ -89,21 +89,6 @@ def test_check_constants_agree_with_site_model_and_campaigns() -> None:
     assert tuple(campaign_check.CAMPAIGN_OPS) == COMMBENCH_OPS
 
 
-def test_transport_table_matches_commbench_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
-    """TRANSPORT_OPS mirrors `commbench --list` of every backend built here (cpu always; cuda and hip
-    when tests/test_commbench_gpu_build.py has built them): --list needs no GPU."""
-    table = load_file(CHECKS / "commbench.py", "commbench_checks_under_test").TRANSPORT_OPS
-    binaries = [commbench_builds["openmpi"].binary,
-                *(p for p in (REPO / "build" / "bench" / b / "commbench" for b in ("cuda", "hip")) if p.is_file())]
-    for binary in binaries:
-        listed = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True, timeout=30).stdout
-        transports = {m["name"]: tuple(m["ops"].split(","))
-                      for m in re.finditer(r"^transport (?P<name>\S+) ops (?P<ops>\S+)", listed, re.MULTILINE)}
-        assert transports, listed
-        for name, ops in transports.items():
-            assert set(table[name]) == set(ops), (binary, name)
-
-
 def test_reframe_configs_carry_site_data_as_extras_and_features() -> None:
     sys.path.insert(0, str(SITE_CONFIGS))
     try:
@@ -133,7 +118,7 @@ def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
     """`-S env_vars=<JSON>` reaches the job script of every check (commbench and reference benchmarks)
     over the site's knob defaults; knob_defaults=false leaves those out. Dry runs: scripts, no jobs."""
     def edit(data: dict[str, Any]) -> None:
-        data["knobs"] = {"defaults": {"UCX_RNDV_THRESH": 8192, "UCX_TLS": "tcp,self"}}
+        data["knobs"] = {"defaults": {"UCX_RNDV_THRESH": 8192, "UCX_TLS": "^cuda_ipc"}}
         local_partition(data)["reference_benchmarks"] = {"nccl_tests": {
             "package": "nccl-tests", "dir_variable": "NCCL_TESTS_DIR", "node_counts": [1]}}
     config = copy_site(tmp_path, "local", edit)
@@ -155,12 +140,47 @@ def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
     for script in scripts:
         text = script.read_text()
         assert "export UCX_RNDV_THRESH=16384" in text and "export COMMCAMP_PROBE=a,b:c" in text, script
-        assert "export UCX_TLS=tcp,self" in text, script  # the other default stays
+        assert "export UCX_TLS='^cuda_ipc'" in text, script  # the other default stays, shell-quoted
     prefix = tmp_path / "no-defaults"
     result = reframe(config, "--dry-run", *one_of_each, "-S", "knob_defaults=false", prefix=prefix, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     scripts = list((prefix / "stage").glob("local/cpu/*/*/rfm_job.sh"))
     assert scripts and not any("UCX_RNDV_THRESH" in script.read_text() for script in scripts)
+
+
+def test_unsafe_variables_never_reach_a_job_script(tmp_path: Path) -> None:
+    """issue 11 item 5, through the documented path (`. site_configs/local/env.sh; reframe ... --dry-run`):
+    shell-active or out-of-domain env_vars, a forbidden knob and shell-active extra_args fail the test case
+    in setup with a message naming the variable, and no job script holds them; a good value still reaches
+    the script, shell-quoted."""
+    def dry_run(name: str, *settings: str) -> tuple[subprocess.CompletedProcess[str], str]:
+        prefix = tmp_path / name
+        shell = " ".join(["cd", str(REPO), "&&", ".", str(SITE_CONFIGS / "local" / "env.sh"), "&&", "TMPDIR=" +
+                          str(tmp_path), str(REFRAME), "-c", str(CHECKS), "-t", "health", "-n", "'sweep.*pingpong'",
+                          "-p", "openmpi", "--prefix", str(prefix), "--nocolor", "--dry-run",
+                          *(f"-S {setting!r}" for setting in settings)])
+        result = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=300, check=False,
+                                env={k: v for k, v in os.environ.items() if k != "RFM_CONFIG_FILES"})
+        scripts = "".join(p.read_text() for p in (prefix / "stage").glob("local/cpu/*/commbench_sweep_*/rfm_job.sh"))
+        return result, scripts
+
+    for setting, message in [
+            ('env_vars={"OMPI_MCA_btl_tcp_sndbuf":"4; rm -rf /tmp/x","UCX_TLS":"$(id)"}',
+             "env_vars: OMPI_MCA_btl_tcp_sndbuf: value '4; rm -rf /tmp/x' is not allowed"),
+            ('env_vars={"MY_VARIABLE":"`id`"}', "env_vars: MY_VARIABLE: value '`id`' is not allowed"),
+            ('env_vars={"OMPI_MCA_btl_tcp_sndbuf":"1000"}', "env_vars: OMPI_MCA_btl_tcp_sndbuf: 1000 is outside"),
+            ('env_vars={"NCCL_NVLS_ENABLE":"1"}', "env_vars: NCCL_NVLS_ENABLE is forbidden by the knob catalog"),
+            ("extra_args=--peer,1;id", "extra_args: value '1;id' is not allowed")]:
+        result, scripts = dry_run("bad", setting)
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert "Failing phase: setup" in result.stdout and message in result.stdout, result.stdout
+        assert "Traceback" not in result.stdout
+        assert "rm -rf" not in scripts and "id`" not in scripts and "$(id)" not in scripts and "1;id" not in scripts
+    result, scripts = dry_run("good", 'env_vars={"NCCL_PROTO":"^LL128","OMPI_MCA_btl_tcp_sndbuf":"65536"}',
+                              "extra_args=--peer,1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "export NCCL_PROTO='^LL128'\n" in scripts and "export OMPI_MCA_btl_tcp_sndbuf=65536\n" in scripts
+    assert re.search(r"/commbench --op pingpong --transport mpi .* --peer 1\n", scripts), scripts
 
 
 def test_references_and_expected_unsupported_transports_judge_the_run(tmp_path: Path) -> None:
@@ -268,6 +288,22 @@ def test_localslurm_suite_on_two_and_three_nodes(slurm_cluster: SlurmCluster, tm
     assert {(r["pair"]["src"], r["pair"]["dst"]) for r in records} == {(0, 1), (2, 3), (4, 5)}
 
 
+@pytest.mark.slurm
+def test_dash_c_form_runs_on_localslurm_without_env_file(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """README: `reframe -C site_configs/localslurm/reframe_config.py -c reframe_checks -r` works without
+    env.sh (no SLURM_CONF, no sacct shim on PATH): the configuration takes them from `cluster.sh env`."""
+    shim = str(SITE_CONFIGS / "localslurm" / "cluster" / "bin")
+    env = {k: v for k, v in slurm_cluster.env.items() if k != "SLURM_CONF" and not k.startswith("RFM_")}
+    env["PATH"] = ":".join(d for d in env["PATH"].split(":") if d != shim)
+    prefix = tmp_path / "rfm"
+    result = reframe(SITE_CONFIGS / "localslurm" / "reframe_config.py", "-n",
+                     "commbench_sweep%op=pingpong%transport=mpi%size_range=health%num_nodes=2", "-p", "openmpi",
+                     *QUICK, "-S", "time_limit=2m", "--skip-performance-check", "-r", prefix=prefix, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (case,) = report_cases(prefix)
+    assert case["result"] == "pass" and set(case["job_nodelist"]) <= set(slurm_cluster.nodes)
+
+
 def test_env_file_makes_plain_reframe_find_the_configuration(tmp_path: Path) -> None:
     """`. site_configs/local/env.sh; reframe -c reframe_checks -l` (no -C): RFM_CONFIG_FILES does it."""
     shell = (f". {SITE_CONFIGS / 'local' / 'env.sh'} && TMPDIR={tmp_path} {REFRAME} -c {CHECKS} "
@@ -276,6 +312,50 @@ def test_env_file_makes_plain_reframe_find_the_configuration(tmp_path: Path) -> 
                             cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "RFM_CONFIG_FILES"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "commbench_pairmatrix %transport=mpi %num_nodes=1" in result.stdout
+
+
+def test_env_file_stores_sessions_in_the_workspace_and_perflogs_say_sizes_not_ref_0(tmp_path: Path) -> None:
+    """issue 11 item 10: env.sh turns ReFrame's results storage on in the workspace (results/reframe/, not
+    ~/.reframe), so --list-stored-sessions and --performance-compare work; the perflog goes to one
+    continuous place whatever --prefix says, names the message size of each performance variable and
+    has no reference 0 where none applies; no warning about the reference checks' num_nodes."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RFM_")}
+    source = f"cd {tmp_path} && . {SITE_CONFIGS / 'local' / 'env.sh'} && "
+    shown = subprocess.run(["bash", "-c", source + 'echo "$RFM_ENABLE_RESULTS_STORAGE $RFM_SQLITE_DB_FILE"'],
+                           capture_output=True, text=True, check=True, env=base).stdout.split()
+    assert shown == ["1", str(REPO / "results" / "reframe" / "results.db")]
+    sys.path.insert(0, str(SITE_CONFIGS))
+    try:
+        import reframe_site
+    finally:
+        sys.path.remove(str(SITE_CONFIGS))
+    (handler,) = reframe_site.site_configuration(SITE_CONFIGS / "local" / "site.yaml")["logging"][0]["handlers_perflog"]
+    assert handler["basedir"] == str(REPO / "results" / "reframe" / "perflogs")  # absolute: not under --prefix
+
+    env = {**base, "RFM_SQLITE_DB_FILE": str(tmp_path / "results.db"), "TMPDIR": str(tmp_path)}
+    run = [str(REFRAME), "-c", str(CHECKS), "--nocolor", "-n",
+           "commbench_sweep%op=pingpong%transport=mpi%size_range=health", "-p", "openmpi", "-S", "commbench_sweep.iters=3", "-S", "commbench_sweep.warmup=1",
+           "-S", "commbench_sweep.sizes=8,4096", "--prefix", str(tmp_path / "rfm"),
+           "--perflogdir", str(tmp_path / "perflogs"), "-r"]
+    result = subprocess.run(["bash", "-c", source + shlex.join(run)], capture_output=True, text=True, timeout=300,
+                            env=env, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"results database:  [on] '{tmp_path / 'results.db'}'" in result.stdout
+    assert "parameters are undefined" not in result.stdout + result.stderr
+    (row,) = perflog_rows(tmp_path / "perflogs" / "local" / "cpu" / "commbench_sweep.log")
+    assert row["metric_bytes"] == "small_latency=8,large_goodput=4096,large_busbw=4096"
+    assert (row["small_latency_ref"], row["large_goodput_ref"]) == ("None", "None")
+
+    def stored(*args: str) -> str:
+        done = subprocess.run(["bash", "-c", source + shlex.join([str(REFRAME), "--nocolor", *args])],
+                              capture_output=True, text=True, timeout=120, env=env, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+    sessions = stored("--list-stored-sessions", "--table-format", "csv").strip().splitlines()
+    assert sessions[-2] == "UUID,Start time,End time,Num runs,Num cases" and len(sessions[-1].split(",")) == 5
+    uuid = sessions[-1].split(",")[0]
+    compared = stored(f"--performance-compare={uuid}/{uuid}/mean:/", "--table-format", "csv")
+    assert re.search(r"commbench_sweep .*,local:cpu\+openmpi,small_latency,us,[0-9.]+,[0-9.]+,0", compared), compared
 
 
 def test_spack_build_installs_the_site_environment_and_links_the_binary(tmp_path: Path) -> None:

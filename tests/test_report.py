@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
@@ -42,6 +43,20 @@ def report_db(commbench_builds: dict[str, CommbenchBuild], tmp_path_factory: pyt
                                            "--run-key", f"nightly/{mpi}@{night}", "--param", f"tag={night}", "--db", db,
                                            "--allow-duplicate")  # the same records as three nights
             assert code == 0, output
+    # The same Open MPI run as if measured at a second site, and as a tuning trial with a knob set: neither
+    # may be pooled with the nightly runs (timestamps moved so that each is a record set of its own).
+    records = [json.loads(line) for line in (directory / "openmpi.jsonl").read_text().splitlines()]
+    for name, env, args in (
+            ("other-site", {}, ["--site", "local", "--system", "local", "--partition", "cpu", "--campaign", "smoke"]),
+            ("trial", {"OMPI_MCA_btl_tcp_sndbuf": "4096"},
+             ["--site", "localslurm", "--system", "localslurm", "--partition", "debug", "--campaign", "tune"])):
+        moved = directory / f"{name}.jsonl"
+        moved.write_text("".join(json.dumps({**r, "timestamp": r["timestamp"].replace("Z", "").rsplit(".", 1)[0]
+                                             + f".{len(name):06d}Z", "env": {**r["env"], **env}}) + "\n"
+                                 for r in records))
+        code, output = commcamp_output("results", "ingest", moved, *args, "--environ", "openmpi",
+                                       "--run-key", name, "--db", db)
+        assert code == 0, output
     return db
 
 
@@ -49,6 +64,7 @@ VERDICT = {"campaign": "nightly", "site": "localslurm", "system": "localslurm", 
            "status": "degraded", "exit_code": 1, "nodes": {"n1": {"status": "ok", "evidence": []},
                                                           "n3": {"status": "degraded", "evidence": ["pair n1+n3"]}},
            "metrics": [{"status": "degraded", "environ": "openmpi", "op": "pingpong", "num_nodes": 2,
+                        "run_key": "nightly/openmpi@2026-11-21", "hosts": ["n1", "n3"],
                         "metric": "small_latency", "bytes": 8, "value": 12.5, "unit": "us",
                         "evidence": ["<script>not markup</script>"]}],
            "isolation": {"culprit_nodes": ["n3"], "culprit_links": [], "note": "",
@@ -67,7 +83,7 @@ def test_report_renders_in_chromium(report_db: str, tmp_path: Path) -> None:
     assert report.stat().st_size < MAX_REPORT_BYTES
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=|https?://cdn", text)  # nothing from the network
     figures = text.count("class='figure'")
-    for heading in ("Goodput vs message size", "GPU pairs", "Per-iteration time distributions", "Nightly trends",
+    for heading in ("Goodput vs message size", "GPU / rank pairs", "Per-iteration time distributions", "Nightly trends",
                     "Health summary"):
         assert f"<h2>{heading}</h2>" in text
     assert "&lt;script&gt;not markup" in text  # verdict text is escaped
@@ -84,6 +100,47 @@ def test_report_renders_in_chromium(report_db: str, tmp_path: Path) -> None:
     shot = tmp_path / "report.png"
     taken = chromium(f"--screenshot={shot}", "--window-size=1400,2400", report.as_uri())
     assert taken.returncode == 0 and shot.stat().st_size > 50_000, taken.stderr[-3000:]
+
+
+def figures(text: str) -> list[dict[str, Any]]:
+    return [json.loads(spec) for spec in re.findall(r"<script type='application/json' class='figure'>(.*?)</script>",
+                                                     text)]
+
+
+def test_report_groups_what_changes_the_number_and_says_what_each_curve_is(report_db: str, tmp_path: Path) -> None:
+    """issue 11 item 8: no median pools two MPIs, two sites or tuning trials (left out unless asked); each
+    legend names environment and library, each plot what its curves share; CPU pairs are ranks, not
+    GPUs; MPICH's version text is one short label; trends on a log axis; placement and hosts in the
+    health table."""
+    verdict = tmp_path / "verdict.json"
+    verdict.write_text(json.dumps(VERDICT))
+    report = tmp_path / "report.html"
+    code, output = commcamp_output("report", "--db", report_db, "--output", report, "--verdict", verdict)
+    assert code == 0, output
+    text = report.read_text()
+    (goodput,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("pingpong: goodput")]
+    names = sorted(trace["name"] for trace in goodput["data"] if trace.get("mode") == "lines+markers")
+    # one curve per site x environment (the MPIs differ in ranks too); the tuning trial is left out
+    assert names == ["local, local:cpu, openmpi, Open MPI v4.1.4, 4 ranks",
+                     "localslurm, localslurm:debug, mpich, MPICH 4.0.2, 2 ranks",
+                     "localslurm, localslurm:debug, openmpi, Open MPI v4.1.4, 4 ranks"], names
+    assert "mpi; 1 node(s); placement any; per-op timing" in goodput["layout"]["title"]["text"]
+    assert "1 tuning-trial runs (campaign tune) left out" in text and "4096" not in json.dumps(goodput)
+    heatmaps = [f for f in figures(text) if f["data"] and f["data"][0]["type"] == "heatmap"]
+    assert heatmaps and all(set(f["data"][0]["x"]) <= {f"rank {r}" for r in range(4)} for f in heatmaps)
+    assert "GPU 0" not in text and "MPICH Version" not in text and "\\n\\t" not in text
+    assert "<td>MPICH 4.0.2</td>" in text
+    trends = [f for f in figures(text) if f["layout"]["xaxis"].get("title", {}).get("text") == "night"]
+    assert trends and all(f["layout"]["yaxis"]["type"] == "log" for f in trends)
+    assert "<th>placement</th><th>hosts</th>" in text and "<td>any</td><td>n1 n3</td>" in text
+
+    code, output = commcamp_output("report", "--db", report_db, "--output", report, "--include-tuning",
+                                   "--op", "pingpong")
+    assert code == 0, output
+    (goodput,) = [f for f in figures(report.read_text()) if f["layout"]["title"]["text"].startswith("pingpong")
+                  and "goodput" in f["layout"]["title"]["text"]]
+    trial = [t["name"] for t in goodput["data"] if "OMPI_MCA_btl_tcp_sndbuf=4096" in t.get("name", "")]
+    assert len(trial) == 1 and "left out" not in report.read_text()
 
 
 def test_report_bad_input(tmp_path: Path, report_db: str) -> None:

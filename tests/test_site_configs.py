@@ -133,14 +133,15 @@ LISTINGS = {
     "local": ("local:cpu", ["commbench_sweep %op=allgather %transport=mpi %size_range=large %num_nodes=1",
                             "commbench_pairmatrix %transport=mpi %num_nodes=1",
                             "commbench_run %op=pingpong %num_nodes=1"],
-              ["num_nodes=2", "nccl_tests_run", "osu_run", "commbench_hostdevice"]),
+              ["num_nodes=2", "nccl_tests_run", "osu_run", "commbench_hostdevice", "commbench_gpu_aware_mpi"]),
     "localslurm": ("localslurm:debug", ["commbench_sweep %op=allreduce %transport=mpi %size_range=health %num_nodes=3",
                                         "commbench_pairmatrix %transport=mpi %num_nodes=3",
                                         "commbench_run %op=alltoall %num_nodes=3"],
                    ["commbench_sweep %op=pingpong %transport=mpi %size_range=health %num_nodes=3", "num_nodes=4"]),
     "h200": ("h200:gpu", ["commbench_hostdevice %op=h2d", "nccl_tests_run %benchmark=all_reduce_perf %num_nodes=1",
                           "commbench_sweep %op=alltoall %transport=d2d %size_range=health %num_nodes=1",
-                          "commbench_pairmatrix %transport=mpi %num_nodes=1"],
+                          "commbench_pairmatrix %transport=mpi %num_nodes=1",
+                          "commbench_gpu_aware_mpi %op=pingpong", "commbench_gpu_aware_mpi %op=sendrecv"],
              ["num_nodes=2", "osu_run", "commbench_sweep %op=allreduce %transport=d2d "]),
     "alps": ("daint:normal", ["nccl_tests_run %benchmark=sendrecv_perf %num_nodes=2",
                               "osu_run %benchmark=osu_bw %num_nodes=2",
@@ -226,6 +227,30 @@ def test_h200_suite_dry_run_writes_safe_job_scripts(tmp_path: Path) -> None:
     names = bundle_names(out)
     assert {"report.json", "machine.txt", "reframe.out"} <= set(names)
     assert not [n for n in names if "/build/" in n]
+
+
+def test_h200_gpu_aware_mpi_jobs_use_the_ucx_environment(tmp_path: Path) -> None:
+    """commbench_gpu_aware_mpi (tag gpu_aware_mpi) runs in h200's openmpi-ucx-cuda environment: its job
+    scripts export the UCX recipe and pass --assume-gpu-aware-mpi; with no UCX folder it skips, saying why."""
+    out = tmp_path / "skip"
+    result = run_suite(out, "--dry-run", "--tags", "gpu_aware_mpi", env={"COMMCAMP_UCX_CUDA": str(tmp_path / "none")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    cases = report_cases(out)
+    assert sorted(tc["display_name"] for tc in cases) == [f"commbench_gpu_aware_mpi %op={op}"
+                                                           for op in ("pingpong", "pingpong_bi", "sendrecv")]
+    assert {tc["result"] for tc in cases} == {"skip"} and "UCX_MODULE_DIR" in result.stdout
+    ucx = tmp_path / "ucx"
+    (ucx / "libucx" / "lib" / "ucx").mkdir(parents=True)
+    out = tmp_path / "run"
+    result = run_suite(out, "--dry-run", "--tags", "gpu_aware_mpi", env={"COMMCAMP_UCX_CUDA": str(ucx)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    scripts = sorted((out / "rfm" / "stage").glob("h200/gpu/openmpi-ucx-cuda/commbench_gpu_aware_mpi*/rfm_job.sh"))
+    assert len(scripts) == 3
+    for script in scripts:
+        text = script.read_text()
+        assert "export OMPI_MCA_pml=ucx\n" in text and "export OMPI_MCA_pml_ucx_tls=any\n" in text
+        assert "export UCX_MODULE_DIR=$COMMCAMP_UCX_CUDA/libucx/lib/ucx\n" in text
+        assert "--transport mpi" in text and "--assume-gpu-aware-mpi" in text
 
 
 def test_run_suite_runs_a_site_and_bundles_the_results(tmp_path: Path) -> None:

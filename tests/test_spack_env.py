@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 SPACK_ENV = REPO / "spack_env"
 RECIPE = SPACK_ENV / "repos" / "spack_repo" / "commcamp" / "packages" / "commbench" / "package.py"
 sys.path.insert(0, str(SPACK_ENV))
-from spack_check import check_environment_file, check_manifest, read_recipe  # noqa: E402
+from spack_check import (PY_COMMCAMP_RECIPE, check_environment_file, check_manifest,  # noqa: E402
+                         check_python_recipe, read_recipe)
 
 MANIFESTS = sorted(SPACK_ENV.glob("*/spack.yaml"))
 
@@ -32,7 +33,9 @@ def test_environment_uses_only_spack_schema_keys_and_names_what_it_needs(manifes
     assert check_environment_file(manifest) == []
     spack = yaml.safe_load(manifest.read_text())["spack"]
     packages = {spec.split()[0] for spec in spack["specs"]}
-    assert "commbench" in packages and "osu-micro-benchmarks" in packages
+    assert "commbench" in packages and "osu-micro-benchmarks" in packages and "py-commcamp" in packages
+    assert (manifest.parent / spack["develop"]["py-commcamp"]["path"] / "pyproject.toml").is_file()
+    assert spack["develop"]["py-commcamp"]["spec"] == "py-commcamp@=0.1.0"
     site = load_site(manifest.parent.name)
     gpu = {p.commbench.backend for s in site.systems for p in s.partitions if p.commbench} - {"cpu"}
     if gpu == {"cuda"}:
@@ -131,3 +134,24 @@ def test_repo_yaml_names_the_repository() -> None:
     repo = yaml.safe_load((RECIPE.parents[2] / "repo.yaml").read_text())["repo"]
     assert repo["namespace"] == RECIPE.parents[2].name == "commcamp"
     assert re.fullmatch(r"v2\.\d+", repo["api"])
+
+
+def test_py_commcamp_recipe_pins_what_pyproject_pins(tmp_path: Path) -> None:
+    """The recipe's run dependencies are pyproject.toml's exact pins under Spack's names; a pin changed on
+    one side only, or a dependency on one side only, is named."""
+    recipe, pyproject = SPACK_ENV / PY_COMMCAMP_RECIPE, REPO / "pyproject.toml"
+    problems, missing = check_python_recipe(recipe, pyproject)
+    assert problems == []
+    # What Spack's builtin repository lacks (read from spack/spack-packages; spack_check.SPACK_BUILTIN).
+    assert "reframe@=4.10.4: Spack builtin's newest is 4.10.0" in missing
+    assert "py-optuna@=5.0.0: Spack builtin's newest is 4.8.0" in missing
+    changed = tmp_path / "pyproject.toml"
+    changed.write_text(pyproject.read_text().replace('"optuna==5.0.0"', '"optuna==5.0.1"').replace(
+        '"scipy==1.17.1",', '"scipy==1.17.1", "tabulate==0.9.0",'))
+    problems, _ = check_python_recipe(recipe, changed)
+    assert problems == [f"{recipe}: py-optuna@=5.0.0 but pyproject.toml pins 'optuna==5.0.1'",
+                        f"{recipe}: no depends_on for pyproject.toml's 'tabulate==0.9.0' (py-tabulate)"]
+    extra = tmp_path / "package.py"
+    extra.write_text(recipe.read_text().replace('depends_on("py-numpy")', 'depends_on("py-numpy")\n        '
+                                                'depends_on("py-requests")'))
+    assert check_python_recipe(extra, pyproject)[0] == [f"{extra}: depends_on('py-requests') is not in pyproject.toml"]

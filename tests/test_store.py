@@ -17,7 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from fixtures_store import commbench_record, error_record, run_info, sqlite_only
 
 from campaigns.records import RecordError
-from campaigns.store import DEFAULT_URL, Store, StoreError, default_url, open_store, records_digest
+from campaigns.store import Store, StoreError, default_url, open_store, records_digest
 from campaigns.store.migrate import VERSION_TABLE, current_revision, head_revision
 from campaigns.store.models import Base
 
@@ -328,9 +328,14 @@ def test_unusable_url(url: str, message: str) -> None:
 
 
 def test_default_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a checkout the database is its results/commcamp.db; a workspace ($COMMCAMP_HOME) moves it; the
+    URL variable wins over both."""
     monkeypatch.delenv("COMMCAMP_DB_URL", raising=False)
+    monkeypatch.delenv("COMMCAMP_HOME", raising=False)
     repo = Path(__file__).resolve().parents[1]
-    assert default_url() == DEFAULT_URL == f"sqlite:///{repo}/results/commcamp.db"
+    assert default_url() == f"sqlite:///{repo}/results/commcamp.db"
+    monkeypatch.setenv("COMMCAMP_HOME", "/srv/commcamp")
+    assert default_url() == "sqlite:////srv/commcamp/commcamp.db"
     monkeypatch.setenv("COMMCAMP_DB_URL", "sqlite:////elsewhere.db")
     assert default_url() == "sqlite:////elsewhere.db"
 

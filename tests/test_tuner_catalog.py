@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import optuna
@@ -47,6 +48,21 @@ REQUIRED_KNOBS = [
     "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
     "MPIR_CVAR_ALLTOALL_INTRA_ALGORITHM",
     "NCCL_NVLS_ENABLE",
+    # issue 14
+    "MPICH_GPU_IPC_ENABLED",
+    "NCCL_IB_HCA",
+    "NCCL_IB_QPS_PER_CONNECTION",
+    "FI_CXI_DEFAULT_TX_SIZE",
+    "FI_CXI_DEFAULT_CQ_SIZE",
+    "FI_CXI_DISABLE_HOST_REGISTER",
+    "FI_MR_CACHE_MONITOR",
+    "MPICH_OFI_NIC_POLICY",
+    "MPICH_SMP_SINGLE_COPY_MODE",
+    "HSA_FORCE_FINE_GRAIN_PCIE",
+    "RCCL_LL128_FORCE_ENABLE",
+    "RCCL_MSCCL_ENABLE",
+    "OFI_NCCL_PROTOCOL",
+    "OFI_NCCL_GDR_FLUSH_DISABLE",
 ]
 NCCL_NEW = {Library.NCCL: "2.28.3"}
 SHELL_ATTACKS = [
@@ -81,7 +97,8 @@ def write_catalog(tmp_path: Path, knob_fields: dict[str, object], name: str = "N
     return path
 
 
-GOOD = {"libraries": ["nccl"], "type": "int", "low": 0, "high": 15, "safety": "safe", "description": "service level"}
+GOOD = {"libraries": ["nccl"], "type": "int", "low": 0, "high": 15, "safety": "safe", "description": "service level",
+        "unset": "service level 0", "source": "NCCL env"}
 
 
 @pytest.mark.parametrize(
@@ -111,6 +128,8 @@ def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> Non
         "default": "Star",
         "safety": "may-hang",
         "description": "algorithm",
+        "unset": "NCCL chooses",
+        "source": "NCCL env",
     }
     with pytest.raises(CatalogError, match=r"catalog\.yaml: knobs\.NCCL_ALGO: .*'Star' is not one of"):
         KnobCatalog.load(write_catalog(tmp_path, fields, "NCCL_ALGO"))
@@ -242,3 +261,47 @@ def test_space_round_trip_and_companion_variables(catalog: KnobCatalog) -> None:
     mpi = build_space(catalog, {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_coll_tuned_allreduce_algorithm"])
     env = mpi.suggest(optuna.trial.FixedTrial({"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring"}))
     assert env == {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+
+
+def test_job_env_is_checked_against_domains_pins_and_the_whitelist(catalog: KnobCatalog) -> None:
+    """What a ReFrame check accepts as env_vars (issue 11 item 5): catalog knobs in their domain, no
+    forbidden knob unless the site pins it to that very value, other variables whitelisted values only."""
+    site = catalog.for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}}, "h200/site.yaml")
+    assert site.check_job_env({"NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}) == {
+        "NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}
+    for env, message in [({"NCCL_NVLS_ENABLE": "1"}, "the site pins it to '0', not '1'"),
+                         ({"NCCL_PROTO": "LL64"}, "is not one of"),
+                         ({"MY_FLAG": "$(id)"}, "value '$(id)' is not allowed"),
+                         ({"1BAD": "x"}, "'1BAD' is not a valid environment variable name")]:
+        with pytest.raises(UnsafeValueError, match=re.escape(message)):
+            site.check_job_env(env)
+    with pytest.raises(UnsafeValueError, match="NCCL_NVLS_ENABLE is forbidden by the knob catalog"):
+        catalog.check_job_env({"NCCL_NVLS_ENABLE": "0"})  # no pin: forbidden whatever the value
+
+
+def test_every_entry_says_what_unset_means_and_where_it_comes_from(tmp_path: Path) -> None:
+    for field in ("unset", "source"):
+        fields = {k: v for k, v in GOOD.items() if k != field}
+        with pytest.raises(CatalogError, match=rf"knobs\.NCCL_IB_SL\.{field}: Field required"):
+            KnobCatalog.load(write_catalog(tmp_path, fields))
+
+
+def test_socket_threads_times_sockets_stays_within_64(catalog: KnobCatalog) -> None:
+    """NCCL cuts NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD above 64 (net_socket.cc MAX_SOCKETS), so
+    such a trial would repeat a smaller one: the space never proposes it and no env may carry it.
+    Without the constraint (catalog.constraints = ()), 36 of the 73 trials that set both exceed 64 here."""
+    space = build_space(catalog, NCCL_NEW, knobs=["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    products = []
+    for _ in range(300):
+        env = space.suggest(study.ask())
+        if len(env) == 2:
+            products.append(int(env["NCCL_SOCKET_NTHREADS"]) * int(env["NCCL_NSOCKS_PERTHREAD"]))
+    assert len(products) > 50 and max(products) <= 64 and 64 in products
+    with pytest.raises(UnsafeValueError, match="NCCL_SOCKET_NTHREADS=8 x NCCL_NSOCKS_PERTHREAD=16 = 128 exceeds 64"):
+        catalog.validate_env({"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "16"})
+    assert catalog.validate_env({"NCCL_SOCKET_NTHREADS": "16"}) == {"NCCL_SOCKET_NTHREADS": "16"}  # other unset
+    bad = {"schema_version": 1, "knobs": {"NCCL_IB_SL": GOOD}, "constraints": [{"product": ["NCCL_IB_SL", "X"],
+                                                                                 "at_most": 4, "source": "-"}]}
+    with pytest.raises(CatalogError, match=r"t\.yaml: constraints\[0\]\.product: X is not an int knob"):
+        KnobCatalog.from_document(bad, "t.yaml")

@@ -12,6 +12,7 @@ import optuna
 import pytest
 from fixtures_tuner import TWO_BUCKETS, make_scope
 
+from campaigns.site import load_site
 from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, realistic_evaluator
 from tuners.evaluation import Evaluation, FailureKind, SizeBucket, bucket_times_us, buckets_for_sizes
 from tuners.finalize import (
@@ -26,8 +27,8 @@ from tuners.finalize import (
     min_rounds,
     rounds_needed,
 )
-from tuners.per_size import TunerRule
 from tuners.recommendation import build_recommendation
+from tuners.space import build_space
 from tuners.writers import env_file_text
 
 SIZES = (64, 1024, 1 << 20, 1 << 26)
@@ -99,7 +100,7 @@ def test_a_ten_percent_gain_in_one_bucket_changes_that_bucket_and_its_plugin_row
     assert "not significantly above the minimum effect" in report.overall.comparisons[0].reason
     rec = build_recommendation(make_scope(), report, FIVE_BUCKETS, optuna.create_study(), {"nccl": "2.28.3"})
     assert rec.decision == "keep-defaults" and rec.env == {}
-    assert rec.plugin_rules == [TunerRule("allreduce", 262145, 2097152, "tree", "ll128", 16, 2, 8)]
+    assert rec.plugin_rules == []  # per-size rows come from the per-size stage only (tests/test_per_size.py)
     assert [s.decision for s in rec.per_size].count("change") == 1
     assert rec.evidence.family_size == 12 and rec.closest is not None and rec.gain is None
     text = env_file_text(rec, rec.env, rec.unset)
@@ -134,7 +135,7 @@ def test_a_one_percent_gain_is_below_the_minimum_effect() -> None:
 
 
 def test_may_corrupt_candidate_needs_a_validated_rerun() -> None:
-    def needs(env: Mapping[str, str]) -> tuple[str, ...]:
+    def needs(baseline: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, ...]:
         return ("NCCL_PROTO",) if env.get("NCCL_PROTO") == "LL128" else ()
 
     inner = DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 0)
@@ -147,13 +148,59 @@ def test_may_corrupt_candidate_needs_a_validated_rerun() -> None:
 
     report = finalize(corrupting, BASELINE, [Candidate(FASTER)], TWO_BUCKETS, needs_validation=needs)
     assert report.overall.verdict == "keep-defaults"
-    assert "validated re-run (NCCL_PROTO may corrupt data) failed" in report.overall.comparisons[0].reason
+    reason = report.overall.comparisons[0].reason
+    assert "validated re-run (NCCL_PROTO: may-hang/may-corrupt, changed from the baseline) failed" in reason
     assert "wrong elements" in report.overall.comparisons[0].reason
     report = finalize(
         DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 0), BASELINE, [Candidate(FASTER)], TWO_BUCKETS,
         needs_validation=needs,
     )
     assert report.overall.verdict == "change"
+
+
+def test_dropping_the_alps_ll128_pin_needs_validated_runs_over_every_size() -> None:
+    """Alps' site defaults pin NCCL_PROTO=^LL128 (LL128 over Slingshot with GPUDirect may corrupt
+    data). A candidate that leaves NCCL_PROTO unset (the library-defaults seed, as GPU demo 2
+    recommended) re-enables LL128: it must be validated like one that sets it. Before the fix only
+    knobs a candidate SET were validated, and this candidate was accepted as a 20 % gain."""
+    catalog = load_site("alps").knob_catalog()
+    space = build_space(catalog, {"nccl": "2.28.3"}, knobs=["NCCL_PROTO", "NCCL_CROSS_NIC"],
+                        op="allreduce", transport="ccl")
+    baseline = space.env_from_values({name: catalog[name].default for name in space.knob_names})
+    assert baseline == {"NCCL_PROTO": "^LL128", "NCCL_CROSS_NIC": "1"}
+    dropped = space.env_from_values(dict.fromkeys(space.knob_names))  # every knob unset
+    altered = {**baseline, "NCCL_PROTO": "LL"}
+    safe_only = {"NCCL_PROTO": "^LL128", "NCCL_CROSS_NIC": "0"}  # NCCL_CROSS_NIC is safe
+    assert space.unsafe_changes(baseline, dropped) == ("NCCL_PROTO",)
+    assert space.unsafe_changes(baseline, altered) == ("NCCL_PROTO",)
+    assert space.unsafe_changes(baseline, safe_only) == ()
+    assert space.unsafe_changes(baseline, baseline) == ()
+    inner = DriftingEvaluator(SIZES, {"unset": 0.2, "LL": 0.2}, 0.02, 0)
+    validated_runs: list[Mapping[str, str]] = []
+
+    def ll128_corrupts(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if validate:
+            validated_runs.append(dict(env))
+            if "NCCL_PROTO" not in env:
+                return Evaluation.failed(FailureKind.INVALID, "commbench --check: 3 wrong elements at 64 MiB")
+        return inner(env, validate=validate)
+
+    candidates = [Candidate(dropped), Candidate(altered)]
+    report = finalize(ll128_corrupts, baseline, candidates, TWO_BUCKETS, needs_validation=space.unsafe_changes)
+    assert validated_runs == [dropped, altered]
+    reasons = [c.reason for c in report.overall.comparisons]
+    assert "validated re-run (NCCL_PROTO: may-hang/may-corrupt" in reasons[0] and "wrong elements" in reasons[0]
+    assert report.overall.env == altered  # validated over every size, then measured faster
+    # A validated run that misses a bucket's sizes does not count as validated over every size.
+    def small_sizes_only(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        evaluation = inner(env, validate=validate)
+        return Evaluation({s: t for s, t in evaluation.times_us.items() if s < 1 << 20}, validated=validate) \
+            if validate else evaluation
+
+    report = finalize(small_sizes_only, baseline, [Candidate(altered)], TWO_BUCKETS,
+                      needs_validation=space.unsafe_changes)
+    assert report.overall.verdict == "keep-defaults"
+    assert "measured no size of bucket(s) large" in report.overall.comparisons[0].reason
 
 
 def test_failures_during_remeasurement() -> None:

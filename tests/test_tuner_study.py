@@ -12,20 +12,27 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
-from tuners.evaluation import FailureKind, buckets_for_sizes
+from tuners.catalog import KnobCatalog
+from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
+from tuners.space import build_space
 from tuners.study import (
     BUCKET_US,
+    DEFAULT_SAMPLER,
     ENV,
     FAIL_REASON,
     OUTCOME,
     RETRY_OF,
     ROLE,
+    SEEDED,
+    SamplerName,
     Tuner,
     finalization_candidates,
     is_counted,
@@ -36,9 +43,7 @@ from tuners.synthetic import (
     SCENARIOS,
     SYNTHETIC_SIZES,
     SyntheticEvaluator,
-    optimum_env,
     synthetic_space,
-    true_objective_us,
 )
 
 SCENARIO = SCENARIOS["nvlink-bad-default"]
@@ -63,25 +68,50 @@ def counted(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials() if is_counted(t)]
 
 
-def test_trial_zero_is_the_site_defaults_and_the_bad_default_is_recovered(sqlite_url: str) -> None:
-    tuner = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO, seed=1), n_trials=30, seed=3)
+def test_trial_zero_is_the_site_defaults_and_the_seeds_follow(sqlite_url: str) -> None:
+    """What this checks: the study enqueues the site defaults as trial 0 and the seed environments
+    (here the library defaults, every knob unset) right after them, marked as such, and finalization
+    never offers the baseline back. It claims nothing about the search: on the synthetic landscape a
+    30-trial study 'recovered' the planted bad default with random sampling in 20 of 20 seeds too (issue 14)
+    (the seeded library-defaults trial alone does it). Search quality is measured by
+    tuners/bench_sampler.py on measured landscapes; test_the_sampler_exploits_what_it_measured below
+    tells the shipped sampler from random sampling."""
+    tuner = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO, seed=1), n_trials=6, seed=3, seed_envs=[{}])
     study = tuner.run()
-    first = study.trials[0]
-    assert first.user_attrs[ROLE] == "defaults"
+    first, second = study.trials[:2]
+    assert first.user_attrs[ROLE] == "defaults" and second.user_attrs[ROLE] == SEEDED
     assert first.user_attrs[ENV] == {"NCCL_MAX_CTAS": "4", "NCCL_PROTO": "LL"} == tuner.baseline_env
+    assert second.user_attrs[ENV] == {}
     assert set(first.user_attrs[BUCKET_US]) == {b.name for b in BUCKETS}
     progress = study_progress(study)
-    assert (progress.counted, progress.complete) == (30, 30)
-    space = tuner.space
-    best_env = study.best_trial.user_attrs[ENV]
-    optimum = true_objective_us(SCENARIO, optimum_env(SCENARIO, space, BUCKETS), BUCKETS)
-    defaults = true_objective_us(SCENARIO, tuner.baseline_env, BUCKETS)
-    best = true_objective_us(SCENARIO, best_env, BUCKETS)
-    # The planted defaults reach 42 % of the optimum; after 30 trials the best is near the optimum.
-    assert defaults / best > 2.0 and optimum / best > 0.85, best_env
-    candidates = finalization_candidates(study, space, BUCKETS)
+    assert (progress.counted, progress.complete) == (6, 6)
+    assert all(ROLE not in t.user_attrs for t in study.trials[2:])
+    candidates = finalization_candidates(study, tuner.space, BUCKETS)
     assert candidates and all(env != tuner.baseline_env for _, env in candidates)
     assert len({tuple(sorted(env.items())) for _, env in candidates}) == len(candidates)
+
+
+def test_the_sampler_exploits_what_it_measured(sqlite_url: str, tmp_path: Path) -> None:
+    """One knob value (NCCL_PROTO=LL128) halves the time, two other knobs are inert, 5 % noise. After
+    trial 0 and 4 start-up trials, the shipped sampler (TPE, the tuner's default) proposes LL128 in 8
+    of the next 19 trials at this seed; random sampling with the same seed in 2 (19/6 = 3.2 expected).
+    Fails if the tuner's sampler stops learning from its trials (e.g. wired to random sampling)."""
+    space = build_space(KnobCatalog.load(), {"nccl": "2.28.3"}, knobs=["NCCL_PROTO", "NCCL_IB_SL", "NCCL_CROSS_NIC"],
+                        op="allreduce", transport="ccl")
+    sizes = (1024, 1 << 20)
+    rng = np.random.default_rng(0)
+
+    def one_knob_matters(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        time_us = 100.0 if env.get("NCCL_PROTO") == "LL128" else 200.0
+        return Evaluation({size: [time_us * rng.lognormal(0.0, 0.05)] for size in sizes}, validated=validate)
+
+    picks = {}
+    for sampler, url in ((DEFAULT_SAMPLER, sqlite_url), (SamplerName.RANDOM, f"sqlite:///{tmp_path / 'random.db'}")):
+        tuner = Tuner(make_scope(), space, one_knob_matters, url, buckets_for_sizes(sizes), n_trials=24, seed=0,
+                      sampler=sampler, n_startup_trials=4)
+        trials = tuner.run().trials
+        picks[sampler] = sum(t.user_attrs[ENV].get("NCCL_PROTO") == "LL128" for t in trials[5:])
+    assert picks[DEFAULT_SAMPLER] >= 7 > picks[SamplerName.RANDOM], picks
 
 
 def test_failed_hung_and_invalid_trials_are_recorded_and_the_study_goes_on(sqlite_url: str) -> None:

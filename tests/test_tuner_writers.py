@@ -15,9 +15,9 @@ from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtu
 from tuners.catalog import KnobCatalog, Library, UnsafeValueError
 from tuners.evaluation import buckets_for_sizes
 from tuners.finalize import Candidate, finalize
-from tuners.per_size import TunerRule, parse_config, plugin_rules
+from tuners.per_size import PerSizeResult, Selection, SizeRange, TunerRule, parse_config
 from tuners.recommend import format_lookup, lookup
-from tuners.recommendation import Recommendation, build_recommendation
+from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.space import build_space
 from tuners.study import Tuner
 from tuners.synthetic import SCENARIOS, SYNTHETIC_SIZES, SyntheticEvaluator
@@ -116,7 +116,15 @@ def env_changes(script: str, start_env: dict[str, str]) -> tuple[dict[str, str],
 def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
 ) -> None:  # noqa: F811
-    rec = nccl_recommendation
+    # The per-size stage (its sweep is tests/test_per_size.py's) chose tree/LL/8 channels for 8 B .. 32 KiB.
+    tree_ll = Selection(name="Tree/LL/8", mechanism="plugin")
+    per_size = PerSizeResult(
+        op="allreduce", library="nccl", ranks=8, nodes=2, rounds=26, selection_rounds=13, confirmation_rounds=13,
+        family_size=4, test="t", sizes=[],
+        ranges=[SizeRange(min_bytes=8, max_bytes=32768, selection=tree_ll, gains=[0.2, 0.1]),
+                SizeRange(min_bytes=65536, max_bytes=1 << 27, selection=None, gains=[])],
+    )
+    rec = with_per_size(nccl_recommendation, per_size)
     assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
     assert rec.env == {} and rec.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
     assert [(s.decision, s.env) for s in rec.per_size] == [("change", SMALL_WINNER)] * 2 + [("change", {})] * 2
@@ -128,9 +136,8 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
         "# collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff"
     )
     assert all(len(line) < 256 for line in text.splitlines())
-    # The two small buckets share a winner: one row; the large buckets' winner forces nothing.
     assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
-    assert all("does not force one algorithm" in note for note in rec.plugin_notes)
+    assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds: +20.0%, +10.0%)" in text
     # The .env removes the planted site defaults and points NCCL at the plugin and its config.
     changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", "KEEP": "x"})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
@@ -157,6 +164,19 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
     assert files.module_name in changed["LOADEDMODULES"]
     unloaded = shell_env(f"{lmod}\nmodule load {files.module_name}\nmodule unload {files.module_name}", {})
     assert not set(rec.env) & set(unloaded)
+
+
+def test_modules_of_two_systems_load_side_by_side(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """The same scope on two systems of a site: two module names, each loads its own settings."""
+    first = mpi_recommendation()
+    second = first.model_copy(update={"scope": first.scope.model_copy(update={"system": "othersys"}),
+                                      "env": {**first.env, "OMPI_MCA_coll_tuned_allreduce_algorithm": "recursive_doubling"}})
+    files = [publish(tmp_path, rec, catalog) for rec in (first, second)]
+    assert files[0].module_name != files[1].module_name and "othersys" in files[1].module_name
+    use = " ".join(str(f.modulefile.parent.parent) for f in files)
+    for rec, published in zip((first, second), files, strict=True):
+        changed, _ = env_changes(f"source {LMOD_INIT}\nmodule use {use}\nmodule load {published.module_name}", {})
+        assert changed["OMPI_MCA_coll_tuned_allreduce_algorithm"] == rec.env["OMPI_MCA_coll_tuned_allreduce_algorithm"]
 
 
 def test_writes_are_atomic(tmp_path: Path, catalog: KnobCatalog, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
@@ -232,28 +252,7 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     assert optuna.__version__ == "5.0.0"
 
 
-def test_plugin_rules_only_for_what_the_plugin_can_express() -> None:
-    buckets = buckets_for_sizes([8, 64, 1024, 1 << 20, 1 << 24], sizes_per_bucket=1)
-    winners = [
-        (buckets[0], SMALL_WINNER),
-        (buckets[1], SMALL_WINNER),
-        (buckets[2], {"NCCL_ALGO": "Tree"}),
-        (buckets[3], None),
-        (buckets[4], {**LARGE_WINNER, "NCCL_PROTO": "^LL128"}),
-    ]
-    rules, notes = plugin_rules("allreduce", winners, n_nodes=1, n_ranks=4, global_env={"NCCL_PROTO": "^LL128"})
-    assert rules == [TunerRule("allreduce", 8, 64, "tree", "ll", 8, 1, 4)]  # adjacent buckets merged
-    assert [n.split(":")[0] for n in notes] == ["1KiB-1KiB", "1MiB-1MiB", "16MiB-16MiB"]
-    assert "NCCL_PROTO=unset" in notes[0] and "keep defaults" in notes[1] and "NCCL_PROTO=^LL128" in notes[2]
-    for global_env, why in [
-        ({"NCCL_ALGO": "Ring"}, "NCCL_ALGO=Ring disables tree"),
-        ({"NCCL_PROTO": "^LL"}, "NCCL_PROTO=^LL disables ll"),
-        ({"NCCL_MAX_CTAS": "4"}, "channel limits [1, 4] exclude 8"),
-    ]:
-        rules, notes = plugin_rules("allreduce", winners[:1], 1, 4, global_env)
-        assert rules == [] and why in notes[0]
-    rules, notes = plugin_rules("alltoall", winners, 1, 4, {})
-    assert rules == [] and "no tuner-plugin collective" in notes[0]
+def test_tuner_config_rows_are_validated() -> None:
     for bad in (
         "allreduce,0,8,ring,ll,0,1,4,-1,-1",
         "allreduce,9,8,ring,ll,1,1,4,-1,-1",

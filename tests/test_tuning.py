@@ -72,7 +72,8 @@ def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, c
     assert validated.ok and validated.validated
     # A knob Open MPI does not know is never credited.
     fake = KnobCatalog.from_document({"schema_version": 1, "knobs": {"OMPI_MCA_coll_tuned_no_such_param": {
-        "libraries": ["openmpi"], "type": "bool", "safety": "safe", "description": "misspelt on purpose"}}},
+        "libraries": ["openmpi"], "type": "bool", "safety": "safe", "description": "misspelt on purpose",
+        "unset": "-", "source": "-"}}},
         "test catalog")
     unread = evaluator(tmp_path, fake)({"OMPI_MCA_coll_tuned_no_such_param": "1"})
     assert unread.failure is FailureKind.INVALID
@@ -117,12 +118,13 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
         "tasks_per_node": 2, "sizes": ["64K", "1M"], "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
         "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"], "knob_overrides": [str(PLANTED)],
         "trials": 3, "executor": "launcher", "launcher": MPIRUN, "db": f"sqlite:///{tmp_path / 'study.db'}",
-        "finalize": {"candidates": 1, "alpha": 0.05}, "publish_dir": str(tmp_path / "rec"),
+        "finalize": {"candidates": 1, "alpha": 0.05}, "per_size": {"enabled": True, "top": 1, "rounds": 4},
+        "publish_dir": str(tmp_path / "rec"),
         "runs_dir": str(tmp_path / "runs")}))
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}
     code, out = commcamp_output("tune", str(spec), "--dry-run", env=env)
     assert code == 0, out
-    assert "knobs searched: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
+    assert "knobs asked for: OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_rcvbuf" in out
     assert not (tmp_path / "study.db").exists() or "trials:" not in out
     code, out = commcamp_output("tune", str(spec), env=env)
     assert code == 0, out
@@ -130,11 +132,22 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     published = yaml.safe_load((tmp_path / "rec" / "local" / "local" / "recommendations.yaml").read_text())
     (rec,) = published["recommendations"]
     assert rec["scope"]["nodes"] == 1 and rec["evidence"]["trials_counted"] == 3
+    # The per-size stage swept every allreduce algorithm in one run under the recommended environment; 4
+    # rounds keep this test short (2 confirmation rounds: no change possible, tests/test_per_size.py decides).
+    per_size = rec["per_size_selection"]
+    assert per_size["rounds"] == 4 and [s["bytes"] for s in per_size["sizes"]] == [65536, 1 << 20]
+    assert all(s["winner"] is None for s in per_size["sizes"])
     # The lookup names the measured scope; another node count is refused, not extrapolated.
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "1", "--size", "1M", "--root", str(tmp_path / "rec"))
     assert code == 0, out
     assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
+    assert "per-size selection for 1048576 B: " in out
+    assert commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--op", "allreduce", "--nodes",
+                           "1", "--size", "1M", "--root", str(tmp_path / "rec")) == (code, out)  # tune's form
+    code, out = commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--partition", "gpu",
+                                "--op", "allreduce", "--nodes", "1", "--root", str(tmp_path / "rec"))
+    assert code == 2 and "name two partitions" in out
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "8", "--root", str(tmp_path / "rec"))
     assert code == 3
@@ -142,9 +155,13 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
 
 
 def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
-    code, out = commcamp_output("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+    code, out = commcamp_output("tune", "--site", "local", "--system", "nosuch", "--library", "openmpi", "--op",
                                 "allreduce", "--sizes", "1M")
     assert code == 2 and "must be system:partition" in out
+    # A system of one partition names it, as in `recommend --system`.
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M", "--dry-run", "--db", f"sqlite:///{tmp_path}/x.db")
+    assert code == 0 and "system=local:cpu" in out, out
     code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
                                 "allreduce", "--sizes", "1M", "--knobs", "NCCL_NVLS_ENABLE", "--library-version",
                                 "4.1.4", "--executor", "launcher", "--launcher", "mpirun", "--db",

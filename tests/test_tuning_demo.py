@@ -1,6 +1,6 @@
 """Tuning demonstrations on this machine: CI demonstration 1 (a planted bad Open MPI default on the local
 Slurm cluster, recovered through ReFrame runs; results/tuning/ci-localslurm/) and the plumbing of the GPU
-demonstration script (results/tuning/gpu-demo.sh --cpu)."""
+demonstration script (tools/tuning/gpu-demo.sh --cpu)."""
 from __future__ import annotations
 
 import json
@@ -54,7 +54,7 @@ def test_gpu_demo_script_plumbing_on_cpu(tmp_path: Path) -> None:
     """gpu-demo.sh --cpu: every phase kind runs, prints its time, and the bundle holds each phase's summary."""
     out = tmp_path / "demo"
     result = subprocess.run(
-        ["results/tuning/gpu-demo.sh", "--cpu", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+        ["tools/tuning/gpu-demo.sh", "--cpu", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**{k: v for k, v in __import__("os").environ.items() if k != "NCCL_TESTS_DIR"},
              "PYTHON": sys.executable, "DEMO_TOTAL_S": "150", "DEMO_PHASES": "build probe-nvlink demo3 aa"},
         check=False)
@@ -85,7 +85,7 @@ def test_gpu_demo_config_builds_every_phase_with_multicast_pinned_off(tmp_path: 
     from campaigns.tuning_demo import Context, DemoConfig
     from tuners.space import build_space
 
-    config = DemoConfig.model_validate(yaml.safe_load((REPO / "results/tuning/gpu-demo.yaml").read_text()))
+    config = DemoConfig.model_validate(yaml.safe_load((REPO / "tools/tuning/gpu-demo.yaml").read_text()))
     assert set(config.phases) == {"probe-nvlink", "probe-socket", "demo2", "demo3", "aa"}
     for name, phase in config.phases.items():
         spec = Context(config, name, phase, tmp_path, 0.0).spec()

@@ -2,12 +2,23 @@
 
 Each scenario finalizes `--finalizations` times (own seed each): a baseline and two candidates over
 five one-size buckets (8 KiB .. 64 MiB, as in the GPU demo), with per-run noise drawn per finalization
-between 2 % and 5 %, a slow common drift (1 % random walk + 0.2 % steady trend per run) and, in 3 %
-of the runs, the whole run 1.3x slower. Scenarios: A/A (no candidate faster anywhere), and one
-candidate truly 5 %, 10 % or 20 % faster in the 2 MiB bucket only (overall, the geometric mean over
-the five buckets: 1 %, 1.9 %, 3.7 %). From the same runs it counts, per decision rule, finalizations
-with a false change (a candidate accepted for a decision where its true speed-up is below the minimum
-effect) and, where there is an effect, finalizations that found it (accepted in the 2 MiB bucket):
+between 2 % and 5 %, a slow common drift (1 % random walk + 0.2 % steady trend per run) and one of
+three per-launch noise models (`--noise`):
+
+- lognormal: log-normal noise per run and size; in 3 % of the runs the whole run 1.3x slower;
+- heavy: the same, but the per-run noise on the log scale is Student t with 3 degrees of freedom
+  (scaled to the same standard deviation): rare runs far off, as heavy-tailed launches are;
+- bimodal: lognormal, and 30 % of the launches run as a whole 1.15x slower (two launch modes, as
+  when a job lands on a slower placement), drawn per run.
+
+Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidate is never faster): A/A
+(gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` faster at
+every size, overall and in every bucket (H0 holds with equality: every acceptance is a false change;
+the rate must stay <= alpha); and G (e.g. 0.05 0.1 0.2): the candidate G faster in the 2 MiB bucket
+only (overall, over the five buckets: (1+G)^(1/5)-1). Per decision rule it counts finalizations
+with a false change (a candidate accepted for a decision where its true speed-up is at most the
+minimum effect) and, where there is an effect above it, finalizations that found it (accepted in
+the 2 MiB bucket), with the Clopper-Pearson 95 % interval of each rate:
 
 - per-decision: Holm over the candidates of each decision separately, H0: gain <= 0 (before)
 - family-zero:  Holm over all tests of the finalization, H0: gain <= 0
@@ -15,31 +26,37 @@ effect) and, where there is an effect, finalizations that found it (accepted in 
 
 each with gain >= min_effect and the bootstrap CI's lower bound > 0.
 
-    python -m tuners.bench_finalize --finalizations 300 --out results/bench/finalize_error_rates.json
+    python -m tuners.bench_finalize --finalizations 1000 --workers 16 --out results/bench/finalize_error_rates.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
+import scipy
 from scipy import stats
 
 from tuners.evaluation import Evaluation, buckets_for_sizes
 from tuners.finalize import OVERALL, Candidate, Comparison, FinalReport, Thresholds, finalize, holm
-from tuners.writers import write_atomic
 
 SIZES = (8192, 262144, 2097152, 16777216, 67108864)
 EFFECT_SIZE = 2097152
 BASELINE = {"NCCL_PROTO": "Simple"}
 CANDIDATES = ({"NCCL_PROTO": "LL128"}, {"NCCL_PROTO": "LL"})
 RULES = ("per-decision", "family-zero", "family-margin")
+NOISE_MODELS = ("lognormal", "heavy", "bimodal")
+BOUNDARY = "boundary"
 
 
 class DriftingEvaluator:
@@ -60,6 +77,7 @@ class DriftingEvaluator:
         trend: float = 0.0,
         outlier_rate: float = 0.0,
         outlier_factor: float = 1.3,
+        heavy_tails: bool = False,
     ) -> None:
         self.sizes = tuple(sizes)
         self.speedups = dict(speedups)
@@ -68,6 +86,7 @@ class DriftingEvaluator:
         self.trend = trend
         self.outlier_rate = outlier_rate
         self.outlier_factor = outlier_factor
+        self.heavy_tails = heavy_tails
         self.rng = np.random.default_rng(seed)
         self.drift = 1.0
         self.order: list[str] = []
@@ -83,16 +102,27 @@ class DriftingEvaluator:
         slow = self.outlier_factor if self.rng.random() < self.outlier_rate else 1.0
         common = self.drift * slow
         times = {
-            size: [(5.0 + size / 2e4) / self.speedup(label, size) * common * self.rng.lognormal(0.0, self.noise)]
+            size: [(5.0 + size / 2e4) / self.speedup(label, size) * common * np.exp(self.noise * self._unit_noise())]
             for size in self.sizes
         }
         return Evaluation(times_us=times, validated=validate)
 
+    def _unit_noise(self) -> float:
+        """Standard deviation 1 on the log scale: normal, or Student t(3) / sqrt(3) (heavy tails)."""
+        return float(self.rng.standard_t(3) / np.sqrt(3.0)) if self.heavy_tails else float(self.rng.standard_normal())
 
-def realistic_evaluator(speedups: Mapping[str, float | Mapping[int, float]], seed: int) -> DriftingEvaluator:
-    """The module docstring's noise model, noise level drawn from the seed."""
+
+def realistic_evaluator(
+    speedups: Mapping[str, float | Mapping[int, float]], seed: int, noise_model: str = "lognormal"
+) -> DriftingEvaluator:
+    """The module docstring's noise model `noise_model`, noise level drawn from the seed."""
+    if noise_model not in NOISE_MODELS:
+        raise ValueError(f"noise model {noise_model!r} is not one of {NOISE_MODELS}")
     noise = float(np.random.default_rng(seed + 10**6).uniform(0.02, 0.05))
-    return DriftingEvaluator(SIZES, speedups, noise, seed, walk=0.01, trend=0.002, outlier_rate=0.03)
+    bimodal = noise_model == "bimodal"
+    return DriftingEvaluator(SIZES, speedups, noise, seed, walk=0.01, trend=0.002,
+                             outlier_rate=0.3 if bimodal else 0.03, outlier_factor=1.15 if bimodal else 1.3,
+                             heavy_tails=noise_model == "heavy")
 
 
 def _zero_null_p(comparison: Comparison) -> float:
@@ -125,75 +155,138 @@ def accepted_by_rule(report: FinalReport) -> dict[str, list[Comparison]]:
     }
 
 
-def run_scenario(gain: float, finalizations: int, thresholds: Thresholds) -> dict[str, object]:
-    buckets = buckets_for_sizes(SIZES, 1)
-    effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
+def clopper_pearson(count: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial confidence interval of count / n."""
+    tail = (1 - confidence) / 2
+    low = 0.0 if count == 0 else float(stats.beta.ppf(tail, count, n - count + 1))
+    high = 1.0 if count == n else float(stats.beta.ppf(1 - tail, count + 1, n - count))
+    return low, high
+
+
+def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_bucket: str):
+    """(speedups for the evaluator, true gain of a comparison) of a scenario."""
+    if gain == BOUNDARY:
+        speedups = {CANDIDATES[0]["NCCL_PROTO"]: min_effect}
+
+        def boundary(comparison: Comparison) -> float:
+            return min_effect if comparison.candidate.env == CANDIDATES[0] else 0.0
+
+        return speedups, boundary
+    assert isinstance(gain, float)
     speedups = {CANDIDATES[0]["NCCL_PROTO"]: {EFFECT_SIZE: gain}} if gain else {}
 
-    def true_gain(comparison: Comparison) -> float:
+    def one_bucket(comparison: Comparison) -> float:
         if comparison.candidate.env != CANDIDATES[0]:
             return 0.0
         if comparison.decision == effect_bucket:
             return gain
-        return (1 + gain) ** (1 / len(buckets)) - 1 if comparison.decision == OVERALL else 0.0
+        return (1 + gain) ** (1 / n_buckets) - 1 if comparison.decision == OVERALL else 0.0
 
-    false_changes = dict.fromkeys(RULES, 0)
-    found = dict.fromkeys(RULES, 0)
-    rounds = set()
-    for seed in range(finalizations):
-        report = finalize(
-            realistic_evaluator(speedups, seed),
-            BASELINE,
-            [Candidate(env) for env in CANDIDATES],
-            buckets,
-            thresholds=thresholds,
-            seed=seed,
-        )
-        rounds.add(report.rounds_run)
-        for rule, accepted in accepted_by_rule(report).items():
-            false_changes[rule] += any(true_gain(c) < thresholds.min_effect for c in accepted)
-            found[rule] += any(c.decision == effect_bucket and true_gain(c) > 0 for c in accepted)
-    result: dict[str, object] = {
-        "gain_in_2MiB_bucket": gain,
-        "finalizations": finalizations,
-        "rounds": sorted(rounds),
-        "family_size": len(CANDIDATES) * (1 + len(buckets)),
-        "finalizations_with_a_false_change": false_changes,
+    return speedups, one_bucket
+
+
+def _one_finalization(seed: int, gain: float | str, noise_model: str, thresholds: Thresholds,
+                      rules: Sequence[str] = RULES) -> dict[str, object]:
+    buckets = buckets_for_sizes(SIZES, 1)
+    effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
+    speedups, true_gain = _true_gains(gain, thresholds.min_effect, len(buckets), effect_bucket)
+    report = finalize(realistic_evaluator(speedups, seed, noise_model), BASELINE,
+                      [Candidate(env) for env in CANDIDATES], buckets, thresholds=thresholds, seed=seed)
+    if tuple(rules) == ("family-margin",):  # finalize's own decisions: no other rule to recompute
+        accepted = {"family-margin": [c for d in report.decisions for c in d.comparisons if c.accepted]}
+    else:
+        accepted = {rule: found for rule, found in accepted_by_rule(report).items() if rule in rules}
+    return {
+        "rounds": report.rounds_run,
+        "false": {rule: any(true_gain(c) <= thresholds.min_effect for c in acc) for rule, acc in accepted.items()},
+        "found": {rule: any(c.decision == effect_bucket and true_gain(c) > thresholds.min_effect for c in acc)
+                  for rule, acc in accepted.items()},
     }
-    if gain:
+
+
+def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, noise_model: str = "lognormal",
+                 workers: int = 1, rules: Sequence[str] = RULES) -> dict[str, object]:
+    """Counts over `finalizations` seeds (0 .. finalizations-1) of one scenario and noise model."""
+    one = partial(_one_finalization, gain=gain, noise_model=noise_model, thresholds=thresholds, rules=rules)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            outcomes = list(pool.map(one, range(finalizations), chunksize=8))
+    else:
+        outcomes = [one(seed) for seed in range(finalizations)]
+    false_changes = {rule: sum(bool(o["false"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
+    result: dict[str, object] = {
+        "scenario": gain if gain == BOUNDARY else f"one bucket +{gain:g}" if gain else "A/A",
+        "gain_in_2MiB_bucket": thresholds.min_effect if gain == BOUNDARY else gain,
+        "noise": noise_model,
+        "finalizations": finalizations,
+        "rounds": sorted({int(o["rounds"]) for o in outcomes}),  # type: ignore[call-overload]
+        "family_size": len(CANDIDATES) * (1 + len(SIZES)),
+        "finalizations_with_a_false_change": false_changes,
+        "false_change_rate_ci95": {rule: clopper_pearson(n, finalizations) for rule, n in false_changes.items()},
+    }
+    if gain != BOUNDARY and gain:
+        found = {rule: sum(bool(o["found"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
         result["finalizations_that_found_the_effect"] = found
+        result["power_ci95"] = {rule: clopper_pearson(n, finalizations) for rule, n in found.items()}
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--finalizations", type=int, default=300, help="per scenario and alpha")
-    parser.add_argument("--alphas", type=float, nargs="+", default=[0.01, 0.05])
-    parser.add_argument("--gains", type=float, nargs="+", default=[0.0, 0.05, 0.10, 0.20])
+    parser.add_argument("--finalizations", type=int, default=1000, help="per scenario, noise model and alpha")
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.01])
+    parser.add_argument("--gains", nargs="+", default=["0", BOUNDARY, "0.05", "0.10", "0.20"],
+                        help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere) or a gain in the 2 MiB "
+                        "bucket")
+    parser.add_argument("--noise", nargs="+", default=list(NOISE_MODELS), choices=NOISE_MODELS)
     parser.add_argument("--rounds", type=int, default=2, help="at least (finalize raises it to what the family needs)")
     parser.add_argument("--n-resamples", type=int, default=999, help="bootstrap resamples (finalize's default 9999)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--workers", type=int, default=1, help="processes")
+    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=RULES,
+                        help="decision rules counted (family-margin alone: no recomputation, fastest)")
+    parser.add_argument("--commit", default="", help="the commit measured (recorded as given)")
+    parser.add_argument("--out", type=Path, help="the JSON document (default: printed)")
     args = parser.parse_args(argv)
+    gains: list[float | str] = []
+    for gain in args.gains:
+        if gain == BOUNDARY:
+            gains.append(BOUNDARY)
+            continue
+        try:
+            gains.append(float(gain))
+        except ValueError:
+            parser.error(f"--gains: {gain!r} is neither a number nor {BOUNDARY}")
     started = time.time()
     results = []
     for alpha in args.alphas:
         thresholds = Thresholds(alpha=alpha, rounds=args.rounds, n_resamples=args.n_resamples)
-        for gain in args.gains:
-            result = {"alpha": alpha, "min_effect": thresholds.min_effect,
-                      **run_scenario(gain, args.finalizations, thresholds)}
-            print(json.dumps(result), flush=True)
-            results.append(result)
+        for noise_model in args.noise:
+            for gain in gains:
+                result = {"alpha": alpha, "min_effect": thresholds.min_effect,
+                          **run_scenario(gain, args.finalizations, thresholds, noise_model, args.workers, args.rules)}
+                print(json.dumps(result), file=sys.stderr, flush=True)
+                results.append(result)
     document = {
         "what": " ".join(__doc__.split("    python -m")[0].split()),
         "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "rules": RULES,
+        "rules": args.rules,
         "n_resamples": args.n_resamples,
         "results": results,
         "seconds": round(time.time() - started, 1),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} ({os.cpu_count()} CPUs, {platform.machine()})",
+        "commit": args.commit,
         "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
     }
+    text = json.dumps(document, indent=2) + "\n"
     if args.out:
-        write_atomic(args.out, json.dumps(document, indent=2) + "\n")
+        from tuners.writers import write_atomic  # imports the catalog's dependencies: only when writing
+
+        write_atomic(args.out, text)
+    else:
+        print(text, end="")
     return 0
 
 

@@ -1,5 +1,8 @@
 """Sampler benchmark on the SYNTHETIC knob landscape of tuners/synthetic.py (not a measurement).
 
+NOT EVIDENCE for choosing a sampler: that landscape is a unit-test fixture (see its docstring; issue
+14). A benchmark on landscapes built from measured trials has not been written yet.
+
 For each scenario, sampler and seed, runs the real `Tuner` (trial 0 = the planted site defaults)
 for `--trials` trials with log-normal noise of 1-3 % (drawn per seed) on every sample, and records
 after how many trials the incumbent (best *observed* trial) is within 95 % of the true optimum

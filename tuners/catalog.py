@@ -8,6 +8,7 @@ character whitelist first, then the knob's domain. Nothing else can reach a job 
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,7 +19,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-DEFAULT_CATALOG_PATH = Path(__file__).resolve().parent.parent / "site_configs" / "knobs" / "catalog.yaml"
+from campaigns.paths import KNOB_CATALOG as DEFAULT_CATALOG_PATH  # the catalog ships with commcamp
 
 # Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
 # paths). Everything a shell or Lua could interpret ($ ` ; | & quotes whitespace newlines
@@ -60,6 +61,8 @@ class Library(enum.StrEnum):
     OPENMPI = "openmpi"
     UCX = "ucx"
     LIBFABRIC_CXI = "libfabric-cxi"
+    LIBFABRIC = "libfabric"  # core libfabric (every provider), e.g. FI_MR_CACHE_MONITOR
+    AWS_OFI_NCCL = "aws-ofi-nccl"
 
 
 class KnobType(enum.StrEnum):
@@ -110,7 +113,9 @@ def parse_version(version: str) -> Version:
 
 
 class Knob(BaseModel):
-    """One environment variable. `default` is the site's default (trial 0); None = unset."""
+    """One environment variable. `default` is the site's default (trial 0); None = unset. `unset`
+    says what the library does when the variable is not set; `source` where the domain, the safety
+    class and that meaning come from (or that a source could not be found)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -118,6 +123,8 @@ class Knob(BaseModel):
     libraries: tuple[Library, ...] = Field(min_length=1)
     type: KnobType
     description: str = Field(min_length=1)
+    unset: str = Field(min_length=1)
+    source: str = Field(min_length=1)
     safety: Safety
     choices: tuple[str, ...] | None = None
     low: int | None = None
@@ -250,6 +257,37 @@ def _is_pow2(number: int) -> bool:
     return number > 0 and number & (number - 1) == 0
 
 
+class ProductConstraint(BaseModel):
+    """The product of the named knobs' values, when all of them are set, is at most `at_most`
+    (e.g. NCCL's socket threads x sockets per thread <= 64)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    product: tuple[str, ...] = Field(min_length=2)
+    at_most: int = Field(ge=1)
+    source: str = Field(min_length=1)
+
+    def violation(self, values: Mapping[str, str]) -> str | None:
+        """Why `values` (name -> value, unset knobs absent) break the constraint, or None."""
+        if not all(name in values for name in self.product):
+            return None
+        product = math.prod(int(values[name]) for name in self.product)
+        if product <= self.at_most:
+            return None
+        factors = " x ".join(f"{name}={values[name]}" for name in self.product)
+        return f"{factors} = {product} exceeds {self.at_most} ({self.source})"
+
+    def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
+        """The largest value of `name` the constraint allows given the other knobs' values (None: no
+        limit, because `name` is not in the product or another factor is unset or not chosen yet)."""
+        if name not in self.product:
+            return None
+        others = [values.get(other) for other in self.product if other != name]
+        if any(value is None for value in others):
+            return None
+        return self.at_most // math.prod(int(value) for value in others if value is not None)
+
+
 class KnobRestriction(BaseModel):
     """A site may narrow a knob's domain (never widen it)."""
 
@@ -279,10 +317,17 @@ class SiteKnobOverrides(BaseModel):
 class KnobCatalog:
     """The knobs of one site: the base catalog with the site's overrides applied."""
 
-    def __init__(self, knobs: Mapping[str, Knob], source: str, pinned: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        knobs: Mapping[str, Knob],
+        source: str,
+        pinned: Mapping[str, str] | None = None,
+        constraints: tuple[ProductConstraint, ...] = (),
+    ) -> None:
         self._knobs = dict(knobs)
         self.source = source
         self.pinned: dict[str, str] = dict(pinned or {})
+        self.constraints = constraints
 
     @classmethod
     def load(cls, path: Path | str = DEFAULT_CATALOG_PATH) -> KnobCatalog:
@@ -297,8 +342,10 @@ class KnobCatalog:
 
     @classmethod
     def from_document(cls, document: object, source: str) -> KnobCatalog:
-        if not isinstance(document, dict) or set(document) != {"schema_version", "knobs"}:
-            raise CatalogError(f"{source}: top level must have exactly the keys 'schema_version' and 'knobs'")
+        if not isinstance(document, dict) or not {"schema_version", "knobs"} <= set(document) <= {
+            "schema_version", "knobs", "constraints"}:
+            raise CatalogError(f"{source}: top level must have the keys 'schema_version' and 'knobs' "
+                               "(and optionally 'constraints'), nothing else")
         if document["schema_version"] != 1:
             raise CatalogError(f"{source}: schema_version: {document['schema_version']!r} is not supported (1)")
         entries = document["knobs"]
@@ -309,7 +356,20 @@ class KnobCatalog:
             if not isinstance(fields, dict):
                 raise CatalogError(f"{source}: knobs.{name}: must be a mapping")
             knobs[name] = _build(Knob, {"name": name, **fields}, source, f"knobs.{name}")
-        catalog = cls(knobs, source)
+        entries = document.get("constraints") or []
+        if not isinstance(entries, list):
+            raise CatalogError(f"{source}: constraints: must be a list")
+        constraints = tuple(
+            _build(ProductConstraint, entry, source, f"constraints[{i}]")
+            for i, entry in enumerate(entries)
+        )
+        for i, constraint in enumerate(constraints):
+            for name in constraint.product:
+                if name not in knobs or knobs[name].type not in (KnobType.INT, KnobType.POW2) \
+                        or knobs[name].search_values is not None:
+                    raise CatalogError(f"{source}: constraints[{i}].product: {name} is not an int knob "
+                                       "(without search_values) of the catalog")
+        catalog = cls(knobs, source, constraints=constraints)
         catalog._check_requires()
         return catalog
 
@@ -351,7 +411,7 @@ class KnobCatalog:
         pinned = dict(self.pinned)
         for name, value in site.pinned.items():
             pinned[name] = _validate_at(knob_of("pinned", name), value, source, f"knobs.pinned.{name}")
-        return KnobCatalog(knobs, f"{self.source} + {source}", pinned)
+        return KnobCatalog(knobs, f"{self.source} + {source}", pinned, self.constraints)
 
     def __getitem__(self, name: str) -> Knob:
         try:
@@ -369,13 +429,42 @@ class KnobCatalog:
         return len(self._knobs)
 
     def validate_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """Every name must be a catalog knob and every value inside its domain."""
+        """Every name must be a catalog knob, every value inside its domain, every constraint met."""
         checked = {}
         for name, value in env.items():
             if name not in self._knobs:
                 raise UnsafeValueError(f"{name} is not a knob of the catalog {self.source}")
             checked[name] = self._knobs[name].check_value(value)
+        for constraint in self.constraints:
+            broken = constraint.violation(checked)
+            if broken is not None:
+                raise UnsafeValueError(broken)
         return checked
+
+    def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
+        """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
+        inside their domain, not forbidden and not against a site pin; any other variable a valid name
+        with a whitelisted value."""
+        checked = {}
+        for name, value in env.items():
+            check_env_name(name)
+            knob = self._knobs.get(name)
+            if knob is None:
+                checked[name] = check_safe_value(value, name)
+                continue
+            text = knob.check_value(value)
+            pinned = self.pinned.get(name)
+            if pinned is not None and text != pinned:
+                raise UnsafeValueError(f"{name}: the site pins it to {pinned!r}, not {text!r}")
+            if knob.safety is Safety.FORBIDDEN and pinned is None:
+                raise UnsafeValueError(f"{name} is forbidden by the knob catalog {self.source}")
+            checked[name] = text
+        return checked
+
+    def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
+        """The largest value of knob `name` that every constraint allows given the other values."""
+        caps = [c for c in (constraint.cap(name, values) for constraint in self.constraints) if c is not None]
+        return min(caps, default=None)
 
     def default_env(self, names: Iterator[str] | list[str] | tuple[str, ...] | None = None) -> dict[str, str]:
         """The site's defaults (trial 0) for the given knobs (all if None), plus pinned values."""

@@ -1,8 +1,10 @@
 """Finalization: decide, from fresh interleaved measurements, whether any candidate beats the baseline.
 
 Procedure (`FinalReport.test` says it in every output, with this finalization's numbers):
-1. Candidates whose environment sets a may-corrupt knob get one run with data validation on; a
-   run that fails or does not validate rejects the candidate.
+1. Candidates whose environment sets, removes or alters a may-hang or may-corrupt knob relative to
+   the baseline (dropping a site default included: `needs_validation(baseline, env)`, i.e.
+   SearchSpace.unsafe_changes) get one run with data validation on; a run that fails, does not
+   validate, or lacks a size of any bucket rejects the candidate.
 2. `rounds` rounds; in each, the baseline and every remaining candidate run once, in a freshly
    shuffled order (interleaving A B A B..., so drift hits all settings alike). A candidate that
    fails in any round is rejected; a round whose baseline failed is dropped.
@@ -270,6 +272,40 @@ def changed_knobs(baseline_env: Mapping[str, str], env: Mapping[str, str]) -> in
     return sum(1 for name in set(baseline_env) | set(env) if baseline_env.get(name) != env.get(name))
 
 
+def decide_paired(
+    baseline_env: Mapping[str, str],
+    candidates: Mapping[str, Sequence[Candidate]],
+    log_ratios: Mapping[str, Mapping[int, np.ndarray]],
+    rejected: Mapping[str, Mapping[int, str]],
+    thresholds: Thresholds,
+    rng: np.random.Generator,
+) -> tuple[dict[str, Decision], int]:
+    """One decision per name from paired per-round log ratios log(t_baseline / t_candidate) of the
+    candidates `log_ratios[name]` holds (positive = candidate faster); candidates[name][i] not in it
+    must be in rejected[name]. Every test of every decision shares one Holm correction; returns the
+    decisions and the family size."""
+    measured = {
+        (name, i): _paired_statistics(series, thresholds, rng)
+        for name, by_candidate in log_ratios.items()
+        for i, series in by_candidate.items()
+    }
+    keys = list(measured)
+    adjusted = dict(zip(keys, holm([measured[k].p_value for k in keys]), strict=True))
+    judged = {
+        name: _judge(
+            name,
+            baseline_env,
+            candidates[name],
+            rejected[name],
+            {i: measured[name, i] for i in log_ratios[name]},
+            {i: adjusted[name, i] for i in log_ratios[name]},
+            thresholds,
+        )
+        for name in log_ratios
+    }
+    return judged, len(keys)
+
+
 RoundTimes = Mapping[int, Mapping[str, float]]  # per setting (-1 = baseline, i = candidates[i]): bucket -> time
 
 
@@ -292,25 +328,9 @@ def decide(
             return np.asarray([overall_time_us(measured[index]) for measured in rounds_data])
         return np.asarray([measured[index][decision] for measured in rounds_data])
 
-    measured = {
-        (name, i): _paired_statistics(np.log(series(-1, name)) - np.log(series(i, name)), thresholds, rng)
-        for name in names
-        for i in tested
-    }
-    keys = list(measured)
-    adjusted = dict(zip(keys, holm([measured[k].p_value for k in keys]), strict=True))
-    judged = {
-        name: _judge(
-            name,
-            baseline_env,
-            candidates,
-            rejected,
-            {i: measured[name, i] for i in tested},
-            {i: adjusted[name, i] for i in tested},
-            thresholds,
-        )
-        for name in names
-    }
+    log_ratios = {name: {i: np.log(series(-1, name)) - np.log(series(i, name)) for i in tested} for name in names}
+    judged, family = decide_paired(baseline_env, {name: candidates for name in names}, log_ratios,
+                                   {name: rejected for name in names}, thresholds, rng)
     overall = judged[OVERALL]
     if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
         judged = {
@@ -322,7 +342,7 @@ def decide(
             )
             for b in buckets
         }
-    return overall, {b.name: judged[b.name] for b in buckets}, len(keys)
+    return overall, {b.name: judged[b.name] for b in buckets}, family
 
 
 def finalize(
@@ -332,25 +352,27 @@ def finalize(
     buckets: Sequence[SizeBucket],
     *,
     thresholds: Thresholds = Thresholds(),
-    needs_validation: Callable[[Mapping[str, str]], Sequence[str]] = lambda env: (),
+    needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
     seed: int = 0,
 ) -> FinalReport:
     """Re-measures baseline and candidates interleaved and returns the decisions. `needs_validation`
-    names the may-corrupt knobs an environment sets (SearchSpace.may_corrupt_knobs)."""
+    (baseline env, candidate env) names the unsafe knobs a candidate changes (SearchSpace.unsafe_changes)."""
     rng = np.random.default_rng(seed)
     notes: list[str] = []
     rejected: dict[int, str] = {}
     for i, candidate in enumerate(candidates):
-        risky = needs_validation(candidate.env)
+        risky = needs_validation(baseline_env, candidate.env)
         if not risky:
             continue
         check = evaluator(candidate.env, validate=True)
+        what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
+        unchecked = [b.name for b in buckets if check.ok and not any(b.contains(s) for s in check.times_us)]
         if not check.ok:
-            rejected[i] = (
-                f"validated re-run ({', '.join(risky)} may corrupt data) failed: {check.failure}: {check.reason}"
-            )
+            rejected[i] = f"{what} failed: {check.failure}: {check.reason}"
         elif not check.validated:
-            rejected[i] = f"validated re-run ({', '.join(risky)} may corrupt data) did not validate the data"
+            rejected[i] = f"{what} did not validate the data"
+        elif unchecked:
+            rejected[i] = f"{what} measured no size of bucket(s) {', '.join(unchecked)}"
     remaining = len(candidates) - len(rejected)
     planned_family = family_size(remaining, len(buckets))
     rounds = planned_rounds(thresholds, remaining, len(buckets))

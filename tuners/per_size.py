@@ -1,21 +1,40 @@
-"""Per-size winners -> NCCL tuner-plugin config rows.
+"""The per-size stage: per message size, the library's own choice against its forced selections.
 
-Row format (NCCL's example tuner plugin and commcamp's plugin in bench_src/nccl_tuner):
-`collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff`,
-first matching row wins, -1 = wildcard. Channels are always explicit: NCCL's example plugin sets
-one channel before matching (shared/notes/field-knowledge.md). A bucket gets a row only if its
-finalization winner forces one algorithm, one protocol and a channel count that the global
-environment (applied to every size) does not disable; adjacent buckets with the same choice are
-merged. Ranges cover measured sizes only (no extrapolation beyond them).
+Input: one selection sweep (commbench --selections all --rounds R), run under the environment the
+Optuna stage chose: per (size, selection) the per-round medians, the same round index paired
+across the selections of one size (they ran interleaved in one process).
+
+1. Split the rounds: even-indexed rounds (0, 2, 4, ...) SELECT, odd-indexed rounds CONFIRM.
+   Alternating, not first half / second half, so slow drift hits both halves alike.
+2. Per size, rank the available forced selections by their median per-round speed-up over the
+   library's own choice in the selection rounds; the best `top` that are faster there are the
+   candidates of that size (none faster: nothing tested, keep the library's choice).
+3. On the confirmation rounds only, each (size, candidate) is tested with finalize's rule
+   (finalize.decide_paired: one-sided exact Wilcoxon on the paired per-round log ratios minus
+   log(1 + min_effect), percentile bootstrap CI, ONE Holm correction over every test of every
+   size). The gains reported are those of the confirmation rounds, which did not pick the
+   candidates.
+4. Neighbouring measured sizes with the same winner merge into a range [first, last measured
+   size]; sizes without a significant winner keep the library's choice. Ranges cover measured
+   sizes only: between two ranges, and outside the measured span, the library decides.
+
+The NCCL/RCCL tuner-plugin rows (TunerRule) are one of the per-library outputs (tuners/rule_files.py
+writes the others). Row format (NCCL's example tuner plugin and commcamp's plugin in
+bench_src/nccl_tuner): `collective,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,
+numPipeOps,regBuff`, first matching row wins, -1 = wildcard; channels are always explicit (NCCL's
+example plugin sets one channel before matching: shared/notes/field-knowledge.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
+import numpy as np
+from pydantic import BaseModel, ConfigDict
 from pydantic.dataclasses import dataclass
 
-from tuners.evaluation import SizeBucket
+from tuners.finalize import Candidate, Thresholds, decide_paired, rounds_needed
 
 PLUGIN_COLLECTIVES = {
     "allreduce": "allreduce",
@@ -117,86 +136,6 @@ class TunerRule:
         )
 
 
-def plugin_choice(env: Mapping[str, str]) -> tuple[str, str, int] | str:
-    """(algorithm, protocol, channels) a plugin row can express for `env`, or why it cannot."""
-    algorithm = PLUGIN_ALGORITHMS.get(env.get("NCCL_ALGO", ""))
-    protocol = PLUGIN_PROTOCOLS.get(env.get("NCCL_PROTO", ""))
-    channel_knob = next((k for k in CHANNEL_KNOBS if k in env), None)
-    if algorithm is None or protocol is None or channel_knob is None:
-        return (
-            "the winner does not force one algorithm, one protocol and a channel count "
-            f"(NCCL_ALGO={env.get('NCCL_ALGO', 'unset')}, NCCL_PROTO={env.get('NCCL_PROTO', 'unset')}, "
-            f"channels {'unset' if channel_knob is None else env[channel_knob]})"
-        )
-    return algorithm, protocol, int(env[channel_knob])
-
-
-def masked_by(global_env: Mapping[str, str], algorithm: str, protocol: str, channels: int) -> str | None:
-    """Why the global environment would make NCCL ignore a row's choice (NCCL_ALGO/NCCL_PROTO
-    remove the other algorithms/protocols from the cost table; CTA limits clamp channels), or None."""
-    for knob, names, wanted in (
-        ("NCCL_ALGO", PLUGIN_ALGORITHMS, algorithm),
-        ("NCCL_PROTO", PLUGIN_PROTOCOLS, protocol),
-    ):
-        value = global_env.get(knob)
-        if value is None:
-            continue
-        excluded = value.startswith("^")
-        named = names.get(value.removeprefix("^"))
-        if (named == wanted) == excluded:
-            return f"the global {knob}={value} disables {wanted}"
-    low = int(global_env.get("NCCL_MIN_CTAS", global_env.get("NCCL_MIN_NCHANNELS", "1")))
-    high = int(global_env.get("NCCL_MAX_CTAS", global_env.get("NCCL_MAX_NCHANNELS", str(MAX_CHANNELS))))
-    if not low <= channels <= high:
-        return f"the global channel limits [{low}, {high}] exclude {channels} channels"
-    return None
-
-
-def plugin_rules(
-    op: str,
-    winners: Sequence[tuple[SizeBucket, Mapping[str, str] | None]],
-    n_nodes: int,
-    n_ranks: int,
-    global_env: Mapping[str, str],
-) -> tuple[list[TunerRule], list[str]]:
-    """Rows for the buckets (ascending) whose winner (None = keep defaults) the plugin can express
-    on top of `global_env`; notes say why other buckets got none."""
-    collective = PLUGIN_COLLECTIVES.get(op)
-    if collective is None:
-        return [], [f"op {op} has no tuner-plugin collective (only {sorted(set(PLUGIN_COLLECTIVES.values()))})"]
-    rules: list[TunerRule] = []
-    notes = []
-    for bucket, env in winners:
-        if env is None:
-            notes.append(f"{bucket.name}: keep defaults (no significant winner), no row")
-            continue
-        choice = plugin_choice(env)
-        if isinstance(choice, str):
-            notes.append(f"{bucket.name}: {choice}, no row")
-            continue
-        algorithm, protocol, channels = choice
-        masked = masked_by(global_env, algorithm, protocol, channels)
-        if masked is not None:
-            notes.append(f"{bucket.name}: {masked}, no row")
-            continue
-        previous = rules[-1] if rules else None
-        if (
-            previous is not None
-            and previous.max_bytes + 1 == bucket.min_bytes
-            and (previous.algorithm, previous.protocol, previous.channels) == choice
-        ):
-            rules[-1] = TunerRule(
-                collective, previous.min_bytes, bucket.max_bytes, algorithm, protocol, channels, n_nodes, n_ranks
-            )
-        else:
-            rules.append(
-                TunerRule(
-                    collective, bucket.min_bytes, bucket.max_bytes, algorithm, protocol, channels, n_nodes, n_ranks
-                )
-            )
-    return rules, notes
-
-
 def format_config(groups: Sequence[tuple[Sequence[str], Sequence[TunerRule]]]) -> str:
     """Config text: per group its comment lines, then its rows. The header is a comment so that
     plugins that do not skip a header line never read it as a rule."""
@@ -209,3 +148,236 @@ def format_config(groups: Sequence[tuple[Sequence[str], Sequence[TunerRule]]]) -
 
 def parse_config(text: str) -> list[TunerRule]:
     return [TunerRule.parse(line) for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+OWN = "own"  # the library's own choice: the baseline of every size
+Mechanism = Literal["mpi_t", "plugin", "process"]
+
+
+class SweepError(ValueError):
+    pass
+
+
+class Selection(BaseModel):
+    """One selection of the sweep, as its record says (commbench --selections)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    mechanism: Mechanism
+    cvar: str | None = None
+    value: int | None = None
+    available: bool = True
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A selection sweep of one op: per size, per selection name, the per-round medians (us)."""
+
+    op: str
+    library: str
+    ranks: int
+    nodes: int
+    selections: Mapping[str, Selection]
+    rounds: Mapping[int, Mapping[str, tuple[float, ...]]]  # size -> selection name -> per-round medians
+
+    @property
+    def sizes(self) -> list[int]:
+        return sorted(self.rounds)
+
+
+def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
+    """The sweep in result records (already schema-validated by campaigns.records). Every size needs
+    the library's own choice and the same number of rounds for all its available selections."""
+    results = [r for r in records if r.get("kind", "result") == "result" and "selection" in r]
+    if not results:
+        raise SweepError("no selection-sweep records (result records with a 'selection')")
+    first = results[0]
+    op, library, ranks, nodes = first["op"], first.get("mpi_library") or "", int(first["ranks"]), int(first["nodes"])
+    selections: dict[str, Selection] = {}
+    rounds: dict[int, dict[str, tuple[float, ...]]] = {}
+    for record in results:
+        where = f"record op={record.get('op')} bytes={record.get('bytes')}"
+        if (record["op"], int(record["ranks"]), int(record["nodes"])) != (op, ranks, nodes):
+            raise SweepError(f"{where}: mixes sweeps (expected op={op}, ranks={ranks}, nodes={nodes})")
+        selection = Selection.model_validate(record["selection"])
+        known = selections.setdefault(selection.name, selection)
+        if (known.mechanism, known.cvar, known.value) != (selection.mechanism, selection.cvar, selection.value):
+            raise SweepError(f"{where}: selection {selection.name!r} is not the same selection as before")
+        if not selection.available or not record.get("valid", True):
+            continue
+        medians = tuple(float(t) for t in record.get("round_medians") or ())
+        if not medians or min(medians) <= 0 or not all(np.isfinite(medians)):
+            raise SweepError(f"{where} selection {selection.name!r}: round_medians must be positive numbers")
+        rounds.setdefault(int(record["bytes"]), {})[selection.name] = medians
+    for size, by_name in rounds.items():
+        if OWN not in by_name:
+            raise SweepError(f"size {size}: no valid measurement of the library's own choice ({OWN!r})")
+        lengths = {len(m) for m in by_name.values()}
+        if len(lengths) != 1:
+            raise SweepError(f"size {size}: selections have different round counts {sorted(lengths)}: not paired")
+    return Sweep(op, library, ranks, nodes, selections, rounds)
+
+
+class SizeDecision(BaseModel):
+    """What the per-size stage decided for one measured size."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bytes: int
+    winner: str | None  # a selection name; None = keep the library's choice
+    candidates: list[str]  # picked on the selection rounds, tested on the confirmation rounds
+    gain: float | None = None  # the winner's (or the closest candidate's) median speed-up, confirmation rounds
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p_adjusted: float | None = None
+    reason: str
+
+
+class SizeRange(BaseModel):
+    """Neighbouring measured sizes with the same winner: [min_bytes, max_bytes] (inclusive)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_bytes: int
+    max_bytes: int
+    selection: Selection | None  # None: the library's own choice
+    gains: list[float]  # per measured size of the range (confirmation rounds); empty when kept
+
+
+class PerSizeResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    op: str
+    library: str
+    ranks: int
+    nodes: int
+    rounds: int
+    selection_rounds: int
+    confirmation_rounds: int
+    family_size: int
+    test: str
+    sizes: list[SizeDecision]
+    ranges: list[SizeRange]
+
+    def at(self, size: int) -> SizeRange | None:
+        """The range holding `size` (None: outside every range, the library decides)."""
+        return next((r for r in self.ranges if r.min_bytes <= size <= r.max_bytes), None)
+
+
+def split_rounds(n_rounds: int) -> tuple[list[int], list[int]]:
+    """(selection rounds, confirmation rounds): even and odd round indices."""
+    return list(range(0, n_rounds, 2)), list(range(1, n_rounds, 2))
+
+
+def rounds_for(n_sizes: int, top: int, alpha: float) -> int:
+    """Sweep rounds needed so that a change is possible at all: the confirmation half must reach
+    finalize.rounds_needed of the largest family (every size with `top` candidates: min_rounds + margin)."""
+    return 2 * rounds_needed(n_sizes * top, alpha)
+
+
+def _log_ratios(baseline: Sequence[float], other: Sequence[float], rounds: Sequence[int]) -> np.ndarray:
+    return np.log(np.asarray([baseline[i] for i in rounds])) - np.log(np.asarray([other[i] for i in rounds]))
+
+
+def decide_per_size(
+    sweep: Sweep, *, thresholds: Thresholds = Thresholds(), top: int = 3, seed: int = 0
+) -> PerSizeResult:
+    """Steps 1-4 of the module docstring."""
+    rng = np.random.default_rng(seed)
+    n_rounds = len(next(iter(sweep.rounds[sweep.sizes[0]].values())))
+    picking, confirming = split_rounds(n_rounds)
+    candidates: dict[str, list[Candidate]] = {}
+    log_ratios: dict[str, dict[int, np.ndarray]] = {}
+    for size in sweep.sizes:
+        measured = sweep.rounds[size]
+        own = measured[OWN]
+        if len(own) != n_rounds:
+            raise SweepError(f"size {size}: {len(own)} rounds, other sizes {n_rounds}")
+        scored = sorted(
+            ((float(np.median(_log_ratios(own, times, picking))), name) for name, times in measured.items() if name != OWN),
+            reverse=True,
+        )
+        picked = [name for score, name in scored[:top] if score > 0]
+        candidates[str(size)] = [Candidate({"selection": name}) for name in picked]
+        log_ratios[str(size)] = {i: _log_ratios(own, measured[name], confirming) for i, name in enumerate(picked)}
+    decisions, family = decide_paired(
+        {"selection": OWN}, candidates, log_ratios, {name: {} for name in candidates}, thresholds, rng
+    )
+    sizes = []
+    for size in sweep.sizes:
+        decision = decisions[str(size)]
+        shown = decision.winner or decision.closest
+        sizes.append(
+            SizeDecision(
+                bytes=size,
+                winner=decision.winner.candidate.env["selection"] if decision.winner else None,
+                candidates=[c.env["selection"] for c in candidates[str(size)]],
+                gain=None if shown is None else shown.gain,
+                ci_low=None if shown is None else shown.ci_low,
+                ci_high=None if shown is None else shown.ci_high,
+                p_adjusted=None if shown is None else shown.p_adjusted,
+                reason=(
+                    "no selection faster than the library's own choice in the selection rounds"
+                    if not candidates[str(size)]
+                    else shown.reason if shown is not None else "not tested"
+                ),
+            )
+        )
+    return PerSizeResult(
+        op=sweep.op,
+        library=sweep.library,
+        ranks=sweep.ranks,
+        nodes=sweep.nodes,
+        rounds=n_rounds,
+        selection_rounds=len(picking),
+        confirmation_rounds=len(confirming),
+        family_size=family,
+        test=(
+            f"candidates: the best {top} selections per size by median speed-up over the library's own choice "
+            f"in the {len(picking)} even-indexed rounds; decided on the {len(confirming)} odd-indexed rounds only: "
+            "one-sided exact Wilcoxon signed-rank test on paired per-round log time ratios minus "
+            f"log(1+{thresholds.min_effect:g}), Holm over all {family} tests (every size x its candidates), "
+            f"alpha={thresholds.alpha}; accepted if Holm-adjusted p < alpha, median speed-up >= "
+            f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} bootstrap CI's lower bound > 0"
+        ),
+        sizes=sizes,
+        ranges=merge_ranges(sweep, sizes),
+    )
+
+
+def merge_ranges(sweep: Sweep, sizes: Sequence[SizeDecision]) -> list[SizeRange]:
+    """Runs of neighbouring measured sizes with the same winner (step 4)."""
+    ranges: list[SizeRange] = []
+    for decision in sizes:
+        selection = None if decision.winner is None else sweep.selections[decision.winner]
+        gains = [] if selection is None or decision.gain is None else [decision.gain]
+        previous = ranges[-1] if ranges else None
+        if previous is not None and previous.selection == selection:
+            ranges[-1] = previous.model_copy(update={"max_bytes": decision.bytes, "gains": previous.gains + gains})
+        else:
+            ranges.append(SizeRange(min_bytes=decision.bytes, max_bytes=decision.bytes, selection=selection, gains=gains))
+    return ranges
+
+
+def plugin_rows(result: PerSizeResult) -> list[TunerRule]:
+    """Tuner-plugin rows for the ranges whose winner is a plugin selection ("Ring/Simple/8")."""
+    collective = PLUGIN_COLLECTIVES.get(result.op)
+    rows = []
+    for size_range in result.ranges:
+        selection = size_range.selection
+        if selection is None or selection.mechanism != "plugin":
+            continue
+        if collective is None:
+            raise TunerConfigError(f"op {result.op} has no tuner-plugin collective")
+        try:
+            algorithm, protocol, channels = selection.name.split("/")
+            row = TunerRule(
+                collective, size_range.min_bytes, size_range.max_bytes, PLUGIN_ALGORITHMS[algorithm],
+                PLUGIN_PROTOCOLS[protocol], int(channels), result.nodes, result.ranks,
+            )
+        except (ValueError, KeyError) as exc:
+            raise TunerConfigError(f"plugin selection {selection.name!r} is not algorithm/protocol/channels: {exc}") from exc
+        rows.append(row)
+    return rows

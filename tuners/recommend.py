@@ -89,7 +89,26 @@ def lookup(
             message += f"; size {size} B is outside the measured range [{low}, {high}] B: no per-size result for it"
         else:
             message += f"; size {size} B is in measured bucket {size_result.bucket}: {size_result.decision}"
+        if rec.per_size_selection is not None:
+            message += "; " + describe_selection(rec, size)
     return LookupResult(True, message, rec, size_result, path)
+
+
+def describe_selection(rec: Recommendation, size: int) -> str:
+    """What the per-size stage chose for `size`, and where the rule file is."""
+    result = rec.per_size_selection
+    assert result is not None
+    size_range = result.at(size)
+    if size_range is None:
+        return f"per-size selection: {size} B was not measured in the sweep ({result.op}): the library's choice"
+    if size_range.selection is None:
+        return (f"per-size selection for {size} B: the library's own choice (no significant gain in "
+                f"[{size_range.min_bytes}, {size_range.max_bytes}] B)")
+    gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
+    files = "".join(f", rule file {path}" for path in rec.rule_files.values())
+    return (f"per-size selection for {size} B: {size_range.selection.name} ({size_range.selection.mechanism} "
+            f"{size_range.selection.cvar}={size_range.selection.value}; range [{size_range.min_bytes}, "
+            f"{size_range.max_bytes}] B, measured speed-up {gains}{files})")
 
 
 def format_lookup(result: LookupResult) -> str:

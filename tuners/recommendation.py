@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket
 from tuners.finalize import Comparison, Decision, FinalReport
-from tuners.per_size import TunerRule, plugin_rules
+from tuners.per_size import PerSizeResult, TunerRule, plugin_rows
 from tuners.scope import StudyScope
 from tuners.study import study_progress
 
@@ -101,7 +101,9 @@ class Recommendation(_Model):
     gain: Gain | None
     closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
     per_size: list[SizeRangeResult]
-    plugin_rules: list[TunerRule] = Field(default_factory=list)
+    plugin_rules: list[TunerRule] = Field(default_factory=list)  # from per_size_selection (NCCL/RCCL)
+    per_size_selection: PerSizeResult | None = None  # the per-size stage (tuners/per_size.py), if it ran
+    rule_files: dict[str, str] = Field(default_factory=dict)  # library rule files written on publish: kind -> path
     plugin_notes: list[str] = Field(default_factory=list)
     plugin_env: dict[str, str] = Field(default_factory=dict)  # NCCL_TUNER_PLUGIN / _CONFIG_FILE, set on publish
     evidence: Evidence
@@ -137,15 +139,10 @@ def build_recommendation(
     now: datetime.datetime | None = None,
 ) -> Recommendation:
     """Turns a finalization report into the published form. The global environment is the
-    overall decision's, as measured; per-size plugin rows are added only where they do not
-    conflict with it (a global NCCL_ALGO=Ring would make NCCL ignore a row choosing tree)."""
+    overall decision's, as measured; per-size choices come from the per-size stage
+    (`with_per_size`), measured under that environment."""
     overall = report.overall
     env = dict(overall.env)
-    winners = [(b, dict(report.buckets[b.name].env) if report.buckets[b.name].change else None) for b in buckets]
-    rules: list[TunerRule] = []
-    notes: list[str] = []
-    if scope.library in ("nccl", "rccl"):
-        rules, notes = plugin_rules(scope.op, winners, scope.nodes, scope.ranks, env)
     progress = study_progress(study)
     return Recommendation(
         scope=scope,
@@ -168,8 +165,6 @@ def build_recommendation(
             )
             for b in buckets
         ],
-        plugin_rules=rules,
-        plugin_notes=notes,
         evidence=Evidence(
             test=report.test,
             alpha=report.thresholds.alpha,
@@ -201,3 +196,15 @@ def _closest(decision: Decision, report: FinalReport) -> Gain | None:
     if decision.change or closest is None:
         return None
     return Gain.of(closest, report.thresholds.confidence)
+
+
+def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
+    """`rec` with the per-size stage's decisions (run under rec.env); NCCL/RCCL get plugin rows."""
+    # The scope counts GPUs, not CPU ranks (scope.ranks is nodes x GPUs per node): op and nodes must match;
+    # the rule files name the sweep's own rank count.
+    if (result.op, result.nodes) != (rec.scope.op, rec.scope.nodes):
+        raise ValueError(
+            f"per-size sweep of {result.op} on {result.nodes} nodes does not belong to scope {rec.scope.describe()}"
+        )
+    rows = plugin_rows(result) if rec.scope.library in ("nccl", "rccl") else []
+    return rec.model_copy(update={"per_size_selection": result, "plugin_rules": rows})

@@ -41,8 +41,9 @@ class KnobDimension:
     def numeric(self) -> bool:
         return self.knob.type in (KnobType.INT, KnobType.POW2)
 
-    def suggest(self, trial: optuna.Trial) -> str | None:
-        """The knob's value for this trial, or None for unset."""
+    def suggest(self, trial: optuna.Trial, cap: int | None = None) -> str | None:
+        """The knob's value for this trial, or None for unset; a numeric value at most `cap` (a
+        cross-knob constraint given the knobs already chosen)."""
         knob = self.knob
         if not self.numeric:
             assert self.choices is not None
@@ -51,12 +52,14 @@ class KnobDimension:
         if knob.allow_unset and trial.suggest_categorical(f"{knob.name}:{SET}", (UNSET, SET)) == UNSET:
             return None
         assert knob.low is not None and knob.high is not None
+        high = knob.high if cap is None else max(knob.low, min(knob.high, cap))
         if knob.type is KnobType.POW2:
-            exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(knob.low)), int(math.log2(knob.high)))
+            exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(knob.low)), int(math.log2(high)))
             return str(2**exponent)
         if knob.search_values is not None:
             return str(trial.suggest_categorical(knob.name, knob.search_values))
-        return str(trial.suggest_int(knob.name, knob.low, knob.high, step=knob.step, log=knob.log))
+        high -= (high - knob.low) % knob.step
+        return str(trial.suggest_int(knob.name, knob.low, high, step=knob.step, log=knob.log))
 
     def params_for(self, value: str | None) -> dict[str, Any]:
         """The Optuna parameters that reproduce `value` (None = unset)."""
@@ -95,8 +98,12 @@ class SearchSpace:
         return tuple(d.name for d in self.dimensions)
 
     def suggest(self, trial: optuna.Trial) -> dict[str, str]:
-        """Samples every knob and returns the validated environment of the trial."""
-        values = {d.name: d.suggest(trial) for d in self.dimensions}
+        """Samples every knob (in order: a knob in a catalog constraint, e.g. socket threads x sockets
+        per thread <= 64, gets its range cut to what the knobs before it leave) and returns the
+        validated environment of the trial."""
+        values: dict[str, str | None] = {}
+        for dimension in self.dimensions:
+            values[dimension.name] = dimension.suggest(trial, self.catalog.cap(dimension.name, values))
         return self.env_from_values(values)
 
     def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:
@@ -122,12 +129,15 @@ class SearchSpace:
             params.update(dimension.params_for(env.get(dimension.name)))
         return params
 
-    def may_corrupt_knobs(self, env: Mapping[str, str]) -> tuple[str, ...]:
-        """Knobs set in env whose safety class requires a validated re-run before acceptance."""
+    def unsafe_changes(self, baseline_env: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, ...]:
+        """Knobs that env sets, removes or alters relative to baseline_env (dropping a site default
+        such as Alps' NCCL_PROTO=^LL128 included) whose safety class is may-hang or above, or that are
+        not in the catalog: a candidate changing any of them is accepted only after validated runs."""
+        changed = sorted(name for name in set(baseline_env) | set(env) if baseline_env.get(name) != env.get(name))
         return tuple(
             name
-            for name in env
-            if name in self.catalog and self.catalog[name].safety is Safety.MAY_CORRUPT and name not in self.pinned
+            for name in changed
+            if name not in self.catalog or self.catalog[name].safety.rank >= Safety.MAY_HANG.rank
         )
 
 
@@ -178,14 +188,37 @@ def build_space(
     return SearchSpace(catalog, tuple(dimensions), dict(catalog.pinned))
 
 
+def check_knob_names(
+    catalog: KnobCatalog,
+    library: Library,
+    knobs: Sequence[str],
+    *,
+    op: str | None = None,
+    transport: str | None = None,
+    max_safety: Safety = Safety.MAY_CORRUPT,
+) -> None:
+    """SpaceError for a named knob that build_space would refuse whatever the library's version: checked
+    before a probe run reads the version (a knob that needs another version is refused after it)."""
+    for name in knobs:
+        if name not in catalog:
+            raise SpaceError(f"{name} is not in the knob catalog {catalog.source}")
+        knob = catalog[name]
+        reason = _exclusion_reason(knob, catalog, None, op, transport, max_safety)
+        if reason is None and library not in knob.libraries:
+            reason = f"it is read by {', '.join(knob.libraries)}, not by {library}"
+        if reason is not None:
+            raise SpaceError(f"{name} cannot be searched: {reason}")
+
+
 def _exclusion_reason(
     knob: Knob,
     catalog: KnobCatalog,
-    versions: Mapping[Library, str | None],
+    versions: Mapping[Library, str | None] | None,
     op: str | None,
     transport: str | None,
     max_safety: Safety,
 ) -> str | None:
+    """Why `knob` cannot be searched here, or None; `versions` None: the version check is left out."""
     if knob.safety is Safety.FORBIDDEN:
         return "it is forbidden at this site"
     if knob.name in catalog.pinned:
@@ -194,4 +227,4 @@ def _exclusion_reason(
         return f"its safety class {knob.safety} is above the allowed {max_safety}"
     if not knob.affects(op, transport):
         return f"it does not affect op={op} transport={transport}"
-    return knob.applies_to(versions)
+    return None if versions is None else knob.applies_to(versions)

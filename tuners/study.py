@@ -21,10 +21,12 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import optuna
@@ -148,6 +150,32 @@ def storage_problem(url: str, exc: BaseException) -> StorageUnavailable:
     return StorageUnavailable(f"study storage {shown}: {str(reason).strip()}")
 
 
+def check_reachable(url: str) -> None:
+    """StorageUnavailable unless the study database can be used, creating nothing: a SQLite file (or
+    the directory it would be made in) must be writable, a server must answer within CONNECT_TIMEOUT_S."""
+    try:
+        parsed = sqlalchemy.make_url(url)
+    except sqlalchemy.exc.ArgumentError as exc:
+        raise storage_problem(url, exc) from None
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "")
+        where = path if path.exists() else path.parent
+        if not parsed.database or not where.exists() or not os.access(where, os.W_OK):
+            raise storage_problem(url, OSError(f"{where} does not exist or is not writable"))
+        return
+    try:
+        engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+        with engine.connect():
+            pass
+        engine.dispose()
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError) as exc:
+        raise storage_problem(url, exc) from None
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}} if url.startswith("postgresql") else {}
+
+
 def open_storage(
     url: str, *, heartbeat_interval: int | None = 60, grace_period: int | None = None, max_retry: int = 2
 ) -> RDBStorage:
@@ -156,7 +184,7 @@ def open_storage(
     schema revision in the table `alembic_version`; another user of the same database must keep
     its revision elsewhere (alembic's version_table option). StorageUnavailable when the database
     cannot be reached (a PostgreSQL server that does not answer is given up after CONNECT_TIMEOUT_S)."""
-    engine_kwargs = {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}} if url.startswith("postgresql") else {}
+    engine_kwargs = _engine_kwargs(url)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ExperimentalWarning)
         try:
@@ -229,6 +257,7 @@ class Tuner:
         baseline_env: Mapping[str, str] | None = None,
         seed_envs: Sequence[Mapping[str, str]] = (),
         progress: bool = False,
+        study_name: str | None = None,
     ) -> None:
         if n_trials is None and timeout_s is None:
             raise ValueError("give a budget: n_trials and/or timeout_s")
@@ -237,6 +266,7 @@ class Tuner:
         if not buckets:
             raise ValueError("at least one size bucket is needed")
         self.scope = scope
+        self.study_name = study_name or scope.study_name
         self.space = space
         self.evaluator = evaluator
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
@@ -262,13 +292,13 @@ class Tuner:
         """Creates the study (enqueuing the defaults as trial 0) or loads it, checking that the
         stored study was set up with the same knobs and buckets."""
         try:
-            offset = len(optuna.load_study(study_name=self.scope.study_name, storage=self.storage).trials)
+            offset = len(optuna.load_study(study_name=self.study_name, storage=self.storage).trials)
         except KeyError:
             offset = 0
         # A resumed study gets a fresh seed so that a seeded sampler does not replay its first run.
         seed = None if self.seed is None else self.seed + offset
         study = optuna.create_study(
-            study_name=self.scope.study_name,
+            study_name=self.study_name,
             storage=self.storage,
             direction="minimize",
             sampler=make_sampler(self.sampler_name, seed, self.n_startup_trials),
@@ -298,15 +328,15 @@ class Tuner:
             for key in ("knobs", "buckets", "baseline_env"):
                 if study.user_attrs.get(key) != setup[key]:
                     raise ValueError(
-                        f"study {self.scope.study_name} exists with different {key} "
-                        f"({study.user_attrs.get(key)} != {setup[key]}); give the new setup a new scope"
+                        f"study {self.study_name} exists with different {key} "
+                        f"({study.user_attrs.get(key)} != {setup[key]}); name another study (--study NAME)"
                     )
         return study
 
     def run(self) -> optuna.Study:
         study = self.load_study()
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
-        with _ProgressDisplay(self.progress, self.n_trials, self.scope.study_name) as display:
+        with _ProgressDisplay(self.progress, self.n_trials, self.study_name) as display:
             display.update(study_progress(study))
             while True:
                 with warnings.catch_warnings():
@@ -396,9 +426,13 @@ class _ProgressDisplay:
             TextColumn("{task.fields[best]}"),
         )
         self.task = self.bar.add_task(name, total=total, best="")
+        self.total = total
+        self.lines = not self.bar.console.is_terminal  # a log (pipe, file, batch job): one line per trial
+        self.counted: int | None = None
+        self.started = time.monotonic()
 
     def __enter__(self) -> _ProgressDisplay:
-        if self.enabled:
+        if self.enabled and not self.lines:
             # Optuna's per-trial INFO lines would tear the bar apart; the bar says the same.
             self.verbosity = optuna.logging.get_verbosity()
             optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -406,7 +440,7 @@ class _ProgressDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.enabled:
+        if self.enabled and not self.lines:
             self.bar.stop()
             optuna.logging.set_verbosity(self.verbosity)
 
@@ -418,6 +452,10 @@ class _ProgressDisplay:
                 best += f" ({(progress.best_speedup - 1) * 100:+.1f}% vs defaults)"
         best += f"  failed {progress.failed}"
         self.bar.update(self.task, completed=progress.counted, best=best)
+        if self.enabled and self.lines and progress.counted != self.counted:
+            self.counted = progress.counted
+            print(f"trials: {progress.counted}{'' if self.total is None else f' of {self.total}'} counted, "
+                  f"{time.monotonic() - self.started:.0f} s; {best}", flush=True)
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -443,6 +481,24 @@ def top_envs(study: optuna.Study, k: int, bucket: str | None = None) -> list[tup
         if len(best) == k:
             break
     return best
+
+
+def best_envs_of_studies(
+    storage: str | optuna.storages.BaseStorage, prefix: str, space: SearchSpace, k: int = 2
+) -> list[dict[str, str]]:
+    """The k best distinct settings of each stored study whose name starts with `prefix`, newest study
+    first, as far as `space` holds them (seeds for a new study)."""
+    found: list[dict[str, str]] = []
+    names = [name for name in optuna.get_all_study_names(storage) if name.startswith(prefix)]
+    for name in reversed(names):
+        for _, env, _ in top_envs(optuna.load_study(study_name=name, storage=storage), k):
+            try:
+                space.params_for_env(env)
+            except ValueError:  # a value this space no longer offers
+                continue
+            if env not in found:
+                found.append(env)
+    return found
 
 
 def finalization_candidates(

@@ -1,4 +1,8 @@
-"""SYNTHETIC knob landscape for the sampler benchmark and the tuner tests. Not a measurement.
+"""SYNTHETIC knob landscape: a UNIT-TEST FIXTURE ONLY (plumbing of the tuner tests). Not a measurement
+and not evidence for any sampler. Issue 14's review: it is separable (a product of one factor per knob,
+so a joint model has nothing to gain), models NCCL_PROTO=^LL128 as faster than NCCL's defaults (on the
+H200 the defaults were the best setting measured), has 1-3 % noise per sample where real socket runs
+vary ~10 % run to run, and no failures.
 
 Its shape follows the knob effects measured on the H200 machine (shared/notes/gpu-device.md,
 allreduce, 4 GPUs): channels 1/4/8 -> 25/98/189 GB/s of 341, NTHREADS=64 -> 161, PROTO LL/LL128/

@@ -1,8 +1,11 @@
 """Recommendation files under <root>/<site>/<system>/, all written atomically:
 
 - <scope slug>.env          sourceable: `export NAME='value'` / `unset NAME`, evidence in comments
-- modulefiles/commcamp/<scope slug>.lua   Lmod modulefile (`module load commcamp/<slug>`)
+- modulefiles/commcamp/<system>_<scope slug>.lua   Lmod modulefile (`module load commcamp/<system>_<slug>`:
+  the system in the name, so the modules of two systems in one MODULEPATH do not collide)
 - nccl_tuner.conf           tuner-plugin rows of every scope of this system
+- <scope slug>.coll_tuned_rules   Open MPI scopes with per-size changes: coll_tuned dynamic rules
+- <scope slug>.mpich_coll.json    MPICH scopes with per-size changes: collective selection JSON
 - recommendations.yaml      machine-readable: every scope's values, gain, CI, trials, date, versions
 
 Every value is validated against the knob catalog (and the character whitelist) right before it
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import yaml
 
+from tuners import rule_files
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
 from tuners.recommendation import Gain, Recommendation, RecommendationFile
@@ -120,7 +124,46 @@ def evidence_lines(rec: Recommendation) -> list[str]:
             + _verdict(size.decision, size.gain, size.closest)
         )
     lines.extend(f"note: {note}" for note in [*ev.notes, *rec.plugin_notes])
+    lines.extend(per_size_lines(rec))
     return [part for line in lines for part in comment_lines(line)]
+
+
+def per_size_lines(rec: Recommendation) -> list[str]:
+    """The per-size stage's evidence: its test and, per range, the selection and its gains."""
+    result = rec.per_size_selection
+    if result is None:
+        return []
+    lines = [
+        f"per-size stage: {result.op} on {result.ranks} ranks / {result.nodes} nodes, {result.rounds} sweep rounds "
+        f"({result.selection_rounds} select, {result.confirmation_rounds} confirm); {result.test}"
+    ]
+    for size_range in result.ranges:
+        where = f"sizes [{size_range.min_bytes}, {size_range.max_bytes}] B"
+        if size_range.selection is None:
+            lines.append(f"{where}: keep the library's choice")
+        else:
+            gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
+            lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
+    return lines
+
+
+def rule_file(directory: Path, rec: Recommendation) -> tuple[Path, str, dict[str, str]] | None:
+    """(path, text, env lines pointing the library at it) of the scope's per-size rule file, or None
+    (no per-size change, or a library whose per-size output is the tuner-plugin config)."""
+    result = rec.per_size_selection
+    if result is None or all(r.selection is None for r in result.ranges):
+        return None
+    evidence = evidence_lines(rec)
+    if rec.scope.library == "openmpi":
+        path = (directory / f"{rec.scope.slug}.coll_tuned_rules").resolve()
+        return path, rule_files.ompi_rules_text([result], evidence), {
+            rule_files.OMPI_MCA[0]: "1",
+            rule_files.OMPI_MCA[1]: str(path),
+        }
+    if rec.scope.library == "mpich":
+        path = (directory / f"{rec.scope.slug}.mpich_coll.json").resolve()
+        return path, rule_files.mpich_json_text([result], evidence), {rule_files.MPICH_JSON_ENV: str(path)}
+    return None
 
 
 def _validated(
@@ -133,7 +176,9 @@ def _validated(
     for name, value in plugin_env.items():
         check_env_name(name)
         check_safe_value(value, name)
-        if not value.startswith("/"):
+        if name in catalog:
+            catalog.validate_env({name: value})
+        elif not value.startswith("/"):
             raise UnsafeValueError(f"{name}: {value!r} must be an absolute path")
     return {**env, **plugin_env}, list(rec.unset)
 
@@ -145,6 +190,13 @@ def env_file_text(rec: Recommendation, env: Mapping[str, str], unset: list[str])
     ]
     lines.extend(f"export {name}='{value}'" for name, value in env.items())
     lines.extend(f"unset {name}" for name in unset)
+    if rec.per_size_selection is not None and rec.scope.library in ("mpich", "cray-mpich"):
+        lines.append("# The same per-size choices for MPICH-derived libraries, NOT run here (no Intel MPI or Cray MPICH):")
+        lines.extend(f"#   {line}" for line in rule_files.intel_mpi_lines(rec.per_size_selection))
+        lines.append(
+            f"#   Cray MPICH (MPICH-based): {rule_files.MPICH_JSON_ENV} pointing at the MPICH file above, if its "
+            "MPICH base reads it; check with MPICH_ENV_DISPLAY=1"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -189,19 +241,30 @@ def publish(
                 "the recommendation has tuner-plugin rows: give plugin_library (libnccl-tuner-commcamp.so)"
             )
         plugin_env = {PLUGIN_ENV[0]: str(plugin_library), PLUGIN_ENV[1]: str(config_path.resolve())}
+    rules = rule_file(directory, rec)
+    if rules is not None:
+        plugin_env.update(rules[2])
     env, unset = _validated(rec, catalog, plugin_env)
-    rec = rec.model_copy(update={"plugin_env": plugin_env})
+    written = {} if rules is None else {rec.scope.library: str(rules[0])}
+    rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written})
     env_path = directory / f"{rec.scope.slug}.env"
-    module_path = directory / "modulefiles" / MODULE_FAMILY / f"{rec.scope.slug}.lua"
+    module_version = f"{rec.scope.system}_{rec.scope.slug}"
+    module_path = directory / "modulefiles" / MODULE_FAMILY / f"{module_version}.lua"
     yaml_path = directory / RECOMMENDATIONS_FILE
     with _locked(directory):
         others = []
         if yaml_path.exists():
             others = [r for r in load_recommendations(yaml_path).recommendations if r.scope != rec.scope]
         everything = sorted([*others, rec], key=lambda r: r.scope.slug)
+        if rules is not None:
+            write_atomic(rules[0], rules[1])
         write_atomic(env_path, env_file_text(rec, env, unset))
         write_atomic(module_path, modulefile_text(rec, env, unset))
-        groups = [([comment(f"scope: {r.scope.describe()}")], r.plugin_rules) for r in everything if r.plugin_rules]
+        groups = [
+            ([comment(f"scope: {r.scope.describe()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
+             r.plugin_rules)
+            for r in everything if r.plugin_rules
+        ]
         if groups:
             write_atomic(config_path, format_config(groups))
         elif config_path.exists():  # no scope points NCCL at it any more
@@ -209,5 +272,5 @@ def publish(
         document = RecommendationFile(site=rec.scope.site, system=rec.scope.system, recommendations=everything)
         write_atomic(yaml_path, yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False))
     return PublishedFiles(
-        env_path, module_path, f"{MODULE_FAMILY}/{rec.scope.slug}", config_path if groups else None, yaml_path
+        env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
     )

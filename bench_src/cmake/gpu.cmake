@@ -23,7 +23,7 @@ function(commbench_find_ccl library header)
   if(COMMBENCH_CCL_INCLUDE_DIR AND COMMBENCH_CCL_LIBRARY)
     message(STATUS "commbench: ccl transport with ${COMMBENCH_CCL_LIBRARY}")
     target_include_directories(commbench PRIVATE ${COMMBENCH_CCL_INCLUDE_DIR})
-    target_link_libraries(commbench PRIVATE ${COMMBENCH_CCL_LIBRARY})
+    target_link_libraries(commbench PRIVATE ${COMMBENCH_CCL_LIBRARY} ${CMAKE_DL_LIBS}) # dl: the tuner plugin's control path
     set(COMMBENCH_HAVE_CCL 1 PARENT_SCOPE)
   elseif(COMMBENCH_CCL STREQUAL "ON")
     message(FATAL_ERROR "COMMBENCH_CCL=ON but ${header} / lib${library} were not found")

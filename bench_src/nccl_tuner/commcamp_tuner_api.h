@@ -4,6 +4,8 @@
  * Written from the interface documentation in NVIDIA/nccl (no NCCL header is included or
  * needed at build time). Sources read, per item:
  *   [N-V2..V6] src/include/plugin/tuner/tuner_v{2,3,4,5,6}.h      (v2..v5 at tag v2.28.3-1, v6 at v2.30.7-1)
+ *   [N-V7]     src/include/plugin/tuner/tuner_v7.h, src/plugin/tuner/tuner_v7.cc (NVIDIA/nccl commit
+ *              2449986f, after v2.30.7-1; NCCL 2.32 per commcamp issue 13: dlsym "ncclTunerPlugin_v7")
  *   [N-TUN]    src/include/plugin/nccl_tuner.h                    (algorithm/protocol indices, IGNORE marker)
  *   [N-COM]    ext-tuner/example/nccl/common.h, err.h (v2.28.3-1) (logger type, log levels, subsystems, results)
  *   [N-ENQ]    src/enqueue.cc (v2.28.3-1) lines 1758-1765, 1901-1957 (cost table layout, nChannels in/out)
@@ -16,7 +18,8 @@
  *   2.22-2.23 ncclTunerPlugin_v3, then v2
  *   2.24-2.27 ncclTunerPlugin_v4, then v3, v2
  *   2.28-2.29 ncclTunerPlugin_v5, then v4, v3, v2
- *   2.30+     ncclTunerPlugin_v6, then v5 ... v2
+ *   2.30-2.31 ncclTunerPlugin_v6, then v5 ... v2
+ *   2.32+     ncclTunerPlugin_v7, then v6 ... v2
  */
 #ifndef COMMCAMP_TUNER_API_H
 #define COMMCAMP_TUNER_API_H
@@ -157,5 +160,10 @@ typedef struct {
   cc_nccl_result_t (*getChunkSize)(void* context, cc_nccl_func_t collType, size_t nBytes, int algo, int proto,
                                    int nChannels, size_t* chunkSize);
 } cc_nccl_tuner_v6_t;
+
+/* v7 [N-V7]: the functions of v6 with the same signatures; only the constants behind init's
+ * `constants` changed (ncclTunerConstants_v7_t: NCCL_NUM_COMPCAPS_V7 = 5 rows of per-capability
+ * bandwidths), which commcamp never reads or writes. */
+typedef cc_nccl_tuner_v6_t cc_nccl_tuner_v7_t;
 
 #endif /* COMMCAMP_TUNER_API_H */

@@ -11,12 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commcamp_tuner_control.h"
+
 /* Index = NCCL id ([N-TUN] in commcamp_tuner_api.h). */
 static const char* const collective_names[CC_NCCL_NUM_TUNABLE_FUNCS] = {"broadcast", "reduce", "allgather",
                                                                         "reducescatter", "allreduce"};
-static const char* const algorithm_names[CC_NCCL_NUM_ALGORITHMS] = {
-    "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
-static const char* const protocol_names[CC_NCCL_NUM_PROTOCOLS] = {"ll", "ll128", "simple"};
+static const char* const algorithm_names[CC_NCCL_NUM_ALGORITHMS] = COMMCAMP_TUNER_ALGORITHM_NAMES;
+static const char* const protocol_names[CC_NCCL_NUM_PROTOCOLS] = COMMCAMP_TUNER_PROTOCOL_NAMES;
 
 enum { FIELDS_REQUIRED = 8, FIELDS_MAX = 10 };
 static const char* const field_names[FIELDS_MAX] = {"collective", "min_bytes", "max_bytes", "algorithm",  "protocol",

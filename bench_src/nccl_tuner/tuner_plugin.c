@@ -3,11 +3,13 @@
  * RCCL's) algorithm/protocol/channel choice, without ever enabling what NCCL disabled and without
  * touching anything when no rule applies. Interface: commcamp_tuner_api.h.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "commcamp_tuner_api.h"
+#include "commcamp_tuner_control.h"
 #include "tuner_config.h"
 
 #define CC_EXPORT __attribute__((visibility("default")))
@@ -28,6 +30,37 @@ struct cc_context {
   struct cc_call last_logged_call;
   long last_logged_rule;
 };
+
+/*
+ * The one process-wide state: the choice commcampTunerForce set (commcamp_tuner_control.h), for
+ * every context, with its counters. Packed in one atomic word so that a getCollInfo on another
+ * thread reads a whole (algorithm, protocol, channels) triple: -1 = nothing forced, else
+ * algorithm << 16 | protocol << 8 | (channels + 1).
+ */
+static atomic_int forced = -1;
+static atomic_ullong forced_applied, forced_unavailable;
+
+CC_EXPORT int commcampTunerForce(int algorithm, int protocol, int channels) {
+  if (algorithm < 0) {
+    atomic_store(&forced, -1);
+    return 0;
+  }
+  if (algorithm >= CC_NCCL_NUM_ALGORITHMS || protocol < 0 || protocol >= CC_NCCL_NUM_PROTOCOLS ||
+      channels == 0 || channels < -1 || channels > CC_NCCL_MAX_CHANNELS)
+    return -1;
+  atomic_store(&forced, -1);
+  atomic_store(&forced_applied, 0);
+  atomic_store(&forced_unavailable, 0);
+  atomic_store(&forced, algorithm << 16 | protocol << 8 | (channels + 1));
+  return 0;
+}
+
+CC_EXPORT int commcampTunerStats(unsigned long long* applied, unsigned long long* unavailable) {
+  if (applied == NULL || unavailable == NULL) return -1;
+  *applied = atomic_load(&forced_applied);
+  *unavailable = atomic_load(&forced_unavailable);
+  return 0;
+}
 
 /* "-1" fields print as a word; `text` must hold 24 bytes. */
 static const char* value_or(int value, const char* any_word, char* text) {
@@ -114,8 +147,39 @@ static float* usable_entry(const struct cc_rule* rule, float* cost, int num_algo
  * channel count, *nChannels is set. Matching rules whose entry is disabled are logged and passed
  * over. Nothing else in the table, and nothing at all when no rule applies, is written.
  */
+/* Marks for first_report: the forced choice applied / unavailable (rule indices are >= 0). */
+#define FORCED_APPLIED (-3)
+#define FORCED_UNAVAILABLE (-4)
+
+/* commcampTunerForce's choice, in place of the rules: applied like a rule when NCCL left its entry
+ * enabled, else the call is counted as unavailable and nothing is touched. */
+static void apply_forced(struct cc_context* ctx, const struct cc_call* call, int packed, float* cost, int num_algo,
+                         int num_proto, int* n_channels, const char* unavailable_reason) {
+  struct cc_rule choice = {.algorithm = packed >> 16, .protocol = (packed >> 8) & 0xff, .channels = (packed & 0xff) - 1};
+  float* entry = usable_entry(&choice, cost, num_algo, num_proto);
+  if (entry != NULL) {
+    *entry = 0.0f;
+    if (choice.channels > 0) *n_channels = choice.channels;
+    atomic_fetch_add(&forced_applied, 1);
+  } else {
+    atomic_fetch_add(&forced_unavailable, 1);
+  }
+  if (first_report(ctx, call, entry != NULL ? FORCED_APPLIED : FORCED_UNAVAILABLE)) {
+    char channels[24];
+    CC_LOG(ctx->log, CC_NCCL_LOG_INFO, "TUNER/commcamp: forced %s/%s channels=%s for %s %zu bytes: %s",
+           cc_algorithm_name(choice.algorithm), cc_protocol_name(choice.protocol),
+           value_or(choice.channels, "nccl", channels), cc_collective_name(call->collective), call->n_bytes,
+           entry != NULL ? "applied" : unavailable_reason);
+  }
+}
+
 static cc_nccl_result_t apply_rules(struct cc_context* ctx, const struct cc_call* call, float* cost, int num_algo,
                                     int num_proto, int* n_channels, const char* unavailable_reason) {
+  int packed = atomic_load(&forced);
+  if (packed >= 0) {
+    apply_forced(ctx, call, packed, cost, num_algo, num_proto, n_channels, unavailable_reason);
+    return CC_NCCL_SUCCESS;
+  }
   long applied = -1;
   float* entry = NULL;
   long skipped[MAX_LOGGED_SKIPS];
@@ -230,3 +294,4 @@ CC_EXPORT const cc_nccl_tuner_v3_t ncclTunerPlugin_v3 = {PLUGIN_NAME, init_v2, g
 CC_EXPORT const cc_nccl_tuner_v4_t ncclTunerPlugin_v4 = {PLUGIN_NAME, init_v2, get_coll_info_v4, context_destroy};
 CC_EXPORT const cc_nccl_tuner_v5_t ncclTunerPlugin_v5 = {PLUGIN_NAME, init_v5, get_coll_info_v4, context_destroy};
 CC_EXPORT const cc_nccl_tuner_v6_t ncclTunerPlugin_v6 = {PLUGIN_NAME, init_v5, get_coll_info_v4, context_destroy, NULL};
+CC_EXPORT const cc_nccl_tuner_v7_t ncclTunerPlugin_v7 = {PLUGIN_NAME, init_v5, get_coll_info_v4, context_destroy, NULL};

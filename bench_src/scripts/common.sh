@@ -51,3 +51,59 @@ cb_build_cuda() {
     fi
     tail -3 "$log"
 }
+
+# cb_open_outdir LOGNAME OUTDIR (the script's own arguments): OUT=OUTDIR, absolute, with records/, logs/
+# and an empty cases.tsv (what run_case writes); everything printed from here on also goes to
+# OUT/LOGNAME. MPIRUN defaults to mpirun. A usage message and exit 2 unless there is one OUTDIR.
+cb_open_outdir() {
+    if [ $# -ne 2 ]; then
+        echo "usage: $0 OUTDIR" >&2
+        exit 2
+    fi
+    OUT=$(realpath -m "$2")
+    mkdir -p "$OUT/records" "$OUT/logs" || exit 2
+    : >"$OUT/cases.tsv"
+    exec > >(tee -a "$OUT/$1") 2>&1
+    MPIRUN=${MPIRUN:-mpirun}
+    CB_STARTED=$(date +%s)
+}
+
+# cb_close_outdir BUNDLE: the summary of OUT's cases (acceptance_summary.py, into OUT/summary.txt), the
+# records, logs and summary bundled into OUT/BUNDLE; exits with the summary's status.
+cb_close_outdir() {
+    echo "== summary"
+    python3 bench_src/scripts/acceptance_summary.py "$OUT" | tee "$OUT/summary.txt"
+    local status=$?
+    tar -C "$OUT" -czf "$OUT/$1" records logs cases.tsv summary.txt 2>/dev/null
+    echo "== done in $(($(date +%s) - CB_STARTED)) s; results in $OUT ($1 holds records, logs, summary)"
+    exit $status
+}
+
+# run_case NAME EXPECTED_CODES NP [VAR=VALUE...] -- commbench arguments...: runs $BIN under
+# $MPIRUN -np NP with a time limit of $CASE_LIMIT_S, records into $OUT/records/NAME.jsonl, output into
+# $OUT/logs/NAME.log, one line per case into $OUT/cases.tsv (which acceptance_summary.py judges).
+# VAR=VALUE pairs are set for this case only; local ranks inherit mpirun's environment.
+run_case() {
+    local name=$1 expected=$2 np=$3
+    shift 3
+    local envs=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        envs+=("$1")
+        shift
+    done
+    shift
+    local start end rc secs
+    start=$(date +%s%N)
+    echo "-- $name (np $np, expect exit $expected): ${envs[*]} $*"
+    env "${envs[@]}" timeout -k 20 "$CASE_LIMIT_S" "$MPIRUN" -np "$np" "$BIN" "$@" \
+        --output "$OUT/records/$name.jsonl" >"$OUT/logs/$name.log" 2>&1
+    rc=$?
+    end=$(date +%s%N)
+    secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", (b - a) / 1e9}')
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$np" "$expected" "$rc" "$secs" >>"$OUT/cases.tsv"
+    echo "   exit $rc after $secs s; $(wc -l <"$OUT/records/$name.jsonl" 2>/dev/null || echo 0) records"
+    case ",$expected," in
+    *",$rc,"*) ;;
+    *) echo "   UNEXPECTED exit code $rc; last lines of $OUT/logs/$name.log:"; tail -15 "$OUT/logs/$name.log" ;;
+    esac
+}

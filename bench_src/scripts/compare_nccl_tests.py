@@ -24,6 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+try:  # the one nccl-tests parser (standard library only, like this script)
+    from campaigns.formats import nccl_tests
+except ImportError:  # run from a checkout without commcamp installed (the GPU machine)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from campaigns.formats import nccl_tests
+
 # commbench op -> nccl-tests binary; the same semantics and size convention (see commbench --help)
 OPS = {
     "allreduce": "all_reduce_perf",
@@ -60,55 +66,6 @@ class InputError(Exception):
     """A file that is missing, unreadable or not what the script writes."""
 
 
-@dataclass(frozen=True)
-class NtRow:
-    """One out-of-place row of an nccl-tests table."""
-
-    size: int
-    count: int
-    time_us: float
-    algbw_gbs: float
-    busbw_gbs: float
-    wrong: int | None  # None: "N/A"
-
-
-@dataclass
-class NtRun:
-    """One nccl-tests output: header facts and the out-of-place rows in size order."""
-
-    version: str = ""
-    params: str = ""
-    devices: list[str] = field(default_factory=list)
-    rows: list[NtRow] = field(default_factory=list)
-
-
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s")
-
-
-def parse_nccl_tests(text: str) -> NtRun:
-    """Parses nccl-tests stdout (any op: every table row has size, count, type, redop, root, then
-    out-of-place time, algbw, busbw, #wrong, then the in-place columns). Other lines (NCCL or MPI
-    messages) are skipped; a row whose numbers do not parse is an error."""
-    run = NtRun()
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("# nccl-tests version"):
-            run.version = line[2:].strip()
-        elif line.startswith("# nThread"):
-            run.params = line[2:].strip()
-        elif re.match(r"^#\s+Rank\s+\d+", line):
-            run.devices.append(" ".join(line[1:].split()))
-        elif not line.startswith("#") and (match := _ROW.match(line + " ")):
-            size, count, time_us, algbw, busbw, wrong = match.groups()
-            try:
-                run.rows.append(NtRow(int(size), int(count), float(time_us), float(algbw), float(busbw),
-                                      None if wrong == "N/A" else int(wrong)))
-            except ValueError as exc:
-                raise InputError(f"line {number}: not an nccl-tests row: {line.strip()!r} ({exc})") from None
-    if not run.rows:
-        raise InputError("no nccl-tests result rows")
-    return run
-
-
 def read_records(path: Path) -> list[dict[str, Any]]:
     """commbench JSON Lines records of one file."""
     records = []
@@ -129,8 +86,12 @@ class Row:
 
     op: str
     requested: int
-    nt: list[NtRow] = field(default_factory=list)
+    nt: list[nccl_tests.Row] = field(default_factory=list)  # out-of-place results used
     cb: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def nt_results(self) -> list[nccl_tests.Placement]:
+        return [r.out_of_place for r in self.nt if r.out_of_place]
 
     @property
     def nt_bytes(self) -> int | None:
@@ -149,13 +110,13 @@ class Row:
         return self.same_bytes and (self.nt_bytes or 0) > 0
 
     def nt_time(self) -> float | None:
-        return _mean([r.time_us for r in self.nt])
+        return _mean([r.time_us for r in self.nt_results])
 
     def cb_time(self) -> float | None:
         return _mean([r["latency_us"] for r in self.cb])
 
     def nt_busbw(self) -> float | None:
-        return _mean([r.busbw_gbs for r in self.nt])
+        return _mean([r.busbw_gbs for r in self.nt_results])
 
     def cb_busbw(self) -> float | None:
         return _mean([r["busbw_gbs"] for r in self.cb])
@@ -191,20 +152,20 @@ class OpResult:
     op: str
     rows: list[Row]
     problems: list[str]
-    nt_runs: list[NtRun]
+    nt_runs: list[nccl_tests.Run]
 
 
 def load_op(out: Path, op: str) -> OpResult:
     """Both tools' repeats of op, aligned by requested size (nccl-tests row i is the i-th size of
     the series; its size column is the bytes it moved, which commbench's 'bytes' must equal)."""
     problems: list[str] = []
-    nt_runs: list[NtRun] = []
+    nt_runs: list[nccl_tests.Run] = []
     cb_runs: list[list[dict[str, Any]]] = []
     for path in sorted((out / "raw").glob(f"nt-{op}-r*.txt")):
         try:
-            nt_runs.append(parse_nccl_tests(path.read_text(encoding="utf-8", errors="replace")))
-        except InputError as exc:
-            problems.append(f"{path.name}: {exc}")
+            nt_runs.append(nccl_tests.parse_text(path.read_text(encoding="utf-8", errors="replace"), path.name))
+        except nccl_tests.NcclTestsError as exc:
+            problems.append(str(exc))
     for path in sorted((out / "records").glob(f"cb-{op}-r*.jsonl")):
         records = read_records(path)
         errors = [r for r in records if r["kind"] == "error"]
@@ -213,7 +174,7 @@ def load_op(out: Path, op: str) -> OpResult:
                      for r in records if r["kind"] == "result" and not r["valid"]]
         cb_runs.append([r for r in records if r["kind"] == "result" and r["op"] == op])
     for index, run in enumerate(nt_runs, 1):
-        wrong = [row.size for row in run.rows if row.wrong]
+        wrong = [row.size for row in run.rows if row.out_of_place and row.out_of_place.wrong]
         if wrong:
             problems.append(f"nccl-tests repeat {index}: wrong elements at {wrong} B")
     if not nt_runs:
@@ -362,11 +323,11 @@ def csv_rows(results: list[OpResult]) -> list[dict[str, str]]:
                 "time_ratio": _fmt(row.time_ratio(), ".4f"),
                 "nt_busbw_gbs": _fmt(row.nt_busbw(), ".3f"), "cb_busbw_gbs": _fmt(row.cb_busbw(), ".3f"),
                 "busbw_ratio": _fmt(row.busbw_ratio(), ".4f"),
-                "nt_time_spread_pct": _fmt(spread_pct([r.time_us for r in row.nt]), ".2f"),
+                "nt_time_spread_pct": _fmt(spread_pct([r.time_us for r in row.nt_results]), ".2f"),
                 "cb_time_spread_pct": _fmt(spread_pct([r["latency_us"] for r in row.cb]), ".2f"),
-                "nt_time_us_repeats": joined([r.time_us for r in row.nt]),
+                "nt_time_us_repeats": joined([r.time_us for r in row.nt_results]),
                 "cb_time_us_repeats": joined([r["latency_us"] for r in row.cb]),
-                "nt_busbw_gbs_repeats": joined([r.busbw_gbs for r in row.nt]),
+                "nt_busbw_gbs_repeats": joined([r.busbw_gbs for r in row.nt_results]),
                 "cb_busbw_gbs_repeats": joined([r["busbw_gbs"] for r in row.cb]),
                 "cb_batch": " ".join(sorted({str(r.get("batch", 1)) for r in row.cb})),
                 "cb_samples": " ".join(sorted({str(r["iters"]) for r in row.cb})),
@@ -403,7 +364,8 @@ def markdown(out: Path, results: list[OpResult], verdicts: list[Verdict], pair_r
                   f"{record['transport']}; {versions}",
                   f"- MPI: {record['mpi_library']}"]
     if nt_run:
-        lines += [f"- {nt_run.version}", f"- nccl-tests parameters: {nt_run.params}"]
+        lines += [f"- nccl-tests version {nt_run.version} nccl-library={nt_run.nccl_version}",
+                  f"- nccl-tests parameters: {nt_run.params}"]
     lines += ["- machine details (nvidia-smi, topology, packages): environment.txt; every command with its exit "
               "status and duration: commands.txt, runs.tsv", ""]
     lines += ["## Method", "",
@@ -436,7 +398,7 @@ def markdown(out: Path, results: list[OpResult], verdicts: list[Verdict], pair_r
                 size += " (0 B moved)"
             table.append([size, _fmt(row.nt_time()), _fmt(row.cb_time()), _fmt(row.time_ratio(), ".3f"),
                           _fmt(row.nt_busbw()), _fmt(row.cb_busbw()), _fmt(row.busbw_ratio(), ".3f"),
-                          _fmt(spread_pct([r.time_us for r in row.nt]), ".1f"),
+                          _fmt(spread_pct([r.time_us for r in row.nt_results]), ".1f"),
                           _fmt(spread_pct([r["latency_us"] for r in row.cb]), ".1f")])
         lines += _table(["size", "nt us", "cb us", "time cb/nt", "nt busbw", "cb busbw", "busbw cb/nt",
                          "nt spread %", "cb spread %"], table)

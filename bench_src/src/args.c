@@ -92,10 +92,12 @@ static int parse_seconds(const char *text, double *out)
     return 0;
 }
 
-/* Splits a comma list into store (appending), checking each name's characters. */
+/* Splits a comma list into store (appending), checking each name's characters (selection
+ * names may also hold '/', as in ring/simple/8). */
 static int parse_names(const char *flag, const char *text, const char **names, int *count, char *store, size_t *used,
                        char *err, size_t errlen)
 {
+    int slash_ok = strcmp(flag, "--selections") == 0;
     size_t len = strlen(text);
     if (*used + len + 1 > sizeof(((struct cb_args *)0)->name_store))
         return fail(err, errlen, "%s: list too long", flag);
@@ -110,7 +112,8 @@ static int parse_names(const char *flag, const char *text, const char **names, i
         if (!*item)
             return fail(err, errlen, "%s: empty name in '%s'", flag, text);
         for (const char *c = item; *c; c++)
-            if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_' || *c == '-'))
+            if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_' || *c == '-' ||
+                  (slash_ok && *c == '/')))
                 return fail(err, errlen, "%s: invalid name '%s'", flag, item);
         if (*count == CB_MAX_NAMES)
             return fail(err, errlen, "%s: more than %d names", flag, CB_MAX_NAMES);
@@ -166,12 +169,15 @@ enum opt_id {
     OPT_OUTPUT,
     OPT_INJECT,
     OPT_ASSUME_GPU_AWARE,
+    OPT_SELECTIONS,
+    OPT_ROUNDS,
+    OPT_LIST_CVARS,
 };
 
 static const struct {
     const char *name;
     enum opt_id id;
-    int has_value;
+    int has_value; /* 0 none, 1 required, 2 optional (--opt=V, or a next argument not starting with '-') */
 } options[] = {
     {"--help", OPT_HELP, 0},
     {"-h", OPT_HELP, 0},
@@ -194,6 +200,9 @@ static const struct {
     {"--output", OPT_OUTPUT, 1},
     {"--inject", OPT_INJECT, 1},
     {"--assume-gpu-aware-mpi", OPT_ASSUME_GPU_AWARE, 0},
+    {"--selections", OPT_SELECTIONS, 1},
+    {"--rounds", OPT_ROUNDS, 1},
+    {"--list-cvars", OPT_LIST_CVARS, 2},
 };
 
 int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t errlen)
@@ -207,6 +216,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
     a->peer = -1;
     a->device = -1;
     a->timeout_s = 300.0;
+    a->rounds = 5;
     uint64_t min = 8, max = 4ull << 20, factor = 2;
     int series_given = 0, min_given = 0, max_given = 0;
     size_t used = 0;
@@ -225,9 +235,9 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
         if (options[k].has_value) {
             if (eq)
                 value = eq + 1;
-            else if (i + 1 < argc)
+            else if (i + 1 < argc && (options[k].has_value == 1 || argv[i + 1][0] != '-'))
                 value = argv[++i];
-            else
+            else if (options[k].has_value == 1)
                 return fail(err, errlen, "%s needs a value", name);
         } else if (eq) {
             return fail(err, errlen, "%s takes no value", name);
@@ -313,6 +323,22 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                 return fail(err, errlen, "%s: '%s' is not one of corrupt, hang, crash", name, value);
             break;
         case OPT_ASSUME_GPU_AWARE: a->assume_gpu_aware_mpi = 1; break;
+        case OPT_SELECTIONS:
+            a->selections = 1;
+            a->selections_all = strcmp(value, "all") == 0;
+            if (!a->selections_all && parse_names(name, value, a->selection_names, &a->nselection_names, a->name_store,
+                                                  &used, err, errlen))
+                return -1;
+            break;
+        case OPT_ROUNDS:
+            if (parse_long(value, 1, CB_MAX_ROUNDS, &v))
+                return fail(err, errlen, "%s: '%s' is not an integer in [1, %d]", name, value, CB_MAX_ROUNDS);
+            a->rounds = (int)v;
+            break;
+        case OPT_LIST_CVARS:
+            a->action = CB_ACT_LIST_CVARS;
+            a->list_cvars_prefix = value && *value ? value : NULL;
+            break;
         }
     }
     if (a->nsizes && series_given)

@@ -11,8 +11,9 @@
 #define CB_MAX_ITERS 1000000
 #define CB_MAX_BATCH 100000
 #define CB_MAX_TIMEOUT_S 604800.0 /* one week */
+#define CB_MAX_ROUNDS 10000
 
-enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST };
+enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST, CB_ACT_LIST_CVARS };
 enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG, CB_INJECT_CRASH };
 
 struct cb_args {
@@ -32,6 +33,12 @@ struct cb_args {
     const char *output; /* NULL: no JSON Lines file */
     enum cb_inject inject;
     int assume_gpu_aware_mpi;
+    /* --selections: 0 = off; all = every forced selection the library offers; else the names */
+    int selections, selections_all;
+    const char *selection_names[CB_MAX_NAMES];
+    int nselection_names;
+    int rounds;                   /* interleaved rounds of a selection sweep */
+    const char *list_cvars_prefix; /* --list-cvars [PREFIX]; NULL: every variable */
     char name_store[4096]; /* backing store of ops/transports */
 };
 

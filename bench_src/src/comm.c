@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "record.h"
+
 #define CB_TAG_NOTIFY 0x7cb1
 
 int cb_mpi_check(int rc, const char *what)
@@ -14,10 +16,12 @@ int cb_mpi_check(int rc, const char *what)
     if (rc == MPI_SUCCESS)
         return CB_OK;
     char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
+    int len = 0, cls = MPI_ERR_OTHER;
     MPI_Error_string(rc, text, &len);
+    MPI_Error_class(rc, &cls);
     cb_errorf("%s failed: %s", what, text);
-    return CB_ERROR;
+    /* e.g. a forced algorithm that does not apply to this communicator (--selections) */
+    return cls == MPI_ERR_UNSUPPORTED_OPERATION ? CB_UNSUPPORTED : CB_ERROR;
 }
 
 int cb_barrier(void)
@@ -70,6 +74,25 @@ int cb_notify_exchange(int to, int from)
     return cb_mpi_check(MPI_Sendrecv(NULL, 0, MPI_BYTE, to, CB_TAG_NOTIFY, NULL, 0, MPI_BYTE, from, CB_TAG_NOTIFY,
                                      MPI_COMM_WORLD, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv(notify)");
+}
+
+int cb_max_ranks_per_gpu(const struct cb_ctx *ctx)
+{
+    if (!ctx->backend->describe)
+        return 1;
+    struct cb_device_info mine;
+    memset(&mine, 0, sizeof mine);
+    ctx->backend->describe(&mine);
+    struct cb_device_info *all = calloc((size_t)ctx->nranks, sizeof *all);
+    int *per_rank = calloc((size_t)ctx->nranks, sizeof *per_rank);
+    if (!all || !per_rank)
+        abort();
+    int most = 1;
+    if (cb_allgather(&mine, all, sizeof mine) == CB_OK)
+        most = cb_ranks_per_device(ctx->nranks, (const char (*)[CB_HOST_MAX])ctx->hosts, all, per_rank);
+    free(all);
+    free(per_rank);
+    return most;
 }
 
 int cb_agree(int status, char *msg, size_t msglen)

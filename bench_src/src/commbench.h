@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define CB_VERSION "0.1.0"
-#define CB_SCHEMA_VERSION 1
+#define CB_SCHEMA_VERSION 2 /* 2: + slowest_rank, slowest_excess_us, per_rank */
 #define CB_HOST_MAX 256
 #define CB_TEXT_MAX 512
 
@@ -42,8 +42,10 @@ const char *cb_last_error(void);
 
 struct cb_device_info {
     int index;
+    int mps; /* 1: this process's work goes through MPS, 0: it does not, -1: unknown */
     char name[256];
     char pci_bus_id[32];
+    char uuid[48]; /* "GPU-..." as nvidia-smi prints it, or "" where the runtime gives none */
 };
 
 struct cb_kv {
@@ -88,6 +90,8 @@ int cb_notify_send(int peer);
 int cb_notify_recv(int peer);
 /* Empty message to `to` and from `from` at the same time (the same rank for a pairwise exchange). */
 int cb_notify_exchange(int to, int from);
+/* Collective: the most ranks that use one GPU (1 on backends without devices). */
+int cb_max_ranks_per_gpu(const struct cb_ctx *ctx);
 /* Every rank passes its status; all get the worst one and the message of the lowest rank with it. */
 int cb_agree(int status, char *msg, size_t msglen);
 /* MPI_Abort(MPI_COMM_WORLD, code); _exit(code) if that returns. Also called from the watchdog
@@ -111,7 +115,24 @@ enum cb_cap {
     CB_CAP_COPY = 1u << 6, /* local copy send -> recv (host <-> device) */
 };
 
+/* How a selection sweep (--selections) forces a choice: MPI_T control variables, commcamp's NCCL
+ * tuner plugin, or not at run time (one process per selection, through the environment). */
+enum cb_mechanism { CB_MECH_MPI_T, CB_MECH_PLUGIN, CB_MECH_PROCESS };
+
+#define CB_MAX_SELECTIONS 256
+
+/* One candidate of a selection sweep: the library's own choice ("own") or a forced one. */
+struct cb_selection {
+    char name[64]; /* "own", the library's name of the algorithm, or algorithm/protocol[/channels] */
+    enum cb_mechanism mechanism;
+    char cvar[128]; /* MPI_T variable written, "" for none */
+    int value;      /* value written to cvar; -1 for none */
+    int algorithm, protocol, channels; /* plugin: NCCL's ids, channels -1 = NCCL's count; else -1 */
+};
+
 enum cb_backend_bit { CB_ON_CPU = 1u << 0, CB_ON_CUDA = 1u << 1, CB_ON_HIP = 1u << 2 };
+
+struct cb_op;
 
 /* All counts are float32 elements. Every primitive returns CB_OK or CB_ERROR (+ cb_errorf), and
  * returns only when the data is in place (for GPUs: after stream completion) -- unless the
@@ -142,6 +163,19 @@ struct cb_transport {
     int (*bcast)(void *state, size_t count, int root);         /* in place in recv */
     int (*copy)(void *state, size_t count);
     int (*complete)(void *state); /* NULL: every primitive completes before it returns */
+    /* Selection sweep (--selections); NULL where the library has no run-time switch.
+     * selections: fills up to max candidates for op, the library's own choice first, and returns
+     * how many; 0 + cb_errorf(why) when the library has no run-time switch for op (then one
+     * process per selection is the way), -1 + cb_errorf on error. select (collective): the following
+     * calls run with sel; NULL: the library's own state again. refused (may be NULL): after the
+     * calls since select, CB_UNSUPPORTED (+ cb_errorf why) when the library refused the forced
+     * choice for any of them, else CB_OK. */
+    int (*selections)(void *state, const struct cb_op *op, struct cb_selection *out, int max);
+    int (*select)(void *state, const struct cb_op *op, const struct cb_selection *sel);
+    int (*refused)(void *state);
+    /* After open, the same on every rank: the caps this run can use (NULL: all of caps); the
+     * driver answers ops needing others with `unsupported` records that quote why. */
+    unsigned (*usable_caps)(void *state, char *why, size_t len);
 };
 
 enum cb_direction { CB_DIR_NONE, CB_DIR_UNI, CB_DIR_BI };
@@ -204,6 +238,8 @@ extern const struct cb_backend *const cb_backend;
 extern const struct cb_op *const cb_ops[];
 extern const struct cb_transport *const cb_transports[];
 const struct cb_op *cb_find_op(const char *name);
+/* The collectives a selection sweep covers: allreduce, allgather, alltoall, bcast, reduce_scatter. */
+int cb_op_has_selections(const struct cb_op *op);
 const struct cb_transport *cb_find_transport(const char *name);
 /* CB_ON_* bit of the backend compiled in. */
 unsigned cb_backend_bit(void);

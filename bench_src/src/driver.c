@@ -95,15 +95,20 @@ static int all_ok(struct run *run, int rc, const char *op, const char *transport
     return status == CB_OK;
 }
 
+/* samples: iters x rounds (rounds 0: not a selection sweep, one block of iters). */
 static void emit(struct run *run, const struct cb_op *op, const struct cb_transport *t, const struct cb_plan *plan,
-                 const struct cb_instance *inst, const double *samples, uint64_t wrong)
+                 const struct cb_instance *inst, const double *samples, uint64_t wrong, int rounds,
+                 const double *round_medians, const struct cb_rank_attribution *attribution)
 {
     struct cb_result r = {.op = op->name,
                           .transport = t->name,
                           .plan = plan,
                           .inst = inst,
                           .samples_us = samples,
-                          .iters = run->args->iters,
+                          .iters = run->args->iters * (rounds ? rounds : 1),
+                          .rounds = rounds,
+                          .round_medians = round_medians,
+                          .attribution = attribution,
                           .warmup = run->args->warmup,
                           .batch = run->args->batch,
                           .check = run->args->check,
@@ -153,6 +158,48 @@ static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_e
     return rc;
 }
 
+/* Rank 0's room for every rank's samples and what they say about who was slow; NULL members on
+ * other ranks. */
+struct gathered {
+    double *all; /* nranks x iters */
+    struct cb_rank_attribution attribution;
+};
+
+static int gathered_alloc(const struct cb_ctx *ctx, int iters, struct gathered *g)
+{
+    memset(g, 0, sizeof *g);
+    g->attribution.nranks = ctx->nranks;
+    g->attribution.iters = iters;
+    if (ctx->rank != 0)
+        return CB_OK;
+    size_t n = (size_t)iters, ranks = (size_t)ctx->nranks;
+    struct cb_rank_attribution *a = &g->attribution;
+    g->all = malloc(ranks * n * sizeof *g->all);
+    a->max_us = malloc(n * sizeof *a->max_us);
+    a->excess_us = malloc(n * sizeof *a->excess_us);
+    a->slowest_rank = malloc(n * sizeof *a->slowest_rank);
+    a->rank_median_us = malloc(ranks * sizeof *a->rank_median_us);
+    a->rank_p95_us = malloc(ranks * sizeof *a->rank_p95_us);
+    a->slowest_count = malloc(ranks * sizeof *a->slowest_count);
+    if (g->all && a->max_us && a->excess_us && a->slowest_rank && a->rank_median_us && a->rank_p95_us &&
+        a->slowest_count)
+        return CB_OK;
+    cb_errorf("out of memory for %d ranks x %d samples", ctx->nranks, iters);
+    return CB_ERROR;
+}
+
+static void gathered_free(struct gathered *g)
+{
+    struct cb_rank_attribution *a = &g->attribution;
+    free(g->all);
+    free(a->max_us);
+    free(a->excess_us);
+    free(a->slowest_rank);
+    free(a->rank_median_us);
+    free(a->rank_p95_us);
+    free(a->slowest_count);
+}
+
 static void measure(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
                     const struct cb_instance *inst, const struct cb_bufs *bufs, size_t requested)
 {
@@ -160,14 +207,17 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
     const struct cb_args *args = run->args;
     struct cb_plan plan;
     struct cb_data data;
+    struct gathered gathered;
     op->plan(ctx, requested, &plan);
     struct cb_exec exec = {.ctx = ctx, .transport = t, .state = state, .plan = &plan, .inst = inst};
     size_t n = (size_t)args->iters;
-    double *samples = calloc(n, sizeof *samples), *max_samples = calloc(n, sizeof *max_samples);
+    double *samples = calloc(n, sizeof *samples);
     uint64_t wrong = 0, total_wrong = 0;
-    int rc = samples && max_samples ? CB_OK : CB_ERROR;
-    if (rc)
+    int rc = gathered_alloc(ctx, args->iters, &gathered);
+    if (!rc && !samples) {
         cb_errorf("out of memory for %d samples", args->iters);
+        rc = CB_ERROR;
+    }
 
     cb_watchdog_arm("measurement", op->name, t->name, &plan, inst);
     if (!rc)
@@ -190,16 +240,217 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))
             goto out;
     }
-    MPI_Reduce(samples, max_samples, args->iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    /* Every rank's samples, not only their maximum: the record can then say which rank made each
+     * iteration slow (after the timed loop, so it costs no measured time). */
+    MPI_Gather(samples, args->iters, MPI_DOUBLE, gathered.all, args->iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     MPI_Reduce(&wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     if (ctx->rank == 0) {
+        cb_rank_attribution_compute(gathered.all, &gathered.attribution);
         run->saw_wrong |= total_wrong != 0;
-        emit(run, op, t, &plan, inst, max_samples, total_wrong);
+        emit(run, op, t, &plan, inst, gathered.attribution.max_us, total_wrong, 0, NULL, &gathered.attribution);
     }
 out:
     cb_watchdog_step_done();
     free(samples);
-    free(max_samples);
+    gathered_free(&gathered);
+}
+
+/* ---- Selection sweep (--selections): per size, every candidate in interleaved rounds. ---- */
+
+struct sweep_cell {
+    double *samples;        /* rank 0: rounds x iters, max over ranks */
+    double *round_medians;  /* rank 0 */
+    uint64_t wrong;         /* this rank's wrong elements, over all rounds and the extra check */
+    int status;             /* CB_OK, or why the candidate dropped out (CB_UNSUPPORTED: refused) */
+};
+
+/* Selects sel (NULL: the library's own state again, and the candidates' resources released). */
+static int select_candidate(const struct cb_transport *t, void *state, const struct cb_op *op,
+                            const struct cb_selection *sel)
+{
+    if (!t->select || (sel && sel->mechanism == CB_MECH_PROCESS)) /* nothing to switch at run time */
+        return CB_OK;
+    return t->select(state, op, sel);
+}
+
+/* One (round, candidate) cell: select, fill, time, check. CB_UNSUPPORTED when the library refused
+ * the forced choice for a call. */
+static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_exec *exec, const struct cb_selection *sel,
+                       const struct cb_bufs *bufs, double *samples, uint64_t *wrong)
+{
+    const struct cb_transport *t = exec->transport;
+    struct cb_data data;
+    int rc = select_candidate(t, exec->state, op, sel);
+    if (!rc)
+        rc = prepare(run, op, exec->plan, exec->inst, bufs, seed_timed, &data);
+    if (!rc)
+        rc = timed_loop(run, op, exec, samples);
+    if (!rc && run->args->check)
+        rc = verify(run, &data, bufs, wrong);
+    if (!rc && t->refused)
+        rc = t->refused(exec->state);
+    return rc;
+}
+
+/* The extra check with fresh data, as measure() does, for one candidate. */
+static int sweep_extra_check(struct run *run, const struct cb_op *op, const struct cb_exec *exec,
+                             const struct cb_selection *sel, const struct cb_bufs *bufs, uint64_t *wrong)
+{
+    struct cb_data data;
+    int rc = select_candidate(exec->transport, exec->state, op, sel);
+    if (!rc)
+        rc = prepare(run, op, exec->plan, exec->inst, bufs, seed_extra, &data);
+    if (!rc)
+        rc = cb_barrier();
+    if (!rc)
+        rc = run_batch(op, exec, 1);
+    if (!rc)
+        rc = verify(run, &data, bufs, wrong);
+    return rc;
+}
+
+/* Collective verdict on a cell; a failing candidate gets its error record and drops out. */
+static int sweep_agree(struct run *run, const struct cb_op *op, const struct cb_exec *exec,
+                       const struct cb_selection *sel, struct sweep_cell *cell, int rc)
+{
+    char msg[CB_TEXT_MAX];
+    snprintf(msg, sizeof msg, "%s", rc ? cb_last_error() : "");
+    int status = cb_agree(rc == CB_UNSUPPORTED ? CB_UNSUPPORTED : rc ? CB_ERROR : CB_OK, msg, sizeof msg);
+    if (status == CB_OK)
+        return CB_OK;
+    struct cb_selection_record rec = {.sel = sel, .available = status != CB_UNSUPPORTED, .reason = msg};
+    cb_record_selection(&rec);
+    if (status == CB_UNSUPPORTED && run->ctx->rank == 0) /* a refused selection is data, not a failed run */
+        cb_emit_error(op->name, exec->transport->name, exec->plan, exec->inst, CB_REASON_UNSUPPORTED, msg);
+    else if (status != CB_UNSUPPORTED)
+        error_record(run, op->name, exec->transport->name, exec->plan, exec->inst, status, msg);
+    cb_record_selection(NULL);
+    cell->status = status;
+    return status;
+}
+
+static void sweep_size(struct run *run, const struct cb_exec *exec, const struct cb_op *op, const struct cb_bufs *bufs,
+                       const struct cb_selection *sels, int n, const char *process_reason)
+{
+    const struct cb_args *args = run->args;
+    const struct cb_transport *t = exec->transport;
+    int iters = args->iters, rounds = args->rounds, root = run->ctx->rank == 0;
+    struct sweep_cell *cells = calloc((size_t)n, sizeof *cells);
+    double *mine = calloc((size_t)iters, sizeof *mine);
+    int rc = cells && mine ? CB_OK : CB_ERROR;
+    for (int s = 0; !rc && root && s < n; s++) {
+        cells[s].samples = calloc((size_t)iters * (size_t)rounds, sizeof(double));
+        cells[s].round_medians = calloc((size_t)rounds, sizeof(double));
+        rc = cells[s].samples && cells[s].round_medians ? CB_OK : CB_ERROR;
+    }
+    if (rc)
+        cb_errorf("out of memory for %d selections x %d rounds x %d samples", n, rounds, iters);
+    if (!all_ok(run, rc, op->name, t->name, exec->plan, exec->inst))
+        goto out;
+    for (int r = 0; r < rounds; r++)
+        for (int s = 0; s < n; s++) {
+            if (cells[s].status)
+                continue;
+            struct cb_selection_record current = {.sel = &sels[s], .available = 1, .reason = process_reason};
+            cb_record_selection(&current); /* a watchdog timeout record names the selection */
+            cb_watchdog_arm("selection sweep", op->name, t->name, exec->plan, exec->inst);
+            rc = sweep_round(run, op, exec, &sels[s], bufs, mine, &cells[s].wrong);
+            if (sweep_agree(run, op, exec, &sels[s], &cells[s], rc) == CB_OK) {
+                double *block = root ? cells[s].samples + (size_t)r * (size_t)iters : NULL;
+                MPI_Reduce(mine, block, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+                if (root) {
+                    struct cb_stats st;
+                    cb_stats_compute(block, (size_t)iters, &st);
+                    cells[s].round_medians[r] = st.median;
+                }
+            }
+            cb_watchdog_step_done();
+            cb_record_selection(NULL);
+        }
+    for (int s = 0; s < n; s++) {
+        if (cells[s].status)
+            continue;
+        cb_watchdog_arm("selection sweep check", op->name, t->name, exec->plan, exec->inst);
+        if (args->check)
+            sweep_agree(run, op, exec, &sels[s], &cells[s],
+                        sweep_extra_check(run, op, exec, &sels[s], bufs, &cells[s].wrong));
+        cb_watchdog_step_done();
+        if (cells[s].status)
+            continue;
+        uint64_t total_wrong = 0;
+        MPI_Reduce(&cells[s].wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (root) {
+            struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason};
+            run->saw_wrong |= total_wrong != 0;
+            cb_record_selection(&rec);
+            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians,
+                 NULL);
+            cb_record_selection(NULL);
+        }
+    }
+out:
+    for (int s = 0; cells && s < n; s++) {
+        free(cells[s].samples);
+        free(cells[s].round_medians);
+    }
+    free(cells);
+    free(mine);
+}
+
+/* The candidates of op on t, own first, filtered by --selections LIST. Returns how many, or 0
+ * after an error record. A library without a run-time switch gives "own" alone, mechanism
+ * process, with the reason in process_reason. */
+static int sweep_candidates(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
+                            struct cb_selection *sels, char *process_reason, size_t reason_len)
+{
+    const struct cb_args *args = run->args;
+    char msg[CB_TEXT_MAX] = "";
+    int n = 0;
+    if (t->selections) {
+        n = t->selections(state, op, sels, CB_MAX_SELECTIONS);
+        if (n <= 0)
+            snprintf(msg, sizeof msg, "%s", cb_last_error());
+    } else {
+        snprintf(msg, sizeof msg, "transport %s has no run-time selection", t->name);
+    }
+    int status = cb_agree(n < 0 ? CB_UNSUPPORTED : CB_OK, msg, sizeof msg);
+    if (status != CB_OK) {
+        error_record(run, op->name, t->name, NULL, NULL, status, msg);
+        return 0;
+    }
+    process_reason[0] = '\0';
+    if (n == 0) {
+        memset(&sels[0], 0, sizeof sels[0]);
+        snprintf(sels[0].name, sizeof sels[0].name, "own");
+        sels[0].mechanism = CB_MECH_PROCESS;
+        sels[0].value = sels[0].algorithm = sels[0].protocol = sels[0].channels = -1;
+        snprintf(process_reason, reason_len, "%s", msg);
+        n = 1;
+    }
+    if (args->selections_all)
+        return n;
+    int kept = 1; /* own always */
+    for (int k = 0; k < args->nselection_names; k++) {
+        int found = strcmp(args->selection_names[k], "own") == 0;
+        for (int s = 1; s < n && !found; s++)
+            if (strcmp(sels[s].name, args->selection_names[k]) == 0) {
+                struct cb_selection keep = sels[s];
+                memmove(&sels[kept + 1], &sels[kept], (size_t)(s - kept) * sizeof *sels);
+                sels[kept++] = keep;
+                found = 1;
+            }
+        if (!found) {
+            int len = snprintf(msg, sizeof msg, "--selections: %s offers no selection '%s' for %s (known: own",
+                               t->name, args->selection_names[k], op->name);
+            for (int s = 1; s < n && len > 0 && (size_t)len < sizeof msg; s++)
+                len += snprintf(msg + len, sizeof msg - (size_t)len, ", %s", sels[s].name);
+            if (len > 0 && (size_t)len < sizeof msg)
+                snprintf(msg + len, sizeof msg - (size_t)len, ")");
+            error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
+            return 0;
+        }
+    }
+    return kept;
 }
 
 /* Largest send and receive buffers any size needs. */
@@ -289,6 +540,18 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
         }
         op->instances(ctx, insts, n);
     }
+    struct cb_selection *sels = NULL;
+    char process_reason[CB_TEXT_MAX];
+    int nsels = 0;
+    if (run->args->selections) {
+        sels = calloc(CB_MAX_SELECTIONS, sizeof *sels);
+        nsels = sels ? sweep_candidates(run, t, state, op, sels, process_reason, sizeof process_reason) : 0;
+        if (!nsels) {
+            if (!sels)
+                error_record(run, op->name, t->name, NULL, NULL, CB_ERROR, "out of memory for selections");
+            n = 0;
+        }
+    }
     struct cb_bufs bufs = {0};
     int have = 0;
     for (int i = 0; i < n; i++) {
@@ -300,9 +563,20 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
         if (!have && acquire_buffers(run, t, state, op, &insts[i], &bufs) != CB_OK)
             continue;
         have = 1;
-        for (int s = 0; s < run->args->nsizes; s++)
-            measure(run, t, state, op, &insts[i], &bufs, run->args->sizes[s]);
+        for (int s = 0; s < run->args->nsizes; s++) {
+            if (!sels) {
+                measure(run, t, state, op, &insts[i], &bufs, run->args->sizes[s]);
+                continue;
+            }
+            struct cb_plan plan;
+            op->plan(ctx, run->args->sizes[s], &plan);
+            struct cb_exec exec = {.ctx = ctx, .transport = t, .state = state, .plan = &plan, .inst = &insts[i]};
+            sweep_size(run, &exec, op, &bufs, sels, nsels, process_reason[0] ? process_reason : NULL);
+        }
     }
+    if (sels && nsels && sels[0].mechanism != CB_MECH_PROCESS) /* the library's own state again */
+        select_candidate(t, state, op, NULL);
+    free(sels);
     if (have)
         release_buffers(run, t, state, op, &bufs, 1);
     if (insts != &plain)
@@ -333,7 +607,7 @@ static void run_transport(struct run *run, const struct cb_transport *t)
         }
     } else {
         for (int i = 0; cb_ops[i] && n < 64; i++)
-            if (covers(t, cb_ops[i]))
+            if (covers(t, cb_ops[i]) && (!args->selections || cb_op_has_selections(cb_ops[i])))
                 selected[n++] = cb_ops[i];
     }
     if (!n)
@@ -354,8 +628,14 @@ static void run_transport(struct run *run, const struct cb_transport *t)
             error_record(run, selected[i]->name, t->name, NULL, NULL, status, msg);
         return;
     }
-    for (int i = 0; i < n; i++)
-        run_op(run, t, state, selected[i]);
+    for (int i = 0; i < n; i++) {
+        char why[CB_TEXT_MAX] = "";
+        unsigned usable = t->usable_caps ? t->usable_caps(state, why, sizeof why) : t->caps;
+        if ((usable & selected[i]->needs) == selected[i]->needs)
+            run_op(run, t, state, selected[i]);
+        else
+            error_record(run, selected[i]->name, t->name, NULL, NULL, CB_UNSUPPORTED, why);
+    }
     cb_watchdog_arm("transport teardown", selected[n - 1]->name, t->name, NULL, NULL);
     t->close(state);
     cb_watchdog_step_done();

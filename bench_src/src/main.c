@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "commbench.h"
 #include "driver.h"
+#include "mpit.h"
 #include "record.h"
 #include "watchdog.h"
 
@@ -63,6 +64,19 @@ static void print_help(const char *prog)
            "  --op LIST            comma-separated ops (default: every op the transport implements)\n"
            "  --transport LIST     comma-separated transports (default: every transport of this backend)\n"
            "  --list               print the transports of this build and their ops, then exit\n"
+           "  --list-cvars [PREFIX] print the MPI library's MPI_T control variables (names starting with\n"
+           "                       PREFIX) as JSON Lines after MPI_Init: name, type, scope, bound, enum\n"
+           "                       (value/name items or null), value (current; null when unreadable)\n"
+           "Selection sweep (collective ops allreduce, allgather, alltoall, bcast, reduce_scatter)\n"
+           "  --selections all|LIST  per size, time the library's own choice (\"own\") and every forced\n"
+           "                       selection it offers (or the named ones), interleaved round by round\n"
+           "                       (own, A, B, ..., own, A, B, ...), each round --warmup + --iters samples,\n"
+           "                       validated; one record per size and selection. mpi: MPI_T control\n"
+           "                       variables (Open MPI coll_tuned_<coll>_algorithm, needs\n"
+           "                       OMPI_MCA_coll_tuned_use_dynamic_rules=1, a fresh communicator per\n"
+           "                       selection; MPICH MPIR_CVAR_<COLL>_INTRA_ALGORITHM, values from MPI_T's\n"
+           "                       enumeration); ccl: commcamp's tuner plugin (algorithm/protocol[/channels])\n"
+           "  --rounds R           interleaved rounds of a selection sweep (default 5)\n"
            "Sizes (bytes; suffixes K, M, G are powers of 1024; at most 1T; float32 elements)\n"
            "  --min-bytes S        smallest size (default 8)\n"
            "  --max-bytes S        largest size (default 4M)\n"
@@ -147,6 +161,13 @@ static int check_names(const struct cb_args *args, char *err, size_t len)
                 snprintf(err + n, len - (size_t)n, ")");
             return -1;
         }
+    for (int i = 0; args->selections && i < args->nops; i++)
+        if (!cb_op_has_selections(cb_find_op(args->ops[i]))) {
+            snprintf(err, len,
+                     "--selections: op '%s' has none (only allreduce, allgather, alltoall, bcast, reduce_scatter)",
+                     args->ops[i]);
+            return -1;
+        }
     for (int i = 0; i < args->ntransports; i++)
         if (!cb_find_transport(args->transports[i])) {
             int n = snprintf(err, len,
@@ -222,6 +243,20 @@ static int run(struct cb_ctx *ctx)
     return code;
 }
 
+/* --list-cvars: after MPI_Init, when the collective components have registered theirs. */
+static int list_cvars(const struct cb_ctx *ctx)
+{
+    if (ctx->rank != 0)
+        return CB_EXIT_OK;
+    if (cb_mpit_init() != CB_OK || cb_mpit_list_json(ctx->args->list_cvars_prefix, stdout) != CB_OK) {
+        fprintf(stderr, "commbench: --list-cvars: %s\n", cb_last_error());
+        return CB_EXIT_RUNTIME;
+    }
+    fflush(stdout);
+    cb_mpit_finalize();
+    return CB_EXIT_OK;
+}
+
 /* MPICH 4.0 over UCX can deadlock in MPI_Finalize (pmodels/mpich#6596, fixed in 4.2): a rank waits
  * for endpoint disconnects that its peers, already in the PMI barrier, never progress. Seen in about
  * a third of 2-node runs with UCX_TLS=tcp,self. Every record is written by then, so a rank whose
@@ -259,6 +294,7 @@ int main(int argc, char **argv)
         if (launcher_rank_zero())
             print_list();
         return CB_EXIT_OK;
+    case CB_ACT_LIST_CVARS:
     case CB_ACT_RUN: break;
     }
 
@@ -274,7 +310,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "commbench: rank %d: %s\n", ctx.rank, cb_last_error());
         MPI_Abort(MPI_COMM_WORLD, CB_EXIT_RUNTIME);
     }
-    int code = run(&ctx);
+    int code = args.action == CB_ACT_LIST_CVARS ? list_cvars(&ctx) : run(&ctx);
     cb_watchdog_stop();
     cb_ctx_free(&ctx);
     exit_code = code;

@@ -17,8 +17,12 @@ static pthread_mutex_t emit_lock = PTHREAD_MUTEX_INITIALIZER;
 static int output_fd = -1;
 static int table_header_done;
 static const struct cb_ctx *rec_ctx;
-/* Serialised once: "hostnames", "mpi_library", "devices", "versions", "env" values. */
-static char *hostnames_json, *mpi_library_json, *devices_json, *versions_json, *env_json;
+static struct cb_selection_record current_selection;
+static struct cb_selection current_sel;
+static char current_reason[CB_TEXT_MAX];
+/* Serialised once: "hostnames", "mpi_library", "devices", "gpu_sharing" (GPU backends only),
+ * "versions", "env" values. */
+static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json;
 
 static const char *const env_prefixes[] = {"NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_",
                                            "FI_",   "HSA_",  "OMPI_",  "CUDA_",      "HIP_"};
@@ -113,6 +117,101 @@ static char *serialise_env(void)
     return take(&j);
 }
 
+struct device_key {
+    const char *host, *id;
+    int rank;
+};
+
+static int compare_device_keys(const void *a, const void *b)
+{
+    const struct device_key *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    return c ? c : strcmp(x->id, y->id);
+}
+
+int cb_ranks_per_device(int nranks, const char (*hosts)[CB_HOST_MAX], const struct cb_device_info *devices,
+                        int *per_rank)
+{
+    struct device_key *keys = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *keys);
+    if (!keys)
+        abort();
+    for (int r = 0; r < nranks; r++)
+        keys[r] = (struct device_key){hosts[r], devices[r].uuid[0] ? devices[r].uuid : devices[r].pci_bus_id, r};
+    qsort(keys, (size_t)nranks, sizeof *keys, compare_device_keys);
+    int most = 0;
+    for (int first = 0, next; first < nranks; first = next) {
+        for (next = first + 1; next < nranks && compare_device_keys(&keys[first], &keys[next]) == 0; next++)
+            ;
+        for (int k = first; k < next; k++)
+            per_rank[keys[k].rank] = next - first;
+        most = next - first > most ? next - first : most;
+    }
+    free(keys);
+    return most;
+}
+
+/* 1 when every rank's work goes through MPS, 0 when no rank's does, -1 otherwise (unknown or mixed). */
+static int mps_of_all(int nranks, const struct cb_device_info *devices)
+{
+    int on = 0, off = 0;
+    for (int r = 0; r < nranks; r++) {
+        on += devices[r].mps == 1;
+        off += devices[r].mps == 0;
+    }
+    return on == nranks ? 1 : off == nranks ? 0 : -1;
+}
+
+static void json_tristate(struct cb_json *j, const char *key, int value)
+{
+    cb_json_key(j, key);
+    if (value < 0)
+        cb_json_null(j);
+    else
+        cb_json_bool(j, value);
+}
+
+/* Ranks that share a GPU measure the GPU's scheduling between their processes (time slices
+ * without MPS), not the interconnect: the records say so, and so does the table. */
+static void describe_sharing(const struct cb_ctx *ctx, const struct cb_device_info *devices)
+{
+    int *per_rank = calloc((size_t)ctx->nranks, sizeof *per_rank);
+    if (!per_rank)
+        abort();
+    int most = cb_ranks_per_device(ctx->nranks, (const char (*)[CB_HOST_MAX])ctx->hosts, devices, per_rank);
+    int mps = mps_of_all(ctx->nranks, devices);
+    struct cb_json j;
+    cb_json_init(&j);
+    cb_json_begin_array(&j);
+    for (int r = 0; r < ctx->nranks; r++) {
+        cb_json_begin_object(&j);
+        cb_json_kint(&j, "rank", r);
+        cb_json_kstring(&j, "host", ctx->hosts[r]);
+        cb_json_kint(&j, "index", devices[r].index);
+        cb_json_kstring(&j, "name", devices[r].name);
+        cb_json_kstring(&j, "pci_bus_id", devices[r].pci_bus_id);
+        cb_json_kstring(&j, "uuid", devices[r].uuid);
+        json_tristate(&j, "mps", devices[r].mps);
+        cb_json_kint(&j, "ranks_on_device", per_rank[r]);
+        cb_json_end_object(&j);
+    }
+    cb_json_end_array(&j);
+    devices_json = take(&j);
+
+    cb_json_init(&j);
+    cb_json_begin_object(&j);
+    cb_json_kint(&j, "max_ranks_per_gpu", most);
+    json_tristate(&j, "mps", mps);
+    cb_json_end_object(&j);
+    gpu_sharing_json = take(&j);
+    free(per_rank);
+
+    if (most > 1)
+        printf("# NOTE: up to %d ranks share one GPU (MPS %s): their GPU work is %s, so these times are not "
+               "interconnect numbers\n",
+               most, mps == 1 ? "on" : mps == 0 ? "off" : "unknown",
+               mps == 1 ? "scheduled together through MPS" : "time-sliced between their processes unless MPS runs");
+}
+
 void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
                      const struct cb_kv *versions, int nversions)
 {
@@ -137,23 +236,13 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
     cb_json_string(&j, library);
     mpi_library_json = take(&j);
 
-    cb_json_init(&j);
     if (devices) {
-        cb_json_begin_array(&j);
-        for (int r = 0; r < ctx->nranks; r++) {
-            cb_json_begin_object(&j);
-            cb_json_kint(&j, "rank", r);
-            cb_json_kstring(&j, "host", ctx->hosts[r]);
-            cb_json_kint(&j, "index", devices[r].index);
-            cb_json_kstring(&j, "name", devices[r].name);
-            cb_json_kstring(&j, "pci_bus_id", devices[r].pci_bus_id);
-            cb_json_end_object(&j);
-        }
-        cb_json_end_array(&j);
+        describe_sharing(ctx, devices);
     } else {
+        cb_json_init(&j);
         cb_json_null(&j);
+        devices_json = take(&j);
     }
-    devices_json = take(&j);
 
     cb_json_init(&j);
     cb_json_begin_object(&j);
@@ -261,13 +350,76 @@ static void begin_record(struct cb_json *j, const char *kind, const char *op, co
     }
 }
 
+void cb_record_selection(const struct cb_selection_record *sel)
+{
+    pthread_mutex_lock(&emit_lock); /* the watchdog thread emits too */
+    memset(&current_selection, 0, sizeof current_selection);
+    if (sel) {
+        current_sel = *sel->sel;
+        current_selection = *sel;
+        current_selection.sel = &current_sel;
+        snprintf(current_reason, sizeof current_reason, "%s", sel->reason ? sel->reason : "");
+        current_selection.reason = sel->reason ? current_reason : NULL;
+    }
+    pthread_mutex_unlock(&emit_lock);
+}
+
+static const char *mechanism_name(enum cb_mechanism m)
+{
+    return m == CB_MECH_MPI_T ? "mpi_t" : m == CB_MECH_PLUGIN ? "plugin" : "process";
+}
+
+static void optional_int(struct cb_json *j, const char *key, int value)
+{
+    cb_json_key(j, key);
+    if (value < 0)
+        cb_json_null(j);
+    else
+        cb_json_int(j, value);
+}
+
+/* Called with emit_lock held. */
+static void selection_json_locked(struct cb_json *j)
+{
+    const struct cb_selection *s = current_selection.sel;
+    if (!s)
+        return;
+    cb_json_key(j, "selection");
+    cb_json_begin_object(j);
+    cb_json_kstring(j, "name", s->name);
+    cb_json_kstring(j, "mechanism", mechanism_name(s->mechanism));
+    cb_json_key(j, "cvar");
+    if (s->cvar[0])
+        cb_json_string(j, s->cvar);
+    else
+        cb_json_null(j);
+    optional_int(j, "value", s->value);
+    if (s->mechanism == CB_MECH_PLUGIN) {
+        optional_int(j, "algorithm", s->algorithm);
+        optional_int(j, "protocol", s->protocol);
+        optional_int(j, "channels", s->channels);
+    }
+    cb_json_kbool(j, "available", current_selection.available);
+    cb_json_key(j, "reason");
+    if (current_selection.reason)
+        cb_json_string(j, current_selection.reason);
+    else
+        cb_json_null(j);
+    cb_json_end_object(j);
+}
+
 static void end_record(struct cb_json *j)
 {
+    pthread_mutex_lock(&emit_lock);
+    selection_json_locked(j);
+    pthread_mutex_unlock(&emit_lock);
     cb_json_kint(j, "ranks", rec_ctx->nranks);
     cb_json_kint(j, "nodes", rec_ctx->nnodes);
     cb_json_kraw(j, "hostnames", hostnames_json);
     cb_json_kraw(j, "mpi_library", mpi_library_json);
     cb_json_kraw(j, "devices", devices_json);
+    if (gpu_sharing_json)
+        cb_json_kraw(j, "gpu_sharing", gpu_sharing_json);
     cb_json_kraw(j, "versions", versions_json);
     cb_json_kraw(j, "env", env_json);
     cb_json_end_object(j);
@@ -297,6 +449,38 @@ static void table_labels(const struct cb_instance *inst, char *pair, size_t len,
         *dir = direction_name(inst->dir);
     if (host_memory_name(inst->host_memory))
         *mem = host_memory_name(inst->host_memory);
+}
+
+static void number_array(struct cb_json *j, const char *key, const double *values, int n)
+{
+    cb_json_key(j, key);
+    cb_json_begin_array(j);
+    for (int i = 0; i < n; i++)
+        cb_json_number(j, values[i]);
+    cb_json_end_array(j);
+}
+
+static void int_array(struct cb_json *j, const char *key, const int *values, int n)
+{
+    cb_json_key(j, key);
+    cb_json_begin_array(j);
+    for (int i = 0; i < n; i++)
+        cb_json_int(j, values[i]);
+    cb_json_end_array(j);
+}
+
+/* Per iteration the slowest rank and its excess over the median rank; per rank (hostnames[rank] is
+ * its host) the median and p95 of its own time and how often it was the slowest. */
+static void attribution_json(struct cb_json *j, const struct cb_rank_attribution *a)
+{
+    int_array(j, "slowest_rank", a->slowest_rank, a->iters);
+    number_array(j, "slowest_excess_us", a->excess_us, a->iters);
+    cb_json_key(j, "per_rank");
+    cb_json_begin_object(j);
+    number_array(j, "median_us", a->rank_median_us, a->nranks);
+    number_array(j, "p95_us", a->rank_p95_us, a->nranks);
+    int_array(j, "slowest_iterations", a->slowest_count, a->nranks);
+    cb_json_end_object(j);
 }
 
 void cb_emit_result(const struct cb_result *r)
@@ -331,6 +515,16 @@ void cb_emit_result(const struct cb_result *r)
     cb_json_kbool(&j, "valid", valid);
     cb_json_kbool(&j, "check", r->check);
     cb_json_kint(&j, "wrong_elements", (long long)r->wrong);
+    if (r->rounds) {
+        cb_json_kint(&j, "rounds", r->rounds);
+        cb_json_key(&j, "round_medians");
+        cb_json_begin_array(&j);
+        for (int i = 0; i < r->rounds; i++)
+            cb_json_number(&j, r->round_medians[i]);
+        cb_json_end_array(&j);
+    }
+    if (r->attribution)
+        attribution_json(&j, r->attribution);
     cb_json_key(&j, "error");
     cb_json_null(&j);
     cb_json_key(&j, "reason");
@@ -346,12 +540,13 @@ void cb_emit_result(const struct cb_result *r)
     pthread_mutex_lock(&emit_lock);
     write_line(&j);
     table_header();
-    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s\n", r->op, r->transport,
-           r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min, r->stats.p95,
-           r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
+    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s%s%s\n", r->op,
+           r->transport, r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min,
+           r->stats.p95, r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
            !r->check ? "unchecked"
            : valid   ? "ok"
-                     : "WRONG");
+                     : "WRONG",
+           current_selection.sel ? " selection=" : "", current_selection.sel ? current_selection.sel->name : "");
     fflush(stdout);
     pthread_mutex_unlock(&emit_lock);
     cb_json_free(&j);

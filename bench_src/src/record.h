@@ -19,6 +19,16 @@ struct cb_result {
     double aggregate_gbs; /* bidirectional only */
     int check;
     uint64_t wrong;
+    int rounds;                  /* selection sweep: interleaved rounds (samples_us = rounds x iters), else 0 */
+    const double *round_medians; /* selection sweep: median of each round's samples */
+    const struct cb_rank_attribution *attribution; /* who was slow per iteration, per rank; NULL: none */
+};
+
+/* The selection a sweep's records are about (--selections). */
+struct cb_selection_record {
+    const struct cb_selection *sel;
+    int available;      /* 0: the library refused the forced choice */
+    const char *reason; /* why unavailable, or why mechanism is "process"; NULL */
 };
 
 /* Whether an environment variable belongs in a record's "env": tuning prefixes, minus the
@@ -28,12 +38,20 @@ int cb_env_keep(const char *name);
 /* UTC ISO 8601 with milliseconds, e.g. 2026-11-21T14:50:03.125Z. */
 void cb_timestamp(char *buf, size_t len);
 
+/* How many ranks use the GPU of each rank, into per_rank[nranks] (one GPU: the same host and UUID,
+ * or the same host and PCI bus id where the UUID is empty); returns the largest count. */
+int cb_ranks_per_device(int nranks, const char (*hosts)[CB_HOST_MAX], const struct cb_device_info *devices,
+                        int *per_rank);
+
 /* Rank 0, once: the fields shared by every record. devices: one per rank, or NULL. */
 void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
                      const struct cb_kv *versions, int nversions);
 /* Opens (appends to) the JSON Lines file; CB_ERROR + cb_errorf on failure. NULL: none. */
 int cb_output_open(const char *path);
 void cb_output_close(void);
+
+/* Records emitted from now on carry this "selection" (NULL: none, the default). */
+void cb_record_selection(const struct cb_selection_record *sel);
 
 void cb_emit_result(const struct cb_result *r);
 /* plan and inst may be NULL. */

@@ -35,6 +35,36 @@ void cb_stats_compute(const double *samples, size_t n, struct cb_stats *out)
     free(sorted);
 }
 
+void cb_rank_attribution_compute(const double *all, struct cb_rank_attribution *out)
+{
+    int nranks = out->nranks, iters = out->iters;
+    double *column = malloc((size_t)(nranks > iters ? nranks : iters) * sizeof *column);
+    struct cb_stats stats;
+    if (!column)
+        abort();
+    for (int r = 0; r < nranks; r++)
+        out->slowest_count[r] = 0;
+    for (int i = 0; i < iters; i++) {
+        int slowest = 0;
+        for (int r = 0; r < nranks; r++) {
+            column[r] = all[(size_t)r * (size_t)iters + (size_t)i];
+            if (column[r] > column[slowest])
+                slowest = r; /* ties: the lowest rank, as MPI_MAXLOC */
+        }
+        cb_stats_compute(column, (size_t)nranks, &stats);
+        out->max_us[i] = column[slowest];
+        out->slowest_rank[i] = slowest;
+        out->excess_us[i] = column[slowest] - stats.median;
+        out->slowest_count[slowest]++;
+    }
+    for (int r = 0; r < nranks; r++) {
+        cb_stats_compute(all + (size_t)r * (size_t)iters, (size_t)iters, &stats);
+        out->rank_median_us[r] = stats.median;
+        out->rank_p95_us[r] = stats.p95;
+    }
+    free(column);
+}
+
 double cb_busbw_factor(enum cb_busbw kind, int nranks)
 {
     double n = (double)nranks;

@@ -50,3 +50,9 @@ const struct cb_transport *cb_find_transport(const char *name)
             return cb_transports[i];
     return NULL;
 }
+
+int cb_op_has_selections(const struct cb_op *op)
+{
+    return op->needs == CB_CAP_ALLREDUCE || op->needs == CB_CAP_ALLGATHER || op->needs == CB_CAP_ALLTOALL ||
+           op->needs == CB_CAP_BCAST || op->needs == CB_CAP_REDUCE_SCATTER;
+}

@@ -73,6 +73,18 @@ static void test_args(void)
     CHECK(parse("--iters", "4", "--help", NULL) == 0 && args.action == CB_ACT_HELP);
     CHECK(parse("--version", NULL) == 0 && args.action == CB_ACT_VERSION);
     CHECK(parse("--list", NULL) == 0 && args.action == CB_ACT_LIST);
+    CHECK(parse(NULL) == 0 && !args.selections && args.rounds == 5);
+    CHECK(parse("--selections", "all", "--rounds", "3", NULL) == 0 && args.selections && args.selections_all);
+    CHECK(args.rounds == 3 && args.nselection_names == 0);
+    CHECK(parse("--selections", "ring,ring/simple/8", NULL) == 0 && args.selections && !args.selections_all);
+    CHECK(args.nselection_names == 2 && strcmp(args.selection_names[1], "ring/simple/8") == 0);
+    CHECK(parse("--selections", "ring,", NULL) == -1 && err_mentions("--selections"));
+    CHECK(parse("--op", "a/b", NULL) == -1 && err_mentions("'a/b'")); /* '/' only in selection names */
+    CHECK(parse("--rounds", "0", NULL) == -1 && err_mentions("--rounds"));
+    CHECK(parse("--list-cvars", NULL) == 0 && args.action == CB_ACT_LIST_CVARS && args.list_cvars_prefix == NULL);
+    CHECK(parse("--list-cvars", "coll_tuned_", NULL) == 0 && strcmp(args.list_cvars_prefix, "coll_tuned_") == 0);
+    CHECK(parse("--list-cvars=MPIR_CVAR_", NULL) == 0 && strcmp(args.list_cvars_prefix, "MPIR_CVAR_") == 0);
+    CHECK(parse("--list-cvars", "--iters", "2", NULL) == 0 && args.list_cvars_prefix == NULL && args.iters == 2);
 
     /* Rejections name the argument. */
     CHECK(parse("--iters", "0", NULL) == -1 && err_mentions("--iters") && err_mentions("'0'"));
@@ -275,6 +287,62 @@ static void test_pattern(void)
     CHECK(cb_pattern_count(&p) == 0);
 }
 
+/* Ranks share a GPU when host and UUID agree (PCI bus id where the UUID is empty); the same bus id
+ * on two hosts (ranks 3 and 6) is two GPUs. */
+static void test_ranks_per_device(void)
+{
+    static const char hosts[7][CB_HOST_MAX] = {"n1", "n1", "n1", "n2", "n2", "n1", "n3"};
+    struct cb_device_info devices[7];
+    memset(devices, 0, sizeof devices);
+    const char *uuids[7] = {"GPU-a", "GPU-a", "GPU-b", "", "", "GPU-a", ""};
+    const char *buses[7] = {"0000:01:00.0", "0000:01:00.0", "0000:02:00.0", "0000:01:00.0", "0000:02:00.0",
+                            "0000:01:00.0", "0000:01:00.0"};
+    for (int r = 0; r < 7; r++) {
+        snprintf(devices[r].uuid, sizeof devices[r].uuid, "%s", uuids[r]);
+        snprintf(devices[r].pci_bus_id, sizeof devices[r].pci_bus_id, "%s", buses[r]);
+    }
+    int per_rank[7] = {0};
+    CHECK(cb_ranks_per_device(7, hosts, devices, per_rank) == 3);
+    CHECK(per_rank[0] == 3 && per_rank[1] == 3 && per_rank[5] == 3);
+    CHECK(per_rank[2] == 1 && per_rank[3] == 1 && per_rank[4] == 1 && per_rank[6] == 1);
+
+    /* one GPU per rank: nobody shares */
+    CHECK(cb_ranks_per_device(2, hosts + 3, devices + 3, per_rank) == 1);
+    CHECK(per_rank[0] == 1 && per_rank[1] == 1);
+    /* two ranks, one GPU: the single-GPU machine's case */
+    CHECK(cb_ranks_per_device(2, hosts, devices, per_rank) == 2);
+    CHECK(per_rank[0] == 2 && per_rank[1] == 2);
+}
+
+static void test_rank_attribution(void)
+{
+    /* 3 ranks x 4 iterations: rank 2 is slow in iterations 0, 1 and 3, rank 0 in iteration 2 */
+    const double all[] = {1.0, 1.0, 9.0, 1.0, /* rank 0 */
+                          2.0, 2.0, 2.0, 2.0, /* rank 1 */
+                          5.0, 7.0, 1.0, 8.0 /* rank 2 */};
+    double max_us[4], excess_us[4], median[3], p95[3];
+    int slowest[4], count[3];
+    struct cb_rank_attribution a = {.nranks = 3, .iters = 4, .max_us = max_us, .excess_us = excess_us,
+                                    .slowest_rank = slowest, .rank_median_us = median, .rank_p95_us = p95,
+                                    .slowest_count = count};
+    cb_rank_attribution_compute(all, &a);
+    CHECK(slowest[0] == 2 && slowest[1] == 2 && slowest[2] == 0 && slowest[3] == 2);
+    CHECK_NEAR(max_us[0], 5.0);
+    CHECK_NEAR(max_us[2], 9.0);
+    CHECK_NEAR(excess_us[0], 3.0); /* 5 - median(1, 2, 5) */
+    CHECK_NEAR(excess_us[2], 7.0); /* 9 - median(9, 2, 1) */
+    CHECK(count[0] == 1 && count[1] == 0 && count[2] == 3);
+    CHECK_NEAR(median[1], 2.0);
+    CHECK_NEAR(median[2], 6.0);
+    /* ties go to the lowest rank, as MPI_MAXLOC */
+    const double tie[] = {3.0, 3.0};
+    struct cb_rank_attribution b = {.nranks = 2, .iters = 1, .max_us = max_us, .excess_us = excess_us,
+                                    .slowest_rank = slowest, .rank_median_us = median, .rank_p95_us = p95,
+                                    .slowest_count = count};
+    cb_rank_attribution_compute(tie, &b);
+    CHECK(slowest[0] == 0 && count[0] == 1 && count[1] == 0);
+}
+
 int main(void)
 {
     test_args();
@@ -284,6 +352,8 @@ int main(void)
     test_env_filter();
     test_timestamp();
     test_pattern();
+    test_ranks_per_device();
+    test_rank_attribution();
     printf("commbench_unit: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -2,16 +2,20 @@
 # Nightly health check: run one health campaign for tonight and keep its verdict. What the schedules in
 # this directory (scrontab, cron, systemd timer) call.
 #   campaigns/schedules/nightly-health.sh SPEC [commcamp run options...]
-# Environment: COMMCAMP_HOME (checkout with .venv; default: this script's repository), COMMCAMP_DB_URL
-# (results database; default results/commcamp.db), COMMCAMP_ENV (a file to source first, e.g. the output
-# of `site_configs/localslurm/cluster/cluster.sh env` or a site's env.sh).
+# Environment: COMMCAMP (the command; default: .venv/bin/commcamp of this script's checkout, else commcamp on
+# PATH), COMMCAMP_HOME (the workspace: verdicts, database; default: the checkout's results/), COMMCAMP_DB_URL
+# (results database; default <workspace>/commcamp.db), COMMCAMP_ENV (a file to source first, e.g. the output
+# of `site_configs/localslurm/cluster/cluster.sh env` or a site's env.sh). A relative SPEC is relative to
+# the directory above campaigns/ (the checkout, or an installed package's site-packages).
 # Exit status: commcamp's: 0 healthy, 3 not judged (no reference, too little history), 4 degraded,
 # 5 failed; 1 a case could not be stored, 2 unusable spec/site/database.
 # The night is the UTC date, so a re-run the same night resumes; the verdict is
-# results/health/<campaign>-<night>.json and stdout has the one-screen summary.
+# <workspace>/health/<campaign>-<night>.json and stdout has the one-screen summary.
 set -uo pipefail
-HOME_DIR=${COMMCAMP_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+HOME_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$HOME_DIR" || exit 2
+COMMCAMP=${COMMCAMP:-$HOME_DIR/.venv/bin/commcamp}
+[[ -x $COMMCAMP ]] || COMMCAMP=commcamp
 [[ $# -ge 1 ]] || { echo "usage: $0 SPEC [commcamp run options...]" >&2; exit 2; }
 if [[ -n ${COMMCAMP_ENV:-} ]]; then
     # shellcheck disable=SC1090
@@ -19,7 +23,7 @@ if [[ -n ${COMMCAMP_ENV:-} ]]; then
 fi
 night=$(date -u +%F)
 echo "commcamp nightly health: $1, night $night, $(date -u +%FT%TZ) on $(hostname)"
-COLUMNS=${COLUMNS:-120} "$HOME_DIR/.venv/bin/commcamp" run "$1" --tag "$night" "${@:2}"
+COLUMNS=${COLUMNS:-120} "$COMMCAMP" run "$1" --tag "$night" "${@:2}"
 status=$?
 echo "commcamp nightly health: exit $status ($( case $status in 0) echo healthy;; 3) echo "not judged";; 4) echo degraded;; 5) echo failed;; 1) echo "a case could not be stored";; 2) echo "spec/site/database unusable";; *) echo error;; esac))"
 exit $status

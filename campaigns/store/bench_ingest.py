@@ -29,7 +29,8 @@ import numpy as np
 
 from campaigns.records import load_records
 from campaigns.store.pgserver import throwaway_server
-from campaigns.store.store import REPO_ROOT, RunInfo, Store, open_store
+from campaigns import paths
+from campaigns.store.store import RunInfo, Store, open_store
 
 TARGET_S = 5.0
 
@@ -123,7 +124,7 @@ def main() -> int:
         result = run(args.measurements, args.samples, Path(workdir), url)
     if args.output is None:
         name = "store_ingest.json" if result["backend"] == "sqlite" else f"store_ingest_{result['backend']}.json"
-        args.output = REPO_ROOT / "results" / "bench" / name
+        args.output = paths.workspace() / "bench" / name
     for key, value in result.items():
         print(f"{key:>24}: {value}")
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -10,9 +9,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
+from campaigns.paths import MIGRATIONS_DIR
 from campaigns.store.errors import StoreError
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 _PG_MIGRATION_LOCK = 0x636F6D6D63616D70  # advisory lock key ("commcamp"), held until the transaction ends
 # Optuna keeps its own alembic revision in `alembic_version` of the same database: ours must not share it.
 VERSION_TABLE = "store_alembic_version"

@@ -22,6 +22,7 @@ from sqlalchemy import ColumnElement, Select, create_engine, delete, event, exis
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
+from campaigns import paths
 from campaigns.records import validate_record
 from campaigns.store.errors import StoreError, StoreUnavailable
 from campaigns.store.migrate import upgrade_to_head
@@ -30,8 +31,6 @@ from campaigns.store.models import RUN_STATUSES, Measurement, Run, Sample
 if TYPE_CHECKING:
     import pandas
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_URL = f"sqlite:///{REPO_ROOT / 'results' / 'commcamp.db'}"
 URL_ENV = "COMMCAMP_DB_URL"
 CONNECT_TIMEOUT_S = 5
 SQLITE_LOCK_WAIT_S = 60  # a writer waits this long for another one (a large ingest) before giving up
@@ -47,9 +46,14 @@ _STAT_FIELDS = ("min_us", "median_us", "mean_us", "p95_us", "max_us", "stdev_us"
 _MAPPED_FIELDS = frozenset(_DIRECT_FIELDS) | {"stats", "pair", "samples_us", "timestamp"}
 
 
+def workspace_url() -> str:
+    """SQLite at <workspace>/commcamp.db (campaigns.paths)."""
+    return f"sqlite:///{paths.database_path()}"
+
+
 def default_url() -> str:
-    """$COMMCAMP_DB_URL when set, else DEFAULT_URL."""
-    return os.environ.get(URL_ENV) or DEFAULT_URL
+    """$COMMCAMP_DB_URL when set, else workspace_url()."""
+    return os.environ.get(URL_ENV) or workspace_url()
 
 
 @dataclass
@@ -194,8 +198,10 @@ def unpack_samples(data: bytes, count: int, measurement_id: int) -> np.ndarray:
 
 @functools.cache
 def _commcamp_commit() -> str | None:
+    if paths.CHECKOUT is None:
+        return None  # an installed copy: nothing to record
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty", "--abbrev=40"],
+        out = subprocess.run(["git", "-C", str(paths.CHECKOUT), "describe", "--always", "--dirty", "--abbrev=40"],
                              capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None  # not a git checkout (an installed copy): nothing to record
@@ -292,8 +298,8 @@ def open_store(url: str | None = None) -> Store:
 def _open_store(url: str | None) -> Store:
     if url is None:
         url = default_url()
-        if url == DEFAULT_URL:
-            (REPO_ROOT / "results").mkdir(exist_ok=True)
+        if url == workspace_url():
+            paths.database_path().parent.mkdir(parents=True, exist_ok=True)
     try:
         parsed = make_url(url)
     except ArgumentError as exc:

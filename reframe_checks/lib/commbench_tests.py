@@ -13,10 +13,13 @@ import reframe.utility.typecheck as typ
 from reframe.core.builtins import fixture, run_after, run_before, sanity_function, variable
 from reframe.core.exceptions import SanityError
 
-from commcamp_checks import apply_site_environment, assert_job_ended, reference_entry
+from commcamp_checks import (DATA_ROOT, UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
+                             quoted, set_references)
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BENCH_SRC = os.path.join(REPO_ROOT, 'bench_src')
+from campaigns.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
+                                  SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS, metric_value, op_kind)
+
+BENCH_SRC = os.path.join(DATA_ROOT, 'bench_src')
 RECORD_SCHEMA = os.path.join(BENCH_SRC, 'schema', 'commbench-record.schema.json')
 RECORDS_FILE = 'commbench.jsonl'
 BUILD_DIR = 'build'
@@ -27,38 +30,13 @@ EXIT_CODES = {1: 'data validation failed', 2: 'bad arguments', 3: 'timeout',
               4: 'runtime error or unsupported'}
 EXIT_UNSUPPORTED = 4
 
-# What each transport implements (commbench --list of the cpu, cuda and hip builds;
-# tests/test_reframe_checks.py compares). memcpy exists on GPU backends only.
-SWEEP_OPS = ('pingpong', 'pingpong_bi', 'sendrecv', 'allreduce', 'alltoall', 'allgather', 'reduce_scatter',
-             'bcast')
-TRANSPORT_OPS = {
-    'mpi': (*SWEEP_OPS, 'pairmatrix'),
-    'staging': (*SWEEP_OPS, 'pairmatrix'),
-    'd2d': ('pingpong', 'pingpong_bi', 'sendrecv', 'alltoall', 'allgather', 'bcast', 'pairmatrix'),
-    'd2d-kernel': (*SWEEP_OPS, 'pairmatrix'),
-    'ccl': (*SWEEP_OPS, 'pairmatrix'),
-    'memcpy': ('h2d', 'd2h'),
-}
-# Transports between ranks (memcpy copies between a rank's host and its own device).
-PEER_TRANSPORTS = tuple(t for t in TRANSPORT_OPS if t != 'memcpy')
-# Peer-mapped device memory (CUDA/HIP IPC): ranks of one node only.
-SINGLE_NODE_TRANSPORTS = ('d2d', 'd2d-kernel')
-# Rank 0 and one peer: 2 ranks, on 1 or 2 nodes.
-PAIR_OPS = ('pingpong', 'pingpong_bi')
-P2P_OPS = (*PAIR_OPS, 'sendrecv')
+# commbench's ops, transports and metric definitions: campaigns/vocabulary.py (its one home; tested
+# against `commbench --list` of every backend built).
+SWEEP_OPS = (*P2P_OPS, *COLLECTIVE_OPS)
 HEALTH_OPS = ('pingpong', 'allreduce', 'alltoall')
 # The ops a campaign may ask commbench_run for (campaigns.site.COMMBENCH_OPS must agree).
 CAMPAIGN_OPS = ('pingpong', 'allreduce', 'alltoall', 'pingpong_bi', 'allgather', 'reduce_scatter', 'bcast',
                 'sendrecv', 'pairmatrix')
-
-# Performance variables of an op sweep: name -> (record field, message size it is taken at, unit).
-# small_latency: median time of one operation at the smallest size that moves data; large_goodput:
-# bytes / median time at the largest size; large_busbw: nccl-tests bus bandwidth at the largest size.
-SWEEP_METRICS = {
-    'small_latency': ('latency_us', min, 'us'),
-    'large_goodput': ('goodput_gbs', max, 'GB/s'),
-    'large_busbw': ('busbw_gbs', max, 'GB/s'),
-}
 # Pair matrix: the worst pair's one-way latency at the smallest size, one-way goodput and two-way
 # (aggregate) goodput at the largest: name -> (direction, record field, size, worst of the pairs, unit).
 PAIRMATRIX_METRICS = {
@@ -80,16 +58,11 @@ def _record_validator():
         return jsonschema.Draft202012Validator(json.load(stream))
 
 
-def op_kind(op):
-    return 'matrix' if op == 'pairmatrix' else 'p2p' if op in P2P_OPS else 'collective'
-
-
 def sweep_metric(test, name):
-    field, pick, _ = SWEEP_METRICS[name]
-    results = test.results()
-    moving = [r for r in results if r['bytes'] > 0] or results
-    size = pick(r['bytes'] for r in moving)
-    return next(r[field] for r in moving if r['bytes'] == size), size
+    taken = metric_value(name, test.results())
+    if taken is None:
+        raise SanityError(f'{name}: no valid result to take it from')
+    return taken
 
 
 def pairmatrix_metric(test, name):
@@ -127,7 +100,7 @@ class commbench_build(rfm.CompileOnlyRegressionTest):
         site = self.current_partition.extras['commbench']
         jobs = self.build_jobs or site.get('build_jobs', 2)
         if site.get('build') == 'spack':
-            env_dir = os.path.join(REPO_ROOT, site['spack_env'])
+            env_dir = os.path.join(DATA_ROOT, site['spack_env'])
             self.build_system = 'Spack'
             self.build_system.environment = env_dir
             self.build_system.install_opts = ['--fail-fast', '-j', str(jobs)]
@@ -154,7 +127,9 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     '''One commbench run on the partition: layout and sizes from the site, records checked, metrics and
     references. Subclasses set the parameters, `metrics()`, `size_set()` and `metric_at()`.'''
 
-    valid_prog_environs = ['+mpi']
+    # +mpi also matches an environment's `mpi` extra (every site environment has one); environments
+    # with the feature gpu_aware_mpi exist for commbench_gpu_aware_mpi alone.
+    valid_prog_environs = ['+mpi -gpu_aware_mpi']
     sourcesdir = None
     keep_files = [RECORDS_FILE]
     commbench = fixture(commbench_build, scope='environment')
@@ -179,6 +154,11 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
     knob_defaults = variable(typ.Bool, value=True)
+    #: The test's environment makes a transport work that the site lists under expect_unsupported
+    #: (commbench_gpu_aware_mpi: a GPU-built UCX under an MPI that is not GPU-aware).
+    overrides_expect_unsupported = False
+    #: Set by the check (perflog column): the message size each performance variable was taken at.
+    metric_bytes = variable(str, value='')
 
     def size_set(self):
         '''Name of the site's size set this test uses when no sizes are given.'''
@@ -226,7 +206,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
         self.num_tasks_per_node = self.ranks_per_node()
         self.num_tasks = self.num_nodes * self.num_tasks_per_node
         self.num_gpus_per_node = extras['gpus_per_node']
-        self.expect_unsupported = self.transport in site.get('expect_unsupported', {})
+        self.expect_unsupported = (self.transport in site.get('expect_unsupported', {})
+                                   and not self.overrides_expect_unsupported)
         if self.expect_unsupported:
             self.perf_variables = {}
         apply_site_environment(self, site.get('job_options', []), site.get('launcher_options', []))
@@ -243,13 +224,27 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
         return ['--min-bytes', str(sizes['min_bytes']), '--max-bytes', str(sizes['max_bytes']),
                 '--step-factor', str(sizes['step_factor'])]
 
+    @run_after('setup')
+    def check_variables(self):
+        '''Numbers inside what commbench accepts, a known transport, options inside the catalog's whitelist.'''
+        least = {'sizes': 0, 'min_bytes': 0, 'max_bytes': 0, 'step_factor': 2, 'warmup': 0, 'iters': 1, 'batch': 1,
+                 'bench_timeout': 1}
+        for name, low in least.items():
+            value = getattr(self, name)
+            for number in value if isinstance(value, list) else [] if value is None else [value]:
+                if number < low:
+                    raise UnsafeVariableError(f'{name}: {number} is below {low}')
+        if self.transport not in TRANSPORT_OPS:
+            raise UnsafeVariableError(f'transport: {self.transport!r} is not one of {sorted(TRANSPORT_OPS)}')
+        checked_words(self.extra_args, 'extra_args')
+
     @run_before('run')
     def set_command(self):
-        self.executable = self.commbench.commbench_path
-        self.executable_opts = ['--op', self.op, '--transport', self.transport, *self.size_options(),
-                                '--warmup', str(self.warmup), '--iters', str(self.iters), '--batch', str(self.batch),
-                                '--timeout', str(self.bench_timeout), '--check' if self.check_data else '--no-check',
-                                '--output', RECORDS_FILE, *self.extra_args]
+        self.executable = quoted([self.commbench.commbench_path])[0]
+        self.executable_opts = quoted([
+            '--op', self.op, '--transport', self.transport, *self.size_options(), '--warmup', str(self.warmup),
+            '--iters', str(self.iters), '--batch', str(self.batch), '--timeout', str(self.bench_timeout),
+            '--check' if self.check_data else '--no-check', '--output', RECORDS_FILE, *self.extra_args])
 
     def records(self):
         '''The run's records, each checked against the commbench record schema (cached).'''
@@ -308,22 +303,15 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     def set_references(self):
         if self.expect_unsupported or self.is_dry_run():
             return
-        references = self.site.get('references', [])
-        table = {}
-        for name, unit in self.metrics().items():
-            entry = reference_entry(references, name, unit, op=self.op, transport=self.transport,
-                                    bytes=self.metric_at(name)[1], nodes=self.num_nodes, ranks=self.num_tasks,
-                                    environ=self.current_environ.name)
-            if entry is not None:
-                table[name] = entry
-        self.reference = {self.current_partition.fullname: table}
+        set_references(self, self.site.get('references', []), op=self.op, transport=self.transport,
+                       nodes=self.num_nodes, ranks=self.num_tasks, environ=self.current_environ.name)
 
 
 class CommbenchOpTest(CommbenchTest):
     '''One op over a range of sizes; latency at the smallest size that moves data, bandwidths at the largest.'''
 
     def metrics(self):
-        return {name: unit for name, (_, _, unit) in SWEEP_METRICS.items()}
+        return {name: metric.unit for name, metric in METRICS.items()}
 
     def metric_at(self, name):
         return sweep_metric(self, name)

@@ -6,12 +6,35 @@ does not load it as a test file unless asked to recurse (`-R`), where it registe
 
 Site data arrives through `site_configs/reframe_site.py` (partition extras and features); check code
 holds no site-specific value.
-"""
-import re
 
+Every value a check writes into a job script is validated first (knobs against the knob catalog of
+tuners/catalog.py with the site's overrides, other variables and benchmark options against its
+character whitelist) and shell-quoted: `-S env_vars=...` and `-S extra_args=...` cannot run commands.
+"""
+import functools
+import json
+import os
+import re
+import shlex
+import sys
+
+import reframe as rfm
 import reframe.core.runtime as rt
 import reframe.utility.sanity as sn
-from reframe.core.exceptions import ReframeFatalError
+from reframe.core.exceptions import ReframeError, ReframeFatalError
+
+try:
+    import tuners.catalog as knob_catalog
+except ImportError:  # a ReFrame install without commcamp: the catalog of this checkout
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import tuners.catalog as knob_catalog
+
+from campaigns.vocabulary import reference_matches
+
+# commcamp's shipped folders (bench_src/, spack_env/, ...): $COMMCAMP_DATA, which commcamp sets for the ReFrame
+# it starts (campaigns/paths.py), else the checkout these checks are in. Relative site paths resolve here.
+DATA_ROOT = os.environ.get('COMMCAMP_DATA') or os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 # The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
@@ -21,7 +44,33 @@ NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 FAILED_JOB_STATES = {'BOOT_FAIL', 'CANCELLED', 'DEADLINE', 'FAILED', 'FAILURE', 'NODE_FAIL',
                      'OUT_OF_MEMORY', 'PREEMPTED', 'TIMEOUT'}
 
-_ENV_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+
+class UnsafeVariableError(ReframeError):
+    """A check variable (-S NAME=VALUE) would put something unsafe or out of domain into a job script
+    (a ReframeError: the test case fails with this message, no traceback)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _site_catalog(overrides_json):
+    return knob_catalog.KnobCatalog.load().for_site(json.loads(overrides_json), "the site's knobs (site.yaml)")
+
+
+def site_knob_catalog(partition):
+    """The knob catalog with the overrides of the partition's site (extras `knob_overrides`)."""
+    return _site_catalog(json.dumps(partition.extras.get('knob_overrides') or {}, sort_keys=True))
+
+
+def checked_words(words, variable):
+    """Command-line words from a check variable, each inside the catalog's character whitelist."""
+    try:
+        return [knob_catalog.check_safe_value(str(word), variable) for word in words]
+    except knob_catalog.UnsafeValueError as exc:
+        raise UnsafeVariableError(str(exc)) from None
+
+
+def quoted(words):
+    """Words as the job script's shell must see them (ReFrame joins executable_opts with spaces)."""
+    return [shlex.quote(str(word)) for word in words]
 
 
 def _partitions():
@@ -45,6 +94,12 @@ def offered(values, feature):
     return [value for value in values if feature(value) in features]
 
 
+def simple_test_if_offered(cls):
+    """`rfm.simple_test` for a check whose parameters come from `offered`: where no partition of the system
+    offers it, a parameter has no values and ReFrame would warn that it is undefined; it is left out."""
+    return cls if cls.is_abstract() else rfm.simple_test(cls)
+
+
 def node_counts_up_to_partition_size(feature):
     """NODE_COUNTS up to the most nodes a partition with `feature` has (all outside a ReFrame run)."""
     partitions = _partitions()
@@ -56,12 +111,16 @@ def node_counts_up_to_partition_size(feature):
 
 def apply_site_environment(test, job_options=(), launcher_options=()):
     '''Knob defaults of the site under the test's own env_vars (`-S env_vars=...` wins per variable),
-    plus the site's scheduler and launcher options. Call from a run_after('setup') hook.'''
-    bad = [name for name in test.env_vars if not _ENV_NAME.fullmatch(name)]
-    if bad:
-        raise ValueError(f'env_vars: invalid variable names {bad}')
+    plus the site's scheduler and launcher options. Call from a run_after('setup') hook. The test's
+    env_vars are validated against the site's knob catalog and shell-quoted: ReFrame writes them into the
+    job script as `export NAME=VALUE`.'''
+    try:
+        env = site_knob_catalog(test.current_partition).check_job_env(test.env_vars)
+    except knob_catalog.UnsafeValueError as exc:
+        raise UnsafeVariableError(f'env_vars: {exc}') from None
     if test.knob_defaults:
-        test.env_vars = {**test.current_partition.extras.get('knob_defaults', {}), **test.env_vars}
+        env = {**test.current_partition.extras.get('knob_defaults', {}), **env}
+    test.env_vars = {name: shlex.quote(value) for name, value in env.items()}
     test.job.options += list(job_options)
     test.job.launcher.options += list(launcher_options)
 
@@ -69,12 +128,20 @@ def apply_site_environment(test, job_options=(), launcher_options=()):
 def reference_entry(references, metric, unit, **case):
     '''ReFrame's (value, lower, upper, unit) from the first reference for `metric` whose keys match the
     test case; keys a reference leaves out (or sets to null) match anything. None if none matches.'''
-    for ref in references:
-        if ref['metric'] != metric:
-            continue
-        if all(ref.get(key) in (None, value) for key, value in case.items()):
-            return ref['value'], ref.get('lower'), ref.get('upper'), unit
-    return None
+    ref = next((ref for ref in references if reference_matches(ref, metric, case)), None)
+    return None if ref is None else (ref['value'], ref.get('lower'), ref.get('upper'), unit)
+
+
+def set_references(test, references, **case):
+    '''The test's reference table (ReFrame's `reference`) from the site's `references` matching `case` and
+    the size each metric is taken at: a metric without one gets (None, None, None, unit), so that perflogs
+    and reports say None instead of ReFrame's reference 0. Records those sizes in `test.metric_bytes`.'''
+    table, sizes = {}, {}
+    for name, unit in test.metrics().items():
+        sizes[name] = test.metric_at(name)[1]
+        table[name] = reference_entry(references, name, unit, bytes=sizes[name], **case) or (None, None, None, unit)
+    test.reference = {test.current_partition.fullname: table}
+    test.metric_bytes = ','.join(f'{name}={size}' for name, size in sizes.items())
 
 
 def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
@@ -89,36 +156,3 @@ def assert_job_ended(test, program, expected_exitcode=0, exit_codes=None):
     exit_states = {'FAILED', 'FAILURE'} if expected_exitcode != 0 else set()
     sn.evaluate(sn.assert_false((states & FAILED_JOB_STATES) - exit_states,
                                 msg=f'the job ended in state {test.job.state}'))
-
-
-# nccl-tests / rccl-tests: "#  Rank  0 Group  0 Pid   5108 on         vm device  0 [0000:00:06] NVIDIA H200"
-_CCL_TESTS_RANK = re.compile(r'^#\s*Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\b', re.MULTILINE)
-
-
-def parse_ccl_tests(text):
-    '''nccl-tests / rccl-tests output -> (rows, hosts): rows of the size table as dicts (bytes, time_us,
-    algbw_gbs, busbw_gbs, wrong: out-of-place; wrong_inplace: '0', a count or 'N/A'), and each rank's
-    host, indexed by rank.'''
-    rows = []
-    for line in text.splitlines():
-        words = line.split()
-        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
-        if len(words) >= 13 and words[0].isdigit() and words[1].isdigit():
-            rows.append({'bytes': int(words[0]), 'time_us': float(words[5]), 'algbw_gbs': float(words[6]),
-                         'busbw_gbs': float(words[7]), 'wrong': words[8], 'wrong_inplace': words[12]})
-    hosts = dict((int(rank), host) for rank, host in _CCL_TESTS_RANK.findall(text))
-    return rows, [hosts[rank] for rank in sorted(hosts)]
-
-
-def parse_osu(text):
-    '''OSU micro-benchmark output -> rows (bytes, value): the first number after the size is latency
-    (us) or bandwidth (MB/s) depending on the benchmark; header and comment lines start with #.'''
-    rows = []
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0].isdigit():
-            try:
-                rows.append({'bytes': int(words[0]), 'value': float(words[1])})
-            except ValueError:
-                continue
-    return rows

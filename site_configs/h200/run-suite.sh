@@ -8,7 +8,8 @@
 # every transport (ccl, d2d, d2d-kernel, staging; GPU-aware mpi must answer "unsupported"), the pair
 # matrix of each transport, host<->device copies, and nccl-tests all_reduce_perf as the reference
 # ($NCCL_TESTS_DIR, default third_party/nccl-tests/build; skipped with the reason if it is not there).
-# --tags REGEX selects other tests (`characterize`: the full sweeps, much longer; `.` everything).
+# --tags REGEX selects other tests (`characterize`: the full sweeps, much longer; `gpu_aware_mpi`: the mpi
+# transport's point-to-point ops through a CUDA-built UCX, env.sh's COMMCAMP_UCX_CUDA; `.` everything).
 # --list only lists the selected test cases, --dry-run also writes their job scripts (nothing runs).
 #
 # ReFrame comes from the Python environment: `reframe` must be importable by python3 (the lead's wheel
@@ -43,8 +44,9 @@ export RFM_ENABLE_RESULTS_STORAGE=0
 
 out=$(mkdir -p "$1" && cd "$1" && pwd) || { echo "run-suite.sh: cannot create $1" >&2; exit 2; }
 rfm() { python3 -c 'import sys; from reframe.frontend.cli import main; sys.argv[0] = "reframe"; main()' "$@"; }
-if ! python3 -c 'import reframe, jsonschema, yaml' 2>"$out/import-error.txt"; then
-    echo "run-suite.sh: python3 cannot import reframe, jsonschema and yaml (install the wheels, set PYTHONPATH):" >&2
+if ! python3 -c 'import reframe, jsonschema, yaml, pydantic, packaging' 2>"$out/import-error.txt"; then
+    echo "run-suite.sh: python3 cannot import reframe, jsonschema, yaml, pydantic and packaging (the checks" \
+         "validate knobs with tuners/catalog.py; install the wheels, set PYTHONPATH):" >&2
     cat "$out/import-error.txt" >&2
     exit 2
 fi
@@ -77,7 +79,7 @@ start=$SECONDS
 # 10 samples after 2 warm-up ones per size: the settings of the GPU acceptance run the references come from
 # (results/reference/h200x4/run1); it keeps the suite within its few minutes.
 TMPDIR=$out rfm -c reframe_checks -t "$tags" -S iters=10 -S warmup=2 --prefix "$out/rfm" \
-    --report-file "$out/report.json" --nocolor "${action[@]}" 2>&1 | tee "$out/reframe.out"
+    --perflogdir "$out/rfm/perflogs" --report-file "$out/report.json" --nocolor "${action[@]}" 2>&1 | tee "$out/reframe.out"
 rc=${PIPESTATUS[0]}
 echo "== reframe exit status $rc after $((SECONDS - start)) s" | tee -a "$out/reframe.out"
 

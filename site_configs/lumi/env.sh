@@ -4,4 +4,8 @@
 if [ -z "${SBATCH_ACCOUNT:-}" ]; then echo "env.sh: set SBATCH_ACCOUNT to the project that pays for the jobs" >&2; fi
 _commcamp_site=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export RFM_CONFIG_FILES="$_commcamp_site/reframe_config.py"
+# ReFrame's results storage (`reframe --list-stored-sessions`, `--performance-compare`) in the
+# workspace, not ~/.reframe: $COMMCAMP_HOME/reframe/results.db (a checkout: results/, git-ignored) unless set already.
+export RFM_ENABLE_RESULTS_STORAGE=1
+export RFM_SQLITE_DB_FILE="${RFM_SQLITE_DB_FILE:-${COMMCAMP_HOME:-$(cd "$_commcamp_site/../.." && pwd)/results}/reframe/results.db}"
 unset _commcamp_site

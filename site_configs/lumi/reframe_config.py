@@ -1,8 +1,12 @@
 """ReFrame configuration of site 'lumi': LUMI-G, not verified on the machine (usage: site.yaml). Data: site.yaml beside this file."""
+import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# reframe_site.py is in $COMMCAMP_DATA/site_configs (commcamp sets it; so does env.sh of a site kept outside
+# commcamp's examples), else beside this site's directory.
+sys.path.insert(0, os.path.join(os.environ["COMMCAMP_DATA"], "site_configs") if os.environ.get("COMMCAMP_DATA")
+                else str(Path(__file__).resolve().parents[1]))
 from reframe_site import site_configuration_for  # noqa: E402
 
 site_configuration = site_configuration_for(__file__)

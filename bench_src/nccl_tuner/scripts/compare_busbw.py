@@ -37,24 +37,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# nccl-tests 2.x data row: size count type redop root, then time algbw busbw #wrong for out-of-place
-# and again for in-place (src/util.cu writeBenchmarkLinePreamble/writeBenchmarkLineBody).
-ROW_FIELDS = 13
+try:  # the one nccl-tests parser (standard library only, like this script)
+    from campaigns.formats import nccl_tests
+except ImportError:  # run from a checkout without commcamp installed (the GPU machine)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from campaigns.formats import nccl_tests
+
 PLUGIN_LOADED = re.compile(r"TUNER/Plugin: Using (\S+) \((v\d+)\)")
 RULES_LOADED = re.compile(r"TUNER/commcamp: (\d+) rules from .* \((\d+) bad lines skipped\)")
 NCCL_LIBRARY = re.compile(r"nccl-library=(\d+)")
 CASE3_FROM = 128 << 20  # case 3's rule: 4 channels from 128 MiB up
 NOISE_FLOOR = float(os.environ.get("NOISE_FLOOR", "0.03"))
-
-
-@dataclass
-class Row:
-    size: int
-    time_oop_us: float
-    busbw_oop: float
-    wrong_oop: int | None
-    busbw_ip: float
-    wrong_ip: int | None
 
 
 @dataclass
@@ -66,7 +59,7 @@ class Run:
     exit_status: int
     config: str | None
     description: str
-    rows: list[Row] = field(default_factory=list)
+    rows: list[nccl_tests.Row] = field(default_factory=list)
     plugin: str | None = None  # e.g. "commcamp (v5)"
     nccl_library: str | None = None
     rules_loaded: int | None = None
@@ -90,26 +83,16 @@ class Case:
         by_size: dict[int, list[float]] = {}
         for run in self.runs:
             for row in run.rows:
-                by_size.setdefault(row.size, []).append(row.time_oop_us)
+                by_size.setdefault(row.size, []).append(row.out_of_place.time_us)
         return by_size
 
 
-def parse_wrong(text: str) -> int | None:
-    return None if text == "N/A" else int(float(text))
-
-
-def parse_rows(text: str) -> list[Row]:
-    rows = []
-    for line in text.splitlines():
-        tokens = line.split()
-        if len(tokens) < ROW_FIELDS or line.lstrip().startswith("#") or not tokens[0].isdigit():
-            continue
-        try:
-            rows.append(Row(int(tokens[0]), float(tokens[5]), float(tokens[7]), parse_wrong(tokens[8]),
-                            float(tokens[11]), parse_wrong(tokens[12])))
-        except ValueError:
-            continue  # a log line that happens to start with a number
-    return rows
+def parse_rows(text: str) -> list[nccl_tests.Row]:
+    """The size table of one nccl-tests output; [] when it has none (a crash: check_runs says so)."""
+    try:
+        return [row for row in nccl_tests.parse_text(text).rows if row.out_of_place and row.in_place]
+    except nccl_tests.NcclTestsError:
+        return []
 
 
 def read_debug_logs(outdir: Path, run: Run) -> None:
@@ -165,7 +148,7 @@ def check_runs(case: Case, expected_rows: int) -> None:
             case.problems.append(where + "no result rows")
         elif len(run.rows) != expected_rows:
             case.problems.append(where + f"{len(run.rows)} result rows, other runs have {expected_rows}")
-        wrong = sum((r.wrong_oop or 0) + (r.wrong_ip or 0) for r in run.rows)
+        wrong = sum((r.out_of_place.wrong or 0) + (r.in_place.wrong or 0) for r in run.rows)
         if wrong:
             case.problems.append(where + f"{wrong} wrong elements")
         uses_commcamp = run.plugin is not None and run.plugin.startswith("commcamp ")
@@ -239,9 +222,10 @@ def comparison_csv(cases: list[Case]) -> str:
         for run in case.runs:
             for r in run.rows:
                 ratio, band, verdict = case.verdicts.get(r.size, (None, None, ""))
-                lines.append([case.name, run.round, r.size, r.time_oop_us, r.busbw_oop,
-                              "" if r.wrong_oop is None else r.wrong_oop, r.busbw_ip,
-                              "" if r.wrong_ip is None else r.wrong_ip, case.reference or "",
+                oop, ip = r.out_of_place, r.in_place
+                lines.append([case.name, run.round, r.size, oop.time_us, oop.busbw_gbs,
+                              "" if oop.wrong is None else oop.wrong, ip.busbw_gbs,
+                              "" if ip.wrong is None else ip.wrong, case.reference or "",
                               "" if ratio is None else f"{ratio:.4f}", "" if band is None else f"{band:.4f}",
                               verdict, "" if not verdict else int(r.size != case.warmup_size)])
     buffer = io.StringIO(newline="")

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "commcamp_tuner_api.h"
+#include "commcamp_tuner_control.h"
 
 /* ---- checks ---- */
 
@@ -109,7 +110,7 @@ static cc_nccl_result_t api_init(const struct api* api, size_t n_ranks, size_t n
       return ((const cc_nccl_tuner_v4_t*)api->symbol)->init(n_ranks, n_nodes, log, ctx);
     case 5:
       return ((const cc_nccl_tuner_v5_t*)api->symbol)->init(ctx, 0x1234, n_ranks, n_nodes, log, NULL, NULL);
-    default:
+    default: /* v6 and v7 share the function table */
       return ((const cc_nccl_tuner_v6_t*)api->symbol)->init(ctx, 0x1234, n_ranks, n_nodes, log, NULL, NULL);
   }
 }
@@ -160,8 +161,8 @@ struct call {
 /* A plain call: one op, unregistered buffers, NCCL 2.23+ table size. */
 static struct call plain(int coll, size_t bytes) { return (struct call){coll, bytes, 1, 0, CC_NCCL_NUM_ALGORITHMS}; }
 
-static const char* const algo_names[] = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
-static const char* const proto_names[] = {"ll", "ll128", "simple"};
+static const char* const algo_names[] = COMMCAMP_TUNER_ALGORITHM_NAMES;
+static const char* const proto_names[] = COMMCAMP_TUNER_PROTOCOL_NAMES;
 
 /*
  * Calls getCollInfo of a table-based version (v3..v6) on `table` and checks that exactly the entry
@@ -560,6 +561,65 @@ static void test_threads(const struct api* api) {
   for (int t = 0; t < 4; t++) pthread_join(threads[t], NULL);
 }
 
+/* ---- the control path (commcamp_tuner_control.h), found the way commbench finds it ---- */
+
+static void expect_stats(const struct commcamp_tuner_control* control, const char* what, unsigned long long applied,
+                         unsigned long long unavailable) {
+  unsigned long long a = 99, u = 99;
+  CHECK(control->stats(&a, &u) == 0 && a == applied && u == unavailable,
+        "%s: stats applied=%llu unavailable=%llu, expected %llu %llu", what, a, u, applied, unavailable);
+}
+
+/* Forcing beats the config rules, applies (algorithm, protocol, channels) where NCCL left the entry
+ * enabled, counts the calls where it did not (table and channels then untouched), and ends. */
+static void test_force(const struct api* api, const struct commcamp_tuner_control* control) {
+  use_config("a.csv", "allreduce,0,-1,tree,simple,2,-1,-1\n");
+  void* ctx = NULL;
+  CHECK(api_init(api, 4, 1, fake_logger, &ctx) == CC_NCCL_SUCCESS, "v%d force: init", api->version);
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_PROTO_SIMPLE, 8) == 0, "force ring/simple/8 refused");
+  expect_call(api, ctx, "forced ring/simple/8", plain(CC_NCCL_FUNC_ALLREDUCE, 1 << 20), CC_NCCL_ALGO_RING,
+              CC_NCCL_PROTO_SIMPLE, 0, 8);
+  expect_call(api, ctx, "forced, other collective", plain(CC_NCCL_FUNC_ALLGATHER, 64), CC_NCCL_ALGO_RING,
+              CC_NCCL_PROTO_SIMPLE, 0, 8);
+  expect_stats(control, "after 2 applied calls", 2, 0);
+  CHECK(control->force(CC_NCCL_ALGO_NVLS, CC_NCCL_PROTO_SIMPLE, -1) == 0, "force nvls/simple refused");
+  expect_call(api, ctx, "forced nvls, disabled by NCCL", plain(CC_NCCL_FUNC_ALLREDUCE, 1 << 20), -1, -1, 0, 0);
+  expect_stats(control, "forced nvls: counters reset, 1 unavailable", 0, 1);
+  CHECK(count_messages(CC_NCCL_LOG_INFO, "is disabled by NCCL") >= 1, "v%d: unavailable forced choice not logged",
+        api->version);
+  CHECK(control->force(CC_NCCL_ALGO_TREE, CC_NCCL_PROTO_LL, -1) == 0, "force tree/ll refused");
+  expect_call(api, ctx, "forced tree/ll, NCCL's channels", plain(CC_NCCL_FUNC_ALLREDUCE, 64), CC_NCCL_ALGO_TREE,
+              CC_NCCL_PROTO_LL, 0, 0);
+  CHECK(control->force(-1, 0, 0) == 0, "ending the forcing refused");
+  expect_call(api, ctx, "forcing ended: the rule again", plain(CC_NCCL_FUNC_ALLREDUCE, 64), CC_NCCL_ALGO_TREE,
+              CC_NCCL_PROTO_SIMPLE, 0, 2);
+  CHECK(api_destroy(api, ctx) == CC_NCCL_SUCCESS, "v%d force: destroy", api->version);
+}
+
+/* v2 has no table: a forced choice outside ring/tree with ll/simple is unavailable, never returned. */
+static void test_force_v2(const struct api* api, const struct commcamp_tuner_control* control) {
+  use_config("empty.csv", "");
+  void* ctx = NULL;
+  CHECK(api_init(api, 4, 1, fake_logger, &ctx) == CC_NCCL_SUCCESS, "v2 force: init");
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_PROTO_LL, 4) == 0, "force ring/ll/4 refused");
+  expect_v2_call(api, ctx, "forced ring/ll/4", plain(CC_NCCL_FUNC_ALLREDUCE, 64), CC_NCCL_ALGO_RING, CC_NCCL_PROTO_LL,
+                 4);
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_PROTO_LL128, -1) == 0, "force ring/ll128 refused");
+  expect_v2_call(api, ctx, "forced ring/ll128 (not selectable by v2)", plain(CC_NCCL_FUNC_ALLREDUCE, 64),
+                 CC_NCCL_ALGO_UNDEF, CC_NCCL_PROTO_UNDEF, 0);
+  expect_stats(control, "v2 ll128", 0, 1);
+  control->force(-1, 0, 0);
+  CHECK(api_destroy(api, ctx) == CC_NCCL_SUCCESS, "v2 force: destroy");
+}
+
+static void test_force_arguments(const struct commcamp_tuner_control* control) {
+  CHECK(control->force(CC_NCCL_NUM_ALGORITHMS, CC_NCCL_PROTO_LL, -1) == -1, "algorithm out of range accepted");
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_NUM_PROTOCOLS, -1) == -1, "protocol out of range accepted");
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_PROTO_LL, 0) == -1, "0 channels accepted");
+  CHECK(control->force(CC_NCCL_ALGO_RING, CC_NCCL_PROTO_LL, CC_NCCL_MAX_CHANNELS + 1) == -1, "65 channels accepted");
+  CHECK(control->stats(NULL, NULL) == -1, "stats without outputs accepted");
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s PATH/TO/libnccl-tuner-commcamp.so\n", argv[0]);
@@ -577,8 +637,8 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  struct api apis[5];
-  for (int v = 2; v <= 6; v++) {
+  struct api apis[6];
+  for (int v = 2; v <= 7; v++) {
     char symbol[32];
     snprintf(symbol, sizeof symbol, "ncclTunerPlugin_v%d", v);
     apis[v - 2] = (struct api){v, dlsym(lib, symbol)};
@@ -589,9 +649,10 @@ int main(int argc, char** argv) {
   CHECK(dlsym(lib, "ncclTunerPlugin_v1") == NULL, "v1 must not be exported (it has no context)");
   CHECK(dlsym(lib, "cc_config_parse") == NULL && dlsym(lib, "cc_logf") == NULL, "internal symbols are visible");
   CHECK(((const cc_nccl_tuner_v6_t*)apis[4].symbol)->getChunkSize == NULL, "v6 getChunkSize must be NULL");
+  CHECK(((const cc_nccl_tuner_v7_t*)apis[5].symbol)->getChunkSize == NULL, "v7 getChunkSize must be NULL");
 
   test_v2(&apis[0]);
-  for (int i = 1; i < 5; i++) {
+  for (int i = 1; i < 6; i++) {
     test_bad_lines_reported(&apis[i]);
     test_one_node_four_ranks(&apis[i]);
     test_two_nodes_eight_ranks(&apis[i]);
@@ -602,6 +663,18 @@ int main(int argc, char** argv) {
   test_contexts_independent(&apis[3]);
   test_bad_arguments(&apis[3]);
   test_threads(&apis[3]);
+
+  struct commcamp_tuner_control control;
+  char why[600];
+  CHECK(commcamp_tuner_control_find("no-such-plugin", &control, why, sizeof why) == -1 && strstr(why, "no tuner plugin"),
+        "a plugin that is not loaded was found: %s", why);
+  CHECK(commcamp_tuner_control_find(argv[1], &control, why, sizeof why) == 0, "control path: %s", why);
+  if (control.lib != NULL) {
+    test_force_arguments(&control);
+    test_force_v2(&apis[0], &control);
+    for (int i = 1; i < 6; i++) test_force(&apis[i], &control);
+    commcamp_tuner_control_release(&control);
+  }
 
   const char* files[] = {"a.csv", "b.csv", "empty.csv", "big.csv", "fifo.csv"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {

@@ -159,12 +159,31 @@ static int gpu_count_wrong(enum cb_space space, const float *buf, const struct c
     return CB_OK;
 }
 
+/* Whether this process's work on the device goes through MPS (CUDA >= 12.3 can tell). */
+static int mps_client(void)
+{
+#if !defined(COMMBENCH_HIP) && CUDART_VERSION >= 12030
+    int on = 0;
+    if (cudaDeviceGetAttribute(&on, cudaDevAttrMpsEnabled, device) == cudaSuccess)
+        return on != 0;
+#endif
+    return -1;
+}
+
 static void gpu_describe(struct cb_device_info *out)
 {
     gpu_device_prop prop;
     out->index = device;
-    if (GPU(GetDeviceProperties)(&prop, device) == GPU(Success))
+    out->mps = mps_client();
+    if (GPU(GetDeviceProperties)(&prop, device) == GPU(Success)) {
         snprintf(out->name, sizeof out->name, "%s", prop.name);
+#if !defined(COMMBENCH_HIP)
+        const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+        snprintf(out->uuid, sizeof out->uuid,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+                 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+#endif
+    }
     if (GPU(DeviceGetPCIBusId)(out->pci_bus_id, (int)sizeof out->pci_bus_id, device) != GPU(Success))
         out->pci_bus_id[0] = '\0';
 }

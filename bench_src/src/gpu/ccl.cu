@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gpu.h"
 
@@ -24,11 +25,15 @@
 #include <nccl.h>
 #endif
 
+#include "../../nccl_tuner/commcamp_tuner_control.h"
+
 struct ccl_state {
     const struct cb_ctx *ctx;
     ncclComm_t comm;
     float *send, *recv;
     int *every_rank; /* 0 .. nranks-1, the peers of alltoall (allocated once, not per operation) */
+    struct commcamp_tuner_control tuner; /* --selections: commcamp's plugin as NCCL loaded it */
+    int forced;                          /* a forced selection is in effect */
 };
 
 static int ccl_ok(ncclResult_t r, const char *what)
@@ -68,6 +73,14 @@ static int ccl_complete(void *state)
 
 static int ccl_open(const struct cb_ctx *ctx, void **state)
 {
+    /* ncclCommInitRank answers only "invalid usage" when two ranks share a GPU; say why first. */
+    int sharing = cb_max_ranks_per_gpu(ctx);
+    if (sharing > 1) {
+        cb_errorf(CCL_NAME " needs one GPU per rank, and here up to %d ranks share one GPU (the records' "
+                  "gpu_sharing)",
+                  sharing);
+        return CB_UNSUPPORTED;
+    }
     struct ccl_state *st = (struct ccl_state *)calloc(1, sizeof *st);
     char msg[CB_TEXT_MAX] = "";
     ncclUniqueId id;
@@ -105,6 +118,10 @@ static int ccl_open(const struct cb_ctx *ctx, void **state)
 static void ccl_close(void *state)
 {
     struct ccl_state *st = (struct ccl_state *)state;
+    if (st->tuner.lib) {
+        st->tuner.force(-1, 0, 0);
+        commcamp_tuner_control_release(&st->tuner);
+    }
     ncclCommDestroy(st->comm);
     free(st->every_rank);
     free(st);
@@ -207,6 +224,88 @@ static int ccl_bcast(void *state, size_t count, int root)
     });
 }
 
+/* ---- Selection sweep through commcamp's tuner plugin (commcamp_tuner_control.h) ---- */
+
+/* Channel counts swept for every (algorithm, protocol) besides NCCL's own count. */
+static const int swept_channels[] = {1, 2, 4, 8, 16, 32};
+
+/* Every algorithm x protocol x (NCCL's channels, swept_channels), own first: NCCL disables what
+ * does not apply to a call (collective, topology, size), which the sweep records as unavailable. */
+static int ccl_selections(void *state, const struct cb_op *op, struct cb_selection *out, int max)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    static const char *const algorithms[] = COMMCAMP_TUNER_ALGORITHM_NAMES;
+    static const char *const protocols[] = COMMCAMP_TUNER_PROTOCOL_NAMES;
+    const int nalgo = (int)(sizeof algorithms / sizeof algorithms[0]), nproto = (int)(sizeof protocols / sizeof protocols[0]);
+    const int nchan = (int)(sizeof swept_channels / sizeof swept_channels[0]);
+    char why[CB_TEXT_MAX];
+    if (op->needs == CB_CAP_ALLTOALL) {
+        cb_errorf(CCL_NAME "'s alltoall is grouped send/recv: no algorithm or protocol to select");
+        return 0;
+    }
+    if (!st->tuner.lib && commcamp_tuner_control_find(getenv("NCCL_TUNER_PLUGIN"), &st->tuner, why, sizeof why)) {
+        cb_errorf("%s; set NCCL_TUNER_PLUGIN to commcamp's libnccl-tuner-commcamp.so", why);
+        return 0;
+    }
+    int n = 0;
+    memset(&out[n], 0, sizeof out[n]);
+    snprintf(out[n].name, sizeof out[n].name, "own");
+    out[n].mechanism = CB_MECH_PLUGIN;
+    out[n].value = out[n].algorithm = out[n].protocol = out[n].channels = -1;
+    n++;
+    for (int a = 0; a < nalgo; a++)
+        for (int p = 0; p < nproto; p++)
+            for (int c = -1; c < nchan && n < max; c++, n++) {
+                struct cb_selection *sel = &out[n];
+                memset(sel, 0, sizeof *sel);
+                sel->mechanism = CB_MECH_PLUGIN;
+                sel->value = -1;
+                sel->algorithm = a;
+                sel->protocol = p;
+                sel->channels = c < 0 ? -1 : swept_channels[c];
+                if (c < 0)
+                    snprintf(sel->name, sizeof sel->name, "%s/%s", algorithms[a], protocols[p]);
+                else
+                    snprintf(sel->name, sizeof sel->name, "%s/%s/%d", algorithms[a], protocols[p], sel->channels);
+            }
+    return n;
+}
+
+static int ccl_select(void *state, const struct cb_op *op, const struct cb_selection *sel)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    (void)op;
+    if (!st->tuner.lib)
+        return CB_OK;
+    st->forced = sel && sel->algorithm >= 0;
+    if (st->tuner.force(st->forced ? sel->algorithm : -1, st->forced ? sel->protocol : 0,
+                        st->forced ? sel->channels : 0) != 0) {
+        cb_errorf("commcampTunerForce refused %s", sel->name);
+        return CB_ERROR;
+    }
+    return CB_OK;
+}
+
+/* The plugin counts every call it was asked about since select. */
+static int ccl_refused(void *state)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    unsigned long long applied = 0, unavailable = 0;
+    if (!st->forced)
+        return CB_OK;
+    st->tuner.stats(&applied, &unavailable);
+    if (unavailable > 0) {
+        cb_errorf(CCL_NAME " had the forced choice disabled for %llu of %llu calls (they ran " CCL_NAME "'s own)",
+                  unavailable, applied + unavailable);
+        return CB_UNSUPPORTED;
+    }
+    if (applied == 0) {
+        cb_errorf(CCL_NAME " never asked the tuner plugin about these calls");
+        return CB_UNSUPPORTED;
+    }
+    return CB_OK;
+}
+
 const char *cb_ccl_version(void)
 {
     static char text[32];
@@ -242,6 +341,10 @@ const struct cb_transport cb_transport_ccl = {
     .bcast = ccl_bcast,
     .copy = NULL,
     .complete = ccl_complete,
+    .selections = ccl_selections,
+    .select = ccl_select,
+    .refused = ccl_refused,
+    .usable_caps = NULL,
 };
 #endif
 
@@ -283,6 +386,10 @@ const struct cb_transport cb_transport_ccl = {
     .bcast = NULL,
     .copy = NULL,
     .complete = NULL,
+    .selections = NULL,
+    .select = NULL,
+    .refused = NULL,
+    .usable_caps = NULL,
 };
 #endif
 

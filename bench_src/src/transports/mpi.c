@@ -4,8 +4,8 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
 #endif
@@ -22,6 +22,13 @@ static int fits(size_t count)
     cb_errorf("%zu elements exceed MPI's int count", count);
     return 0;
 }
+
+/* The mpi transport's own state: the buffers first (the primitives see a struct cb_mpi_bufs),
+ * then why collectives cannot run on these buffers ("" when they can). */
+struct mpi_state {
+    struct cb_mpi_bufs bufs;
+    char no_collectives[CB_TEXT_MAX];
+};
 
 /* 1: GPU-aware, 0: not, -1: this MPI cannot tell. */
 static int gpu_aware(unsigned backend)
@@ -48,8 +55,8 @@ static int gpu_aware(unsigned backend)
 static int mpi_open(const struct cb_ctx *ctx, void **state)
 {
     unsigned backend = cb_backend_bit();
-    if (backend != CB_ON_CPU && !ctx->args->assume_gpu_aware_mpi) {
-        int aware = gpu_aware(backend);
+    int aware = backend == CB_ON_CPU ? 1 : gpu_aware(backend);
+    if (!ctx->args->assume_gpu_aware_mpi) {
         if (aware == 0) {
             cb_errorf("the MPI library is not GPU-aware for %s memory (its own query says so); "
                       "use transport staging for host-staged MPI",
@@ -63,16 +70,38 @@ static int mpi_open(const struct cb_ctx *ctx, void **state)
             return CB_UNSUPPORTED;
         }
     }
-    *state = calloc(1, sizeof(struct cb_mpi_bufs));
-    if (!*state) {
+    struct mpi_state *s = calloc(1, sizeof *s);
+    if (!s) {
         cb_errorf("out of memory");
         return CB_ERROR;
     }
+    /* The assumption covers what moves the bytes (e.g. a CUDA-built UCX under Open MPI's pml ucx);
+     * a library that says it is not built for GPU memory still copies and reduces collective
+     * buffers itself, on the host, which crashes on device pointers. */
+    if (aware == 0)
+        snprintf(s->no_collectives, sizeof s->no_collectives,
+                 "the MPI library's own query says it is not GPU-aware for %s memory (Open MPI: not built "
+                 "with it), so its collectives copy and reduce on the host and would crash on device "
+                 "buffers; --assume-gpu-aware-mpi covers point-to-point only (e.g. a GPU-built UCX under "
+                 "Open MPI's pml ucx moves device memory)",
+                 ctx->backend->name);
+    s->bufs.comm = MPI_COMM_WORLD;
+    *state = s;
     return CB_OK;
+}
+
+static unsigned mpi_usable_caps(void *state, char *why, size_t len)
+{
+    const struct mpi_state *s = state;
+    if (!s->no_collectives[0])
+        return cb_transport_mpi.caps;
+    snprintf(why, len, "%s", s->no_collectives);
+    return CB_CAP_P2P;
 }
 
 static void mpi_close(void *state)
 {
+    cb_mpi_select(state, NULL, NULL);
     free(state);
 }
 
@@ -86,7 +115,8 @@ static int mpi_attach(void *state, const struct cb_bufs *bufs)
 
 static void mpi_detach(void *state)
 {
-    memset(state, 0, sizeof(struct cb_mpi_bufs));
+    struct cb_mpi_bufs *b = state;
+    b->send = b->recv = NULL;
 }
 
 static int mpi_send(void *state, int peer, size_t count)
@@ -94,7 +124,7 @@ static int mpi_send(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD), "MPI_Send");
+    return cb_mpi_check(MPI_Send(b->send, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm), "MPI_Send");
 }
 
 static int mpi_recv(void *state, int peer, size_t count)
@@ -102,7 +132,7 @@ static int mpi_recv(void *state, int peer, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    return cb_mpi_check(MPI_Recv(b->recv, (int)count, MPI_FLOAT, peer, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Recv");
 }
 
@@ -112,7 +142,7 @@ static int mpi_exchange(void *state, int to, int from, size_t count)
     if (!fits(count))
         return CB_ERROR;
     return cb_mpi_check(MPI_Sendrecv(b->send, (int)count, MPI_FLOAT, to, CB_TAG_DATA, b->recv, (int)count, MPI_FLOAT,
-                                     from, CB_TAG_DATA, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                                     from, CB_TAG_DATA, b->comm, MPI_STATUS_IGNORE),
                         "MPI_Sendrecv");
 }
 
@@ -121,7 +151,7 @@ static int mpi_allreduce(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allreduce(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Allreduce");
 }
 
@@ -130,7 +160,7 @@ static int mpi_alltoall(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Alltoall(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Alltoall");
 }
 
@@ -139,7 +169,7 @@ static int mpi_allgather(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Allgather(b->send, (int)count, MPI_FLOAT, b->recv, (int)count, MPI_FLOAT, b->comm),
                         "MPI_Allgather");
 }
 
@@ -148,7 +178,7 @@ static int mpi_reduce_scatter(void *state, size_t count)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    return cb_mpi_check(MPI_Reduce_scatter_block(b->send, b->recv, (int)count, MPI_FLOAT, MPI_SUM, b->comm),
                         "MPI_Reduce_scatter_block");
 }
 
@@ -157,7 +187,7 @@ static int mpi_bcast(void *state, size_t count, int root)
     struct cb_mpi_bufs *b = state;
     if (!fits(count))
         return CB_ERROR;
-    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, MPI_COMM_WORLD), "MPI_Bcast");
+    return cb_mpi_check(MPI_Bcast(b->recv, (int)count, MPI_FLOAT, root, b->comm), "MPI_Bcast");
 }
 
 const struct cb_transport cb_transport_mpi = {
@@ -177,4 +207,7 @@ const struct cb_transport cb_transport_mpi = {
     .allgather = mpi_allgather,
     .reduce_scatter = mpi_reduce_scatter,
     .bcast = mpi_bcast,
+    .selections = cb_mpi_selections,
+    .select = cb_mpi_select,
+    .usable_caps = mpi_usable_caps,
 };

@@ -20,6 +20,7 @@ static int staging_open(const struct cb_ctx *ctx, void **state)
         return CB_ERROR;
     }
     st->ctx = ctx;
+    st->host.comm = MPI_COMM_WORLD;
     *state = st;
     return CB_OK;
 }
@@ -37,7 +38,7 @@ static void staging_detach(void *state)
         b->release(CB_HOST_PINNED, st->host.send);
     if (st->host.recv)
         b->release(CB_HOST_PINNED, st->host.recv);
-    memset(&st->host, 0, sizeof st->host);
+    st->host.send = st->host.recv = NULL;
 }
 
 static int staging_attach(void *state, const struct cb_bufs *bufs)

@@ -1,0 +1,12 @@
+"""One parser per format that commcamp reads.
+
+- `nccl_tests`: nccl-tests / rccl-tests text output and nccl-tests JSON (`-J`, JSON_FILE_VERSION 3,
+  per-iteration data with `-I`).
+- `osu`: OSU micro-benchmark text output (osu_latency, osu_bw, osu_bibw, the collectives, osu_xccl_*).
+- `foreign`: turns either into commbench-schema records (with a `source` field naming the benchmark), so
+  the store, health, report and export treat them like commbench's own.
+- commbench JSON Lines: `campaigns.records`; YAML: `campaigns.yamlio`.
+
+The parsers use the standard library only: scripts that run on a GPU machine without commcamp's
+dependencies (bench_src/scripts, bench_src/nccl_tuner/scripts) import them too.
+"""

@@ -1,0 +1,178 @@
+"""nccl-tests (and rccl-tests, same output) parsed from its text table or its JSON file.
+
+Text: the header ("# nccl-tests version 2.19.6 ...", "# nThread 1 nGpus 1 ... iters: 20 ..."), the
+"#  Rank  0 Group  0 Pid 5108 on vm device 0 [0000:00:06] NVIDIA H200" lines and one row per size:
+size count type redop root | out-of-place time algbw busbw #wrong | in-place time algbw busbw #wrong
+[| with -I each placement is followed by i_min i_max i_p99 i_cv%]. Other lines (NCCL or MPI messages) are skipped.
+JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): config (with the devices), results with
+out_of_place / in_place and, with `-I 1`, *_per_iter (times_us and per_process_max_times_us).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+JSON_FILE_VERSION = 3
+
+# nccl-tests binary -> commbench op name (the vocabulary the store, health and report use)
+OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "alltoall": "alltoall", "sendrecv": "sendrecv",
+       "broadcast": "bcast", "reduce_scatter": "reduce_scatter", "reduce": "reduce", "gather": "gather",
+       "scatter": "scatter", "hypercube": "hypercube", "alltoallv": "alltoallv"}
+
+
+class NcclTestsError(ValueError):
+    """The input is not nccl-tests output (the message says where)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Out-of-place or in-place result of one size."""
+
+    time_us: float
+    algbw_gbs: float
+    busbw_gbs: float
+    wrong: int | None  # None: not checked ("N/A")
+    times_us: tuple[float, ...] = ()  # per iteration (JSON with -I): max over processes
+    per_process_us: tuple[tuple[float, ...], ...] = ()  # per process, per iteration (JSON with -I)
+
+
+@dataclass(frozen=True)
+class Row:
+    size: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    out_of_place: Placement | None
+    in_place: Placement | None
+
+
+@dataclass
+class Run:
+    """One nccl-tests output: header facts, the ranks' hosts and devices, the rows in size order."""
+
+    version: str = ""  # "2.19.6"
+    nccl_version: str = ""  # "22803" (text: nccl-library) or the integer NCCL_VERSION_CODE (JSON)
+    op: str = ""  # commbench's name, from the binary ("all_reduce_perf" -> "allreduce")
+    iters: int | None = None
+    warmup: int | None = None
+    params: str = ""
+    hosts: list[str] = field(default_factory=list)  # by rank
+    devices: list[str] = field(default_factory=list)  # by rank, as printed
+    rows: list[Row] = field(default_factory=list)
+
+
+def op_of(program: str) -> str:
+    """'./build/all_reduce_perf' or 'all_reduce_perf_mpi' -> 'allreduce'."""
+    name = re.sub(r"_perf(_mpi)?$", "", os.path.basename(program))
+    if name not in OPS:
+        raise NcclTestsError(f"{program!r} is not an nccl-tests benchmark ({', '.join(sorted(OPS))})")
+    return OPS[name]
+
+
+_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(.*)$")
+_VERSION = re.compile(r"^# nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
+_TEST = re.compile(r"^# Collective test starting: (\S+)")
+_ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
+# Columns of one placement: time algbw busbw #wrong, then with -I i_min i_max i_p99 i_cv%.
+_PLACEMENT_COLUMNS, _PER_ITER_COLUMNS = 4, 8
+
+
+def _wrong(text: str | float | None, where: str) -> int | None:
+    if text is None or text == "N/A":
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        raise NcclTestsError(f"{where}: #wrong {text!r} is not a number") from None
+
+
+def parse_text(text: str, source: str = "nccl-tests output") -> Run:
+    """Parse nccl-tests stdout; a row that looks like a table row but does not parse is an error."""
+    run = Run()
+    per_iter = False
+    hosts: dict[int, str] = {}
+    devices: dict[int, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        where = f"{source}:{number}"
+        if line.startswith("#"):
+            if match := _VERSION.match(line):
+                run.version, run.nccl_version = match.group(1), match.group(2) or ""
+            elif match := _TEST.match(line):
+                run.op = op_of(match.group(1))
+            elif line.startswith("# Per-Iteration Report"):
+                per_iter = True  # -I: each placement has four more columns
+            elif line.startswith("# nThread"):
+                run.params = line[2:].strip()
+                if match := _ITERS.search(line):
+                    run.warmup, run.iters = int(match.group(1)), int(match.group(2))
+            elif match := _RANK.match(line):
+                rank = int(match.group(1))
+                hosts[rank], devices[rank] = match.group(2), " ".join(match.group(3).split())
+            continue
+        words = line.split()
+        if len(words) < 5 + _PLACEMENT_COLUMNS or not (words[0].isdigit() and words[1].isdigit()):
+            continue
+        width = _PER_ITER_COLUMNS if per_iter else _PLACEMENT_COLUMNS
+        groups = [words[start:start + _PLACEMENT_COLUMNS] for start in range(5, len(words) - width + 1, width)]
+        try:
+            root = int(words[4])
+            placements = [Placement(float(t), float(a), float(b), _wrong(w, where)) for t, a, b, w in groups[:2]]
+        except ValueError as exc:
+            raise NcclTestsError(f"{where}: not an nccl-tests row: {line.strip()!r} ({exc})") from None
+        # a row with one result is in-place only (nccl-tests leaves out-of-place blank in trace replay)
+        out_of_place, in_place = (placements[0], placements[1]) if len(placements) == 2 else (None, placements[0])
+        run.rows.append(Row(int(words[0]), int(words[1]), words[2], words[3], root, out_of_place, in_place))
+    if not run.rows:
+        raise NcclTestsError(f"{source}: no nccl-tests result rows")
+    run.hosts = [hosts[rank] for rank in sorted(hosts)]
+    run.devices = [devices[rank] for rank in sorted(devices)]
+    return run
+
+
+def _placement(data: dict[str, Any] | None, per_iter: dict[str, Any] | None, where: str) -> Placement | None:
+    if data is None:
+        return None
+    time = data.get("time", data.get("cpu_time"))
+    try:
+        return Placement(float(time), float(data["alg_bw"]), float(data["bus_bw"]), _wrong(data.get("nwrong"), where),
+                         tuple(float(t) for t in (per_iter or {}).get("times_us", ())),
+                         tuple(tuple(float(t) for t in times)
+                               for times in (per_iter or {}).get("per_process_max_times_us", ())))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NcclTestsError(f"{where}: {exc!r} in {sorted(data)}") from None
+
+
+def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
+    """Parse an nccl-tests `-J` file (JSON_FILE_VERSION 3)."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise NcclTestsError(f"{source}: not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("version") != JSON_FILE_VERSION:
+        found = document.get("version") if isinstance(document, dict) else type(document).__name__
+        raise NcclTestsError(f"{source}: version {found!r} is not nccl-tests JSON version {JSON_FILE_VERSION}")
+    args = document.get("args") or []
+    config = document.get("config") or {}
+    run = Run(op=op_of(args[0]) if args else "", nccl_version=str(document.get("nccl_version", "")),
+              iters=config.get("iterations"), warmup=config.get("warmup_iters"),
+              params=" ".join(args[1:]))
+    devices = config.get("devices") or document.get("devices") or []  # 2.19 writes them under config
+    for device in sorted(devices, key=lambda d: d.get("rank", 0)):
+        run.hosts.append(str(device.get("hostname", "")))
+        run.devices.append(f"{device.get('device')} [{device.get('device_hex', '')}] {device.get('device_info', '')}")
+    for index, result in enumerate(document.get("results") or []):
+        where = f"{source}: results[{index}]"
+        try:
+            run.rows.append(Row(int(result["size"]), int(result["count"]), str(result["type"]), str(result["redop"]),
+                                int(str(result["root"]).strip()),
+                                _placement(result.get("out_of_place"), result.get("out_of_place_per_iter"), where),
+                                _placement(result.get("in_place"), result.get("in_place_per_iter"), where)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise NcclTestsError(f"{where}: {exc!r}") from None
+    if not run.rows:
+        raise NcclTestsError(f"{source}: no results")
+    return run

@@ -1,8 +1,0 @@
-#!/bin/bash
-export NCCL_NVLS_ENABLE=0
-export TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export NVSHMEM_DISABLE_NVLS=1
-export CUDACXX=/usr/local/cuda/bin/nvcc
-export OMPI_ALLOW_RUN_AS_ROOT=1
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpirun -np 4 /tmp/suite/rfm/stage/h200/gpu/openmpi-cuda/commbench_build_d2e85b19/build/commbench --op pairmatrix --transport staging --sizes 8,1048576,268435456 --warmup 2 --iters 10 --batch 1 --timeout 120 --check --output commbench.jsonl

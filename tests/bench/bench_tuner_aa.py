@@ -1,0 +1,95 @@
+"""A/A benchmark of the tuner's finalization on the local Slurm cluster: how often it recommends a change
+when every candidate is the baseline itself.
+
+    .venv/bin/python tests/bench/bench_tuner_aa.py [--tunes 30] [--candidates 2] [--library openmpi|mpich]
+                                                   [--output results/bench/tuner_aa_localslurm.json]
+
+Each tune is one real finalization (tuners.finalize.finalize through campaigns.tuning.prepare: the launcher
+executor, srun per run, commbench allreduce between 2 nodes, 1 rank each) of an unplanted scope: the
+baseline is the site's defaults (localslurm pins nothing for these knobs) and every candidate's
+environment is identical to it (distinct only by the trial number it carries). Whatever finalization
+accepts is therefore a false change. Thresholds are the tuner's defaults (alpha 0.01, minimum effect 3 %,
+Holm over candidates x (overall + each size bucket)); sizes 64 KiB and 1 MiB, one bucket each.
+
+Reported: tunes, tunes with any change (overall or a bucket), that rate's Clopper-Pearson 95 % interval
+(tuners.bench_finalize.clopper_pearson), the rounds each tune ran, and per tune the closest comparison
+(smallest Holm-adjusted p) so the margin to a false change is visible.
+
+Without a running cluster in the environment (SLURM_CONF) the script starts one (fixtures_slurm), 3 nodes.
+Cost: rounds x (candidates + 1) commbench runs per tune (12 x 3 = 36 with the defaults), about 1 s each
+on the local cluster: 30 tunes take 20-30 minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common import REPO, slurm_cluster_env, write_result
+
+
+def spec_document(library: str, work: Path) -> dict[str, Any]:
+    return {"site": "localslurm", "system": "localslurm:debug", "environ": library, "library": library,
+            "op": "allreduce", "nodes": 2, "tasks_per_node": 1, "sizes": [65536, 1048576], "sizes_per_bucket": 1,
+            "iters": 20, "warmup": 2, "bench_timeout_s": 60, "time_limit_s": 120,
+            "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"] if library == "openmpi"
+            else ["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"],
+            "executor": "launcher", "launcher": ["srun"], "db": f"sqlite:///{work / 'study.db'}",
+            "publish_dir": None, "runs_dir": str(work / "runs")}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tunes", type=int, default=30)
+    parser.add_argument("--candidates", type=int, default=2, help="copies of the baseline per finalization")
+    parser.add_argument("--library", choices=["openmpi", "mpich"], default="openmpi")
+    parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
+    args = parser.parse_args(argv[1:])
+
+    from campaigns.tuning import TuningSpec, prepare, slurm_launcher
+    from tuners.bench_finalize import clopper_pearson
+    from tuners.finalize import Candidate, finalize
+
+    started = time.time()
+    tunes: list[dict[str, Any]] = []
+    with slurm_cluster_env() as env, tempfile.TemporaryDirectory() as scratch:
+        os.environ.update(env)  # srun and sinfo of the executor find this cluster
+        document = spec_document(args.library, Path(scratch))
+        # srun -N 2 -n 2 with the site's MPI plugin (a bare srun would start one singleton rank)
+        document["launcher"] = slurm_launcher(TuningSpec.model_validate(document), inside_allocation=False)
+        setup = prepare(TuningSpec.model_validate(document), environ=env, ingest=False)
+        baseline = setup.space.env_from_values({n: setup.catalog[n].default for n in setup.space.knob_names})
+        thresholds = setup.spec.finalize.thresholds()
+        for tune in range(args.tunes):
+            candidates = [Candidate(dict(baseline), trial_number=i + 1) for i in range(args.candidates)]
+            report = finalize(setup.evaluator, baseline, candidates, setup.buckets, thresholds=thresholds,
+                              needs_validation=setup.space.unsafe_changes, seed=tune)
+            changes = [d.name for d in report.decisions if d.change]
+            closest = report.overall.closest
+            tunes.append({"tune": tune, "rounds_run": report.rounds_run, "rounds_used": report.rounds_used,
+                          "changes": changes, "notes": list(report.notes),
+                          "closest": None if closest is None else {
+                              "gain": closest.gain, "p_adjusted": closest.p_adjusted, "ratios": closest.ratios}})
+            print(f"tune {tune + 1}/{args.tunes}: rounds {report.rounds_used}, changes {changes or 'none'}",
+                  flush=True)
+    false_changes = sum(bool(t["changes"]) for t in tunes)
+    write_result(args.output, argv, {
+        "what": "A/A: finalizations whose candidates are the baseline environment itself, on the local Slurm "
+                "cluster; every accepted change is a false change",
+        "library": args.library, "library_version": setup.versions.get(args.library), "spec": setup.spec.model_dump(
+            mode="json"), "baseline_env": baseline, "candidates_per_tune": args.candidates,
+        "alpha": thresholds.alpha, "min_effect": thresholds.min_effect,
+        "tunes": len(tunes), "tunes_with_a_false_change": false_changes,
+        "false_change_rate_ci95": clopper_pearson(false_changes, len(tunes)),
+        "seconds": round(time.time() - started, 1), "per_tune": tunes})
+    print(f"{false_changes} of {len(tunes)} tunes recommended a change; Clopper-Pearson 95 %: "
+          f"{clopper_pearson(false_changes, len(tunes))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

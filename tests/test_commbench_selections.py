@@ -1,0 +1,208 @@
+"""commbench --selections (one process, per size the library's own choice and every forced
+selection in interleaved rounds) and --list-cvars, under the real Open MPI 4.1.4 and MPICH 4.0.2.
+Small sizes, two rounds of two samples keep it fast on two cores."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from campaigns.records import validate_record
+from fixtures_bench import CommbenchBuild, read_records, run_commbench
+
+COLLECTIVES = ["allreduce", "allgather", "alltoall", "bcast", "reduce_scatter"]
+SIZES = [64, 4096]
+ROUNDS = 2
+ITERS = 2
+SWEEP_ARGS = ["--transport", "mpi", "--sizes", ",".join(map(str, SIZES)), "--rounds", str(ROUNDS),
+              "--iters", str(ITERS), "--warmup", "1"]
+DYNAMIC_RULES = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+# The MPI collective behind each op and its control variable.
+CVARS = {
+    "openmpi": {op: f"coll_tuned_{'reduce_scatter_block' if op == 'reduce_scatter' else op}_algorithm"
+                for op in COLLECTIVES},
+    "mpich": {op: f"MPIR_CVAR_{('reduce_scatter_block' if op == 'reduce_scatter' else op).upper()}_INTRA_ALGORITHM"
+              for op in COLLECTIVES},
+}
+
+
+def list_cvars(build: CommbenchBuild, prefix: str) -> dict[str, dict[str, Any]]:
+    """--list-cvars PREFIX in a one-rank job, by name."""
+    done = run_commbench(build, 1, ["--list-cvars", prefix], env=DYNAMIC_RULES)
+    assert done.returncode == 0, done.stderr
+    cvars = [json.loads(line) for line in done.stdout.splitlines()]
+    assert cvars and all(c["name"].startswith(prefix) for c in cvars)
+    return {c["name"]: c for c in cvars}
+
+
+def enumeration(build: CommbenchBuild, cvar: str) -> dict[str, int]:
+    """Item name -> value of an enumerated control variable, as --list-cvars reports it."""
+    return {item["name"]: item["value"] for item in list_cvars(build, cvar)[cvar]["enum"]}
+
+
+def test_list_cvars_openmpi_enumerations(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    cvars = list_cvars(commbench_builds["openmpi"], "coll_tuned_")
+    allreduce = cvars["coll_tuned_allreduce_algorithm"]
+    assert allreduce["type"] == "int" and allreduce["scope"] == "all" and allreduce["enum_from"] == "mpi_t"
+    assert allreduce["value"] == 0 and not allreduce["bound"]
+    assert enumeration(commbench_builds["openmpi"], "coll_tuned_allreduce_algorithm") == {
+        "ignore": 0, "basic_linear": 1, "nonoverlapping": 2, "recursive_doubling": 3, "ring": 4,
+        "segmented_ring": 5, "rabenseifner": 6}
+    rules = cvars["coll_tuned_use_dynamic_rules"]
+    assert rules["type"] == "bool" and rules["scope"] == "readonly" and rules["value"] is True
+    assert cvars["coll_tuned_allreduce_algorithm_count"]["value"] == 7
+
+
+def test_list_cvars_mpich_enumerations_from_descriptions(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    """MPICH 4.0.2 registers its enum cvars as plain ints; the items come from the description,
+    in the order of the C enum (mpich-4.0.2 src/include/mpir_cvars.h), or not at all."""
+    cvars = list_cvars(commbench_builds["mpich"], "MPIR_CVAR_")
+    allreduce = cvars["MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"]
+    assert allreduce["enum_from"] == "description" and allreduce["scope"] == "all_eq"
+    assert [(i["value"], i["name"]) for i in allreduce["enum"]] == [
+        (0, "auto"), (1, "nb"), (2, "smp"), (3, "recursive_doubling"), (4, "reduce_scatter_allgather")]
+    assert [i["name"] for i in cvars["MPIR_CVAR_COLLECTIVE_FALLBACK"]["enum"]] == ["error", "print", "silent"]
+    for op in COLLECTIVES:
+        items = cvars[CVARS["mpich"][op]]["enum"]
+        assert items[0] == {"value": 0, "name": "auto"}
+        assert [i["value"] for i in items] == list(range(len(items)))
+    # Two differently padded groups of names: no items rather than guessed ones.
+    assert cvars["MPIR_CVAR_IBCAST_INTRA_ALGORITHM"]["enum"] is None
+
+
+def sweep_op(build: CommbenchBuild, nranks: int, op: str, selections: str, tmp_path: Path,
+             extra: tuple[str, ...] = (), env: dict[str, str] | None = None
+             ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """One op's sweep in one launch: the finished process and its records."""
+    output = tmp_path / f"{op}-{selections}.jsonl"
+    done = run_commbench(build, nranks, ["--op", op, *SWEEP_ARGS, "--selections", selections, *extra,
+                                         "--output", str(output)], env=DYNAMIC_RULES if env is None else env)
+    return done, read_records(output) if output.exists() else []
+
+
+def check_sweep(records: list[dict[str, Any]], enums: dict[str, dict[str, int]], cvars: dict[str, str],
+                nranks: int, record_validator: jsonschema.Draft202012Validator) -> None:
+    """One record per (op, size, selection); own plus every enumerated value, nothing else."""
+    for index, record in enumerate(records):
+        record_validator.validate(record)
+        validate_record(record, f"sweep:{index + 1}")
+        assert record["ranks"] == nranks
+    for op in COLLECTIVES:
+        forced = {name: value for name, value in enums[op].items() if value != 0}
+        for size in SIZES:
+            of_size = [r for r in records if r["op"] == op and r["requested_bytes"] == size]
+            names = [r["selection"]["name"] for r in of_size]
+            assert sorted(names) == sorted(["own", *forced]), (op, size, names)
+            for record in of_size:
+                selection = record["selection"]
+                assert selection["mechanism"] == "mpi_t" and selection["cvar"] == cvars[op]
+                assert selection["value"] == forced.get(selection["name"], 0)
+                if record["kind"] == "result":
+                    assert record["valid"] and record["check"] and selection["available"]
+                    assert record["rounds"] == ROUNDS and len(record["round_medians"]) == ROUNDS
+                    assert record["iters"] == ROUNDS * ITERS == len(record["samples_us"])
+                    assert selection["reason"] is None
+
+
+def sweep_all(build: CommbenchBuild, nranks: int, tmp_path: Path,
+              record_validator: jsonschema.Draft202012Validator) -> tuple[list[dict[str, Any]], dict[str, dict[str, int]]]:
+    """--selections all over the five collectives in one launch; the checked records and the enumerations."""
+    enums = {op: enumeration(build, CVARS[build.mpi][op]) for op in COLLECTIVES}
+    output = tmp_path / "sweep.jsonl"
+    done = run_commbench(build, nranks, [*SWEEP_ARGS, "--selections", "all", "--output", str(output)],
+                         env=DYNAMIC_RULES, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = read_records(output)
+    check_sweep(records, enums, CVARS[build.mpi], nranks, record_validator)
+    return records, enums
+
+
+def test_sweep_openmpi_one_process(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
+) -> None:
+    records, _ = sweep_all(commbench_builds["openmpi"], 4, tmp_path, record_validator)
+    # The forced algorithm is really what the communicator runs: Open MPI's two_proc algorithms
+    # refuse 4 ranks (MPI_ERR_UNSUPPORTED_OPERATION), recorded as unavailable; own and the others ran.
+    refused = [r for r in records if r["kind"] == "error"]
+    assert {(r["op"], r["selection"]["name"]) for r in refused} == {("allgather", "two_proc"), ("alltoall", "two_proc")}
+    for record in refused:
+        assert record["reason"] == "unsupported" and not record["selection"]["available"]
+        assert "MPI_ERR_UNSUPPORTED_OPERATION" in record["selection"]["reason"]
+    assert sum(r["kind"] == "result" for r in records) == len(records) - 2 * len(SIZES)
+
+
+def test_sweep_mpich_writes_only_enumerated_values(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
+) -> None:
+    records, enums = sweep_all(commbench_builds["mpich"], 2, tmp_path, record_validator)
+    assert all(r["kind"] == "result" for r in records)
+    # every value written is one of MPI_T's items: the set of values is exactly the enumeration
+    for op in COLLECTIVES:
+        assert {r["selection"]["value"] for r in records if r["op"] == op} == set(enums[op].values())
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_sweep_named_selections_and_validation(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, mpi: str
+) -> None:
+    """A LIST keeps own plus the named ones, interleaved; planted corruption fails every selection."""
+    done, records = sweep_op(commbench_builds[mpi], 2, "allreduce", "recursive_doubling", tmp_path,
+                             ("--inject", "corrupt"))
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert [(r["requested_bytes"], r["selection"]["name"]) for r in records] == [
+        (size, name) for size in SIZES for name in ("own", "recursive_doubling")]
+    assert all(not r["valid"] and r["wrong_elements"] > 0 and r["reason"] == "validation" for r in records)
+
+
+def test_sweep_unknown_selection_names_the_known_ones(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    done, (record,) = sweep_op(commbench_builds["mpich"], 2, "allreduce", "ring_of_fire", tmp_path)
+    assert done.returncode == 4
+    assert record["kind"] == "error" and "ring_of_fire" in record["error"]
+    assert "recursive_doubling" in record["error"] and "reduce_scatter_allgather" in record["error"]
+
+
+def test_sweep_openmpi_refuses_without_dynamic_rules(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    done, (record,) = sweep_op(commbench_builds["openmpi"], 2, "bcast", "all", tmp_path,
+                               env={"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"})
+    assert done.returncode == 4
+    assert record["kind"] == "error" and record["reason"] == "unsupported"
+    assert "OMPI_MCA_coll_tuned_use_dynamic_rules=1" in record["error"]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--op", "pingpong", "--selections", "all"], "pingpong"),
+    (["--selections", "Ring"], "Ring"),
+    (["--rounds", "0"], "--rounds"),
+])
+def test_sweep_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
+    done = run_commbench(commbench_builds["mpich"], 1, args)
+    assert done.returncode == 2 and named in done.stderr
+
+
+def test_sweep_without_run_time_switch_measures_own_per_process(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    """Open MPI without coll_tuned has no algorithm variable: own alone, mechanism process, reason given."""
+    done, records = sweep_op(commbench_builds["openmpi"], 2, "allreduce", "all", tmp_path, env={"OMPI_MCA_coll": "^tuned"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["requested_bytes"] for r in records] == SIZES
+    for record in records:
+        assert record["kind"] == "result" and record["valid"] and len(record["round_medians"]) == ROUNDS
+        assert record["selection"]["name"] == "own" and record["selection"]["mechanism"] == "process"
+        assert record["selection"]["cvar"] is None and "coll_tuned_allreduce_algorithm" in record["selection"]["reason"]
+
+
+def test_sweep_timeout_record_names_the_selection(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    done, (record,) = sweep_op(commbench_builds["mpich"], 2, "allreduce", "nb", tmp_path,
+                               ("--inject", "hang", "--timeout", "3"))
+    assert done.returncode == 3
+    assert record["reason"] == "timeout" and record["selection"]["name"] == "own"
+    assert record["selection"]["cvar"] == "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"

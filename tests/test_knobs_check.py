@@ -1,0 +1,64 @@
+"""`commcamp knobs check`: the knob catalog against the MPI_T control variables of Debian's Open MPI
+4.1.4 and MPICH 4.0.2 (commbench --list-cvars), and a catalog with known faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from fixtures_bench import CommbenchBuild, commbench_builds  # noqa: F401  (fixture)
+from fixtures_cli import commcamp
+
+VERSIONS = {"openmpi": "4.1.4", "mpich": "4.0.2"}
+
+
+@pytest.mark.parametrize("library", ["openmpi", "mpich"])
+def test_the_catalog_matches_the_installed_mpi(commbench_builds: dict[str, CommbenchBuild], library: str) -> None:
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library,
+                                    "--commbench", commbench_builds[library].binary, "--notes")
+    assert code == 0, stdout + stderr
+    summary = stdout.strip().splitlines()[-1]
+    assert summary.startswith(f"{library} {VERSIONS[library]}: ") and summary.endswith(", 0 problem(s)")
+    compared = int(summary.split(": ")[1].split()[0])
+    assert compared >= 5  # the collective algorithm knobs at least
+    assert "unset = " in stdout  # the library's own value when the variable is not set
+
+
+KNOB = {"type": "categorical", "ops": ["allreduce"], "transports": ["mpi"], "safety": "safe",
+        "description": "-", "unset": "-", "source": "-"}
+
+
+def test_missing_stale_and_wrong_domains_are_reported(commbench_builds: dict[str, CommbenchBuild],
+                                                      tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": {
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": {**KNOB, "libraries": ["openmpi"],
+                                                     "choices": ["ring", "no_such_algorithm"]},
+        "OMPI_MCA_coll_tuned_no_such_param": {**KNOB, "libraries": ["openmpi"], "type": "bool"},
+        "OMPI_MCA_coll_tuned_bcast_algorithm": {**KNOB, "libraries": ["openmpi"], "type": "int", "low": 0,
+                                                 "high": 9},
+        "OMPI_MCA_btl_tcp_sndbuf": {**KNOB, "libraries": ["openmpi"], "type": "pow2", "low": 4096,
+                                     "high": 65536, "versions": {"openmpi": "<4.0"}},
+    }}))
+    code, stdout, _ = commcamp("knobs", "check", "--library", "openmpi", "--catalog", catalog,
+                               "--commbench", commbench_builds["openmpi"].binary)
+    assert code == 1
+    assert "domain: OMPI_MCA_coll_tuned_allreduce_algorithm: choices ['no_such_algorithm'] are not values" in stdout
+    assert "missing: OMPI_MCA_coll_tuned_no_such_param: openmpi 4.1.4 has no control variable" in stdout
+    assert "domain: OMPI_MCA_coll_tuned_bcast_algorithm: int in the catalog, coll_tuned_bcast_algorithm is int " \
+           "with values ['ignore', 'basic_linear'" in stdout
+    assert "stale: OMPI_MCA_btl_tcp_sndbuf: the catalog's versions" in stdout
+    assert stdout.strip().endswith("4 problem(s)")
+
+
+def test_a_listing_that_is_not_cvars_is_refused(tmp_path: Path) -> None:
+    fake = tmp_path / "commbench"
+    fake.write_text("#!/bin/sh\necho '{\"name\": \"x\"}'\n")
+    fake.chmod(0o755)
+    code, stdout, stderr = commcamp("knobs", "check", "--library", "mpich", "--commbench", fake,
+                                    "--library-version", "4.0.2")
+    assert code == 2
+    assert "--list-cvars: line 1: not a cvar record" in stderr
+    code, _, stderr = commcamp("knobs", "check", "--library", "nccl")
+    assert code == 2 and "--library must be openmpi or mpich" in stderr

@@ -1,0 +1,284 @@
+"""The per-size stage (tuners/per_size.py), its rule files (tuners/rule_files.py), and the proof that
+the real Open MPI 4.1.4 and MPICH 4.0.2 honour them: tests/data/coll_fingerprint.c hashes the
+result of a float-sum collective, whose rounding depends on the algorithm's summation order, so
+the hash says which algorithm ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fixtures_tuner import catalog, make_scope  # noqa: F401  (fixtures)
+
+from tuners.catalog import KnobCatalog
+from tuners.finalize import Thresholds
+from tuners.per_size import (
+    OWN,
+    PerSizeResult,
+    Selection,
+    SizeRange,
+    SweepError,
+    TunerRule,
+    decide_per_size,
+    load_sweep,
+    plugin_rows,
+    rounds_for,
+)
+from tuners.recommend import format_lookup, lookup
+from tuners.recommendation import Recommendation, with_per_size
+from tuners.rule_files import (
+    RuleFileError,
+    mpich_json_text,
+    ompi_rules_text,
+    parse_ompi_rules,
+    strip_c_comment,
+)
+from tuners.writers import publish
+
+FINGERPRINT_C = Path(__file__).parent / "data" / "coll_fingerprint.c"
+SIZES = [8, 64, 1024, 65536, 1 << 20]
+OMPI_CVAR = "coll_tuned_allreduce_algorithm"
+
+
+def selection(name: str, value: int | None, cvar: str | None = OMPI_CVAR) -> dict[str, Any]:
+    mechanism = "mpi_t" if value is not None else "plugin"
+    return {"name": name, "mechanism": mechanism, "cvar": cvar, "value": value, "available": True, "reason": None}
+
+
+def sweep_records(speedups: dict[str, dict[int, list[float]]], rounds: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Records of a sweep in commbench's format: the own choice's per-round medians with 2 % noise,
+    each other selection's = own / its per-round speed-up (cycled over the rounds) with noise."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for size in SIZES:
+        own = 10.0 * (1 + size / 1000) * np.exp(rng.normal(0, 0.02, rounds))
+        records.append({"op": "allreduce", "bytes": size, "ranks": 4, "nodes": 2, "mpi_library": "openmpi",
+                        "valid": True, "selection": selection(OWN, None, None) | {"mechanism": "mpi_t"},
+                        "round_medians": list(own)})
+        for name, by_size in speedups.items():
+            pattern = by_size.get(size, [1.0])
+            factors = np.asarray([pattern[i % len(pattern)] for i in range(rounds)])
+            times = own / factors * np.exp(rng.normal(0, 0.005, rounds))
+            records.append({"op": "allreduce", "bytes": size, "ranks": 4, "nodes": 2, "mpi_library": "openmpi",
+                            "valid": True, "selection": selection(name, int(name[-1])), "round_medians": list(times)})
+    return records
+
+
+def test_per_size_stage_splits_rounds_tests_with_holm_and_merges_ranges() -> None:
+    rounds = rounds_for(len(SIZES), top=3, alpha=0.01)
+    assert rounds == 2 * 13  # confirmation half: 2**-11 < 0.01 / 15 (5 sizes x 3 candidates), + 2 rounds margin
+    records = sweep_records(
+        {
+            "alg4": {65536: [1.25], 1 << 20: [1.30]},  # a real gain at the two large sizes
+            "alg3": {8: [1.40, 0.70]},  # fast only in the even (selection) rounds: picked, then refuted
+            "alg1": {s: [1.01] for s in SIZES},  # 1 %: below the minimum effect everywhere
+        },
+        rounds,
+    )
+    result = decide_per_size(load_sweep(records), thresholds=Thresholds(alpha=0.01, min_effect=0.03))
+    assert (result.selection_rounds, result.confirmation_rounds) == (13, 13)
+    winners = {d.bytes: d.winner for d in result.sizes}
+    assert winners == {8: None, 64: None, 1024: None, 65536: "alg4", 1 << 20: "alg4"}
+    eight = result.sizes[0]
+    assert eight.candidates[0] == "alg3" and eight.winner is None  # picked on the even rounds, refuted on the odd
+    assert result.family_size == sum(len(d.candidates) for d in result.sizes)
+    assert "Holm over all" in result.test
+    # The reported gain is the confirmation rounds' median, not that of all rounds.
+    by_name = {(r["bytes"], r["selection"]["name"]): np.asarray(r["round_medians"]) for r in records}
+    odd = slice(1, None, 2)
+    expected = float(np.median(by_name[65536, OWN][odd] / by_name[65536, "alg4"][odd]) - 1)
+    assert result.sizes[3].gain == pytest.approx(expected)
+    assert [(r.min_bytes, r.max_bytes, r.selection and r.selection.name) for r in result.ranges] == [
+        (8, 1024, None),
+        (65536, 1 << 20, "alg4"),
+    ]
+    assert result.at(1 << 19) is not None and result.at(1 << 19).selection.value == 4  # type: ignore[union-attr]
+    assert result.at(2048) is None  # between ranges: the library decides
+
+
+def test_nothing_significant_keeps_the_library_choice_and_bad_sweeps_are_refused() -> None:
+    records = sweep_records({"alg1": {s: [1.01] for s in SIZES}}, rounds=26)
+    result = decide_per_size(load_sweep(records))
+    assert all(d.winner is None for d in result.sizes)
+    assert [(r.min_bytes, r.max_bytes, r.selection) for r in result.ranges] == [(8, 1 << 20, None)]
+    with pytest.raises(SweepError, match="no valid measurement of the library's own choice"):
+        load_sweep([r for r in records if r["selection"]["name"] != OWN])
+    with pytest.raises(SweepError, match="different round counts"):
+        load_sweep([r | {"round_medians": r["round_medians"][:-1]} if r["selection"]["name"] == "alg1" else r
+                    for r in records])
+    with pytest.raises(SweepError, match="positive"):
+        load_sweep([r | {"round_medians": [0.0] * 26} for r in records])
+    with pytest.raises(SweepError, match="no selection-sweep records"):
+        load_sweep([])
+
+
+def result_with(op: str, name: str, value: int, low: int, high: int, cvar: str = OMPI_CVAR, ranks: int = 4,
+                mechanism: str = "mpi_t") -> PerSizeResult:
+    chosen = Selection(name=name, mechanism=mechanism, cvar=cvar, value=value)  # type: ignore[arg-type]
+    return PerSizeResult(
+        op=op, library="x", ranks=ranks, nodes=1, rounds=26, selection_rounds=13, confirmation_rounds=13,
+        family_size=1, test="t", sizes=[],
+        ranges=[SizeRange(min_bytes=8, max_bytes=low // 2, selection=None, gains=[]),
+                SizeRange(min_bytes=low, max_bytes=high, selection=chosen, gains=[0.2])],
+    )
+
+
+def test_ompi_rules_file_format_and_validation() -> None:
+    text = ompi_rules_text([result_with("allreduce", "ring", 4, 65536, 1 << 20)], ["evidence # with hash"])
+    assert parse_ompi_rules(text) == {
+        2: [(1, [(0, 0, 4, 0)]), (4, [(0, 0, 4, 0), (65536, 4, 4, 0), ((1 << 20) + 1, 0, 4, 0)]), (5, [(0, 0, 4, 0)])]
+    }
+    for bad, why in [("1\n2 1\n4 1\n8 4 4 0\n", "first message rule must be size 0"), ("1\n2 1\n4 x\n", "'x'"),
+                     ("1\n2 1\n4 2\n0 0 4 0\n", "missing")]:
+        with pytest.raises(RuleFileError, match=why):
+            parse_ompi_rules(bad)
+    with pytest.raises(RuleFileError, match="not an Open MPI coll_tuned_alltoall_algorithm"):
+        ompi_rules_text([result_with("alltoall", "ring", 4, 64, 128)], [])
+    with pytest.raises(RuleFileError, match="no Open MPI coll_tuned collective"):
+        ompi_rules_text([result_with("pingpong", "ring", 4, 64, 128)], [])
+
+
+def test_mpich_json_keeps_the_built_in_tree_around_the_measured_ranges() -> None:
+    result = result_with("reduce_scatter", "recursive_halving", 3, 65536, 1 << 20,
+                         cvar="MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM")
+    tree = json.loads(strip_c_comment(mpich_json_text([result], ["*/ cannot end the comment"])))
+    intra = tree["collective=reduce_scatter_block"]["comm_type=intra"]
+    assert list(intra) == ["comm_size<4", "comm_size<=4", "comm_size=any"]
+    branch = intra["comm_size<=4"]
+    assert list(branch) == ["total_msg_size<65536", f"total_msg_size<={1 << 20}", "total_msg_size=any"]
+    assert branch[f"total_msg_size<={1 << 20}"] == {"algorithm=MPIR_Reduce_scatter_block_intra_recursive_halving": {}}
+    assert branch["total_msg_size=any"] == intra["comm_size=any"]  # the built-in subtree, unchanged
+    with pytest.raises(RuleFileError, match="not an MPICH 4.0.2"):
+        mpich_json_text([result_with("allreduce", "ring", 9, 64, 128)], [])
+
+
+def test_plugin_rows_from_plugin_selections() -> None:
+    result = result_with("allreduce", "Ring/Simple/8", 0, 65536, 1 << 20, cvar="", mechanism="plugin")
+    assert plugin_rows(result) == [TunerRule("allreduce", 65536, 1 << 20, "ring", "simple", 8, 1, 4)]
+    with pytest.raises(ValueError, match="algorithm/protocol/channels"):
+        plugin_rows(result_with("allreduce", "Ring/Simple", 0, 64, 128, cvar="", mechanism="plugin"))
+
+
+# ---- the real libraries honour the files ---------------------------------------------------------
+
+
+def fingerprint(tmp_path: Path, mpicc: str) -> Path:
+    binary = tmp_path / f"fingerprint-{mpicc}"
+    subprocess.run([mpicc, "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(FINGERPRINT_C)], check=True)
+    return binary
+
+
+def run_hash(command: list[str], env: dict[str, str] | None = None) -> str:
+    full = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
+    out = subprocess.run(command, env=full, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.skipif(shutil.which("mpicc.openmpi") is None, reason="Open MPI not installed")
+def test_open_mpi_honours_the_dynamic_rules_file(tmp_path: Path) -> None:
+    binary = str(fingerprint(tmp_path, "mpicc.openmpi"))
+    rules = tmp_path / "rules"
+    rules.write_text(ompi_rules_text([result_with("allreduce", "ring", 4, 1 << 20, 1 << 20)], ["proof"]))
+
+    def run(size: int, *mca: str) -> str:
+        return run_hash(["mpirun.openmpi", "--oversubscribe", "-np", "4", *mca, binary, "allreduce", str(size)])
+
+    dynamic = ("--mca", "coll_tuned_use_dynamic_rules", "1")
+    with_file = (*dynamic, "--mca", "coll_tuned_dynamic_rules_filename", str(rules))
+    forced_ring = run(1 << 20, *dynamic, "--mca", OMPI_CVAR, "4")
+    default = run(1 << 20)
+    assert forced_ring != default  # the fingerprint tells ring from the library's choice here
+    assert run(1 << 20, *with_file) == forced_ring
+    assert run(1 << 19, *with_file) == run(1 << 19)  # outside the range: the library's choice
+
+
+@pytest.mark.skipif(shutil.which("mpicc.mpich") is None, reason="MPICH not installed")
+def test_mpich_honours_the_selection_json(tmp_path: Path) -> None:
+    binary = str(fingerprint(tmp_path, "mpicc.mpich"))
+    rules = tmp_path / "coll.json"
+    result = result_with("reduce_scatter", "recursive_halving", 3, 1 << 20, 1 << 20,
+                         cvar="MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM")
+    rules.write_text(mpich_json_text([result], ["proof"]))
+
+    def run(size: int, **env: str) -> str:
+        return run_hash(["mpiexec.hydra", "-np", "4", binary, "reduce_scatter", str(size)], env)
+
+    forced = run(1 << 20, MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM="recursive_halving")
+    assert forced != run(1 << 20)
+    assert run(1 << 20, MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(rules)) == forced
+    bad = tmp_path / "bad.json"
+    bad.write_text(rules.read_text().replace("recursive_halving", "no_such_algorithm"))
+    out = subprocess.run(["mpiexec.hydra", "-np", "2", binary, "reduce_scatter", "64"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(bad)})
+    assert out.returncode != 0 and "unrecognized key" in out.stderr  # MPICH reads the file: it refuses bad names
+
+
+# ---- published with the recommendation -----------------------------------------------------------
+
+
+def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
+    tmp_path: Path, catalog: KnobCatalog  # noqa: F811
+) -> None:
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=1)
+    from test_tuner_writers import mpi_recommendation
+
+    rec = mpi_recommendation(nodes=1).model_copy(update={"env": {}, "scope": scope})
+    result = result_with("allreduce", "ring", 4, 1 << 20, 1 << 22, ranks=scope.ranks)
+    with pytest.raises(ValueError, match="does not belong to scope"):
+        with_per_size(rec, result.model_copy(update={"nodes": 2}))
+    files = publish(tmp_path, with_per_size(rec, result), catalog)
+    rules = files.env_file.parent / f"{scope.slug}.coll_tuned_rules"
+    assert parse_ompi_rules(rules.read_text())[2][1][1][1] == (1 << 20, 4, 4, 0)
+    env_text = files.env_file.read_text()
+    assert "export OMPI_MCA_coll_tuned_use_dynamic_rules='1'" in env_text
+    assert f"export OMPI_MCA_coll_tuned_dynamic_rules_filename='{rules.resolve()}'" in env_text
+    assert "sizes [4194304" not in env_text and "sizes [1048576, 4194304] B: ring" in env_text
+    module = files.modulefile.read_text()
+    assert f'setenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", "{rules.resolve()}")' in module
+    found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=1 << 21)
+    assert isinstance(found.recommendation, Recommendation)
+    assert found.recommendation.rule_files == {"openmpi": str(rules.resolve())}
+    printed = format_lookup(found)
+    assert "per-size selection for 2097152 B: ring (mpi_t coll_tuned_allreduce_algorithm=4" in printed
+    assert "per-size selection for 64 B: the library's own choice" in format_lookup(
+        lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=64)
+    )
+
+
+# ---- a real sweep, as commbench writes it --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("library", "launcher", "env"), [
+    ("openmpi", ["mpirun.openmpi", "--oversubscribe", "-np", "2"], {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}),
+    ("mpich", ["mpiexec.hydra", "-np", "2"], {}),
+])
+def test_a_real_commbench_sweep_feeds_the_stage_and_the_rule_file(
+    tmp_path: Path, library: str, launcher: list[str], env: dict[str, str]
+) -> None:
+    from campaigns.records import load_records
+
+    output = tmp_path / "sweep.jsonl"
+    commbench = Path(__file__).resolve().parents[1] / "build" / "bench" / f"cpu-{library}" / "commbench"
+    run_hash([*launcher, str(commbench), "--op", "allreduce", "--transport", "mpi", "--sizes", "64,4096",
+              "--selections", "all", "--rounds", "4", "--iters", "1", "--warmup", "1", "--output", str(output)],
+             env)
+    sweep = load_sweep(load_records(output))
+    assert sweep.sizes == [64, 4096] and sweep.ranks == 2 and len(sweep.selections) >= 4
+    result = decide_per_size(sweep, top=2)
+    # 2 confirmation rounds: the smallest p is 0.25, so nothing can be significant: keep everywhere.
+    assert result.confirmation_rounds == 2 and all(d.winner is None for d in result.sizes)
+    forced = next(s for s in sweep.selections.values() if s.name != OWN and s.name != "nb")
+    ranges = [SizeRange(min_bytes=4096, max_bytes=4096, selection=forced, gains=[0.1])]
+    deployed = result.model_copy(update={"ranges": ranges})
+    if library == "openmpi":
+        assert parse_ompi_rules(ompi_rules_text([deployed], []))[2][1][1][1][:2] == (4096, forced.value)
+    else:
+        text = mpich_json_text([deployed], [])
+        assert f"algorithm=MPIR_Allreduce_intra_{forced.name}" in text

@@ -1,0 +1,75 @@
+"""`commcamp results prune` (issue 11 item 10): retention for results/runs. A dry run by default; with
+--yes the run directories outside --keep-days/--keep-last go, except those a stored run or a health
+verdict still points to (kept and named, unless --include-referenced); ReFrame's own prefix stays."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from fixtures_cli import commcamp_output
+from fixtures_store import commbench_record, run_info
+
+from campaigns.store import open_store
+
+DAY = 86400
+
+
+def make_run_dir(runs: Path, name: str, age_days: float) -> Path:
+    directory = runs / name
+    (directory / "rfm-1" / "output").mkdir(parents=True)
+    (directory / "rfm-1" / "output" / "commbench.jsonl").write_text("{}\n" * 100)
+    (directory / "rfm-1" / "reframe.out").write_text("ok\n")
+    stamp = time.time() - age_days * DAY
+    os.utime(directory, (stamp, stamp))
+    return directory
+
+
+def test_prune_keeps_what_is_recent_or_referenced_and_deletes_only_with_yes(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    old_plain = make_run_dir(runs, "smoke-20261101T000000Z", 22)
+    old_failed = make_run_dir(runs, "smoke-20261102T000000Z", 21)
+    old_night = make_run_dir(runs, "health-20261103T000000Z", 20)
+    recent = make_run_dir(runs, "smoke-20261122T000000Z", 1)
+    newest = make_run_dir(runs, "smoke-20261123T000000Z", 0.1)
+    (runs / "reframe" / "stage").mkdir(parents=True)  # plain reframe's prefix: never a run directory
+    os.utime(runs / "reframe", (time.time() - 100 * DAY,) * 2)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    with open_store(db) as store:
+        store.ingest(run_info(status="fail", reason=f"ReFrame result fail; see {old_failed}/rfm-1/reframe.out"),
+                     [commbench_record()])
+    (tmp_path / "health").mkdir()
+    (tmp_path / "health" / "night.json").write_text(json.dumps({"run_dirs": [str(old_night)]}))
+
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--db", db)
+    assert code == 2 and "--keep-days N and/or --keep-last N" in output
+
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "7", "--db", db)
+    assert code == 0, output
+    assert f"would delete {old_plain} (last written" in output
+    assert f"keep {old_failed} (" in output and "still referenced by stored run 1" in output
+    assert f"keep {old_night} (" in output and "health verdict" in output
+    assert "would delete 1 of 5 run directories (2 files" in output and "add --yes" in output
+    assert all(d.is_dir() for d in (old_plain, old_failed, old_night, recent, newest, runs / "reframe"))
+
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-last", "4", "--keep-days", "7",
+                                   "--yes", "--db", db)
+    assert code == 0, output
+    assert "deleted 1 of 5 run directories" in output
+    assert not old_plain.exists() and old_failed.is_dir() and old_night.is_dir()
+
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-last", "1", "--yes",
+                                   "--include-referenced", "--db", db)
+    assert code == 0, output
+    assert f"delete {old_failed} (" in output and "although referenced by stored run 1" in output
+    assert sorted(p.name for p in runs.iterdir()) == ["reframe", newest.name]
+
+
+def test_prune_refuses_to_guess_when_the_store_cannot_say(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    old = make_run_dir(runs, "smoke-20261101T000000Z", 30)
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "1", "--yes",
+                                   "--db", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
+    assert code != 0 and "cannot open results database" in output
+    assert old.is_dir()

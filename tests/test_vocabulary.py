@@ -1,0 +1,84 @@
+"""The vocabulary contract (bench_src/schema/vocabulary.json through campaigns/vocabulary.py): commbench's
+C tables agree with it, and a metric is one number wherever it is taken (ReFrame's perflog, health)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pandas
+import pytest
+
+from campaigns import health, site, vocabulary
+
+REPO = Path(__file__).resolve().parents[1]
+BUILDS = REPO / "build" / "bench"
+
+
+def _listed(binary: Path) -> tuple[str, dict[str, set[str]]]:
+    text = subprocess.run([str(binary), "--list"], capture_output=True, text=True, check=True, timeout=30).stdout
+    backend = re.search(r"^backend (\S+)", text, re.MULTILINE)
+    assert backend, text
+    return backend.group(1), {m["name"]: set(m["ops"].split(","))
+                              for m in re.finditer(r"^transport (?P<name>\S+) ops (?P<ops>\S+)", text, re.MULTILINE)}
+
+
+def test_commbench_tables_match_the_vocabulary() -> None:
+    """Every backend built here (cpu always; cuda/hip when tests/test_commbench_gpu_build.py built them):
+    the transports it lists are exactly the vocabulary's for that backend, each with the same ops."""
+    binaries = sorted(p for p in BUILDS.glob("*/commbench") if p.is_file() and os.access(p, os.X_OK))
+    assert any("cpu" in p.parent.name for p in binaries), f"no CPU build under {BUILDS} (make bench)"
+    for binary in binaries:
+        backend, transports = _listed(binary)
+        expected = {name for name, backends in vocabulary.TRANSPORT_BACKENDS.items() if backend in backends}
+        assert set(transports) == expected, binary
+        for name, ops in transports.items():
+            assert ops == set(vocabulary.TRANSPORT_OPS[name]), (binary, name)
+            assert ops <= set(vocabulary.OPS)
+
+
+def test_campaigns_use_the_vocabulary() -> None:
+    assert set(site.TRANSPORTS) == set(vocabulary.TRANSPORTS)
+    assert set(site.ALL_OPS) == set(vocabulary.OPS)
+    assert set(site.COMMBENCH_METRICS) == set(vocabulary.METRICS)
+
+
+def _alltoall_3_ranks(tmp_path: Path) -> list[dict]:
+    """A real 3-rank alltoall whose smallest size moves nothing per rank (8 B / 3 ranks of 4-byte floats:
+    commbench reports bytes=0 there)."""
+    binary = BUILDS / "cpu-openmpi" / "commbench"
+    out = tmp_path / "a.jsonl"
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    subprocess.run(["mpirun", "-np", "3", str(binary), "--op", "alltoall", "--transport", "mpi", "--sizes", "8,64,4K",
+                    "--iters", "20", "--warmup", "2", "--output", str(out)], check=True, env=env, timeout=120,
+                   capture_output=True)
+    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+
+
+def test_small_latency_is_one_number_for_reframe_and_health(tmp_path: Path) -> None:
+    records = _alltoall_3_ranks(tmp_path)
+    assert min(r["bytes"] for r in records) == 0, [r["bytes"] for r in records]  # the case this guards
+    value, size = vocabulary.metric_value("small_latency", records)
+    assert size > 0 and value == next(r["latency_us"] for r in records if r["bytes"] == size)
+    health_values = health.run_metrics(pandas.DataFrame(records))
+    assert health_values[("small_latency", size)] == value
+    assert ("small_latency", 0) not in health_values
+
+
+@pytest.mark.parametrize("case, matches", [
+    ({"op": "allreduce", "bytes": 8, "nodes": 2, "ranks": 2, "environ": "openmpi", "transport": "mpi"}, True),
+    ({"op": "allreduce", "bytes": 8, "nodes": 4, "ranks": 4, "environ": "openmpi", "transport": "mpi"}, False),
+    ({"op": "allreduce", "bytes": 16, "nodes": 2, "ranks": 2, "environ": "openmpi", "transport": "mpi"}, False),
+    ({"op": "alltoall", "bytes": 8, "nodes": 2, "ranks": 2, "environ": "mpich", "transport": "mpi"}, False)])
+def test_one_reference_rule_for_checks_and_health(case: dict, matches: bool) -> None:
+    reference = site.Reference(op="allreduce", metric="small_latency", bytes=8, nodes=2, value=10.0, upper=0.5)
+    assert vocabulary.reference_matches(reference.model_dump(), "small_latency", case) is matches
+    assert not vocabulary.reference_matches(reference.model_dump(), "large_busbw", case)
+
+    class Case:
+        op, num_nodes, num_tasks, environ, transport = (case["op"], case["nodes"], case["ranks"], case["environ"],
+                                                        case["transport"])
+    assert (health.find_reference([reference], Case, "small_latency", case["bytes"]) is reference) is matches

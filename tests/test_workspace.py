@@ -1,0 +1,78 @@
+"""The workspace (--workspace, COMMCAMP_HOME), the site search path (COMMCAMP_SITE_PATH) and `site new`,
+in process. tests/test_install.py runs the same from an installed wheel."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from campaigns import paths
+from campaigns.site import available_sites, find_site_file
+from fixtures_cli import commcamp
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (paths.HOME_ENV, paths.SITE_PATH_ENV, paths.DATA_ENV):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_checkout_writes_to_its_results_unless_a_workspace_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    assert paths.workspace() == REPO / "results" and paths.build_dir() == REPO / "build"
+    assert paths.CHECKOUT == REPO and paths.BENCH_SRC == REPO / "bench_src"
+    monkeypatch.setenv(paths.HOME_ENV, str(tmp_path))
+    assert paths.runs_dir() == tmp_path / "runs" and paths.build_dir() == tmp_path / "build"
+    assert paths.recommendations_dir() == tmp_path / "recommendations"
+
+
+def test_workspace_option_names_the_workspace_for_the_command_and_its_children(tmp_path: Path) -> None:
+    code, out, err = commcamp("--workspace", tmp_path / "ws", "paths")
+    assert code == 0, err
+    assert f"workspace: {tmp_path / 'ws'}" in out.splitlines()
+    assert os.environ.pop(paths.HOME_ENV) == str(tmp_path / "ws")  # what ReFrame and Slurm workers inherit
+    code, out, _ = commcamp("--workspace", tmp_path / "ws", "paths", "--env")
+    assert f"export COMMCAMP_HOME={tmp_path / 'ws'}" in out.splitlines()
+
+
+def test_site_search_path_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local" / "site.yaml").write_text("schema_version: 1\n")
+    monkeypatch.setenv(paths.SITE_PATH_ENV, str(tmp_path))
+    assert find_site_file("local") == tmp_path / "local" / "site.yaml"
+    assert "h200" in available_sites() and find_site_file("nosuchsite") is None
+
+
+def test_site_new_scaffolds_a_checked_site_where_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    code, out, err = commcamp("site", "new", "mysite", "--from", "local", "--dir", tmp_path)
+    assert code == 0, err
+    assert out.strip() == str(tmp_path / "mysite") and "add " in err  # not on the search path yet
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mysite"]
+    assert "name: mysite\n" in (tmp_path / "mysite" / "site.yaml").read_text()
+    assert 'eval "$(commcamp paths --env)"' in (tmp_path / "mysite" / "env.sh").read_text()
+    monkeypatch.setenv(paths.SITE_PATH_ENV, str(tmp_path))
+    assert commcamp("site", "check", "mysite")[1].strip() == "site mysite: ok"
+    code, _, err = commcamp("site", "new", "mysite", "--from", "local", "--dir", tmp_path)
+    assert code == 2 and "exists" in err
+
+
+def test_site_new_writes_nothing_when_the_new_site_has_problems(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    templates = tmp_path / "templates"
+    (templates / "broken").mkdir(parents=True)
+    for name in ("site.yaml", "reframe_config.py"):
+        text = (REPO / "site_configs" / "local" / name).read_text()
+        (templates / "broken" / name).write_text(text.replace("name: local", "name: broken"))
+    (templates / "broken" / "env.sh").write_text("# sets nothing\n")
+    monkeypatch.setenv(paths.SITE_PATH_ENV, str(templates))
+    target = tmp_path / "sites"
+    code, _, err = commcamp("site", "new", "newsite", "--from", "broken", "--dir", target)
+    assert code == 2 and "does not export RFM_CONFIG_FILES" in err and f"{target}/newsite/env.sh" in err
+    assert list(target.iterdir()) == []
+    code, _, err = commcamp("site", "new", "9lives", "--dir", target)
+    assert code == 2 and "site name '9lives'" in err
+    code, _, err = commcamp("site", "new", "other", "--from", "nosuchsite", "--dir", target)
+    assert code == 2 and "unknown site 'nosuchsite'" in err and list(target.iterdir()) == []

@@ -1,0 +1,185 @@
+"""The knob catalog checked against an installed MPI's control variables (MPI_T cvars).
+
+Input: the JSON Lines `commbench --list-cvars` prints (bench_src/src/mpit.c: name, type, scope, bound,
+enum_from, enum [{value, name}] or null, value). A catalog knob maps to a cvar by name: Open MPI's MCA
+variable NAME is read from OMPI_MCA_NAME, MPICH's cvar MPIR_CVAR_NAME from the variable of the same
+name. Findings per knob of the library:
+
+- missing: the catalog says the knob applies to this version, the library has no such variable;
+- stale: the catalog says the knob (or one of its values) does not exist in this version, the
+  library has it;
+- domain: a categorical choice the library does not list, a bool the library does not take as a
+  boolean, or an int/pow2 knob the library does not type as an integer;
+- note (not a failure): library values the catalog does not search (besides the default that
+  equals unset), and the library's value when the variable is unset.
+
+Knobs whose variable the library does not expose through MPI_T (e.g. Cray MPICH's MPICH_* names)
+cannot be checked this way and are listed as such.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuners.catalog import Knob, KnobCatalog, KnobType, Library, parse_version
+
+CVAR_PREFIX = {Library.OPENMPI: "OMPI_MCA_", Library.MPICH: "MPIR_CVAR_"}
+INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned_long", "unsigned_long_long", "count"})
+BOOL_NAMES = frozenset({"false", "true"})
+
+
+class CvarListError(ValueError):
+    """The cvar listing is not the JSON Lines commbench --list-cvars prints; the message says where."""
+
+
+@dataclass(frozen=True)
+class Cvar:
+    name: str
+    type: str
+    value: Any
+    enum: tuple[str, ...] | None  # item names, in the library's order
+    enum_values: tuple[int, ...] = ()  # the items' integer values, same order
+
+
+@dataclass(frozen=True)
+class KnobFinding:
+    knob: str
+    kind: str  # "missing", "stale", "domain", "note", "unchecked"
+    message: str
+
+    @property
+    def failure(self) -> bool:
+        return self.kind in ("missing", "stale", "domain")
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    library: Library
+    version: str
+    checked: tuple[str, ...]  # knobs compared with a cvar
+    findings: tuple[KnobFinding, ...] = field(default_factory=tuple)
+
+    @property
+    def failures(self) -> tuple[KnobFinding, ...]:
+        return tuple(f for f in self.findings if f.failure)
+
+
+def parse_cvars(lines: Iterable[str], source: str) -> dict[str, Cvar]:
+    """The cvars of a `commbench --list-cvars` listing, by name."""
+    cvars: dict[str, Cvar] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            enum = entry["enum"]
+            cvar = Cvar(str(entry["name"]), str(entry["type"]), entry.get("value"),
+                        None if enum is None else tuple(str(item["name"]) for item in enum),
+                        () if enum is None else tuple(int(item["value"]) for item in enum))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CvarListError(f"{source}: line {number}: not a cvar record ({exc}): {line.strip()[:120]}") from None
+        cvars[cvar.name] = cvar
+    if not cvars:
+        raise CvarListError(f"{source}: no control variables listed")
+    return cvars
+
+
+def cvar_name(library: Library, knob: str) -> str | None:
+    """The MPI_T name of a knob's variable, or None when the name has no cvar form for this library."""
+    prefix = CVAR_PREFIX[library]
+    if not knob.startswith(prefix):
+        return None
+    return knob.removeprefix(prefix) if library is Library.OPENMPI else knob
+
+
+def check_catalog(catalog: KnobCatalog, library: Library | str, version: str, cvars: Mapping[str, Cvar]) -> CheckReport:
+    """Every catalog knob of `library` compared with the installed library's cvars."""
+    library = Library(library)
+    if library not in CVAR_PREFIX:
+        raise ValueError(f"knobs check compares MPI_T control variables: library must be one of "
+                         f"{', '.join(CVAR_PREFIX)}, not {library}")
+    parse_version(version)
+    versions: dict[Library, str | None] = {library: version}
+    findings: list[KnobFinding] = []
+    checked = []
+    for knob in catalog:
+        if library not in knob.libraries:
+            continue
+        name = cvar_name(library, knob.name)
+        if name is None:
+            findings.append(KnobFinding(knob.name, "unchecked", f"not an MPI_T variable of {library}"))
+            continue
+        applies = knob.applies_to(versions) is None
+        cvar = cvars.get(name)
+        if cvar is None:
+            if applies:
+                findings.append(KnobFinding(knob.name, "missing",
+                                            f"{library} {version} has no control variable {name}"))
+            continue
+        checked.append(knob.name)
+        if not applies:
+            findings.append(KnobFinding(knob.name, "stale", f"the catalog's versions {knob.versions} exclude "
+                                        f"{library} {version}, which has {name}"))
+        findings.extend(_domain_findings(knob, cvar, versions))
+    return CheckReport(library, version, tuple(checked), tuple(findings))
+
+
+def _domain_findings(knob: Knob, cvar: Cvar, versions: Mapping[Library, str | None]) -> list[KnobFinding]:
+    found: list[KnobFinding] = []
+    library_values = set(cvar.enum or ())
+    if knob.type is KnobType.CATEGORICAL:
+        assert knob.choices is not None
+        if cvar.enum is None:
+            found.append(KnobFinding(knob.name, "domain", f"categorical in the catalog, but {cvar.name} "
+                                     f"({cvar.type}) lists no values"))
+            return found
+        offered = set(knob.choices_for(versions))
+        unknown = [c for c in knob.choices if c in offered and c not in library_values]
+        if unknown:
+            found.append(KnobFinding(knob.name, "domain", f"choices {unknown} are not values of {cvar.name} "
+                                     f"{list(cvar.enum)}"))
+        excluded = [c for c in knob.choices if c not in offered and c in library_values]
+        if excluded:
+            found.append(KnobFinding(knob.name, "stale", f"value_versions exclude {excluded} from this version, "
+                                     f"which lists them"))
+        extra = [v for v in cvar.enum if v not in knob.choices and v != _unset_value(cvar)]
+        if extra:
+            found.append(KnobFinding(knob.name, "note", f"library values not searched: {extra}"))
+    elif knob.type is KnobType.BOOL:
+        if not (cvar.type == "bool" or library_values == BOOL_NAMES or cvar.type in INTEGER_TYPES and not cvar.enum):
+            found.append(KnobFinding(knob.name, "domain", f"bool in the catalog, {cvar.name} is {cvar.type} "
+                                     f"{list(cvar.enum or ())}"))
+    elif cvar.type not in INTEGER_TYPES or cvar.enum:
+        found.append(KnobFinding(knob.name, "domain", f"{knob.type} in the catalog, {cvar.name} is {cvar.type}"
+                                 + (f" with values {list(cvar.enum)}" if cvar.enum else "")))
+    found.append(KnobFinding(knob.name, "note", f"unset = {cvar.name}={_shown(cvar)} in the library; "
+                             f"catalog: {knob.unset}"))
+    return found
+
+
+def _unset_value(cvar: Cvar) -> str | None:
+    """The enum item the variable holds when unset (its current value in a clean environment)."""
+    if cvar.enum is None:
+        return None
+    if isinstance(cvar.value, str):
+        return cvar.value
+    if isinstance(cvar.value, int) and not isinstance(cvar.value, bool) and cvar.value in cvar.enum_values:
+        return cvar.enum[cvar.enum_values.index(cvar.value)]
+    return None
+
+
+def _shown(cvar: Cvar) -> str:
+    name = _unset_value(cvar)
+    return name if name is not None else json.dumps(cvar.value)
+
+
+def format_report(report: CheckReport, *, notes: bool = False) -> Sequence[str]:
+    """One line per finding (failures first), then a summary line."""
+    kinds = ("missing", "stale", "domain", "unchecked", *(("note",) if notes else ()))
+    lines = [f"{f.kind}: {f.knob}: {f.message}" for kind in kinds for f in report.findings if f.kind == kind]
+    lines.append(f"{report.library} {report.version}: {len(report.checked)} catalog knob(s) compared with MPI_T, "
+                 f"{len(report.failures)} problem(s)")
+    return lines
