@@ -39,7 +39,9 @@ def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[
         for partition in system.partitions:
             links = getattr(partition, "links", None)
             for name, bandwidth in (links.model_dump(exclude_none=True) if links is not None else {}).items():
-                label = _LINK_LABELS.get(name, name)
+                if name not in _LINK_LABELS:
+                    continue  # not a bandwidth (nic_latency)
+                label = _LINK_LABELS[name]
                 if bandwidth.get("gbs"):
                     found[label] = bandwidth["gbs"]
                 else:

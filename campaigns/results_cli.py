@@ -251,6 +251,8 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
            reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
            job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
            replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
+           allow_duplicate: Annotated[bool, typer.Option(
+               "--allow-duplicate", help="store records although the same records are stored (as test data)")] = False,
            fmt: Annotated[str, typer.Option("--format", help=(
                "commbench (JSON Lines), nccl-tests (its printed table), nccl-tests-json (-J file, "
                "per-iteration data with -I) or osu (an osu_* benchmark's printed output)"))] = "commbench",
@@ -261,7 +263,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     """Store a benchmark output produced outside commcamp (a site's own commbench, nccl-tests or OSU run,
     a reference result): each measurement becomes a record the store, health and report read like
     commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
-    unless --replace."""
+    unless --allow-duplicate."""
     from campaigns.site import SiteError, load_site
     from campaigns.store import RunInfo, open_store, records_digest
 
@@ -290,10 +292,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
-            same = [] if replace else store.runs(records_digest=records_digest(records))
+            same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
+                                               if not (replace and stored.run_key == run.run_key)]
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
-                                 f"({same[0].run_key!r}); --replace stores them again", markup=False)
+                                 f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
                 return
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "

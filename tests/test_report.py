@@ -40,7 +40,8 @@ def report_db(commbench_builds: dict[str, CommbenchBuild], tmp_path_factory: pyt
         for night in ("2026-11-19", "2026-11-20", "2026-11-21"):
             code, output = commcamp_output("results", "ingest", out, "--site", "localslurm", "--system", "localslurm",
                                            "--partition", "debug", "--environ", mpi, "--campaign", "nightly",
-                                           "--run-key", f"nightly/{mpi}@{night}", "--param", f"tag={night}", "--db", db)
+                                           "--run-key", f"nightly/{mpi}@{night}", "--param", f"tag={night}", "--db", db,
+                                           "--allow-duplicate")  # the same records as three nights
             assert code == 0, output
     # The same Open MPI run as if measured at a second site, and as a tuning trial with a knob set: neither
     # may be pooled with the nightly runs (timestamps moved so that each is a record set of its own).

@@ -90,6 +90,11 @@ def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
     assert replaced.exit_code == 0, replaced.output
     with open_store(store_url) as store:
         assert [run.status for run in store.runs()] == ["pass"]
+    # Test data may repeat records on purpose (another key).
+    duplicate = _ingest(copy, store_url, "--run-key", "again", "--allow-duplicate")
+    assert duplicate.exit_code == 0 and "stored run" in duplicate.output, duplicate.output
+    with open_store(store_url) as store:
+        assert [run.run_key for run in store.runs()][1:] == ["again"]
 
 
 def _only_run(store_url: str) -> Any:
@@ -214,7 +219,7 @@ def test_ingest_real_commbench_output(tmp_path: Path, store_url: str) -> None:
                     "--max-bytes", "1K", "--step-factor", "8", "--iters", "4", "--warmup", "1", "--timeout", "60",
                     "--output", str(output)], check=True, env=env, capture_output=True, timeout=120)
     lines = output.read_text().splitlines()
-    result = _invoke("ingest", output, "--site", "local", "--system", "vm", "--db", store_url)
+    result = _invoke("ingest", output, "--site", "local", "--system", "local", "--db", store_url)
     assert result.exit_code == 0, result.output
     with open_store(store_url) as store:
         frame = store.measurements()
