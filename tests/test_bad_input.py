@@ -23,6 +23,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,13 +181,18 @@ def _digest(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
+_MIGRATION_LOCK = threading.Lock()
+
+
 def _run(case: Case, root: Path) -> Outcome:
     directory = root / case.id
     directory.mkdir()
     for name, text in (case.files or {}).items():
         (directory / name).write_text(text)
     if case.argv[:2] == ("results", "ingest"):  # ingest into an existing database: it must stay as it was
-        with open_store(f"sqlite:///{directory / 'results.db'}") as store:
+        # one at a time: alembic's migration context is process-global, not safe across the pool's threads
+        # (two concurrent upgrades failed with KeyError 'script' / a NULL from sqlite3)
+        with _MIGRATION_LOCK, open_store(f"sqlite:///{directory / 'results.db'}") as store:
             store.ingest(RunInfo(run_key="earlier", campaign="c", site="s", system="x", partition="p",
                                  environ="e", check_name="commbench", parameters={}, num_nodes=2, num_tasks=4,
                                  status="pass"), [commbench_record()])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -129,6 +130,11 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     code, out = commcamp_output("tune", str(spec), env=env)
     assert code == 0, out
     assert "trials: 3 counted" in out and "decision: " in out
+    # Off a terminal (cron, sbatch, this pipe) progress comes as lines: one per counted trial, the
+    # finalization's plan, then how far it is (issue 11 item 9: ~70 s used to pass without a line).
+    assert re.search(r"^trials: 1 of 3 counted, \d+ s;", out, re.MULTILINE), out
+    assert re.search(r"^finalization: \d+ candidate\(s\) and the defaults re-measured interleaved, \d+ runs planned",
+                     out, re.MULTILINE) or "keep the defaults" in out, out
     published = yaml.safe_load((tmp_path / "rec" / "local" / "local" / "recommendations.yaml").read_text())
     (rec,) = published["recommendations"]
     assert rec["scope"]["nodes"] == 1 and rec["evidence"]["trials_counted"] == 3
@@ -174,3 +180,18 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
                                 env={"SLURM_JOB_ID": ""})
     assert code == 2 and "inside a Slurm allocation" in out
     assert sys.executable  # the CLI ran in-process
+
+
+def test_finalization_says_how_far_it_is_at_most_every_interval() -> None:
+    from campaigns.tuning import _FinalizationLog
+
+    lines: list[str] = []
+    quiet = _FinalizationLog(3, lines.append, every_s=3600.0)
+    for _ in range(3):
+        quiet.run_done()
+    assert lines == ["finalization: 3 of 3 planned runs, 0 s"]  # the interval never passed: the end only
+    lines.clear()
+    chatty = _FinalizationLog(3, lines.append, every_s=0.0)
+    for _ in range(3):
+        chatty.run_done()
+    assert [line.split(",")[0] for line in lines] == [f"finalization: {n} of 3 planned runs" for n in (1, 2, 3)]
