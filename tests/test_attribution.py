@@ -4,17 +4,15 @@ suspect rule on runs recorded on the local cluster with one node's link throttle
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from fixtures_bench import CommbenchBuild, run_commbench
 
 from campaigns.attribution import rank_suspects
 from campaigns.records import validate_record
 
 DATA = Path(__file__).resolve().parent / "data" / "attribution"
-BINARY = Path(__file__).resolve().parents[1] / "build" / "bench" / "cpu-openmpi" / "commbench"
 LARGE = 1 << 20
 
 
@@ -23,13 +21,11 @@ def _load(name: str, size: int | None = None) -> list[dict]:
     return [r for r in records if size is None or abs(r["bytes"] - size) < 8]
 
 
-def test_commbench_records_every_ranks_share(tmp_path: Path) -> None:
+def test_commbench_records_every_ranks_share(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    subprocess.run(["mpirun", "-np", "3", str(BINARY), "--op", "sendrecv", "--transport", "mpi", "--sizes", "8,64K",
-                    "--iters", "12", "--warmup", "1", "--output", str(out)], check=True, env=env, timeout=120,
-                   capture_output=True)
+    done = run_commbench(commbench_builds["openmpi"], 3, ["--op", "sendrecv", "--transport", "mpi", "--sizes", "8,64K",
+                                                          "--iters", "12", "--warmup", "1", "--output", str(out)])
+    assert done.returncode == 0, done.stderr
     for number, line in enumerate(out.read_text().splitlines(), 1):
         record = validate_record(json.loads(line), f"r.jsonl:{number}")
         assert record["schema_version"] == 2

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas
 import pytest
+from fixtures_bench import CommbenchBuild, run_commbench
 
 from campaigns import health, site, vocabulary
 
@@ -45,21 +46,16 @@ def test_campaigns_use_the_vocabulary() -> None:
     assert set(site.COMMBENCH_METRICS) == set(vocabulary.METRICS)
 
 
-def _alltoall_3_ranks(tmp_path: Path) -> list[dict]:
+def test_small_latency_is_one_number_for_reframe_and_health(commbench_builds: dict[str, CommbenchBuild],
+                                                             tmp_path: Path) -> None:
     """A real 3-rank alltoall whose smallest size moves nothing per rank (8 B / 3 ranks of 4-byte floats:
     commbench reports bytes=0 there)."""
-    binary = BUILDS / "cpu-openmpi" / "commbench"
     out = tmp_path / "a.jsonl"
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
-    subprocess.run(["mpirun", "-np", "3", str(binary), "--op", "alltoall", "--transport", "mpi", "--sizes", "8,64,4K",
-                    "--iters", "20", "--warmup", "2", "--output", str(out)], check=True, env=env, timeout=120,
-                   capture_output=True)
-    return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-
-
-def test_small_latency_is_one_number_for_reframe_and_health(tmp_path: Path) -> None:
-    records = _alltoall_3_ranks(tmp_path)
+    done = run_commbench(commbench_builds["openmpi"], 3, ["--op", "alltoall", "--transport", "mpi", "--sizes",
+                                                          "8,64,4K", "--iters", "20", "--warmup", "2", "--output",
+                                                          str(out)])
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     assert min(r["bytes"] for r in records) == 0, [r["bytes"] for r in records]  # the case this guards
     value, size = vocabulary.metric_value("small_latency", records)
     assert size > 0 and value == next(r["latency_us"] for r in records if r["bytes"] == size)
