@@ -5,8 +5,7 @@ import subprocess
 from pathlib import Path
 
 from fixtures_cli import commcamp
-
-EXPORTED = {f"ncclTunerPlugin_v{v}" for v in range(2, 7)}
+from test_nccl_tuner import EXPORTED  # what the plugin exports: the tuner interfaces and the control path
 
 
 def test_build_path_and_install(tmp_path: Path) -> None:
