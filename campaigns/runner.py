@@ -322,14 +322,20 @@ def first_failure(job_stderr: str, records: list[dict[str, Any]]) -> str | None:
     else commbench's first error record, else srun's first non-zero exit. A rank killed by a crash
     elsewhere, or one that waited for a dead peer until its watchdog fired, is a consequence, not the cause."""
     exits = []
+    died: str | None = None  # srun's line for the first task that died of a signal
     for line in job_stderr.splitlines():
         task = _SRUN_TASK_FAILURE.match(line.strip())
         if task and task["what"].startswith("Exited with exit code"):
             exits.append(f"rank(s) {task['ranks']} on {task['host']}: {task['what'].lower()}")
         elif task:
-            return f"rank(s) {task['ranks']} on {task['host']}: {task['what']}"
+            died = died or f"rank(s) {task['ranks']} on {task['host']}: {task['what']}"
         elif (own := _COMMBENCH_LINE.match(line.strip())) is not None:
-            return own["what"]
+            # commbench's own crash line says the same as srun's, with the signal's number: whichever of
+            # the two streams reached the file first. Any other commbench line after a death is its echo.
+            if "crashed with signal" in own["what"] or died is None:
+                return own["what"]
+    if died is not None:
+        return died
     errors = [record for record in records if record["kind"] == "error"]
     if errors:
         return f"commbench {errors[0].get('reason')} error: {errors[0].get('error')}"

@@ -122,3 +122,18 @@ def test_a_crash_is_stored_as_the_crash_and_its_peer_ends_at_its_timeout(slurm_c
     assert run.started_at and run.finished_at and (run.finished_at - run.started_at).total_seconds() < 60
     err = next((tmp_path / "runs").glob("*/rfm-1/stage/localslurm/debug/openmpi/commbench_run_*/rfm_job.err"))
     assert "(rank 1's watchdog)" in err.read_text()
+
+
+@pytest.mark.parametrize("srun_first", [True, False])
+def test_the_first_failure_is_the_crash_whichever_stream_came_first(srun_first: bool) -> None:
+    """commbench's crash line and srun's line for the same dead task reach the job's stderr in either
+    order (two streams); the reason is the crash with its signal, not the peer's watchdog echo."""
+    from campaigns.runner import first_failure
+
+    srun = "srun: error: c1n1: task 0: Segmentation fault"
+    crash = "commbench: rank 0 on c1n1: crashed with signal 11 (Segmentation fault)"
+    echo = "commbench: rank 1 on c1n2: timeout: no progress for 5 s in measurement"
+    lines = [srun, crash, echo] if srun_first else [crash, srun, echo]
+    assert first_failure("\n".join(lines), []) == "rank 0 on c1n1: crashed with signal 11 (Segmentation fault)"
+    assert first_failure("\n".join([srun, echo]), []) == "rank(s) 0 on c1n1: Segmentation fault"
+    assert first_failure(echo, []) == echo.removeprefix("commbench: ")
