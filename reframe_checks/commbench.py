@@ -54,7 +54,8 @@ import reframe as rfm
 import reframe.utility.sanity as sn
 from reframe.core.builtins import parameter, run_after, variable
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+# appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commbench_tests import (HEALTH_OPS, HOSTDEVICE_METRICS, P2P_OPS, PAIR_OPS, PAIRMATRIX_METRICS,  # noqa: E402
                              PEER_TRANSPORTS, SINGLE_NODE_TRANSPORTS, SWEEP_OPS, TRANSPORT_OPS, CommbenchOpTest,
                              CommbenchTest, check_pairs, op_kind, pairmatrix_metric)

@@ -8,7 +8,8 @@ import sys
 import reframe as rfm
 from reframe.core.builtins import parameter, run_after, variable
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+# appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commbench_tests import (CAMPAIGN_OPS, PAIR_OPS, PAIRMATRIX_METRICS, CommbenchOpTest,  # noqa: E402
                              check_pairs, op_kind, pairmatrix_metric, sweep_metric)
 from commcamp_checks import node_counts_up_to_partition_size  # noqa: E402

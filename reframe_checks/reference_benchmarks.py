@@ -36,7 +36,8 @@ from reframe.core.exceptions import SanityError
 
 from campaigns.formats import nccl_tests, osu  # the one parser of each format (checks, store, scripts)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+# appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
 from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
                              checked_words, offered, quoted, set_references, simple_test_if_offered)
 
