@@ -151,11 +151,11 @@ def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None
         assert store.runs() == []  # nothing half-stored
 
 
-NT_DATA = Path(__file__).resolve().parent / "data" / "nccl-tests"  # real -J/-I outputs, see PROVENANCE.md
+NT_DATA = Path(__file__).resolve().parent / "data" / "nt-outputs"  # real -J/-I outputs, see PROVENANCE.md
 
 
 def test_nccl_tests_json_and_per_iteration_text_of_a_real_run() -> None:
-    """nccl-tests 2.19.6 on an H100 (tests/data/nccl-tests/PROVENANCE.md): the JSON (devices under
+    """nccl-tests 2.19.6 on an H100 (tests/data/nt-outputs/PROVENANCE.md): the JSON (devices under
     config) and the -I text table (four more columns per placement) give the same rows."""
     with_iters = nccl_tests.parse_json((NT_DATA / "all_reduce_perf-I.json").read_text())
     text = nccl_tests.parse_text((NT_DATA / "all_reduce_perf-I.txt").read_text())
