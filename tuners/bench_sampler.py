@@ -51,8 +51,8 @@ from tuners.catalog import KnobCatalog, KnobType, Library, UnsafeValueError
 from tuners.evaluation import Evaluation, buckets_for_sizes, bucket_times_us, overall_time_us
 from tuners.landscape import ReplayLandscape
 from tuners.scope import StudyScope
-from tuners.space import KnobDimension, SearchSpace, build_space
-from tuners.study import ENV, ROLE, SamplerName, Tuner, is_counted
+from tuners.space import KnobDimension, build_space
+from tuners.study import ENV, ROLE, Tuner, is_counted
 from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
