@@ -63,6 +63,7 @@ SCENARIOS: dict[str, tuple[str, Mapping[str, str] | None]] = {
     "cpu-openmpi": ("localslurm_openmpi", None),
     "cpu-openmpi-bad-site-default": ("localslurm_openmpi", {"OMPI_MCA_btl_tcp_sndbuf": "4096",
                                                              "OMPI_MCA_btl_tcp_rcvbuf": "4096"}),
+    "cpu-openmpi-grid48": ("localslurm_openmpi_grid48", None),
     "h200-nvlink-demo2": ("h200_nvlink_demo2", None),
     "h200-socket-demo3": ("h200_socket_demo3", None),
 }

@@ -11,8 +11,8 @@ of every launch, so run-level noise (launch to launch) and failure rates are as 
 
 Grid (GRID below; None = unset): Open MPI OMPI_MCA_btl_tcp_sndbuf x OMPI_MCA_btl_tcp_rcvbuf (unset = the
 kernel's autotuning, and powers of two from the catalog's 4 KiB .. 16 MiB) x
-OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and two of its algorithms):
-4 x 4 x 3 = 48 points, sized so that 3 passes fit in ~7 minutes;
+OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and three of its algorithms):
+5 x 5 x 4 = 100 points (one launch took ~1 s on the 2-core machine: 3 passes ~5 minutes);
 MPICH MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM (unset and every choice). Sizes 64 KiB, 1 MiB and 4 MiB,
 5 iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x slower: the sweep must stay short).
 
@@ -33,10 +33,10 @@ import itertools
 import numpy as np
 from common import REPO, slurm_cluster_env, write_result
 
-_BUFFERS = [None, "4096", "262144", "16777216"]  # unset = the kernel's autotuning; the catalog's low, middle, high
+_BUFFERS = [None, "4096", "65536", "1048576", "16777216"]  # unset = the kernel's autotuning; every 16x of the catalog
 GRID: dict[str, dict[str, list[str | None]]] = {
     "openmpi": {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
-                "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring"]},
+                "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring", "rabenseifner"]},
     "mpich": {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
                                                        "reduce_scatter_allgather"]}}
 KNOBS = {library: list(grid) for library, grid in GRID.items()}
