@@ -1,160 +1,337 @@
-"""Sampler benchmark on the SYNTHETIC knob landscape of tuners/synthetic.py (not a measurement).
+"""Sampler benchmark on MEASURED replay landscapes (tuners/landscape.py; issue 14).
 
-NOT EVIDENCE for choosing a sampler: that landscape is a unit-test fixture (see its docstring; issue
-14). A benchmark on landscapes built from measured trials has not been written yet.
+For each landscape (results/bench/landscapes/*.json), search strategy and seed: a search of `--trials` trials
+in which every trial is answered with one measured launch of the nearest measured point (noise, heavy tails
+and failures as measured). Trial 0 of every strategy is the site defaults (what the tool always measures
+first). Strategies:
 
-For each scenario, sampler and seed, runs the real `Tuner` (trial 0 = the planted site defaults)
-for `--trials` trials with log-normal noise of 1-3 % (drawn per seed) on every sample, and records
-after how many trials the incumbent (best *observed* trial) is within 95 % of the true optimum
-(noise-free performance = 1 / objective time). Reports median and quartiles over seeds, how many
-seeds got there within the budget, the final true quality, and the sampler's own time per trial.
+- shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.TuningSpec defaults:
+  sampler, start-up trials, the library-defaults seed as trial 1);
+- tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials and NO seed;
+- sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
+  back to its independent random sampler);
+- coordinate: one knob at a time from the site defaults (knob and value order shuffled per seed; every value
+  of a knob, then keep the best observed; repeat), int knobs without listed values on a power-of-two ladder.
 
-    python -m tuners.bench_sampler --seeds 20 --trials 50 --out results/bench/sampler_benchmark.json
+Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
+quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
+that never did counts as budget + 1. `unseeded` is the same counting only trials that are neither trial 0
+(site defaults) nor seeded, so the seed's contribution shows separately. Also: the true quality of the
+incumbent (best observed) at the end.
 
-The GP sampler needs torch (not a project dependency); without it GP is reported as skipped.
+    python -m tuners.bench_sampler [--seeds 50] [--trials 30] [--landscapes ...] [--samplers ...]
+                                   [--out results/bench/sampler_benchmark.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import importlib.util
+import itertools
 import json
+import math
+import os
 import platform
+import subprocess
 import time
+import warnings
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import optuna
+from optuna.exceptions import ExperimentalWarning
+from optuna.trial import TrialState
 
-from tuners.catalog import Library
-from tuners.evaluation import buckets_for_sizes
+from tuners.catalog import KnobCatalog, KnobType, Library, UnsafeValueError
+from tuners.evaluation import Evaluation, buckets_for_sizes, bucket_times_us, overall_time_us
+from tuners.landscape import ReplayLandscape
 from tuners.scope import StudyScope
-from tuners.study import ENV, SamplerName, Tuner, complete_trials
-from tuners.synthetic import (
-    SCENARIOS,
-    SYNTHETIC_SIZES,
-    SyntheticEvaluator,
-    optimum_env,
-    synthetic_space,
-    true_objective_us,
-)
+from tuners.space import KnobDimension, build_space
+from tuners.study import ENV, ROLE, Tuner, is_counted
+from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
+LANDSCAPE_DIR = Path("results/bench/landscapes")
+STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
+# name: (landscape file stem, site defaults of the scenario (trial 0); None = the file's own)
+SCENARIOS: dict[str, tuple[str, Mapping[str, str] | None]] = {
+    "cpu-openmpi": ("localslurm_openmpi", None),
+    "cpu-openmpi-bad-site-default": ("localslurm_openmpi", {"OMPI_MCA_btl_tcp_sndbuf": "4096",
+                                                             "OMPI_MCA_btl_tcp_rcvbuf": "4096"}),
+    "cpu-openmpi-grid48": ("localslurm_openmpi_grid48", None),
+    "h200-nvlink-demo2": ("h200_nvlink_demo2", None),
+    "h200-socket-demo3": ("h200_socket_demo3", None),
+}
 
 
 @dataclass(frozen=True)
-class RunResult:
-    reached_at: int | None  # first trial whose incumbent is within 95 % of the optimum
-    final_quality: float
-    defaults_quality: float
-    noise: float
-    cpu_s_per_trial: float
+class Trial:
+    env: Mapping[str, str]
+    observed_us: float | None  # None: the replayed launch failed
+    seeded: bool  # trial 0 (site defaults) or an enqueued seed
 
 
-def run_one(scenario_name: str, sampler: SamplerName, seed: int, trials: int) -> RunResult:
-    scenario = SCENARIOS[scenario_name]
-    space = synthetic_space(scenario=scenario)
-    buckets = buckets_for_sizes(SYNTHETIC_SIZES)
-    optimum = true_objective_us(scenario, optimum_env(scenario, space, buckets), buckets)
-    noise = float(np.random.default_rng(1000 + seed).uniform(0.01, 0.03))
-    scope = StudyScope(
-        site="synthetic",
-        system=scenario_name,
-        library=Library.NCCL,
-        library_version="2.28.3",
-        op="allreduce",
-        transport="ccl",
-        nodes=1,
-        gpus_per_node=4,
-    )
-    tuner = Tuner(
-        scope,
-        space,
-        SyntheticEvaluator(scenario, noise=noise, seed=seed),
-        optuna.storages.InMemoryStorage(),
-        buckets,
-        n_trials=trials,
-        sampler=sampler,
-        seed=seed,
-    )
-    started = time.process_time()
+def shipped_settings() -> dict[str, Any]:
+    """What `commcamp tune` ships (one home: TuningSpec's defaults)."""
+    from campaigns.tuning import TuningSpec
+
+    fields = TuningSpec.model_fields
+    return {name: fields[name].default for name in ("sampler", "n_startup_trials", "seed_library_defaults")}
+
+
+def load_scenario(name: str, directory: Path) -> tuple[ReplayLandscape, dict[str, Any]]:
+    stem, site_defaults = SCENARIOS[name]
+    path = directory / f"{stem}.json"
+    document = json.loads(path.read_text())
+    defaults = document.get("site_defaults", {}) if site_defaults is None else site_defaults
+    catalog = KnobCatalog.load()
+    if defaults:
+        catalog = catalog.for_site({"defaults": dict(defaults)}, f"benchmark scenario {name}")
+    library = Library(document["library"])
+    space = build_space(catalog, {library: document["library_version"]}, knobs=document["knobs"])
+    buckets = buckets_for_sizes(document["sizes"], 1)
+    return ReplayLandscape.load(path, space, buckets), document
+
+
+def replay_objective_us(evaluation: Evaluation, landscape: ReplayLandscape) -> float | None:
+    """The study objective of a replayed launch (None: it failed)."""
+    if not evaluation.ok:
+        return None
+    return overall_time_us(bucket_times_us(evaluation.median_us(), landscape.buckets))
+
+
+def run_tuner(landscape: ReplayLandscape, document: Mapping[str, Any], sampler: str, seed: int, trials: int,
+              n_startup: int, seed_library_defaults: bool) -> list[Trial]:
+    scope = StudyScope(site="replay", system=landscape.name.replace("_", "-"), library=Library(document["library"]),
+                       library_version=document["library_version"], op="allreduce", transport="replay", nodes=2,
+                       gpus_per_node=1)
+    tuner = Tuner(scope, landscape.space, landscape.evaluator(seed), optuna.storages.InMemoryStorage(),
+                  landscape.buckets, n_trials=trials, sampler=sampler, seed=seed, n_startup_trials=n_startup,
+                  seed_envs=[{}] if seed_library_defaults else [])
     study = tuner.run()
-    cpu_s = time.process_time() - started
-    history = sorted(complete_trials(study), key=lambda t: t.number)
-    incumbent_value = float("inf")
-    incumbent_quality = 0.0
-    reached_at = None
-    qualities = []
-    for index, trial in enumerate(history, start=1):
-        if trial.values[0] < incumbent_value:
-            incumbent_value = trial.values[0]
-            incumbent_quality = optimum / true_objective_us(scenario, trial.user_attrs[ENV], buckets)
-        qualities.append(incumbent_quality)
-        if reached_at is None and incumbent_quality >= TARGET_QUALITY:
-            reached_at = index
-    return RunResult(reached_at, qualities[-1], qualities[0], noise, cpu_s / len(history))
+    counted = sorted((t for t in study.get_trials(deepcopy=False) if is_counted(t)), key=lambda t: t.number)
+    return [Trial(t.user_attrs[ENV], t.values[0] if t.state is TrialState.COMPLETE else None,
+                  bool(t.user_attrs.get(ROLE))) for t in counted]
 
 
-def summarize(runs: list[RunResult], trials: int) -> dict[str, float | int]:
-    # A seed that never got there counts as budget + 1, so the median is honest about misses.
-    censored = np.array([r.reached_at if r.reached_at is not None else trials + 1 for r in runs], dtype=float)
-    finals = np.array([r.final_quality for r in runs])
-    return {
-        "seeds": len(runs),
-        "reached": sum(r.reached_at is not None for r in runs),
-        "trials_to_95pct_median": float(np.median(censored)),
-        "trials_to_95pct_q1": float(np.percentile(censored, 25)),
-        "trials_to_95pct_q3": float(np.percentile(censored, 75)),
-        "final_quality_mean": float(finals.mean()),
-        "final_quality_min": float(finals.min()),
-        "defaults_quality": runs[0].defaults_quality,
-        "cpu_s_per_trial": float(np.mean([r.cpu_s_per_trial for r in runs])),
-    }
+def run_sobol(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]:
+    space = landscape.space
+    evaluate = landscape.evaluator(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ExperimentalWarning)
+        study = optuna.create_study(sampler=optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=seed,
+                                                                       warn_independent_sampling=False))
+    baseline = space.catalog.default_env(space.knob_names)
+    study.enqueue_trial(space.params_for_env(baseline))
+    history = []
+    for index in range(trials):
+        trial = study.ask()
+        env = space.suggest(trial)
+        observed = replay_objective_us(evaluate(env), landscape)
+        study.tell(trial, observed, state=TrialState.COMPLETE if observed is not None else TrialState.FAIL)
+        history.append(Trial(env, observed, index == 0))
+    return history
+
+
+def ladder(dimension: KnobDimension) -> list[str | None]:
+    """The values coordinate descent tries for one knob (None = unset)."""
+    knob = dimension.knob
+    if not dimension.numeric:
+        assert dimension.choices is not None
+        return [None if c == "unset" else c for c in dimension.choices]
+    assert knob.low is not None and knob.high is not None
+    unset: list[str | None] = [None] if knob.allow_unset else []
+    if knob.type is KnobType.POW2:
+        values = [2**e for e in range(int(math.log2(knob.low)), int(math.log2(knob.high)) + 1)]
+    elif knob.search_values is not None:
+        values = list(knob.search_values)
+    else:
+        values = sorted({knob.low, knob.high, *(2**e for e in range(64) if knob.low < 2**e < knob.high)})
+    return unset + [str(v) for v in values]
+
+
+def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]:
+    space = landscape.space
+    evaluate = landscape.evaluator(seed)
+    rng = np.random.default_rng(seed)
+    baseline = space.catalog.default_env(space.knob_names)
+    current: dict[str, str | None] = {name: baseline.get(name) for name in space.knob_names}
+    history: list[Trial] = []
+    seen: dict[tuple[tuple[str, str], ...], float | None] = {}
+
+    def measure(values: Mapping[str, str | None]) -> float | None:
+        env = space.env_from_values(values)
+        observed = replay_objective_us(evaluate(env), landscape)
+        history.append(Trial(env, observed, not history))
+        seen[tuple(sorted(env.items()))] = observed
+        return observed
+
+    best = measure(current)
+    best = math.inf if best is None else best
+    while len(history) < trials:
+        before = len(history)
+        for index in rng.permutation(len(space.dimensions)):
+            dimension = space.dimensions[int(index)]
+            values = ladder(dimension)
+            for value_index in rng.permutation(len(values)):
+                if len(history) >= trials:
+                    return history
+                candidate = {**current, dimension.name: values[int(value_index)]}
+                try:
+                    key = tuple(sorted(space.env_from_values(candidate).items()))
+                except UnsafeValueError:
+                    continue  # breaks a catalog constraint (e.g. socket threads x sockets <= 64)
+                observed = seen[key] if key in seen else measure(candidate)
+                if observed is not None and observed < best:
+                    best, current = observed, candidate
+        if len(history) == before:  # every neighbour measured: the search has converged
+            break
+    return history
+
+
+@dataclass(frozen=True)
+class Outcome:
+    hit: int | None
+    hit_unseeded: int | None
+    final_quality: float
+    cpu_s: float
+
+
+def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Outcome:
+    hit = hit_unseeded = None
+    incumbent, incumbent_quality = math.inf, 0.0
+    for number, trial in enumerate(history, start=1):
+        if trial.observed_us is None:
+            continue
+        quality = landscape.quality(trial.env)
+        if trial.observed_us < incumbent:
+            incumbent, incumbent_quality = trial.observed_us, quality
+        if quality >= TARGET_QUALITY:
+            hit = hit or number
+            if not trial.seeded:
+                hit_unseeded = hit_unseeded or number
+    return Outcome(hit, hit_unseeded, incumbent_quality, cpu_s / max(len(history), 1))
+
+
+def run_cell(directory: Path, scenario: str, strategy: str, seeds: int, trials: int) -> dict[str, Any]:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    landscape, document = load_scenario(scenario, directory)
+    shipped = shipped_settings()
+    if strategy == "gp" and importlib.util.find_spec("torch") is None:
+        return {"skipped": "optuna's GPSampler needs torch, which is not installed"}
+    runs: list[Callable[[int], list[Trial]]] = {
+        "shipped": lambda s: run_tuner(landscape, document, str(shipped["sampler"]), s, trials,
+                                       shipped["n_startup_trials"], shipped["seed_library_defaults"]),
+        "sobol": lambda s: run_sobol(landscape, s, trials),
+        "coordinate": lambda s: run_coordinate(landscape, s, trials),
+        **{name: (lambda s, name=name: run_tuner(landscape, document, name, s, trials, shipped["n_startup_trials"],
+                                                  False)) for name in ("random", "tpe", "gp")},
+    }[strategy]
+    outcomes = []
+    for seed in range(seeds):
+        started = time.process_time()
+        history = runs(seed)
+        outcomes.append(score(landscape, history, time.process_time() - started))
+    return summarize(outcomes, trials)
+
+
+def _stats(values: list[int | None], trials: int) -> dict[str, float | int]:
+    censored = np.array([v if v is not None else trials + 1 for v in values], dtype=float)
+    return {"reached": sum(v is not None for v in values), "median": float(np.median(censored)),
+            "q1": float(np.percentile(censored, 25)), "q3": float(np.percentile(censored, 75))}
+
+
+def summarize(outcomes: list[Outcome], trials: int) -> dict[str, Any]:
+    finals = np.array([o.final_quality for o in outcomes])
+    return {"seeds": len(outcomes), "trials_to_95pct": _stats([o.hit for o in outcomes], trials),
+            "trials_to_95pct_unseeded": _stats([o.hit_unseeded for o in outcomes], trials),
+            "final_quality_mean": round(float(finals.mean()), 4), "final_quality_min": round(float(finals.min()), 4),
+            "cpu_ms_per_trial": round(1e3 * float(np.mean([o.cpu_s for o in outcomes])), 2)}
+
+
+def describe(scenario: str, directory: Path) -> dict[str, Any]:
+    landscape, document = load_scenario(scenario, directory)
+    baseline = landscape.space.catalog.default_env(landscape.space.knob_names)
+    good = [i for i, t in enumerate(landscape.true_us) if landscape.best_us / t >= TARGET_QUALITY]
+    runs = [r for p in landscape.points for r in p.runs]
+    return {"file": str(directory / f"{SCENARIOS[scenario][0]}.json"), "what": document.get("what"),
+            "points": len(landscape.points), "launches": len(runs),
+            "failed_launches": sum(r.medians_us is None for r in runs),
+            "best_true_objective_us": round(landscape.best_us, 3),
+            "best_env": dict(landscape.points[int(np.argmin(landscape.true_us))].env),
+            "points_within_95pct": len(good), "site_defaults": baseline,
+            "site_defaults_quality": round(landscape.quality(baseline), 4),
+            "library_defaults_quality": round(landscape.quality({}), 4)}
+
+
+def markdown(document: Mapping[str, Any]) -> str:
+    lines = [f"# Sampler benchmark on measured replay landscapes ({document['date']}, commit {document['commit']})",
+             "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
+             "95 % of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
+             "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded. "
+             f"Shipped = {document['shipped']}. Written by `{document['command']}`.", ""]
+    for scenario, info in document["landscapes"].items():
+        lines += [f"## {scenario}", "", f"{info['points']} points, {info['launches']} launches "
+                  f"({info['failed_launches']} failed); {info['points_within_95pct']} point(s) within 95 % of the best "
+                  f"({info['best_env'] or 'library defaults'}); quality of the site defaults {info['site_defaults_quality']}, "
+                  f"of the library defaults {info['library_defaults_quality']}.", "",
+                  "| strategy | trials to 95 % | reached | unseeded | reached | final quality mean (min) |",
+                  "|---|---|---|---|---|---|"]
+        for strategy, cell in document["results"][scenario].items():
+            if "skipped" in cell:
+                lines.append(f"| {strategy} | skipped: {cell['skipped']} | | | | |")
+                continue
+            a, b = cell["trials_to_95pct"], cell["trials_to_95pct_unseeded"]
+            lines.append(f"| {strategy} | {a['median']:g} [{a['q1']:g}-{a['q3']:g}] | {a['reached']}/{cell['seeds']} | "
+                         f"{b['median']:g} [{b['q1']:g}-{b['q3']:g}] | {b['reached']}/{cell['seeds']} | "
+                         f"{cell['final_quality_mean']} ({cell['final_quality_min']}) |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--trials", type=int, default=50)
-    parser.add_argument("--samplers", default="tpe,gp,random")
-    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--samplers", default=",".join(STRATEGIES))
+    parser.add_argument("--landscapes", default=",".join(SCENARIOS))
+    parser.add_argument("--landscape-dir", type=Path, default=LANDSCAPE_DIR)
+    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/bench/sampler_benchmark.json"))
     args = parser.parse_args()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    results: dict[str, dict[str, float | int | str]] = {}
-    for scenario_name in args.scenarios.split(","):
-        for sampler_name in args.samplers.split(","):
-            sampler = SamplerName(sampler_name)
-            key = f"{scenario_name}/{sampler}"
-            if sampler is SamplerName.GP and importlib.util.find_spec("torch") is None:
-                results[key] = {"skipped": "GPSampler needs torch, which is not installed"}
-                print(f"{key}: skipped (no torch)", flush=True)
-                continue
-            runs = [run_one(scenario_name, sampler, seed, args.trials) for seed in range(args.seeds)]
-            s = summarize(runs, args.trials)
-            results[key] = dict(s)
-            print(
-                f"{key}: trials to 95% median {s['trials_to_95pct_median']:.0f} "
-                f"(IQR {s['trials_to_95pct_q1']:.0f}-{s['trials_to_95pct_q3']:.0f}), "
-                f"reached {s['reached']}/{s['seeds']}, "
-                f"final quality mean {s['final_quality_mean']:.3f} min {s['final_quality_min']:.3f}, "
-                f"defaults {s['defaults_quality']:.3f}, {s['cpu_s_per_trial'] * 1e3:.0f} ms CPU/trial",
-                flush=True,
-            )
-    document = {
-        "what": "SYNTHETIC landscape (tuners/synthetic.py), not a measurement",
-        "target_quality": TARGET_QUALITY,
-        "trials_budget": args.trials,
-        "optuna": optuna.__version__,
-        "torch": importlib.metadata.version("torch") if importlib.util.find_spec("torch") else None,
-        "python": platform.python_version(),
-        "results": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    scenarios, strategies = args.landscapes.split(","), args.samplers.split(",")
+    for name in scenarios:
+        if name not in SCENARIOS:
+            parser.error(f"--landscapes: unknown landscape {name!r} (known: {', '.join(SCENARIOS)})")
+    for name in strategies:
+        if name not in STRATEGIES:
+            parser.error(f"--samplers: unknown strategy {name!r} (known: {', '.join(STRATEGIES)})")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    document: dict[str, Any] = {
+        "what": "sampler benchmark on measured replay landscapes (tuners/landscape.py)", "date":
+        datetime.now(UTC).isoformat(timespec="seconds"), "commit": commit, "host": platform.node(),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "command": "python -m tuners.bench_sampler " + " ".join(
+            f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "optuna": optuna.__version__, "python": platform.python_version(), "seeds": args.seeds,
+        "trials": args.trials, "target_quality": TARGET_QUALITY, "shipped": {k: str(v) for k, v in
+                                                                           shipped_settings().items()},
+        "landscapes": {name: describe(name, args.landscape_dir) for name in scenarios}, "results": {}}
+    cells = list(itertools.product(scenarios, strategies))
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {cell: pool.submit(run_cell, args.landscape_dir, *cell, args.seeds, args.trials) for cell in cells}
+        for (scenario, strategy), future in futures.items():
+            result = future.result()
+            document["results"].setdefault(scenario, {})[strategy] = result
+            print(f"{scenario}/{strategy}: {json.dumps(result)}", flush=True)
+    write_atomic(args.out, json.dumps(document, indent=1) + "\n")
+    write_atomic(args.out.with_suffix(".md"), markdown(document) + "\n")
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""Replay landscapes (tuners/landscape.py) and the sampler benchmark's scoring (tuners/bench_sampler.py) on the
+committed measured landscapes: the replay answers only with measured launches, and the benchmark tells a search
+that finds good configurations from one that does not."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tuners.bench_sampler import (
+    LANDSCAPE_DIR,
+    SCENARIOS,
+    Trial,
+    load_scenario,
+    replay_objective_us,
+    run_coordinate,
+    run_tuner,
+    score,
+    shipped_settings,
+)
+from tuners.evaluation import buckets_for_sizes
+from tuners.landscape import LandscapeError, ReplayLandscape
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = [name for name, (stem, _) in SCENARIOS.items() if (REPO / LANDSCAPE_DIR / f"{stem}.json").exists()]
+
+
+@pytest.mark.parametrize("scenario", COMMITTED)
+def test_replay_returns_only_measured_launches(scenario: str) -> None:
+    landscape, _ = load_scenario(scenario, REPO / LANDSCAPE_DIR)
+    evaluate = landscape.evaluator(seed=1)
+    for point in landscape.points:
+        measured = [dict(r.medians_us) if r.medians_us is not None else r.failure for r in point.runs]
+        assert landscape.point_of(point.env) == landscape.points.index(point)
+        for _ in range(3 * len(point.runs)):
+            evaluation = evaluate(point.env)
+            assert (evaluation.median_us() if evaluation.ok else evaluation.failure) in measured
+
+
+def test_nearest_point_and_true_quality() -> None:
+    landscape, _ = load_scenario("h200-nvlink-demo2", REPO / LANDSCAPE_DIR)
+    # the library defaults (all unset) were measured 3 times (40.1, 40.4, 41.3 us): the best point
+    assert landscape.quality({}) == 1.0
+    assert len(landscape.points[landscape.point_of({})].runs) == 3
+    # NCCL_BUFFSIZE=2^26 alone was never measured: every visited point that sets BUFFSIZE also sets another
+    # knob (distance > 1), so the nearest is the all-unset point (distance 1: one knob set vs unset)
+    assert landscape.point_of({"NCCL_BUFFSIZE": str(2**26)}) == landscape.point_of({})
+    assert landscape.point_of({"NCCL_BUFFSIZE": "65536", "NCCL_PROTO": "LL"}) != landscape.point_of({})
+
+
+def test_defaults_only_search_never_reaches_the_target() -> None:
+    """A search that measures only the (planted, bad) site defaults scores as never reaching 95 %, while the
+    shipped tuner's library-defaults seed reaches it at trial 2 and is reported apart as seeded."""
+    landscape, document = load_scenario("h200-nvlink-demo2", REPO / LANDSCAPE_DIR)
+    defaults = landscape.space.catalog.default_env(landscape.space.knob_names)
+    assert landscape.quality(defaults) < 0.95
+    evaluate = landscape.evaluator(seed=0)
+    history = [Trial(defaults, replay_objective_us(evaluate(defaults), landscape), i == 0)
+               for i in range(30)]
+    assert score(landscape, history, 0.0).hit is None
+    shipped = shipped_settings()
+    outcome = score(landscape, run_tuner(landscape, document, str(shipped["sampler"]), 0, 6,
+                                         shipped["n_startup_trials"], shipped["seed_library_defaults"]), 0.0)
+    assert outcome.hit == 2
+    assert outcome.hit_unseeded is None or outcome.hit_unseeded > 2
+
+
+def test_coordinate_descent_moves_away_from_a_bad_default() -> None:
+    landscape, _ = load_scenario("h200-socket-demo3", REPO / LANDSCAPE_DIR)
+    history = run_coordinate(landscape, seed=0, trials=30)
+    assert len({tuple(sorted(t.env.items())) for t in history}) == len(history)  # nothing measured twice
+    qualities = [landscape.quality(t.env) for t in history]
+    assert max(qualities) > qualities[0]
+
+
+def test_bad_landscape_file_names_the_file(tmp_path: Path) -> None:
+    landscape, _ = load_scenario("h200-socket-demo3", REPO / LANDSCAPE_DIR)
+    bad = tmp_path / "broken.json"
+    bad.write_text(json.dumps({"configs": [{"env": {}, "runs": [{"failure": "no-such-kind"}]}]}))
+    with pytest.raises(LandscapeError, match="broken.json"):
+        ReplayLandscape.load(bad, landscape.space, buckets_for_sizes([1 << 20], 1))
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps({"configs": [{"env": {}, "runs": [{"failure": "timeout", "reason": "hung"}]}]}))
+    with pytest.raises(LandscapeError, match="every launch"):
+        ReplayLandscape.load(failed, landscape.space, buckets_for_sizes([1 << 20], 1))
+    assert np.isfinite(landscape.best_us)

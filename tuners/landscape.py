@@ -1,0 +1,133 @@
+"""Replay landscapes: the tuner's evaluator played back from MEASURED runs (issue 14), for benchmarking
+samplers on what real machines did instead of on an invented model (tuners/synthetic.py).
+
+A landscape file (written by tests/bench/sweep_cpu_landscape.py or tests/bench/gpu_landscapes.py) holds
+measured points: a configuration (searched knobs only; none set = the library defaults) and every launch
+measured at it, each either the per-size median times (us) or a failure. A sampled configuration is
+answered by its nearest measured point (per knob: unset vs set or another category = 1, numeric values
+|log2 a - log2 b| over the log2 width of the knob's domain; ties to the first point in file order) with
+ONE of that point's launches, drawn at random, so launch-to-launch noise, heavy tails and failures are as
+measured. On a full grid the nearest point of a grid value is the point itself; between grid values
+(a power of two the grid skipped) the landscape is flat up to the nearest measured neighbour.
+
+A point's true objective is the median over its successful launches of the study objective (size buckets
+as `buckets`); a point whose every launch failed has none (infinite time).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tuners.evaluation import Evaluation, FailureKind, SizeBucket, bucket_times_us, overall_time_us
+from tuners.space import SearchSpace
+
+
+class LandscapeError(ValueError):
+    """A landscape file that cannot be replayed; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One launch: per-size median times (us), or the failure it ended in."""
+
+    medians_us: Mapping[int, float] | None
+    failure: FailureKind | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class MeasuredPoint:
+    env: Mapping[str, str]  # searched knobs that are set; missing = unset
+    runs: tuple[MeasuredRun, ...]
+
+
+class ReplayLandscape:
+    def __init__(self, name: str, space: SearchSpace, points: Sequence[MeasuredPoint],
+                 buckets: Sequence[SizeBucket]) -> None:
+        if not points:
+            raise LandscapeError(f"landscape {name}: no measured points")
+        self.name = name
+        self.space = space
+        self.points = tuple(points)
+        self.buckets = tuple(buckets)
+        self.true_us = np.array([self._median_objective(p) for p in self.points])
+        if not np.isfinite(self.true_us).any():
+            raise LandscapeError(f"landscape {name}: every launch of every point failed")
+        self.best_us = float(self.true_us.min())
+        self._cache: dict[tuple[tuple[str, str], ...], int] = {}
+
+    @classmethod
+    def load(cls, path: Path, space: SearchSpace, buckets: Sequence[SizeBucket]) -> ReplayLandscape:
+        try:
+            document = json.loads(path.read_text())
+            points = []
+            for config in document["configs"]:
+                env = {k: v for k, v in config["env"].items() if k in space.knob_names}
+                runs = tuple(
+                    MeasuredRun({int(s): float(t) for s, t in run["median_us"].items()}) if "median_us" in run
+                    else MeasuredRun(None, FailureKind(run["failure"]), run.get("reason") or run["failure"])
+                    for run in config["runs"])
+                if runs:
+                    points.append(MeasuredPoint(env, runs))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LandscapeError(f"{path}: not a landscape file ({type(exc).__name__}: {exc})") from exc
+        return cls(path.stem, space, points, buckets)
+
+    def _median_objective(self, point: MeasuredPoint) -> float:
+        values = [overall_time_us(bucket_times_us(r.medians_us, self.buckets))
+                  for r in point.runs if r.medians_us is not None]
+        return float(np.median(values)) if values else math.inf
+
+    def _distance(self, a: Mapping[str, str], b: Mapping[str, str]) -> float:
+        total = 0.0
+        for dimension in self.space.dimensions:
+            x, y = a.get(dimension.name), b.get(dimension.name)
+            if x == y:
+                continue
+            knob = dimension.knob
+            if x is None or y is None or not dimension.numeric:
+                total += 1.0
+            else:
+                assert knob.low is not None and knob.high is not None
+                width = max(math.log2(knob.high) - math.log2(max(knob.low, 1)), 1.0)
+                total += abs(math.log2(max(int(x), 1)) - math.log2(max(int(y), 1))) / width
+        return total
+
+    def point_of(self, env: Mapping[str, str]) -> int:
+        """Index of the measured point nearest to env (its searched knobs; others are ignored)."""
+        key = tuple(sorted((k, v) for k, v in env.items() if k in self.space.knob_names))
+        if key not in self._cache:
+            searched = dict(key)
+            self._cache[key] = int(np.argmin([self._distance(searched, p.env) for p in self.points]))
+        return self._cache[key]
+
+    def quality(self, env: Mapping[str, str]) -> float:
+        """Best true objective over env's true objective (1 = as good as the best point; 0 = always fails)."""
+        return self.best_us / float(self.true_us[self.point_of(env)])
+
+    def evaluator(self, seed: int) -> ReplayEvaluator:
+        return ReplayEvaluator(self, np.random.default_rng(seed))
+
+
+class ReplayEvaluator:
+    """The tuner's Evaluator over a landscape: one measured launch of the nearest point, at random."""
+
+    def __init__(self, landscape: ReplayLandscape, rng: np.random.Generator) -> None:
+        self.landscape = landscape
+        self.rng = rng
+        self.calls = 0
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.calls += 1
+        point = self.landscape.points[self.landscape.point_of(env)]
+        run = point.runs[int(self.rng.integers(len(point.runs)))]
+        if run.medians_us is None:
+            assert run.failure is not None
+            return Evaluation.failed(run.failure, f"replayed: {run.reason}")
+        return Evaluation(times_us={size: [t] for size, t in run.medians_us.items()}, validated=validate)
