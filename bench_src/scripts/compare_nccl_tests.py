@@ -16,7 +16,6 @@ import csv
 import io
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile

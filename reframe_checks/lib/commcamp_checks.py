@@ -14,7 +14,6 @@ character whitelist) and shell-quoted: `-S env_vars=...` and `-S extra_args=...`
 import functools
 import json
 import os
-import re
 import shlex
 import sys
 
