@@ -6,7 +6,11 @@ were; but ranks differ by role too (an algorithm gives some ranks more steps: on
 runs one node's ranks held 76-100 % of the slowest-rank time, night after night), so a run is compared
 with a healthy run of the same series (same op, size, ranks and nodes, its baseline): per node, the growth
 of its ranks' median time over the baseline's. The node whose growth stands out (>= LEAD times every
-other node's) is the suspect; otherwise the run says 'ambiguous' and health falls back to bisection. In a
+other node's, and >= LEAD itself) is the suspect. A slow link slows both of its ends: in a sendrecv ring
+the sender into a throttled node waits as the receiver does, by as much as its TCP buffers leave it
+(recorded: x4-x18 for the sender, x25-x31 for the receiver), so two nodes that stand out together are
+the suspects too, most grown first; a pair test with a node that did not slow down decides between them.
+Otherwise the run says 'ambiguous' and health falls back to pair tests between all nodes. In a
 synchronised collective every rank waits for the slow one, so growth spreads over all nodes and the answer
 is usually 'ambiguous' there; point-to-point exchanges (sendrecv, pingpong) name the node.
 """
@@ -31,13 +35,21 @@ class NodeGrowth:
 
 @dataclass(frozen=True)
 class Suspects:
-    ranked: list[NodeGrowth]  # most suspect first
-    clear: bool
+    ranked: list[NodeGrowth]  # most grown first
+    leaders: list[str]  # the one or two nodes that stand out, most grown first; empty when none does
     reason: str
 
     @property
+    def clear(self) -> bool:
+        return len(self.leaders) == 1
+
+    @property
     def top(self) -> str | None:
-        return self.ranked[0].node if self.clear else None
+        return self.leaders[0] if self.clear else None
+
+
+# At most the two ends of one slow link stand out together; more than that is not one node's story.
+MAX_LEADERS = 2
 
 
 def _key(record: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -62,13 +74,19 @@ def rank_suspects(records: Iterable[Mapping[str, Any]], baseline: Iterable[Mappi
             if then > 0:
                 ratios[host].append(now / then)
     if len(ratios) < 2:
-        return Suspects([], False, "no per-rank data to compare with a baseline run of the same series on "
-                                   ">= 2 nodes (commbench schema 2 records on both nights)")
+        return Suspects([], [], "no per-rank data to compare with a baseline run of the same series on "
+                                ">= 2 nodes (commbench schema 2 records on both nights)")
     ranked = sorted((NodeGrowth(node, statistics.median(values)) for node, values in ratios.items()),
                     key=lambda g: (-g.growth, g.node))
     summary = ", ".join(f"{g.node} x{g.growth:.2f}" for g in ranked)
-    first, second = ranked[0], ranked[1]
-    if first.growth >= lead * second.growth:
-        return Suspects(ranked, True, f"{first.node}'s ranks slowed down {first.growth:.2f}x against the baseline, "
-                                      f">= {lead:g}x any other node ({summary})")
-    return Suspects(ranked, False, f"ambiguous: no node slowed down >= {lead:g}x more than the others ({summary})")
+    for count in range(1, min(MAX_LEADERS, len(ranked) - 1) + 1):
+        last, rest = ranked[count - 1], ranked[count]
+        if last.growth >= lead and last.growth >= lead * rest.growth:
+            leaders = [g.node for g in ranked[:count]]
+            if count == 1:
+                return Suspects(ranked, leaders, f"{last.node}'s ranks slowed down {last.growth:.2f}x against the "
+                                                 f"baseline, >= {lead:g}x any other node ({summary})")
+            return Suspects(ranked, leaders, f"{' and '.join(f'{n}' for n in leaders)}'s ranks slowed down >= "
+                                             f"{lead:g}x more than the others ({summary}): the two ends of one slow "
+                                             f"path; a pair test with a node that did not slow down decides")
+    return Suspects(ranked, [], f"ambiguous: no node slowed down >= {lead:g}x more than the others ({summary})")

@@ -431,11 +431,12 @@ class HealthCheck:
         base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
         return rank_suspects(pick, base)
 
-    def _confirm(self, template: TestCase, suspect: str, nodes: list[str], good_multi_hosts: set[str],
-                 isolation: Isolation) -> bool:
+    def _confirm(self, template: TestCase, suspect: str, attributed: Suspects, nodes: list[str],
+                 good_multi_hosts: set[str], isolation: Isolation) -> bool:
         """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
-        any other): the suspect is the culprit if that pair is bad."""
-        partners = sorted(good_multi_hosts - {suspect}) or [n for n in nodes if n != suspect]
+        the node that slowed down least, else any other): the suspect is the culprit if that pair is bad."""
+        calm = [g.node for g in reversed(attributed.ranked) if g.node not in attributed.leaders]
+        partners = sorted(good_multi_hosts - {suspect}) or calm or [n for n in nodes if n != suspect]
         pair = (partners[0], suspect)
         self._run_pairs(template, [pair])
         [test] = self._judge_pairs(template, [pair])
@@ -455,14 +456,15 @@ class HealthCheck:
         attributed = self._attribute(bad)
         if attributed is not None:
             isolation.attribution = attributed.reason
-        if attributed is not None and attributed.top is not None:
-            if self._confirm(template, attributed.top, nodes, good_multi_hosts, isolation):
+        for leader in attributed.leaders if attributed is not None else []:
+            if self._confirm(template, leader, attributed, nodes, good_multi_hosts, isolation):
                 isolation.path = "attribution"
-                isolation.culprit_nodes = [attributed.top]
-                isolation.unresolved = [s for s in suspects if s != attributed.top]
+                isolation.culprit_nodes = [leader]
+                isolation.unresolved = [s for s in suspects if s != leader]
                 return isolation
-            isolation.note = (f"the run named {attributed.top}, but its pair test was healthy: "
-                              f"pair tests between every node follow")
+        if attributed is not None and attributed.leaders:
+            isolation.note = (f"the run named {' and '.join(attributed.leaders)}, but the pair test(s) were "
+                              f"healthy: pair tests between every node follow")
         ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
         if len(nodes) % 2:
             ring.append((nodes[-1], nodes[0]))

@@ -205,7 +205,12 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
     assert verdict["status"] == "failed" and verdict["scope"] == "node", output
     isolation = verdict["isolation"]
     assert isolation["path"] == "attribution", output
-    assert isolation["culprit_nodes"] == [bad] and isolation["extra_jobs"] == 1, output
-    assert [bad in pair["nodes"] for pair in isolation["pairs"]] == [True]
-    assert f"{bad}'s ranks slowed down" in isolation["attribution"]
-    assert "1 extra pair job(s)" in output and f"culprit node(s): {bad}" in output
+    # The sender into the throttled node waits too (x4-x18 recorded, by its TCP buffers): either the run
+    # names the bad node alone (one pair job) or both ends of its slow link, most grown first, and pair
+    # tests with the node that did not slow down decide, in that order (campaigns/attribution.py).
+    assert "ranks slowed down" in isolation["attribution"] and bad in isolation["attribution"], output
+    leaders = isolation["attribution"].split("'s ranks slowed down")[0].split(" and ")
+    assert bad in leaders and isolation["extra_jobs"] == leaders.index(bad) + 1, output
+    assert isolation["culprit_nodes"] == [bad], output
+    assert [bad in pair["nodes"] for pair in isolation["pairs"]][-1] and len(isolation["pairs"]) == isolation["extra_jobs"]
+    assert f"{isolation['extra_jobs']} extra pair job(s)" in output and f"culprit node(s): {bad}" in output
