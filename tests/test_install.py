@@ -3,13 +3,16 @@ the checkout read-only (a read-only bind mount in a private mount namespace, whi
 working directory, a site kept in a directory of its own ($COMMCAMP_SITE_PATH) and a workspace
 ($COMMCAMP_HOME). Scaffolding, listing and checking a site, building commbench from the shipped sources and
 running the smoke campaign must work and write nothing but the workspace (and the site directory that
-`site new` is asked to write to).
+`site new` is asked to write to). A small tune (the launcher executor, mpirun on this machine, commbench from
+the workspace's build) publishes into the workspace and `recommend` reads it back; the nightly health campaign
+runs on the local Slurm cluster from the same install.
 
 The venv reuses the test venv's dependencies through a .pth line (not its editable commcamp: .pth files in a
 directory added that way are not processed), so only commcamp itself comes from the wheel.
 """
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -20,6 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
 # What the wheel is built from (campaigns/_data links to the folders beside it).
@@ -42,58 +47,69 @@ def _readonly(paths: list[Path], argv: list[str]) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *argv]
 
 
-def test_wheel_install_runs_and_writes_only_to_the_workspace(tmp_path: Path) -> None:
-    timings: dict[str, float] = {}
+class Installed:
+    """commcamp from a wheel in a fresh venv, run with the install tree and the checkout read-only."""
 
-    def timed(step: str, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.timings: dict[str, float] = {}
+        source = tmp_path / "source"
+        source.mkdir()
+        for name in SOURCES:
+            if (REPO / name).is_dir():
+                shutil.copytree(REPO / name, source / name, symlinks=True,
+                                ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "spack.lock",
+                                                              ".spack-env"))
+            else:
+                shutil.copy2(REPO / name, source / name)
+        self.timed("pip wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                                 str(tmp_path / "wheels"), str(source)])
+        (wheel,) = (tmp_path / "wheels").glob("commcamp-*.whl")
+        self.venv = venv = tmp_path / "venv"
+        self.timed("venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
+        self.timed("pip install", [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                                   "-q", "--no-deps", str(wheel)])
+        self.purelib = Path(subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True, text=True, check=True).stdout.strip())
+        (self.purelib / "test-venv-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+        reframe = venv / "bin" / "reframe"  # what installing reframe-hpc into the venv would have put there
+        reframe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom reframe.frontend.cli import main\n"
+                           "sys.exit(main())\n")
+        reframe.chmod(0o755)
+        self.workspace, self.sites, self.home, self.cwd = (tmp_path / d for d in ("workspace", "sites", "home", "cwd"))
+        for directory in (self.sites, self.home, self.cwd):
+            directory.mkdir()
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in base.items() if not k.startswith("COMMCAMP_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        env.update(COMMCAMP_HOME=str(self.workspace), COMMCAMP_SITE_PATH=str(self.sites), HOME=str(self.home),
+                   COLUMNS="200", PATH=os.pathsep.join([str(self.venv / "bin"), *(
+                       p for p in env["PATH"].split(os.pathsep) if not p.startswith(str(REPO)))]))
+        return env
+
+    def timed(self, step: str, argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
         start = time.monotonic()
         result = subprocess.run(argv, capture_output=True, text=True, check=False,  # type: ignore[call-overload]
                                 **kwargs)
-        timings[step] = round(time.monotonic() - start, 1)
+        self.timings[step] = round(time.monotonic() - start, 1)
         assert result.returncode == 0, \
             f"{step}: exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
         return result
 
-    source = tmp_path / "source"
-    source.mkdir()
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "spack.lock",
-                                                          ".spack-env"))
-        else:
-            shutil.copy2(REPO / name, source / name)
-    timed("pip wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "wheels"),
-                        str(source)])
-    (wheel,) = (tmp_path / "wheels").glob("commcamp-*.whl")
+    def commcamp(self, step: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> str:
+        argv = _readonly([self.venv, REPO], [str(self.venv / "bin" / "commcamp"), *args])
+        return self.timed(step, argv, env=self.env(env or dict(os.environ)), cwd=self.cwd, timeout=timeout).stdout
 
-    venv = tmp_path / "venv"
-    timed("venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    timed("pip install", [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                          "--no-deps", str(wheel)])
-    purelib = Path(subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True).stdout.strip())
-    (purelib / "test-venv-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    reframe = venv / "bin" / "reframe"  # what installing reframe-hpc into the venv would have put there
-    reframe.write_text(f"#!{venv / 'bin' / 'python'}\nimport sys\nfrom reframe.frontend.cli import main\n"
-                       "sys.exit(main())\n")
-    reframe.chmod(0o755)
 
-    workspace, sites, home, cwd = (tmp_path / d for d in ("workspace", "sites", "home", "cwd"))
-    for directory in (sites, home, cwd):
-        directory.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("COMMCAMP_") and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env.update(COMMCAMP_HOME=str(workspace), COMMCAMP_SITE_PATH=str(sites), HOME=str(home), COLUMNS="200",
-               PATH=os.pathsep.join([str(venv / "bin"), *(p for p in env["PATH"].split(os.pathsep)
-                                                         if not p.startswith(str(REPO)))]))
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    return Installed(tmp_path_factory.mktemp("install"))
 
-    def commcamp(step: str, *args: str) -> str:
-        argv = _readonly([venv, REPO], [str(venv / "bin" / "commcamp"), *args])
-        return timed(step, argv, env=env, cwd=cwd, timeout=300).stdout
 
-    shipped = purelib / "campaigns" / "_data"
+def test_wheel_install_runs_and_writes_only_to_the_workspace(installed: Installed) -> None:
+    commcamp, workspace, sites = installed.commcamp, installed.workspace, installed.sites
+    shipped = installed.purelib / "campaigns" / "_data"
     assert all((shipped / d).is_dir() and not (shipped / d).is_symlink() for d in SOURCES[4:]), "not in the wheel"
     assert commcamp("site new", "site", "new", "mysite", "--from", "local").strip() == str(sites / "mysite")
     listing = commcamp("site list", "site", "list")
@@ -101,11 +117,54 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(tmp_path: Path) -> 
     assert commcamp("site check", "site", "check", "mysite").strip() == "site mysite: ok"
     built = Path(commcamp("bench build", "bench", "build", "cpu-openmpi").strip())
     assert built == workspace / "build" / "bench" / "cpu-openmpi" / "commbench" and os.access(built, os.X_OK)
-    output = commcamp("run smoke", "run", str(purelib / "campaigns" / "smoke.yaml"), "--site", "mysite")
+    output = commcamp("run smoke", "run", str(installed.purelib / "campaigns" / "smoke.yaml"), "--site", "mysite")
     assert f"Results: sqlite:///{workspace}/commcamp.db" in output
 
-    assert _files(cwd) == [] and _files(home) == []
+    # A small tune of the site kept outside the install: its study, records and recommendations go to the
+    # workspace; recommend finds them there.
+    spec = installed.tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "mysite", "system": "local:cpu", "library": "openmpi", "op": "allreduce", "nodes": 1,
+        "tasks_per_node": 2, "sizes": ["64K"], "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
+        "knobs": ["OMPI_MCA_btl_tcp_sndbuf"], "trials": 2, "executor": "launcher",
+        "launcher": ["mpirun.openmpi", "-np", "2", "--bind-to", "none"], "commbench": str(built),
+        "finalize": {"candidates": 1, "rounds": 2}}))
+    mpi_env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+               "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,tcp"}
+    tuned = commcamp("tune", "tune", str(spec), env=mpi_env, timeout=600)
+    assert "trials: 2 counted" in tuned and "decision: " in tuned, tuned
+    published = next(workspace.rglob("recommendations.yaml"))
+    recommended = commcamp("recommend", "recommend", "--site", "mysite", "--system", "local:cpu", "--op", "allreduce",
+                           "--nodes", "1")
+    assert "mysite" in recommended and "nodes" in recommended, recommended
+    assert yaml.safe_load(published.read_text())["recommendations"]
+
+    assert _files(installed.cwd) == [] and _files(installed.home) == []
     assert _files(sites) == ["mysite", "mysite/env.sh", "mysite/reframe_config.py", "mysite/site.yaml"]
     written = _files(workspace)
     assert "commcamp.db" in written and any(p.startswith("runs/smoke-") for p in written)
-    print("timings (s):", timings)
+    print("timings (s):", installed.timings)
+
+
+@pytest.mark.slurm
+def test_wheel_install_runs_the_nightly_health_campaign_on_the_cluster(installed: Installed,
+                                                                       slurm_cluster: SlurmCluster) -> None:
+    """The shipped health campaign of the shipped localslurm site, from the install, verdict in the workspace."""
+    verdict = installed.workspace / "verdict-wheel.json"
+    # The checkout's code read-only; its .lab/ holds the test cluster's state, which Slurm's tools write.
+    argv = _readonly([installed.venv, *(REPO / name for name in SOURCES if (REPO / name).is_dir())], [
+        str(installed.venv / "bin" / "commcamp"), "run", str(installed.purelib / "campaigns" / "health-localslurm.yaml"),
+        "--tag", "wheel-night", "--verdict", str(verdict)])
+    env = installed.env(slurm_cluster.env)
+    # the cluster's sacct shim, as the install ships it (the checkout's copy is off the PATH)
+    shim = installed.purelib / "campaigns" / "_data" / "site_configs" / "localslurm" / "cluster" / "bin"
+    env["PATH"] = os.pathsep.join([str(shim), env["PATH"]])
+    result = subprocess.run(argv, env=env, cwd=installed.cwd, capture_output=True, text=True, timeout=600,
+                            check=False)
+    output = result.stdout + result.stderr
+    # A first night without history: judged against the site's references where it has them, else not judged;
+    # never a usage or storage error.
+    assert result.returncode in (0, 3, 4, 5), output[-4000:]
+    assert json.loads(verdict.read_text())["exit_code"] == result.returncode, output[-4000:]
+    assert f"Results: sqlite:///{installed.workspace}/commcamp.db" in output, output[-4000:]
+    assert _files(installed.cwd) == [] and _files(installed.home) == []
