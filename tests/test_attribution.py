@@ -11,9 +11,12 @@ from fixtures_bench import CommbenchBuild, run_commbench
 from rich.console import Console
 
 from campaigns.attribution import node_times, rank_suspects
-from campaigns.health import BAD, Verdict, find_slow_nodes, judge, print_summary
+from campaigns.characterize import Placer
+from campaigns.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, print_summary
 from campaigns.records import validate_record
-from campaigns.spec import HealthSettings
+from campaigns.runner import CampaignResult, CaseResult
+from campaigns.spec import HealthSettings, load_campaign
+from campaigns.store import RunInfo, open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "attribution"
 LARGE = 1 << 20
@@ -143,3 +146,54 @@ def test_a_slow_node_has_its_own_reason_in_the_verdict_and_the_table(tmp_path: P
     saved = verdict.to_json()
     assert saved["exit_code"] == 4 and saved["slow_nodes"][0]["node"] == "c6n3"
     assert saved["slow_nodes"][0]["peers_us"].keys() == {"c6n1", "c6n2"}
+
+
+SLOW_SPEC = """\
+name: health-slow
+kind: health
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [3]
+placements: [any]
+checks:
+  - check: commbench_run
+    ops: [sendrecv]
+    sizes: [64K, 1M]
+    tasks_per_node: 1
+health:
+  min_history: 2
+  isolate: false
+"""
+
+
+def test_a_night_the_run_metrics_pass_names_the_slow_node_and_a_failed_night_blames_as_before(
+        tmp_path: Path) -> None:
+    """The recorded nights stored as a health campaign's runs (night 3: node 3 throttled). Against two noisy
+    nights (18 and 57 ms at 1 MiB) the run's own goodput, 94 % lower, is 1.0 robust sigma from its median:
+    every metric ok. Node 3's own time (15 and 30 ms before, 463 ms now) and its ratio to its peers say
+    slow: the verdict is degraded (exit 4), node 3 `degraded: slow`, the others ok. With a reference the
+    night fails: every node of the run is failed (not isolated) and none is re-reported as slow."""
+    spec = tmp_path / "health.yaml"
+    spec.write_text(SLOW_SPEC)
+    campaign = load_campaign(spec)
+    spec.write_text(SLOW_SPEC + "references:\n  - {op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, "
+                                "value: 0.05, lower: -0.9}\n")
+    referenced = load_campaign(spec)
+    with open_store(f"sqlite:///{tmp_path / 'health.db'}") as store:
+        for tag, name in (("night-1", "clean"), ("night-2", "clean2"), ("night-3", "throttled-c6n3")):
+            [case] = campaign.cases(tag)
+            store.ingest(RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
+                                 partition=case.partition, environ=case.environ, check_name=case.check,
+                                 parameters={**case.parameters, "tag": tag, "hosts": ["c6n1", "c6n2", "c6n3"]},
+                                 num_nodes=3, num_tasks=3, status="pass"), _load(f"{name}-sendrecv"))
+        verdict, failed = (
+            HealthCheck(c, store, "night-3", console=Console(quiet=True), runs_dir=tmp_path, placer=Placer())
+            .evaluate(CampaignResult(None, store.url, [CaseResult(case, "pass")])) for c in (campaign, referenced))
+    assert {m.status for m in verdict.metrics} == {"ok"} and verdict.status == "degraded" and verdict.exit_code == 4
+    assert [(s.node, s.bytes) for s in verdict.slow_nodes] == [("c6n3", LARGE)]
+    assert verdict.nodes["c6n3"]["status"] == "degraded" and verdict.nodes["c6n3"]["reason"] == "slow"
+    assert "4.36x the median" in verdict.nodes["c6n3"]["evidence"][1]
+    assert verdict.nodes["c6n1"] == verdict.nodes["c6n2"] == {"status": "ok", "evidence": []}
+    assert failed.status == "failed" and failed.slow_nodes == []
+    assert {n["status"] for n in failed.nodes.values()} == {"failed"} and "reason" not in failed.nodes["c6n3"]
