@@ -733,8 +733,8 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
         console.print(table)
         if len(rows) > max_rows:
             console.print(f"... and {len(rows) - max_rows} more in the verdict file")
-    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}{': ' + v['reason'] if 'reason' in v else ''}[/]"
-                          for n, v in sorted(verdict.nodes.items()))
+    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}"
+                          f"{': ' + v['reason'] if 'reason' in v else ''}[/]" for n, v in sorted(verdict.nodes.items()))
     console.print(f"nodes: {node_text or '-'}")
     if verdict.scope == "fabric-wide":
         console.print("[bold red]fabric-wide: degraded multi-node runs on node sets that share no node[/]")

@@ -148,23 +148,11 @@ def test_a_slow_node_has_its_own_reason_in_the_verdict_and_the_table(tmp_path: P
     assert saved["slow_nodes"][0]["peers_us"].keys() == {"c6n1", "c6n2"}
 
 
-SLOW_SPEC = """\
-name: health-slow
-kind: health
-site: localslurm
-system: localslurm:debug
-environments: [openmpi]
-node_counts: [3]
-placements: [any]
-checks:
-  - check: commbench_run
-    ops: [sendrecv]
-    sizes: [64K, 1M]
-    tasks_per_node: 1
-health:
-  min_history: 2
-  isolate: false
-"""
+# Three nodes, one rank each, sendrecv at the recorded sizes; two nights of history are enough here.
+SLOW_SPEC = ("name: health-slow\nkind: health\nsite: localslurm\nsystem: localslurm:debug\n"
+             "environments: [openmpi]\nnode_counts: [3]\n"
+             "checks: [{check: commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
+             "health: {min_history: 2, isolate: false}\n")
 
 
 def test_a_night_the_run_metrics_pass_names_the_slow_node_and_a_failed_night_blames_as_before(
