@@ -37,7 +37,8 @@ node is `degraded: slow` (node verdict reason "slow", a row of its own in the ta
 (b) its time over the median of its peers' times in the same record tonight (>= MIN_PEERS other nodes) is
     above 1 (it is slower than its peers) and worse, by the same test, than that ratio on its earlier nights.
 (b) is what a whole-night shift (load, a switch, a library update) cannot pass: it moves every node alike,
-so every ratio stays; (a) keeps a node that always plays the slow role from being called slow. "Above 1":
+so every ratio stays; (a) keeps a node whose peers got faster (its ratio rises, its time does not) from
+being called slow; the ratio's own history absorbs a role that is always slower. "Above 1":
 a slow node's peers change roles too (alltoall at 64 KiB, one node's link throttled: the node that waited
 100 us against its peers' 20-26 ms on clean nights waited 1.9 ms, a ratio 20x its history but still 11x
 faster than its peers); a node faster than its peers is not called slow, even one that slowed. A node the
