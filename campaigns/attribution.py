@@ -61,6 +61,18 @@ def _per_rank(records: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, ...], lis
             if r.get("kind") == "result" and r.get("valid", True) and "per_rank" in r}
 
 
+def node_times(records: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, ...], dict[str, float]]:
+    """Per result record (its key: op, transport, bytes, direction, the hosts in rank order), each node's own
+    time: the median of its ranks' per-rank medians (us). What health's fail-slow rule compares."""
+    times: dict[tuple[Any, ...], dict[str, float]] = {}
+    for key, medians in _per_rank(records).items():
+        by_host: dict[str, list[float]] = defaultdict(list)
+        for host, median in zip(key[-1], medians, strict=True):
+            by_host[host].append(median)
+        times[key] = {host: statistics.median(values) for host, values in by_host.items()}
+    return times
+
+
 def rank_suspects(records: Iterable[Mapping[str, Any]], baseline: Iterable[Mapping[str, Any]], *,
                   lead: float = LEAD) -> Suspects:
     """Rank the nodes of a run by how much their ranks slowed down against the baseline run."""

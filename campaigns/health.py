@@ -27,6 +27,32 @@ suspect and a node a good pair cleared. A pair is bad when its metrics are degra
 pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
 nodes is a culprit link.
 
+Fail-slow (find_slow_nodes): a node can stay inside its reference, degrade no multi-node metric, and still
+be slowing down. commbench's schema 2 records every rank's median time; a node's time in a record is the
+median over its ranks (attribution.node_times). Per (node, record: the series, op, transport, size,
+direction and the hosts in rank order, so the node keeps its role) with >= min_history earlier nights, the
+node is `degraded: slow` (node verdict reason "slow", a row of its own in the table) when BOTH
+(a) its time is worse than its own history: judge() against the median and robust spread of its earlier
+    nights, >= z spreads and >= degraded_change worse; and
+(b) its time over the median of its peers' times in the same record tonight (>= MIN_PEERS other nodes) is
+    above 1 (it is slower than its peers) and worse, by the same test, than that ratio on its earlier nights.
+(b) is what a whole-night shift (load, a switch, a library update) cannot pass: it moves every node alike,
+so every ratio stays; (a) keeps a node whose peers got faster (its ratio rises, its time does not) from
+being called slow; the ratio's own history absorbs a role that is always slower. "Above 1":
+a slow node's peers change roles too (alltoall at 64 KiB, one node's link throttled: the node that waited
+100 us against its peers' 20-26 ms on clean nights waited 1.9 ms, a ratio 20x its history but still 11x
+faster than its peers); a node faster than its peers is not called slow, even one that slowed. A node the
+other rules already call degraded or failed keeps that verdict. The evidence: its time, its history's
+median and spread, its peers' times, the ratio and that ratio's history.
+False alarms: z = max(degraded_z, the normal quantile 1 - slow_alpha / m), m = the (node, record) pairs
+judged that night (Bonferroni over the night; slow_alpha 0.05): with normal noise a healthy pair passes (b)
+alone with probability <= slow_alpha / m, so a healthy night raises a false alarm with probability <=
+slow_alpha (3 nodes x 2 sizes: z 3 (the Bonferroni 2.39 is lower); 2,000 nodes x 4 records: z 4.37).
+Timing noise has heavier tails than a normal one; the guards are the AND of (a) and (b), the >= 10 %
+(degraded_change) on both, and the spread floors (2 % of the median; range/d2 for 2-4 nights). Power: a
+drift shows when it is >= max(z spreads, 10 %) on both, so >= 10 % for a node whose nightly noise is below
+10 % / z; a noisier node needs more. Two-node runs cannot say which end slowed: they are not judged.
+
 Exit status of `commcamp run` for a health campaign (EXIT_CODES): 0 healthy, 3 not judged (nothing bad,
 some metric had nothing to compare with), 4 degraded, 5 failed; distinct from commcamp's 1 (a case
 could not be stored) and 2 (bad usage, database unusable). The verdict JSON (written atomically) holds
@@ -53,7 +79,7 @@ from campaigns.characterize import Placer
 from campaigns.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.site import Reference
 from campaigns.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
-from campaigns.attribution import Suspects, rank_suspects
+from campaigns.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm_snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
 from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
@@ -184,6 +210,82 @@ def find_reference(references: list[Reference], case: ReferenceKey, metric: str,
     return next((ref for ref in references if reference_matches(ref.model_dump(), metric, wanted)), None)
 
 
+def measured(run: RunRow) -> bool:
+    """A run whose records are judged: passed, or failed only ReFrame's performance check (valid records)."""
+    return run.status == "pass" or (run.reason or "").startswith(PERFORMANCE_FAILURE)
+
+
+def _record_dicts(frame: pandas.DataFrame) -> list[dict[str, Any]]:
+    """Stored records with the fields attribution reads (schema 2's land in `extra`)."""
+    return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
+                                                                 "hostnames", "valid")}}
+            for row in frame.to_dict("records")]
+
+
+# (series key, record key: op, transport, bytes, direction, hosts in rank order) -> node -> its ranks' median
+# time in us (campaigns.attribution.node_times), for one night.
+NodeTimes = dict[tuple[Any, ...], dict[str, float]]
+# A node needs two peers: with one, the two ends of a pair see the same exchange and neither stands apart.
+MIN_PEERS = 2
+
+
+@dataclass
+class SlowNode:
+    """Fail-slow: a node slower than its own history AND than its peers of the same night (module docstring)."""
+
+    node: str
+    series_key: str
+    op: str
+    bytes: int
+    value_us: float  # its ranks' median time tonight
+    peers_us: dict[str, float]  # the other nodes of the same record tonight
+    history: dict[str, Any]  # its own time on earlier nights: nights, median, spread, z, change (judge())
+    peer_ratio: float  # value_us / the median of peers_us
+    ratio_history: dict[str, Any]  # the same ratio on earlier nights, judged alike
+    evidence: list[str]
+
+
+def _peer_ratio(times: dict[str, float], node: str) -> tuple[float, float] | None:
+    """A node's time over the median of its peers' in one record, and that median; None without MIN_PEERS."""
+    peers = [value for host, value in times.items() if host != node]
+    centre = statistics.median(peers) if len(peers) >= MIN_PEERS else 0.0
+    return (times[node] / centre, centre) if centre > 0 else None
+
+
+def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: HealthSettings) -> list[SlowNode]:
+    """The fail-slow rule (module docstring): per (node, record) with >= min_history earlier nights, its time
+    judged against its own history AND its time over its peers' median judged against that ratio's history,
+    both with judge() at the family's z (Bonferroni over every (node, record) judged tonight)."""
+    candidates = []
+    for key, times in tonight.items():
+        for node, value in times.items():
+            past = [night[key] for night in earlier if node in night.get(key, {})]
+            ratio = _peer_ratio(times, node)
+            ratios = [r[0] for t in past if (r := _peer_ratio(t, node)) is not None]
+            if ratio is not None and min(len(past), len(ratios)) >= max(settings.min_history, 2):
+                candidates.append((key, node, value, ratio, [t[node] for t in past], ratios))
+    if not candidates:
+        return []
+    family_z = statistics.NormalDist().inv_cdf(1 - settings.slow_alpha / len(candidates))
+    z = max(settings.degraded_z, family_z)
+    strict = settings.model_copy(update={"degraded_z": z, "failed_z": max(z, settings.failed_z)})
+    slow = []
+    for key, node, value, (ratio, centre), own, ratios in candidates:
+        drift, apart = judge(value, False, None, own, strict), judge(ratio, False, None, ratios, strict)
+        if drift.status not in BAD or apart.status not in BAD or ratio <= 1:
+            continue
+        series_key, op, _transport, size, *_ = key
+        peers = {host: v for host, v in tonight[key].items() if host != node}
+        slow.append(SlowNode(node, series_key, op, size, value, peers, drift.history or {}, ratio,
+                             apart.history or {}, [
+            f"{op}@{size}: its ranks' median time {drift.evidence[0]}",
+            f"{ratio:.3g}x the median {centre:.4g} us of its peers tonight "
+            f"({', '.join(f'{h} {v:.4g}' for h, v in sorted(peers.items()))}); that ratio {apart.evidence[0]}",
+            f"z {z:.2f} = max(degraded_z {settings.degraded_z:g}, Bonferroni z {family_z:.2f} for slow_alpha "
+            f"{settings.slow_alpha:g} over {len(candidates)} (node, record) pairs judged)"]))
+    return slow
+
+
 @dataclass
 class MetricVerdict:
     run_key: str
@@ -244,6 +346,7 @@ class Verdict:
     # that share no node: not one node's fault) or "" (nothing degraded on several nodes)
     scope: str = ""
     slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
+    slow_nodes: list[SlowNode] = field(default_factory=list)  # fail-slow, reported as `degraded: slow`
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
 
     @property
@@ -285,13 +388,16 @@ class HealthCheck:
             self._runs[run_key] = found[-1] if found else None  # the latest attempt (runs: oldest first)
         return self._runs[run_key]
 
-    def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
-        """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
-        series = case.series_key
-        earlier = [run for run in self.store.runs(run_key_prefix=series, status="pass", **self._where())
+    def _earlier_runs(self, series_key: str) -> list[RunRow]:
+        """The passed runs of a series on the last history_nights nights before tonight, oldest first."""
+        earlier = [run for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where())
                    if run.parameters.get("tag") not in (None, self.tag)]
         nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
-        ids = [run.id for run in earlier if run.parameters["tag"] in nights]
+        return [run for run in earlier if run.parameters["tag"] in nights]
+
+    def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
+        """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
+        ids = [run.id for run in self._earlier_runs(case.series_key)]
         history: dict[tuple[str, int], list[float]] = {}
         if ids:
             frame = self.store.measurements(run_id=ids)
@@ -308,8 +414,7 @@ class HealthCheck:
             return [MetricVerdict(**base, hosts=[], metric="run", bytes=None, value=None, unit="", status="failed",
                                   evidence=["no run stored for tonight: the test case did not run"])]
         hosts = list(run.parameters.get("hosts", []))
-        # A run that failed only ReFrame's performance check has valid records: judge its metrics here.
-        if run.status != "pass" and not (run.reason or "").startswith(PERFORMANCE_FAILURE):
+        if not measured(run):
             return [MetricVerdict(**base, hosts=hosts, metric="run", bytes=None, value=None, unit="",
                                   status="failed", evidence=[f"run {run.status}: {run.reason}"])]
         values = run_metrics(self.store.measurements(run_id=run.id))
@@ -412,18 +517,14 @@ class HealthCheck:
 
     def _records(self, run: RunRow) -> list[dict[str, Any]]:
         """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
-        frame = self.store.measurements(run_id=run.id)
-        return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
-                                                                     "hostnames", "valid")}}
-                for row in frame.to_dict("records")]
+        return _record_dicts(self.store.measurements(run_id=run.id))
 
     def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
         """The suspect named by the degraded run itself, against the last passed run of its series
         (campaigns/attribution.py); None when there is no such baseline."""
         worst_case = max(bad, key=lambda v: v.num_nodes)
         tonight = self._run(worst_case.run_key)
-        earlier = [run for run in self.store.runs(run_key_prefix=worst_case.series_key, status="pass", **self._where())
-                   if run.parameters.get("tag") not in (None, self.tag)]
+        earlier = self._earlier_runs(worst_case.series_key)
         if tonight is None or not earlier:
             return None
         sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
@@ -509,10 +610,10 @@ class HealthCheck:
             self.run_dirs.append(result.run_dir)
         self._refresh()
         metrics: list[MetricVerdict] = []
-        for item in result.results:
-            if item.status == "unplaceable":
-                continue  # the topology cannot give this placement tonight: nothing was measured
-            metrics += self.judge_case(item.case)
+        # An unplaceable case: the topology cannot give this placement tonight, nothing was measured.
+        cases = [item.case for item in result.results if item.status != "unplaceable"]
+        for case in cases:
+            metrics += self.judge_case(case)
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         bad_runs = {m.run_key for m in bad_multi}
         good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
@@ -527,10 +628,35 @@ class HealthCheck:
             if isolation is not None and (isolation.culprit_nodes or isolation.culprit_links):
                 scope = "node"
         nodes = self._node_verdicts(metrics, isolation)
+        # Fail-slow only where nothing else blamed the node: a degraded or failed node is reported already.
+        slow = [s for s in find_slow_nodes(*self._node_times(cases), self.settings)
+                if nodes.get(s.node, {}).get("status") not in BAD]
+        for s in slow:
+            node = nodes.setdefault(s.node, {"status": "ok", "evidence": []})
+            node.update(status="degraded", reason="slow")
+            node["evidence"] += s.evidence
         return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
-                       tag=self.tag, status=worst(m.status for m in metrics), metrics=metrics, nodes=nodes,
-                       isolation=isolation, db=self.store.url, run_dirs=[str(d) for d in self.run_dirs], scope=scope,
-                       slurm=snapshot)
+                       tag=self.tag, status=worst([*(m.status for m in metrics), *("degraded" for _ in slow)]),
+                       metrics=metrics, nodes=nodes, isolation=isolation, db=self.store.url,
+                       run_dirs=[str(d) for d in self.run_dirs], scope=scope, slurm=snapshot, slow_nodes=slow)
+
+    def _node_times(self, cases: list[TestCase]) -> tuple[NodeTimes, list[NodeTimes]]:
+        """Tonight's and each earlier night's per-node times of the cases' series (oldest night first)."""
+        tonight: NodeTimes = {}
+        earlier: dict[str, NodeTimes] = {}
+        for case in cases:
+            run = self._run(case.run_key)
+            if run is None or not measured(run):
+                continue
+            tonight |= {(case.series_key, *key): times for key, times in node_times(self._records(run)).items()}
+            night_of = {r.id: r.parameters["tag"] for r in self._earlier_runs(case.series_key)}
+            if not night_of:
+                continue
+            # run ids ascend: of a night run twice, the latest run's times are kept
+            for run_id, records in self.store.measurements(run_id=list(night_of)).groupby("run_id"):
+                for key, times in node_times(_record_dicts(records)).items():
+                    earlier.setdefault(night_of[run_id], {})[(case.series_key, *key)] = times
+        return tonight, [earlier[night] for night in sorted(earlier)]
 
     def _snapshot(self) -> SlurmSnapshot | None:
         """The Slurm partition's jobs and node states now (Slurm partitions only)."""
@@ -589,21 +715,27 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
     console.print(f"[{_STYLE[verdict.status]}]HEALTH {verdict.status.replace('_', ' ').upper()}[/] "
                   f"{escape(verdict.campaign)} on {verdict.site}:{verdict.system}, night {verdict.tag}: "
                   f"{counts['ok']} ok, {counts['not_judged']} not judged, {counts['degraded']} degraded, "
-                  f"{counts['failed']} failed metric(s); exit code {verdict.exit_code}")
+                  f"{counts['failed']} failed metric(s)"
+                  + (f", {len({s.node for s in verdict.slow_nodes})} slow node(s)" if verdict.slow_nodes else "")
+                  + f"; exit code {verdict.exit_code}")
     bad = sorted((m for m in verdict.metrics if m.status != "ok"), key=lambda m: -STATUSES.index(m.status))
-    if bad:
+    rows = [(f"[{_STYLE[m.status]}]{m.status.replace('_', ' ')}[/]", m.environ, m.op, str(m.num_nodes),
+             f"{m.metric}{'' if m.bytes is None else f'@{m.bytes}'}",
+             "-" if m.value is None else f"{m.value:.4g} {m.unit}", escape("; ".join(m.evidence))) for m in bad]
+    # fail-slow: the node in the nodes column, its own time as the value
+    rows += [(f"[{_STYLE['degraded']}]degraded: slow[/]", "", s.op, escape(s.node), f"node time@{s.bytes}",
+              f"{s.value_us:.4g} us", escape("; ".join(s.evidence))) for s in verdict.slow_nodes]
+    if rows:
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
         for column in ("status", "env", "op", "nodes", "metric", "value", "evidence"):
             table.add_column(column, overflow="fold")
-        for m in bad[:max_rows]:
-            value = "-" if m.value is None else f"{m.value:.4g} {m.unit}"
-            size = "" if m.bytes is None else f"@{m.bytes}"
-            table.add_row(f"[{_STYLE[m.status]}]{m.status.replace('_', ' ')}[/]", m.environ, m.op, str(m.num_nodes),
-                          f"{m.metric}{size}", value, escape("; ".join(m.evidence)))
+        for row in rows[:max_rows]:
+            table.add_row(*row)
         console.print(table)
-        if len(bad) > max_rows:
-            console.print(f"... and {len(bad) - max_rows} more in the verdict file")
-    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}[/]" for n, v in sorted(verdict.nodes.items()))
+        if len(rows) > max_rows:
+            console.print(f"... and {len(rows) - max_rows} more in the verdict file")
+    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}"
+                          f"{': ' + v['reason'] if 'reason' in v else ''}[/]" for n, v in sorted(verdict.nodes.items()))
     console.print(f"nodes: {node_text or '-'}")
     if verdict.scope == "fabric-wide":
         console.print("[bold red]fabric-wide: degraded multi-node runs on node sets that share no node[/]")

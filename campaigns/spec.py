@@ -176,6 +176,8 @@ class HealthSettings(_Model):
         "a multi-node latency above this many times links.nic_latency is failed"))
     implausible_bandwidth_factor: float = Field(default=1.25, ge=1, description=(
         "a multi-node bandwidth above this many times a node's NICs (links.nic x node.nics) is failed"))
+    slow_alpha: float = Field(default=0.05, gt=0, lt=1, description=(
+        "fail-slow: the false-alarm rate per night over every (node, record) judged (Bonferroni; campaigns/health.py)"))
     isolate: bool = True
     isolation: IsolationSettings = IsolationSettings()
 

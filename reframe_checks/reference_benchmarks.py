@@ -22,11 +22,19 @@ performance: osu_latency `small_latency`, osu_bw `large_bandwidth` (GB/s), colle
 `small_latency` and `large_latency` (us). References: the benchmark's `references` in site.yaml.
 Variables: extra_args (more benchmark options), knob_defaults, time_limit, and ReFrame's env_vars
 (`-S env_vars='{"NCCL_ALGO":"Ring"}'`), as for the commbench checks.
+
+Results: each check writes its output as commbench-schema records to commbench.jsonl (kept in its output
+directory) through campaigns.formats.foreign.parse, the path `commcamp results ingest --format
+nccl-tests|osu` reads the same output through; the hosts of OSU's ranks (OSU does not print them) are the
+job's nodes, num_tasks_per_node each, in Slurm's block order. `commcamp results ingest` (or a campaign's
+runner) stores that file like commbench's own.
 """
+import json
 import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime, timezone
 
 import reframe as rfm
 import reframe.core.runtime as rt
@@ -34,10 +42,11 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.exceptions import SanityError
 
-from campaigns.formats import nccl_tests, osu  # the one parser of each format (checks, store, scripts)
+from campaigns.formats import foreign, nccl_tests, osu  # the one parser of each format (checks, store, scripts)
 
 # appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
+from commbench_tests import RECORDS_FILE  # noqa: E402
 from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
                              checked_words, offered, quoted, set_references, simple_test_if_offered)
 
@@ -57,6 +66,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     valid_prog_environs = ['+mpi -gpu_aware_mpi']  # as CommbenchTest: not in GPU-aware MPI environments
     sourcesdir = None
     time_limit = '10m'
+    keep_files = [RECORDS_FILE]
     #: More options of the benchmark, after the site's `args`.
     extra_args = variable(typ.List[str], value=[])
     #: Apply the site's knob defaults (site.yaml knobs.defaults) under env_vars.
@@ -65,6 +75,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     metric_bytes = variable(str, value='')
     #: reference_benchmarks key in site.yaml (and feature name).
     SUITE = ''
+    #: The format of the benchmark's printed output (campaigns.formats.foreign.FORMATS).
+    FORMAT = ''
     PAIR_BENCHMARKS = ()
 
     @run_after('init')
@@ -137,6 +149,21 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         with open(path, encoding='utf-8', errors='replace') as stream:
             return stream.read()
 
+    @run_before('sanity')
+    def write_records(self):
+        '''The output as commbench-schema records in RECORDS_FILE (module docstring); an output that does not
+        parse writes none (sanity says why).'''
+        if self.is_dry_run():
+            return
+        hosts = [node for node in self.job.nodelist or [] for _ in range(self.num_tasks_per_node)]
+        try:
+            records = foreign.parse(self.FORMAT, self.output(), source=self.benchmark,
+                                    timestamp=datetime.now(timezone.utc), hostnames=hosts)
+        except (nccl_tests.NcclTestsError, osu.OsuError):
+            return
+        with open(os.path.join(self.stagedir, RECORDS_FILE), 'w', encoding='utf-8') as stream:
+            stream.writelines(json.dumps(record) + '\n' for record in records)
+
     def metric_at(self, name):
         raise NotImplementedError
 
@@ -168,6 +195,7 @@ class nccl_tests_run(ReferenceBenchmarkTest):
     benchmark = parameter(['all_reduce_perf', 'all_gather_perf', 'alltoall_perf', 'sendrecv_perf'])
     num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'nccl_tests_nodes_{n}'))
     SUITE = 'nccl_tests'
+    FORMAT = 'nccl-tests'
 
     @run_after('init')
     def set_tags(self):
@@ -215,6 +243,7 @@ class osu_run(ReferenceBenchmarkTest):
     benchmark = parameter(['osu_latency', 'osu_bw', 'osu_allreduce', 'osu_alltoall'])
     num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'osu_nodes_{n}'))
     SUITE = 'osu'
+    FORMAT = 'osu'
     PAIR_BENCHMARKS = ('osu_latency', 'osu_bw')
 
     @run_after('init')

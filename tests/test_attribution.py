@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
+from rich.console import Console
 
-from campaigns.attribution import rank_suspects
+from campaigns.attribution import node_times, rank_suspects
+from campaigns.characterize import Placer
+from campaigns.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, print_summary
 from campaigns.records import validate_record
+from campaigns.runner import CampaignResult, CaseResult
+from campaigns.spec import HealthSettings, load_campaign
+from campaigns.store import RunInfo, open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "attribution"
 LARGE = 1 << 20
@@ -77,3 +83,105 @@ def test_a_synchronised_collective_is_ambiguous_not_wrong() -> None:
 def test_without_a_baseline_nothing_is_claimed() -> None:
     suspects = rank_suspects(_load("throttled-c6n3-sendrecv"), [])
     assert not suspects.clear and "baseline" in suspects.reason
+
+
+def _node_times(name: str, factor: float = 1.0) -> dict:
+    """A stored night as health's fail-slow rule reads it: (series, record key) -> node -> time (us)."""
+    return {("series", *key): {host: factor * value for host, value in times.items()}
+            for key, times in node_times(_load(name)).items()}
+
+
+FAIL_SLOW = HealthSettings(min_history=2)  # two recorded clean nights are all the history there is
+
+
+@pytest.mark.parametrize("night", ["throttled-c6n3", "throttled2-c6n3"])
+@pytest.mark.parametrize("op", ["sendrecv", "alltoall"])
+def test_fail_slow_names_the_node_that_drifts_from_its_history_and_its_peers(op: str, night: str) -> None:
+    """Node 3's link throttled: at 1 MiB its time grew x10-x31 against its two clean nights and it stands
+    apart from its peers, which slowed with it but less. Nobody else: on the first throttled alltoall night
+    node 1's ratio to its peers at 64 KiB grew 20x too, but it stayed 11x faster than they were."""
+    slow = find_slow_nodes(_node_times(f"{night}-{op}"), [_node_times(f"clean-{op}"), _node_times(f"clean2-{op}")],
+                           FAIL_SLOW)
+    assert {s.node for s in slow} == {"c6n3"}, [s.evidence for s in slow]
+    if op == "alltoall":
+        return
+    found = next(s for s in slow if s.bytes == LARGE)
+    assert found.history["nights"] == 2 and found.history["median"] == pytest.approx((15002.0 + 30079.4) / 2, rel=1e-3)
+    assert set(found.peers_us) == {"c6n1", "c6n2"} and found.peer_ratio > 3
+    assert "of its peers tonight (c6n1 " in found.evidence[1] and "Bonferroni" in found.evidence[2]
+
+
+def test_a_whole_night_shift_is_not_fail_slow() -> None:
+    """Every node 3x slower than on its clean second night (load, a switch): each node drifts from its own
+    history, none from its peers, so nobody is slow."""
+    history = [_node_times("clean-sendrecv"), _node_times("clean2-sendrecv")]
+    shifted = _node_times("clean2-sendrecv", factor=3.0)
+    for key, times in shifted.items():  # its own drift alone, rule (a), would blame every node
+        for node, value in times.items():
+            assert judge(value, False, None, [night[key][node] for night in history], FAIL_SLOW).status in BAD
+    assert find_slow_nodes(shifted, history, FAIL_SLOW) == []
+    # Too little history, or a pair (one peer each, the two ends of one exchange): not judged.
+    throttled = _node_times("throttled-c6n3-sendrecv")
+    assert find_slow_nodes(throttled, history[:1], FAIL_SLOW) == []
+
+    def pair(night: dict) -> dict:
+        return {key: {h: v for h, v in times.items() if h != "c6n1"} for key, times in night.items()}
+    assert find_slow_nodes(pair(throttled), [pair(n) for n in history], FAIL_SLOW) == []
+
+
+def test_a_slow_node_has_its_own_reason_in_the_verdict_and_the_table(tmp_path: Path) -> None:
+    slow = find_slow_nodes(_node_times("throttled-c6n3-sendrecv"),
+                           [_node_times("clean-sendrecv"), _node_times("clean2-sendrecv")], FAIL_SLOW)
+    nodes = {"c6n1": {"status": "ok", "evidence": []}, "c6n2": {"status": "ok", "evidence": []},
+             "c6n3": {"status": "degraded", "reason": "slow", "evidence": slow[0].evidence}}
+    verdict = Verdict(campaign="h", site="localslurm", system="localslurm", tag="night-3", status="degraded",
+                      metrics=[], nodes=nodes, isolation=None, db="sqlite://", run_dirs=[], slow_nodes=slow)
+    console = Console(record=True, width=250)
+    print_summary(console, verdict, tmp_path / "verdict.json")
+    text = console.export_text()
+    assert "HEALTH DEGRADED" in text and "0 failed metric(s), 1 slow node(s); exit code 4" in text
+    assert "c6n3 degraded: slow" in text and "c6n1 ok" in text
+    row = next(line for line in text.splitlines() if line.strip().startswith("degraded: slow"))
+    assert "sendrecv" in row and "c6n3" in row and "node time@1048576" in row and "4.628e+05 us" in row, text
+    saved = verdict.to_json()
+    assert saved["exit_code"] == 4 and saved["slow_nodes"][0]["node"] == "c6n3"
+    assert saved["slow_nodes"][0]["peers_us"].keys() == {"c6n1", "c6n2"}
+
+
+# Three nodes, one rank each, sendrecv at the recorded sizes; two nights of history are enough here.
+SLOW_SPEC = ("name: health-slow\nkind: health\nsite: localslurm\nsystem: localslurm:debug\n"
+             "environments: [openmpi]\nnode_counts: [3]\n"
+             "checks: [{check: commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
+             "health: {min_history: 2, isolate: false}\n")
+
+
+def test_a_night_the_run_metrics_pass_names_the_slow_node_and_a_failed_night_blames_as_before(
+        tmp_path: Path) -> None:
+    """The recorded nights stored as a health campaign's runs (night 3: node 3 throttled). Against two noisy
+    nights (18 and 57 ms at 1 MiB) the run's own goodput, 94 % lower, is 1.0 robust sigma from its median:
+    every metric ok. Node 3's own time (15 and 30 ms before, 463 ms now) and its ratio to its peers say
+    slow: the verdict is degraded (exit 4), node 3 `degraded: slow`, the others ok. With a reference the
+    night fails: every node of the run is failed (not isolated) and none is re-reported as slow."""
+    spec = tmp_path / "health.yaml"
+    spec.write_text(SLOW_SPEC)
+    campaign = load_campaign(spec)
+    spec.write_text(SLOW_SPEC + "references:\n  - {op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, "
+                                "value: 0.05, lower: -0.9}\n")
+    referenced = load_campaign(spec)
+    with open_store(f"sqlite:///{tmp_path / 'health.db'}") as store:
+        for tag, name in (("night-1", "clean"), ("night-2", "clean2"), ("night-3", "throttled-c6n3")):
+            [case] = campaign.cases(tag)
+            store.ingest(RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
+                                 partition=case.partition, environ=case.environ, check_name=case.check,
+                                 parameters={**case.parameters, "tag": tag, "hosts": ["c6n1", "c6n2", "c6n3"]},
+                                 num_nodes=3, num_tasks=3, status="pass"), _load(f"{name}-sendrecv"))
+        verdict, failed = (
+            HealthCheck(c, store, "night-3", console=Console(quiet=True), runs_dir=tmp_path, placer=Placer())
+            .evaluate(CampaignResult(None, store.url, [CaseResult(case, "pass")])) for c in (campaign, referenced))
+    assert {m.status for m in verdict.metrics} == {"ok"} and verdict.status == "degraded" and verdict.exit_code == 4
+    assert [(s.node, s.bytes) for s in verdict.slow_nodes] == [("c6n3", LARGE)]
+    assert verdict.nodes["c6n3"]["status"] == "degraded" and verdict.nodes["c6n3"]["reason"] == "slow"
+    assert "4.36x the median" in verdict.nodes["c6n3"]["evidence"][1]
+    assert verdict.nodes["c6n1"] == verdict.nodes["c6n2"] == {"status": "ok", "evidence": []}
+    assert failed.status == "failed" and failed.slow_nodes == []
+    assert {n["status"] for n in failed.nodes.values()} == {"failed"} and "reason" not in failed.nodes["c6n3"]

@@ -185,7 +185,7 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
         return result.returncode, result.stdout + result.stderr, json.loads(verdict.read_text())
 
     # Another user's job on the partition while the night runs: the verdict keeps the snapshot of it.
-    other = slurm_cluster.sbatch("-N1", "-n1", "-J", "someone-else", "--wrap", "sleep 600")
+    other = slurm_cluster.sbatch("-N1", "-n1", "-J", "someone-else", "-o", "/dev/null", "--wrap", "sleep 600")
     try:
         code, output, verdict = night("night-1")  # the baseline: a healthy night of the same series
     finally:

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,6 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).with_name("reframe")
 SITE_CONFIGS = REPO / "site_configs"
 CHECKS = REPO / "reframe_checks"
+DATA = REPO / "tests" / "data"
+RECORDS = "commbench.jsonl"  # what the checks write and the campaign runner stores
 NCCL_TESTS_OUTPUT = REPO / "results" / "reference" / "h200x4" / "run1" / "nt-outputs" / "all_reduce.txt"
 # Small and fast: every commbench check of a run below takes these.
 QUICK = ["-S", "iters=3", "-S", "warmup=1", "-S", "sizes=8,4096"]
@@ -258,6 +261,53 @@ def test_reference_benchmarks_run_from_the_site_directory_or_skip_with_the_reaso
     assert perf["small_latency"][:2] == [23.58, 8.3]
     job = next((prefix / "stage").glob("local/cpu/openmpi/nccl_tests_run_*/rfm_job.sh")).read_text()
     assert re.search(rf' -n 4 {re.escape(str(binary))} -g 1 -c 1\n', job), job
+
+
+
+def test_reference_benchmarks_store_their_output_as_results_ingest_reads_it(tmp_path: Path) -> None:
+    """nccl-tests and OSU checks write their output as the records `commcamp results ingest --format` makes
+    of it (campaigns.formats.foreign), and `commcamp results ingest` stores that file. Stand-ins print
+    committed real outputs (rank 0 only): nccl-tests 2.19.6 all_reduce_perf on one H100, OSU 7.0
+    osu_latency on 2 ranks (tests/data/nt-outputs, tests/data/osu)."""
+    from campaigns.formats import foreign
+    from campaigns.results_cli import ingest  # `commcamp results ingest`, in this process
+    from campaigns.store import open_store
+
+    outputs = {"all_reduce_perf": DATA / "nt-outputs" / "all_reduce_perf.txt",
+               "osu_latency": DATA / "osu" / "osu_latency.txt"}
+    for binary, output in outputs.items():
+        stand_in = tmp_path / binary.split("_")[0] / binary
+        stand_in.parent.mkdir()
+        stand_in.write_text(f'#!/bin/sh\n[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] && cat {output}\nexit 0\n')
+        stand_in.chmod(0o755)
+
+    def edit(data: dict[str, Any]) -> None:
+        local_partition(data)["reference_benchmarks"] = {
+            "nccl_tests": {"package": "nccl-tests", "default_dir": str(tmp_path / "all"), "tasks_per_node": 1,
+                           "node_counts": [1]},
+            "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1]}}
+    prefix = tmp_path / "rfm"
+    result = reframe(copy_site(tmp_path, "local", edit), "-n", "nccl_tests_run%benchmark=all_reduce_perf", "-n",
+                     "osu_run%benchmark=osu_latency", "-p", "openmpi", "-r", prefix=prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    db = f"sqlite:///{tmp_path / 'results'}"
+    for check, binary, fmt in (("nccl_tests_run", "all_reduce_perf", "nccl-tests"), ("osu_run", "osu_latency", "osu")):
+        [written] = prefix.glob(f"output/local/cpu/openmpi/{check}_*/{RECORDS}")
+        records = [json.loads(line) for line in written.read_text().splitlines()]
+        hosts = records[0]["hostnames"]
+        assert len(hosts) == (1 if fmt == "nccl-tests" else 2) and len(set(hosts)) == 1
+        expected = foreign.parse(fmt, outputs[binary].read_text(), source=binary, timestamp=datetime.now(timezone.utc),
+                                 hostnames=hosts)
+        assert [{**r, "timestamp": ""} for r in records] == [{**r, "timestamp": ""} for r in expected]
+        assert {r["source"]["benchmark"] for r in records} == {fmt}
+        # stored as they are, and as `results ingest --format` stores the benchmark's own output
+        for name, file, options in (("check", written, {}), ("direct", outputs[binary], {"fmt": fmt,
+                                                                                           "hosts": ",".join(hosts)})):
+            ingest(file, site="local", system="local", check_name=binary, db=f"{db}-{name}", **options)
+        with open_store(f"{db}-check") as check_store, open_store(f"{db}-direct") as direct_store:
+            columns = ["op", "bytes", "latency_us", "busbw_gbs", "hostnames"]
+            assert (check_store.measurements()[columns].to_dict("records")
+                    == direct_store.measurements()[columns].to_dict("records"))
 
 
 @pytest.mark.slurm
