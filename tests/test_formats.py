@@ -13,6 +13,7 @@ import pytest
 from fixtures_cli import commcamp
 
 from campaigns.formats import foreign, nccl_tests, osu
+from campaigns.formats.packs import pack_files
 from campaigns.records import validate_record
 from campaigns.store import open_store
 
@@ -108,8 +109,11 @@ def test_osu_refuses_what_it_cannot_read() -> None:
 def test_busbw_factor_is_the_one_commbench_records_carry() -> None:
     """commbench's C tables and this definition must agree: records commbench wrote (tests/data) carry
     busbw_factor; every one of them must equal foreign.busbw_factor(op, ranks)."""
-    committed = [json.loads(line) for path in (REPO / "results" / "reference" / "h200x4").rglob("*.jsonl")
-                 for line in path.read_text().splitlines() if line.strip()]
+    reference = REPO / "results" / "reference" / "h200x4"
+    texts = [path.read_text() for path in reference.glob("run1/commbench-ccl/*.jsonl")]
+    texts += [text for path in reference.glob("suite-run*/rfm.jsonl")  # ReFrame's output folders, packed
+              for name, text in pack_files(path).items() if name.endswith("/commbench.jsonl")]
+    committed = [json.loads(line) for text in texts for line in text.splitlines() if line.strip()]
     checked = [r for r in committed if r.get("kind") == "result" and "busbw_factor" in r]
     assert len({r["op"] for r in checked}) >= 3
     for record in checked:

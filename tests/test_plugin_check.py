@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from campaigns.formats.packs import unpack
+
 REPO = Path(__file__).resolve().parents[1]
 GPU_SCRIPT = REPO / "bench_src" / "nccl_tuner" / "scripts" / "gpu-plugin-check.sh"
 
@@ -268,9 +270,8 @@ def test_gpu_run_reevaluated_is_what_the_code_says(tmp_path: Path) -> None:
     assert "PROBLEMS: sizes below 128 MiB changed beyond noise: 8 B" in (GPU_RUN / "comparison.txt").read_text()
     copy = tmp_path / "check"
     copy.mkdir()
-    for path in GPU_RUN.iterdir():
-        if path.name == "cases.tsv" or path.suffix in (".out", ".log"):
-            (copy / path.name).write_bytes(path.read_bytes())
+    (copy / "cases.tsv").write_bytes((GPU_RUN / "cases.tsv").read_bytes())
+    unpack(GPU_RUN / "rounds.jsonl", copy)  # the rounds' outputs and NCCL debug logs, byte for byte
     result = subprocess.run([sys.executable, str(COMPARE), str(copy)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout
     assert result.stdout == (GPU_RUN / "comparison-reevaluated.txt").read_text()

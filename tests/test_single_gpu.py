@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from campaigns.formats.packs import pack_files
 from campaigns.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def test_records_say_ranks_share_the_gpu_and_whether_mps_is_on(run: str) -> None
             assert [d["ranks_on_device"] for d in record["devices"]] == [2, 2]
             assert len({d["uuid"] for d in record["devices"]}) == 1
             assert record["devices"][0]["uuid"].startswith("GPU-")
-        log = (RUNS / run / "logs" / f"{case}.log").read_text()
+        log = pack_files(RUNS / run / "logs.jsonl")[f"logs/{case}.log"]
         assert log.startswith(f"# NOTE: up to 2 ranks share one GPU (MPS {'on' if mps else 'off'})")
     [copies] = {json.dumps(r["gpu_sharing"]) for r in records(run, "np1-memcpy")}
     assert json.loads(copies) == {"max_ranks_per_gpu": 1, "mps": False}

@@ -12,6 +12,7 @@ import optuna
 import pytest
 from fixtures_tuner import TWO_BUCKETS, make_scope
 
+from campaigns.formats.packs import read_pack
 from campaigns.site import load_site
 from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, realistic_evaluator
 from tuners.evaluation import Evaluation, FailureKind, SizeBucket, bucket_times_us, buckets_for_sizes
@@ -273,17 +274,17 @@ NOT_KNOBS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_TESTS_DIR", "NCCL_VERSION"
 
 def gpu_aa_rounds() -> dict[int, tuple[dict, list[dict[int, dict[str, float]]]]]:
     """Per A/A tune of the committed 4x H200 run: (tune summary, its finalization rounds as bucket
-    times: -1 = baseline, 0 = the candidate), from the raw runs. A slot's runs are consecutive: per tune
+    times: -1 = baseline, 0 = the candidate), from the raw runs (packed: aa/runs.jsonl). A slot's runs are consecutive: per tune
     its trials, a validation run (--check) if the candidate needed one, then the rounds."""
     summary = json.loads((GPU_AA / "summary.json").read_text())
     runs: dict[str, list[tuple[dict[str, str], bool, dict[int, float]]]] = {}
-    for directory in sorted((GPU_AA / "runs").iterdir()):
-        records = [json.loads(line) for line in (directory / "commbench.jsonl").read_text().splitlines() if line]
+    for run in sorted(read_pack(GPU_AA / "runs.jsonl"), key=lambda entry: entry.id):
+        records = [json.loads(line) for line in run.text("/commbench.jsonl").splitlines() if line]
         env = records[0]["env"]
         knobs = {k: v for k, v in env.items() if k.startswith("NCCL_") and k not in NOT_KNOBS}
         medians = {r["bytes"]: float(np.median(r["samples_us"])) for r in records}
         runs.setdefault(env["CUDA_VISIBLE_DEVICES"], []).append(
-            (knobs, "--check" in (directory / "command.txt").read_text(), medians)
+            (knobs, "--check" in run.text("/command.txt"), medians)
         )
     tunes = {}
     for tune in summary["tunes"]:
