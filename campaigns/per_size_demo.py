@@ -1,7 +1,7 @@
 """Per-size demonstration (issue 13, item 5): sweep, decide, write the rule files, validate them.
 
     python3 -m campaigns.per_size_demo --out DIR [--libraries openmpi,mpich] [--ops ...] [--sizes ...]
-        [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--budget-s S]
+        [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--validation-iters J] [--budget-s S]
 
 Runs where `srun` reaches a Slurm cluster (the local one: eval "$(site_configs/localslurm/cluster/
 cluster.sh env)"). Per library, one rank per node:
@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validation-rounds", type=int, default=10)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--validation-iters", type=int, default=0, help="iterations per validation process (0: --iters)")
     parser.add_argument("--budget-s", type=float, default=600.0, help="per library")
     args = parser.parse_args(argv)
     ops = args.ops.split(",")
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                                  for r in records},
         }
         if rule_file is not None:
-            validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds, args.iters,
+            validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds,
+                                  args.validation_iters or args.iters,
                                   args.warmup, directory, deadline, rng)
             by_op = {r.op: r for r in results}
             for row in validation["sizes"]:
