@@ -70,8 +70,12 @@ def forcing_env(mpi: str, selection: dict[str, Any]) -> dict[str, str]:
     """The environment that forces one selection in a process of its own."""
     if selection["name"] == "own":
         return {}
-    value = str(selection["value"]) if mpi == "openmpi" else selection["name"]
-    return {selection["cvar"].upper() if mpi == "mpich" else f"OMPI_MCA_{selection['cvar']}": value}
+    if mpi == "mpich":
+        return {selection["cvar"].upper(): selection["name"]}
+    forced = {f"OMPI_MCA_{selection['cvar']}": str(selection["value"])}
+    if selection.get("segsize") is not None:
+        forced[f"OMPI_MCA_{selection['cvar']}_segmentsize"] = str(selection["segsize"])
+    return forced
 
 
 def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
