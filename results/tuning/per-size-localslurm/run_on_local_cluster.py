@@ -3,8 +3,8 @@ tests/fixtures_slurm.py's local_slurm_cluster: a free cluster id, stopped at the
 campaigns.per_size_demo with the given arguments in its environment. From the repository root:
 
     .venv/bin/python results/tuning/per-size-localslurm/run_on_local_cluster.py --out DIR --nodes 3 \\
-        --ops allreduce,alltoall,allgather,bcast,reduce_scatter --sizes 8,65536,1048576 --top 1 --iters 1 \\
-        --warmup 1 --validation-rounds 8 --budget-s 600
+        --ops allreduce,alltoall,allgather,bcast,reduce_scatter --sizes 8,1024,65536,1048576,16777216 --top 1 \\
+        --iters 1 --warmup 1 --validation-rounds 10 --validation-iters 3 --budget-s 1900
 """
 
 import subprocess
