@@ -131,7 +131,8 @@ def git_commit() -> str:
 
 
 def summary_text(summary: Mapping[str, Any]) -> str:
-    lines = [f"per-size demonstration {summary['date']} commit {summary['commit']}", f"command: {summary['command']}"]
+    lines = [f"per-size demonstration {summary['date']} commit {summary['commit']} load average "
+             f"{summary['load_avg_at_start']}", f"command: {summary['command']}"]
     for library, part in summary["libraries"].items():
         lines.append(f"== {library}: {part['mpi_library']} on {part['nodes']} nodes {part['hosts']}")
         lines.append(f"sweep: {part['sweep_rounds']} rounds, {part['sweep_s']:.0f} s; rule file: {part['rule_file']}")
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": git_commit(),
         "command": shlex.join([sys.executable, "-m", "campaigns.per_size_demo", *(argv or sys.argv[1:])]),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
         "thresholds": {"alpha": thresholds.alpha, "min_effect": thresholds.min_effect, "top": args.top},
         "libraries": {},
     }
