@@ -93,7 +93,7 @@ def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path)
                            for r in records}.values())
     process_walls = []
     for selection in selections:
-        output = work / f"{mpi}-process-{selection['op']}-{selection['name']}.jsonl"
+        output = work / f"{mpi}-process-{selection['op']}-{selection['name'].replace('/', '_')}.jsonl"
         process_walls.append(srun(env, mpi, args.nodes, [
             "--op", selection["op"], "--sizes", args.sizes, "--iters", str(args.rounds * args.iters),
             "--warmup", str(args.rounds * args.warmup), "--output", str(output)], forcing_env(mpi, selection)))
