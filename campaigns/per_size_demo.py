@@ -1,7 +1,7 @@
 """Per-size demonstration (issue 13, item 5): sweep, decide, write the rule files, validate them.
 
     python3 -m campaigns.per_size_demo --out DIR [--libraries openmpi,mpich] [--ops ...] [--sizes ...]
-        [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--budget-s S]
+        [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--validation-iters J] [--budget-s S]
 
 Runs where `srun` reaches a Slurm cluster (the local one: eval "$(site_configs/localslurm/cluster/
 cluster.sh env)"). Per library, one rank per node:
@@ -131,7 +131,8 @@ def git_commit() -> str:
 
 
 def summary_text(summary: Mapping[str, Any]) -> str:
-    lines = [f"per-size demonstration {summary['date']} commit {summary['commit']}", f"command: {summary['command']}"]
+    lines = [f"per-size demonstration {summary['date']} commit {summary['commit']} load average "
+             f"{summary['load_avg_at_start']}", f"command: {summary['command']}"]
     for library, part in summary["libraries"].items():
         lines.append(f"== {library}: {part['mpi_library']} on {part['nodes']} nodes {part['hosts']}")
         lines.append(f"sweep: {part['sweep_rounds']} rounds, {part['sweep_s']:.0f} s; rule file: {part['rule_file']}")
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--validation-rounds", type=int, default=10)
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--validation-iters", type=int, default=0, help="iterations per validation process (0: --iters)")
     parser.add_argument("--budget-s", type=float, default=600.0, help="per library")
     args = parser.parse_args(argv)
     ops = args.ops.split(",")
@@ -175,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": git_commit(),
         "command": shlex.join([sys.executable, "-m", "campaigns.per_size_demo", *(argv or sys.argv[1:])]),
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
         "thresholds": {"alpha": thresholds.alpha, "min_effect": thresholds.min_effect, "top": args.top},
         "libraries": {},
     }
@@ -208,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
                                  for r in records},
         }
         if rule_file is not None:
-            validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds, args.iters,
+            validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds,
+                                  args.validation_iters or args.iters,
                                   args.warmup, directory, deadline, rng)
             by_op = {r.op: r for r in results}
             for row in validation["sizes"]:

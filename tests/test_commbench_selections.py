@@ -30,6 +30,13 @@ CVARS = {
 }
 
 
+# Open MPI 4.1.4's algorithms that take coll_tuned_<coll>_algorithm_segmentsize, swept with these sizes too.
+SEGMENTED = {"allreduce": ["segmented_ring"],
+             "bcast": ["chain", "pipeline", "split_binary_tree", "binary_tree", "binomial", "knomial",
+                       "scatter_allgather", "scatter_allgather_ring"]}
+SEGSIZES = [8192, 32768, 131072]
+
+
 def list_cvars(build: CommbenchBuild, prefix: str) -> dict[str, dict[str, Any]]:
     """--list-cvars PREFIX in a one-rank job, by name."""
     done = run_commbench(build, 1, ["--list-cvars", prefix], env=DYNAMIC_RULES)
@@ -91,17 +98,24 @@ def check_sweep(records: list[dict[str, Any]], enums: dict[str, dict[str, int]],
         record_validator.validate(record)
         validate_record(record, f"sweep:{index + 1}")
         assert record["ranks"] == nranks
+    openmpi = cvars[COLLECTIVES[0]].startswith("coll_tuned_")
     for op in COLLECTIVES:
         forced = {name: value for name, value in enums[op].items() if value != 0}
+        segmented = {f"{name}/seg{segsize}": (forced[name], segsize)
+                     for name in (SEGMENTED.get(op, []) if openmpi else []) for segsize in SEGSIZES}
         for size in SIZES:
             of_size = [r for r in records if r["op"] == op and r["requested_bytes"] == size]
             names = [r["selection"]["name"] for r in of_size]
-            assert sorted(names) == sorted(["own", *forced]), (op, size, names)
+            assert sorted(names) == sorted(["own", *forced, *segmented]), (op, size, names)
             for record in of_size:
                 selection = record["selection"]
                 assert selection["mechanism"] == "mpi_t" and selection["cvar"] == cvars[op]
-                assert selection["value"] == forced.get(selection["name"], 0)
+                value, segsize = segmented.get(selection["name"], (forced.get(selection["name"], 0), None))
+                assert (selection["value"], selection["segsize"]) == (value, segsize)
                 if record["kind"] == "result":
+                    # what the library reports: the values MPI_T reads back right after the write
+                    readback = {"cvar_readback": value} | ({} if segsize is None else {"segsize_readback": segsize})
+                    assert selection["reported"] == readback, (op, selection)
                     assert record["valid"] and record["check"] and selection["available"]
                     assert record["rounds"] == ROUNDS and len(record["round_medians"]) == ROUNDS
                     assert record["iters"] == ROUNDS * ITERS == len(record["samples_us"])

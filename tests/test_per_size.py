@@ -119,8 +119,8 @@ def test_nothing_significant_keeps_the_library_choice_and_bad_sweeps_are_refused
 
 
 def result_with(op: str, name: str, value: int, low: int, high: int, cvar: str = OMPI_CVAR, ranks: int = 4,
-                mechanism: str = "mpi_t") -> PerSizeResult:
-    chosen = Selection(name=name, mechanism=mechanism, cvar=cvar, value=value)  # type: ignore[arg-type]
+                mechanism: str = "mpi_t", segsize: int | None = None) -> PerSizeResult:
+    chosen = Selection(name=name, mechanism=mechanism, cvar=cvar, value=value, segsize=segsize)  # type: ignore[arg-type]
     return PerSizeResult(
         op=op, library="x", ranks=ranks, nodes=1, rounds=26, selection_rounds=13, confirmation_rounds=13,
         family_size=1, test="t", sizes=[],
@@ -142,6 +142,13 @@ def test_ompi_rules_file_format_and_validation() -> None:
         ompi_rules_text([result_with("alltoall", "ring", 4, 64, 128)], [])
     with pytest.raises(RuleFileError, match="no Open MPI coll_tuned collective"):
         ompi_rules_text([result_with("pingpong", "ring", 4, 64, 128)], [])
+
+
+def test_ompi_rules_file_writes_the_swept_segment_size() -> None:
+    """A winner the sweep forced with a segment size deploys with that segment size; the rest keep 0."""
+    text = ompi_rules_text([result_with("bcast", "pipeline/seg32768", 3, 65536, 1 << 20, segsize=32768,
+                                        cvar="coll_tuned_bcast_algorithm")], [])
+    assert parse_ompi_rules(text)[7][1] == (4, [(0, 0, 4, 0), (65536, 3, 4, 32768), ((1 << 20) + 1, 0, 4, 0)])
 
 
 def test_mpich_json_keeps_the_built_in_tree_around_the_measured_ranges() -> None:

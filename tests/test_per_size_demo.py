@@ -41,3 +41,4 @@ def test_small_per_size_demo_runs_end_to_end(slurm_cluster: SlurmCluster, tmp_pa
             assert Path(part["rule_file"]).exists() and part["validation"]["rounds"] == 2
             assert len(part["validation"]["sizes"]) == 4
     assert "per-size demonstration" in (out / "summary.txt").read_text()
+    assert len(summary["load_avg_at_start"]) == 3  # provenance: how loaded the machine was

@@ -167,6 +167,8 @@ class Selection(BaseModel):
     mechanism: Mechanism
     cvar: str | None = None
     value: int | None = None
+    segsize: int | None = None  # Open MPI: written to <cvar>_segmentsize with value
+    reported: dict[str, int | str] | None = None  # what the library reported it used (last round)
     available: bool = True
     reason: str | None = None
 
@@ -203,7 +205,9 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
             raise SweepError(f"{where}: mixes sweeps (expected op={op}, ranks={ranks}, nodes={nodes})")
         selection = Selection.model_validate(record["selection"])
         known = selections.setdefault(selection.name, selection)
-        if (known.mechanism, known.cvar, known.value) != (selection.mechanism, selection.cvar, selection.value):
+        if (known.mechanism, known.cvar, known.value, known.segsize) != (
+            selection.mechanism, selection.cvar, selection.value, selection.segsize
+        ):
             raise SweepError(f"{where}: selection {selection.name!r} is not the same selection as before")
         if not selection.available or not record.get("valid", True):
             continue

@@ -38,7 +38,7 @@ from tuners.per_size import PerSizeResult, SizeRange
 OMPI_COLLTYPE = {"allgather": 0, "allreduce": 2, "alltoall": 3, "bcast": 7, "reduce": 11, "reduce_scatter": 13}
 OMPI_COLLTYPE_COUNT = 22  # COLLCOUNT
 OMPI_FANINOUT = 4  # coll_tuned_<coll>_algorithm_{tree,chain}_fanout default: what a forced selection used
-OMPI_SEGSIZE = 0  # coll_tuned_<coll>_algorithm_segmentsize default: the algorithm's own segmenting
+OMPI_SEGSIZE = 0  # coll_tuned_<coll>_algorithm_segmentsize default: what a forced selection without a segsize used
 OMPI_MCA = ("OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_dynamic_rules_filename")
 MPICH_JSON_ENV = "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE"
 # op -> (csel collective, size key equal to commbench's bytes, MPIR name prefix)
@@ -111,7 +111,8 @@ def _comments(prefix: str, lines: Sequence[str]) -> list[str]:
 # ---- Open MPI ------------------------------------------------------------------------------------
 
 
-def ompi_algorithm(size_range: SizeRange, op: str) -> int:
+def ompi_algorithm(size_range: SizeRange, op: str) -> tuple[int, int]:
+    """(algorithm, segment size) of a changed range: the values the sweep wrote through MPI_T."""
     selection = size_range.selection
     assert selection is not None
     expected = f"coll_tuned_{'reduce_scatter_block' if op == 'reduce_scatter' else op}_algorithm"
@@ -120,28 +121,29 @@ def ompi_algorithm(size_range: SizeRange, op: str) -> int:
             f"{op} selection {selection.name!r} ({selection.mechanism} {selection.cvar}={selection.value}) is not an "
             f"Open MPI {expected} value >= 1"
         )
-    return selection.value
+    return selection.value, OMPI_SEGSIZE if selection.segsize is None else selection.segsize
 
 
 def ompi_rules_text(results: Sequence[PerSizeResult], evidence: Sequence[str]) -> str:
     """The dynamic rules file for every op of `results` that has a change (module docstring)."""
     blocks: list[tuple[int, list[str]]] = []
     for result, changed in _with_changes(results, OMPI_COLLTYPE, "Open MPI coll_tuned"):
-        rules = [(0, 0)]
+        own = (0, OMPI_SEGSIZE)
+        rules = [(0, own)]
         for size_range in changed:
             if rules[-1][0] == size_range.min_bytes:
                 rules.pop()
-            rules += [(size_range.min_bytes, ompi_algorithm(size_range, result.op)), (size_range.max_bytes + 1, 0)]
-        comms = [(result.ranks, rules), (result.ranks + 1, [(0, 0)])]
+            rules += [(size_range.min_bytes, ompi_algorithm(size_range, result.op)), (size_range.max_bytes + 1, own)]
+        comms = [(result.ranks, rules), (result.ranks + 1, [(0, own)])]
         if result.ranks > 1:
-            comms.insert(0, (1, [(0, 0)]))
+            comms.insert(0, (1, [(0, own)]))
         lines = [
             f"# {result.op}: measured on {result.ranks} ranks / {result.nodes} nodes; other comm sizes: library's choice",
             f"{OMPI_COLLTYPE[result.op]} {len(comms)}  # collective id, comm sizes",
         ]
         for comm_size, messages in comms:
             lines.append(f"{comm_size} {len(messages)}  # comm size, message rules")
-            lines.extend(f"{size} {alg} {OMPI_FANINOUT} {OMPI_SEGSIZE}" for size, alg in messages)
+            lines.extend(f"{size} {alg} {OMPI_FANINOUT} {segsize}" for size, (alg, segsize) in messages)
         blocks.append((OMPI_COLLTYPE[result.op], lines))
     if len({cid for cid, _ in blocks}) != len(blocks):
         raise RuleFileError("two per-size results for the same Open MPI collective")

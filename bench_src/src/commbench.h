@@ -127,8 +127,11 @@ struct cb_selection {
     enum cb_mechanism mechanism;
     char cvar[128]; /* MPI_T variable written, "" for none */
     int value;      /* value written to cvar; -1 for none */
+    int segsize;    /* Open MPI: bytes written to <cvar>_segmentsize with value; -1 for none */
     int algorithm, protocol, channels; /* plugin: NCCL's ids, channels -1 = NCCL's count; else -1 */
 };
+
+#define CB_MAX_REPORTED 4
 
 enum cb_backend_bit { CB_ON_CPU = 1u << 0, CB_ON_CUDA = 1u << 1, CB_ON_HIP = 1u << 2 };
 
@@ -169,10 +172,13 @@ struct cb_transport {
      * process per selection is the way), -1 + cb_errorf on error. select (collective): the following
      * calls run with sel; NULL: the library's own state again. refused (may be NULL): after the
      * calls since select, CB_UNSUPPORTED (+ cb_errorf why) when the library refused the forced
-     * choice for any of them, else CB_OK. */
+     * choice for any of them, else CB_OK. reported (may be NULL): what the library reports it used
+     * for the calls since select (MPI_T values read back after the write, plugin call counters),
+     * up to max key/value pairs; returns how many. */
     int (*selections)(void *state, const struct cb_op *op, struct cb_selection *out, int max);
     int (*select)(void *state, const struct cb_op *op, const struct cb_selection *sel);
     int (*refused)(void *state);
+    int (*reported)(void *state, struct cb_kv *out, int max);
     /* After open, the same on every rank: the caps this run can use (NULL: all of caps); the
      * driver answers ops needing others with `unsupported` records that quote why. */
     unsigned (*usable_caps)(void *state, char *why, size_t len);

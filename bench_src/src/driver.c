@@ -262,6 +262,8 @@ struct sweep_cell {
     double *round_medians;  /* rank 0 */
     uint64_t wrong;         /* this rank's wrong elements, over all rounds and the extra check */
     int status;             /* CB_OK, or why the candidate dropped out (CB_UNSUPPORTED: refused) */
+    struct cb_kv reported[CB_MAX_REPORTED]; /* what the library reported it used in the last round */
+    int nreported;
 };
 
 /* Selects sel (NULL: the library's own state again, and the candidates' resources released). */
@@ -362,6 +364,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
                     struct cb_stats st;
                     cb_stats_compute(block, (size_t)iters, &st);
                     cells[s].round_medians[r] = st.median;
+                    if (t->reported)
+                        cells[s].nreported = t->reported(exec->state, cells[s].reported, CB_MAX_REPORTED);
                 }
             }
             cb_watchdog_step_done();
@@ -380,7 +384,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         uint64_t total_wrong = 0;
         MPI_Reduce(&cells[s].wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
         if (root) {
-            struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason};
+            struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason,
+                                              .reported = cells[s].reported, .nreported = cells[s].nreported};
             run->saw_wrong |= total_wrong != 0;
             cb_record_selection(&rec);
             emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians,
@@ -423,7 +428,7 @@ static int sweep_candidates(struct run *run, const struct cb_transport *t, void 
         memset(&sels[0], 0, sizeof sels[0]);
         snprintf(sels[0].name, sizeof sels[0].name, "own");
         sels[0].mechanism = CB_MECH_PROCESS;
-        sels[0].value = sels[0].algorithm = sels[0].protocol = sels[0].channels = -1;
+        sels[0].value = sels[0].segsize = sels[0].algorithm = sels[0].protocol = sels[0].channels = -1;
         snprintf(process_reason, reason_len, "%s", msg);
         n = 1;
     }

@@ -19,6 +19,7 @@ static int table_header_done;
 static const struct cb_ctx *rec_ctx;
 static struct cb_selection_record current_selection;
 static struct cb_selection current_sel;
+static struct cb_kv current_reported[CB_MAX_REPORTED];
 static char current_reason[CB_TEXT_MAX];
 /* Serialised once: "hostnames", "mpi_library", "devices", "gpu_sharing" (GPU backends only),
  * "versions", "env" values. */
@@ -360,6 +361,10 @@ void cb_record_selection(const struct cb_selection_record *sel)
         current_selection.sel = &current_sel;
         snprintf(current_reason, sizeof current_reason, "%s", sel->reason ? sel->reason : "");
         current_selection.reason = sel->reason ? current_reason : NULL;
+        current_selection.nreported = sel->nreported < CB_MAX_REPORTED ? sel->nreported : CB_MAX_REPORTED;
+        if (current_selection.nreported > 0)
+            memcpy(current_reported, sel->reported, (size_t)current_selection.nreported * sizeof *current_reported);
+        current_selection.reported = current_reported;
     }
     pthread_mutex_unlock(&emit_lock);
 }
@@ -394,10 +399,25 @@ static void selection_json_locked(struct cb_json *j)
     else
         cb_json_null(j);
     optional_int(j, "value", s->value);
+    if (s->mechanism == CB_MECH_MPI_T)
+        optional_int(j, "segsize", s->segsize);
     if (s->mechanism == CB_MECH_PLUGIN) {
         optional_int(j, "algorithm", s->algorithm);
         optional_int(j, "protocol", s->protocol);
         optional_int(j, "channels", s->channels);
+    }
+    if (current_selection.nreported > 0) {
+        cb_json_key(j, "reported");
+        cb_json_begin_object(j);
+        for (int i = 0; i < current_selection.nreported; i++) {
+            char *end;
+            long long number = strtoll(current_reported[i].value, &end, 10);
+            if (current_reported[i].value[0] && !*end)
+                cb_json_kint(j, current_reported[i].key, number);
+            else
+                cb_json_kstring(j, current_reported[i].key, current_reported[i].value);
+        }
+        cb_json_end_object(j);
     }
     cb_json_kbool(j, "available", current_selection.available);
     cb_json_key(j, "reason");

@@ -29,6 +29,8 @@ struct cb_selection_record {
     const struct cb_selection *sel;
     int available;      /* 0: the library refused the forced choice */
     const char *reason; /* why unavailable, or why mechanism is "process"; NULL */
+    const struct cb_kv *reported; /* what the library reported it used (the transport's reported) */
+    int nreported;
 };
 
 /* Whether an environment variable belongs in a record's "env": tuning prefixes, minus the

@@ -70,8 +70,12 @@ def forcing_env(mpi: str, selection: dict[str, Any]) -> dict[str, str]:
     """The environment that forces one selection in a process of its own."""
     if selection["name"] == "own":
         return {}
-    value = str(selection["value"]) if mpi == "openmpi" else selection["name"]
-    return {selection["cvar"].upper() if mpi == "mpich" else f"OMPI_MCA_{selection['cvar']}": value}
+    if mpi == "mpich":
+        return {selection["cvar"].upper(): selection["name"]}
+    forced = {f"OMPI_MCA_{selection['cvar']}": str(selection["value"])}
+    if selection.get("segsize") is not None:
+        forced[f"OMPI_MCA_{selection['cvar']}_segmentsize"] = str(selection["segsize"])
+    return forced
 
 
 def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -89,7 +93,7 @@ def measure(env: dict[str, str], mpi: str, args: argparse.Namespace, work: Path)
                            for r in records}.values())
     process_walls = []
     for selection in selections:
-        output = work / f"{mpi}-process-{selection['op']}-{selection['name']}.jsonl"
+        output = work / f"{mpi}-process-{selection['op']}-{selection['name'].replace('/', '_')}.jsonl"
         process_walls.append(srun(env, mpi, args.nodes, [
             "--op", selection["op"], "--sizes", args.sizes, "--iters", str(args.rounds * args.iters),
             "--warmup", str(args.rounds * args.warmup), "--output", str(output)], forcing_env(mpi, selection)))

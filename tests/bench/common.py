@@ -14,6 +14,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
+LOAD_AT_START = [round(x, 2) for x in os.getloadavg()]  # the scripts import this module first
 
 
 @contextlib.contextmanager
@@ -36,7 +37,8 @@ def provenance(argv: list[str]) -> dict[str, Any]:
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "cpus": os.cpu_count(),
             "command": " ".join([str(Path(argv[0]).relative_to(REPO)) if Path(argv[0]).is_absolute() else argv[0],
                                  *argv[1:]]),
-            "commit": commit, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+            "commit": commit, "load_avg_at_start": LOAD_AT_START,
+            "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
 def write_result(path: Path, argv: list[str], fields: dict[str, Any]) -> None:

@@ -3,8 +3,8 @@ environment of a local Slurm cluster (common.slurm_cluster_env: the running one,
 stopped at the end). From the repository root:
 
     .venv/bin/python tests/bench/per_size_localslurm.py --out DIR --nodes 3 \\
-        --ops allreduce,alltoall,allgather,bcast,reduce_scatter --sizes 8,65536,1048576 --top 1 --iters 1 \\
-        --warmup 1 --validation-rounds 8 --budget-s 600
+        --ops allreduce,alltoall,allgather,bcast,reduce_scatter --sizes 8,1024,65536,1048576,16777216 --top 1 \\
+        --iters 1 --warmup 1 --validation-rounds 10 --validation-iters 3 --budget-s 1900
 
 (Until 2026-11-23 this was results/tuning/per-size-localslurm/run_on_local_cluster.py, which always started
 a private cluster.)

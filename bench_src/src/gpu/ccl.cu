@@ -251,7 +251,7 @@ static int ccl_selections(void *state, const struct cb_op *op, struct cb_selecti
     memset(&out[n], 0, sizeof out[n]);
     snprintf(out[n].name, sizeof out[n].name, "own");
     out[n].mechanism = CB_MECH_PLUGIN;
-    out[n].value = out[n].algorithm = out[n].protocol = out[n].channels = -1;
+    out[n].value = out[n].segsize = out[n].algorithm = out[n].protocol = out[n].channels = -1;
     n++;
     for (int a = 0; a < nalgo; a++)
         for (int p = 0; p < nproto; p++)
@@ -259,7 +259,7 @@ static int ccl_selections(void *state, const struct cb_op *op, struct cb_selecti
                 struct cb_selection *sel = &out[n];
                 memset(sel, 0, sizeof *sel);
                 sel->mechanism = CB_MECH_PLUGIN;
-                sel->value = -1;
+                sel->value = sel->segsize = -1;
                 sel->algorithm = a;
                 sel->protocol = p;
                 sel->channels = c < 0 ? -1 : swept_channels[c];
@@ -306,6 +306,22 @@ static int ccl_refused(void *state)
     return CB_OK;
 }
 
+/* The plugin's counters since select: calls NCCL let the forced choice apply to, and calls where
+ * NCCL had it disabled (what the library reports it used). */
+static int ccl_reported(void *state, struct cb_kv *out, int max)
+{
+    struct ccl_state *st = (struct ccl_state *)state;
+    unsigned long long applied = 0, unavailable = 0;
+    if (!st->tuner.lib || max < 2)
+        return 0;
+    st->tuner.stats(&applied, &unavailable);
+    snprintf(out[0].key, sizeof out[0].key, "plugin_applied_calls");
+    snprintf(out[0].value, sizeof out[0].value, "%llu", applied);
+    snprintf(out[1].key, sizeof out[1].key, "plugin_unavailable_calls");
+    snprintf(out[1].value, sizeof out[1].value, "%llu", unavailable);
+    return 2;
+}
+
 const char *cb_ccl_version(void)
 {
     static char text[32];
@@ -344,6 +360,7 @@ const struct cb_transport cb_transport_ccl = {
     .selections = ccl_selections,
     .select = ccl_select,
     .refused = ccl_refused,
+    .reported = ccl_reported,
     .usable_caps = NULL,
 };
 #endif
@@ -389,6 +406,7 @@ const struct cb_transport cb_transport_ccl = {
     .selections = NULL,
     .select = NULL,
     .refused = NULL,
+    .reported = NULL,
     .usable_caps = NULL,
 };
 #endif

@@ -60,7 +60,7 @@ int cb_peer_bcast(void *state, size_t count, int root);
         .allgather = cb_peer_allgather,                                                                                \
         .reduce_scatter = (tcaps)&CB_CAP_REDUCE_SCATTER ? cb_peer_reduce_scatter : NULL, .bcast = cb_peer_bcast,       \
         .copy = NULL, .complete = NULL, .selections = NULL, .select = NULL, .refused = NULL,                           \
-        .usable_caps = NULL,                                                                                           \
+        .reported = NULL, .usable_caps = NULL,                                                                         \
     }
 
 #endif

@@ -209,5 +209,6 @@ const struct cb_transport cb_transport_mpi = {
     .bcast = mpi_bcast,
     .selections = cb_mpi_selections,
     .select = cb_mpi_select,
+    .reported = cb_mpi_reported,
     .usable_caps = mpi_usable_caps,
 };
