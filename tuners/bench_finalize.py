@@ -1,32 +1,32 @@
-"""Error rates of the finalization (tuners/finalize.py) on SYNTHETIC runs (not a measurement).
+"""Error rates, power and rounds of the finalization (tuners/finalize.py) on SYNTHETIC runs whose
+noise is MEASURED.
 
-Each scenario finalizes `--finalizations` times (own seed each): a baseline and two candidates over
-five one-size buckets (8 KiB .. 64 MiB, as in the GPU demo), with per-run noise drawn per finalization
-between 2 % and 5 %, a slow common drift (1 % random walk + 0.2 % steady trend per run) and one of
-three per-launch noise models (`--noise`):
+Each scenario finalizes `--finalizations` times (own seed each) with the default thresholds (group-
+sequential: looks every 5 rounds, at most 40, O'Brien-Fleming spending inside Holm, futility; ablation;
+held-out rounds): a baseline and two candidates over five one-size buckets (8 KiB .. 64 MiB, the GPU
+demo's sizes). Per run and size the time is divided by the setting's true speed-up and multiplied by a
+common slow drift (1 % log-normal random walk + 0.2 % steady trend per run: ASSUMED, not measured) and
+by per-launch noise of one of three shapes (`--noise`), whose scales are MEASURED (`measured_noise`:
+the committed 4x H200 A/A run, results/tuning/gpu-h200x4/aa/runs, launches of one environment on one
+GPU pair grouped, log(median time) per size around the group's median; recorded in the output):
 
-- lognormal: log-normal noise per run and size; in 3 % of the runs the whole run 1.3x slower;
-- heavy: the same, but the per-run noise on the log scale is Student t with 3 degrees of freedom
-  (scaled to the same standard deviation): rare runs far off, as heavy-tailed launches are;
-- bimodal: lognormal, and 30 % of the launches run as a whole 1.15x slower (two launch modes, as
-  when a job lands on a slower placement), drawn per run.
+- gaussian: log-normal, per size the measured standard deviation;
+- heavy: Student t with 3 degrees of freedom on the log scale, scaled to the same standard deviation;
+- bimodal: log-normal with the measured robust (MAD) standard deviation per size, and with the measured
+  rate a whole launch is slow by the measured factor (launches whose mean over sizes lies > 3 robust sd
+  above their group's median: the slow mode).
 
 Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidate is never faster): A/A
-(gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` faster at
+(gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` (3 %) faster at
 every size, overall and in every bucket (H0 holds with equality: every acceptance is a false change;
 the rate must stay <= alpha); and G (e.g. 0.05 0.1 0.2): the candidate G faster in the 2 MiB bucket
-only (overall, over the five buckets: (1+G)^(1/5)-1). Per decision rule it counts finalizations
-with a false change (a candidate accepted for a decision where its true speed-up is at most the
-minimum effect) and, where there is an effect above it, finalizations that found it (accepted in
-the 2 MiB bucket), with the Clopper-Pearson 95 % interval of each rate:
+only (overall, over the five buckets: (1+G)^(1/5)-1). It counts finalizations with a false change (a
+candidate accepted for a decision where its true speed-up is at most the minimum effect), with the
+Clopper-Pearson 95 % interval (and one-sided 95 % upper bound), and where there is an effect above it,
+finalizations that found it (accepted in the 2 MiB bucket: the power), their mean gain at selection and
+on the held-out rounds; and the rounds of the sequential phase (mean, quartiles) and evaluator calls.
 
-- per-decision: Holm over the candidates of each decision separately, H0: gain <= 0 (before)
-- family-zero:  Holm over all tests of the finalization, H0: gain <= 0
-- family-margin: Holm over all tests, H0: gain <= min_effect (what finalize decides now)
-
-each with gain >= min_effect and the bootstrap CI's lower bound > 0.
-
-    python -m tuners.bench_finalize --finalizations 1000 --workers 16 --out results/bench/finalize_error_rates.json
+    python -m tuners.bench_finalize --finalizations 1000 --workers 2 --out results/bench/finalize_error_rates.json
 """
 
 from __future__ import annotations
