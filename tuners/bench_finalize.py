@@ -333,24 +333,31 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--gains: {gain!r} is neither a number nor {BOUNDARY}")
     noise = measured_noise()
     started = time.time()
-    results = []
-    for alpha in args.alphas:
+    results: list[dict[str, object]] = []
+    planned = [(alpha, gain, shape) for alpha in args.alphas for gain in gains for shape in args.noise]
+    for alpha, gain, shape in planned:
         thresholds = Thresholds(alpha=alpha, rounds=args.rounds, look_every=args.look_every,
                                 futility=args.futility, n_resamples=args.n_resamples)
-        for shape in args.noise:
-            for gain in gains:
-                result = {"alpha": alpha, "min_effect": thresholds.min_effect,
-                          **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers)}
-                print(json.dumps(result), file=sys.stderr, flush=True)
-                results.append(result)
+        result = {"alpha": alpha, "min_effect": thresholds.min_effect,
+                  **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers)}
+        print(json.dumps(result), file=sys.stderr, flush=True)
+        results.append(result)
+        # Written after every scenario: a run stopped early keeps what it finished, and says so.
+        _write(args, argv, noise, results, len(planned), started)
+    return 0
+
+
+def _write(args: argparse.Namespace, argv: list[str] | None, noise: MeasuredNoise,
+           results: list[dict[str, object]], planned: int, started: float) -> None:
     document = {
-        "what": " ".join(__doc__.split("    python -m")[0].split()),
+        "what": " ".join((__doc__ or "").split("    python -m")[0].split()),
         "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
         "thresholds": {k: v for k, v in Thresholds(rounds=args.rounds, look_every=args.look_every,
                                                    futility=args.futility, n_resamples=args.n_resamples).__dict__.items()
                        if k != "alpha"},
         "measured_noise": noise.as_json(),
         "assumed": "common drift: log-normal random walk 1 % per run + 0.2 % steady trend per run (not measured)",
+        "scenarios_done": f"{len(results)} of {planned}",
         "results": results,
         "seconds": round(time.time() - started, 1),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -365,9 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         from tuners.writers import write_atomic  # imports the catalog's dependencies: only when writing
 
         write_atomic(args.out, text)
-    else:
+    elif len(results) == planned:
         print(text, end="")
-    return 0
 
 
 if __name__ == "__main__":
