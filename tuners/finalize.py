@@ -257,8 +257,8 @@ class FinalReport:
     overall: Decision
     buckets: Mapping[str, Decision]
     thresholds: Thresholds
-    rounds_run: int
-    rounds_used: int
+    rounds_run: int  # rounds of the sequential phase run (it may stop before max_rounds)
+    rounds_used: int  # of those, rounds whose baseline worked
     family_size: int  # tests Holm-corrected together: candidates tested x decisions tested
     family: str  # what they are, in words
     test: str
