@@ -384,7 +384,8 @@ class FinalizeSpec(_Model):
     alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
         "family-wise: Holm over all tests of a finalization (candidates x (overall + each size bucket))"))
     min_effect: float = Field(default=0.03, ge=0)
-    rounds: int = Field(default=10, ge=2, description="at least; raised to what the family needs")
+    rounds: int = Field(default=Thresholds().rounds, ge=2, description=(
+        "maximum of the group-sequential phase (tuners/finalize.py); raised to what the family needs"))
 
     def thresholds(self) -> Thresholds:
         return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)

@@ -14,7 +14,7 @@ from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtu
 
 from tuners.catalog import KnobCatalog, Library, UnsafeValueError
 from tuners.evaluation import buckets_for_sizes
-from tuners.finalize import Candidate, finalize
+from tuners.finalize import Candidate, Thresholds, finalize
 from tuners.per_size import PerSizeResult, Selection, SizeRange, TunerRule, parse_config
 from tuners.recommend import format_lookup, lookup
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
@@ -42,7 +42,9 @@ def nccl_recommendation(catalog: KnobCatalog, sqlite_url: str) -> Recommendation
     tuner = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=4, seed=0)
     study = tuner.run()
     candidates = [Candidate(SMALL_WINNER), Candidate(LARGE_WINNER), Candidate({})]
-    report = finalize(evaluator, tuner.baseline_env, candidates, BUCKETS)
+    # Ablation off: this fixture feeds the publishing tests the winner as chosen (unsetting both planted
+    # defaults); ablation has its own tests (tests/test_tuner_finalize.py).
+    report = finalize(evaluator, tuner.baseline_env, candidates, BUCKETS, thresholds=Thresholds(ablation_rounds=0))
     return build_recommendation(make_scope(), report, BUCKETS, study, {"nccl": "2.28.3", "cuda": "13.0"})
 
 

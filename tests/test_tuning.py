@@ -119,7 +119,7 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
         "tasks_per_node": 2, "sizes": ["64K", "1M"], "sizes_per_bucket": 1, "iters": 5, "warmup": 1,
         "knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"], "knob_overrides": [str(PLANTED)],
         "trials": 3, "executor": "launcher", "launcher": MPIRUN, "db": f"sqlite:///{tmp_path / 'study.db'}",
-        "finalize": {"candidates": 1, "alpha": 0.05}, "per_size": {"enabled": True, "top": 1, "rounds": 4},
+        "finalize": {"candidates": 1, "alpha": 0.05, "rounds": 10}, "per_size": {"enabled": True, "top": 1, "rounds": 4},
         "publish_dir": str(tmp_path / "rec"),
         "runs_dir": str(tmp_path / "runs")}))
     env = {**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"}

@@ -1,32 +1,32 @@
-"""Error rates of the finalization (tuners/finalize.py) on SYNTHETIC runs (not a measurement).
+"""Error rates, power and rounds of the finalization (tuners/finalize.py) on SYNTHETIC runs whose
+noise is MEASURED.
 
-Each scenario finalizes `--finalizations` times (own seed each): a baseline and two candidates over
-five one-size buckets (8 KiB .. 64 MiB, as in the GPU demo), with per-run noise drawn per finalization
-between 2 % and 5 %, a slow common drift (1 % random walk + 0.2 % steady trend per run) and one of
-three per-launch noise models (`--noise`):
+Each scenario finalizes `--finalizations` times (own seed each) with the default thresholds (group-
+sequential: looks every 5 rounds, at most 40, O'Brien-Fleming spending inside Holm, futility; ablation;
+held-out rounds): a baseline and two candidates over five one-size buckets (8 KiB .. 64 MiB, the GPU
+demo's sizes). Per run and size the time is divided by the setting's true speed-up and multiplied by a
+common slow drift (1 % log-normal random walk + 0.2 % steady trend per run: ASSUMED, not measured) and
+by per-launch noise of one of three shapes (`--noise`), whose scales are MEASURED (`measured_noise`:
+the committed 4x H200 A/A run, results/tuning/gpu-h200x4/aa/runs, launches of one environment on one
+GPU pair grouped, log(median time) per size around the group's median; recorded in the output):
 
-- lognormal: log-normal noise per run and size; in 3 % of the runs the whole run 1.3x slower;
-- heavy: the same, but the per-run noise on the log scale is Student t with 3 degrees of freedom
-  (scaled to the same standard deviation): rare runs far off, as heavy-tailed launches are;
-- bimodal: lognormal, and 30 % of the launches run as a whole 1.15x slower (two launch modes, as
-  when a job lands on a slower placement), drawn per run.
+- gaussian: log-normal, per size the measured standard deviation;
+- heavy: Student t with 3 degrees of freedom on the log scale, scaled to the same standard deviation;
+- bimodal: log-normal with the measured robust (MAD) standard deviation per size, and with the measured
+  rate a whole launch is slow by the measured factor (launches whose mean over sizes lies > 3 robust sd
+  above their group's median: the slow mode).
 
 Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidate is never faster): A/A
-(gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` faster at
+(gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` (3 %) faster at
 every size, overall and in every bucket (H0 holds with equality: every acceptance is a false change;
 the rate must stay <= alpha); and G (e.g. 0.05 0.1 0.2): the candidate G faster in the 2 MiB bucket
-only (overall, over the five buckets: (1+G)^(1/5)-1). Per decision rule it counts finalizations
-with a false change (a candidate accepted for a decision where its true speed-up is at most the
-minimum effect) and, where there is an effect above it, finalizations that found it (accepted in
-the 2 MiB bucket), with the Clopper-Pearson 95 % interval of each rate:
+only (overall, over the five buckets: (1+G)^(1/5)-1). It counts finalizations with a false change (a
+candidate accepted for a decision where its true speed-up is at most the minimum effect), with the
+Clopper-Pearson 95 % interval (and one-sided 95 % upper bound), and where there is an effect above it,
+finalizations that found it (accepted in the 2 MiB bucket: the power), their mean gain at selection and
+on the held-out rounds; and the rounds of the sequential phase (mean, quartiles) and evaluator calls.
 
-- per-decision: Holm over the candidates of each decision separately, H0: gain <= 0 (before)
-- family-zero:  Holm over all tests of the finalization, H0: gain <= 0
-- family-margin: Holm over all tests, H0: gain <= min_effect (what finalize decides now)
-
-each with gain >= min_effect and the bootstrap CI's lower bound > 0.
-
-    python -m tuners.bench_finalize --finalizations 1000 --workers 16 --out results/bench/finalize_error_rates.json
+    python -m tuners.bench_finalize --finalizations 1000 --workers 2 --out results/bench/finalize_error_rates.json
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -54,8 +55,8 @@ SIZES = (8192, 262144, 2097152, 16777216, 67108864)
 EFFECT_SIZE = 2097152
 BASELINE = {"NCCL_PROTO": "Simple"}
 CANDIDATES = ({"NCCL_PROTO": "LL128"}, {"NCCL_PROTO": "LL"})
-RULES = ("per-decision", "family-zero", "family-margin")
-NOISE_MODELS = ("lognormal", "heavy", "bimodal")
+NOISE_MODELS = ("lognormal", "heavy", "bimodal")  # realistic_evaluator's (assumed 2-5 % noise: unit tests)
+NOISE_SHAPES = ("gaussian", "heavy", "bimodal")  # measured_evaluator's (measured scales: the benchmark)
 BOUNDARY = "boundary"
 
 
@@ -70,7 +71,7 @@ class DriftingEvaluator:
         self,
         sizes: Sequence[int],
         speedups: Mapping[str, float | Mapping[int, float]],
-        noise: float,
+        noise: float | Mapping[int, float],
         seed: int,
         *,
         walk: float = 0.01,
@@ -102,7 +103,8 @@ class DriftingEvaluator:
         slow = self.outlier_factor if self.rng.random() < self.outlier_rate else 1.0
         common = self.drift * slow
         times = {
-            size: [(5.0 + size / 2e4) / self.speedup(label, size) * common * np.exp(self.noise * self._unit_noise())]
+            size: [(5.0 + size / 2e4) / self.speedup(label, size) * common
+                   * np.exp((self.noise[size] if isinstance(self.noise, Mapping) else self.noise) * self._unit_noise())]
             for size in self.sizes
         }
         return Evaluation(times_us=times, validated=validate)
@@ -185,65 +187,138 @@ def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_buc
     return speedups, one_bucket
 
 
-def _one_finalization(seed: int, gain: float | str, noise_model: str, thresholds: Thresholds,
-                      rules: Sequence[str] = RULES) -> dict[str, object]:
+AA_RUNS = Path(__file__).resolve().parents[1] / "results" / "tuning" / "gpu-h200x4" / "aa" / "runs"
+NOT_KNOBS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_TESTS_DIR", "NCCL_VERSION")
+
+
+@dataclass(frozen=True)
+class MeasuredNoise:
+    """Launch-to-launch noise of repeated launches of one environment, from commbench records."""
+
+    source: str
+    launches: int
+    groups: int  # environments (per GPU pair) launched 3 or more times
+    sd: Mapping[int, float]  # per size: standard deviation of log(median time) around the group's median
+    robust_sd: Mapping[int, float]  # per size: 1.4826 x median absolute deviation of the same
+    slow_rate: float  # share of launches whose mean over sizes is > 3 robust sd above the group's median
+    slow_factor: float  # their median slow-down
+
+    def as_json(self) -> dict[str, object]:
+        return {**{k: v for k, v in self.__dict__.items() if k not in ("sd", "robust_sd")},
+                "sd": {str(k): round(v, 5) for k, v in self.sd.items()},
+                "robust_sd": {str(k): round(v, 5) for k, v in self.robust_sd.items()}}
+
+
+def measured_noise(runs_dir: Path = AA_RUNS) -> MeasuredNoise:
+    """The noise of the committed 4x H200 A/A run (results/tuning/gpu-h200x4/aa/runs: one directory per
+    launch, commbench.jsonl): launches grouped by GPU pair and NCCL_* knobs; groups of 3+ launches."""
+    groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[dict[int, float]]] = {}
+    for directory in sorted(runs_dir.iterdir()):
+        records = [json.loads(line) for line in (directory / "commbench.jsonl").read_text().splitlines() if line]
+        results = [r for r in records if r.get("kind") == "result"]
+        env = results[0]["env"]
+        knobs = tuple(sorted((k, v) for k, v in env.items() if k.startswith("NCCL_") and k not in NOT_KNOBS))
+        groups.setdefault((env.get("CUDA_VISIBLE_DEVICES", ""), knobs), []).append(
+            {int(r["bytes"]): float(np.median(r["samples_us"])) for r in results})
+    repeated = [runs for runs in groups.values() if len(runs) >= 3]
+    sizes = sorted(repeated[0][0])
+    residuals = np.concatenate([np.log([[run[s] for s in sizes] for run in runs])
+                                - np.median(np.log([[run[s] for s in sizes] for run in runs]), axis=0)
+                                for runs in repeated])
+    per_launch = residuals.mean(axis=1)
+    spread = 1.4826 * float(np.median(np.abs(per_launch)))
+    slow = per_launch[per_launch > 3 * spread]
+    return MeasuredNoise(
+        source=str(runs_dir.relative_to(runs_dir.parents[4])) if len(runs_dir.parents) > 4 else str(runs_dir),
+        launches=len(residuals),
+        groups=len(repeated),
+        sd={s: float(residuals[:, j].std(ddof=1)) for j, s in enumerate(sizes)},
+        robust_sd={s: float(1.4826 * np.median(np.abs(residuals[:, j]))) for j, s in enumerate(sizes)},
+        slow_rate=len(slow) / len(per_launch),
+        slow_factor=float(np.exp(np.median(slow))) if len(slow) else 1.0,
+    )
+
+
+def measured_evaluator(speedups: Mapping[str, float | Mapping[int, float]], seed: int, shape: str,
+                       noise: MeasuredNoise) -> DriftingEvaluator:
+    """Per-launch noise of the measured scales, in one of three shapes (module docstring)."""
+    if shape not in NOISE_SHAPES:
+        raise ValueError(f"noise shape {shape!r} is not one of {NOISE_SHAPES}")
+    if shape == "bimodal":
+        return DriftingEvaluator(SIZES, speedups, noise.robust_sd, seed, walk=0.01, trend=0.002,
+                                 outlier_rate=noise.slow_rate, outlier_factor=noise.slow_factor)
+    return DriftingEvaluator(SIZES, speedups, noise.sd, seed, walk=0.01, trend=0.002, heavy_tails=shape == "heavy")
+
+
+def _one_finalization(seed: int, gain: float | str, shape: str, noise: MeasuredNoise,
+                      thresholds: Thresholds) -> dict[str, object]:
     buckets = buckets_for_sizes(SIZES, 1)
     effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
     speedups, true_gain = _true_gains(gain, thresholds.min_effect, len(buckets), effect_bucket)
-    report = finalize(realistic_evaluator(speedups, seed, noise_model), BASELINE,
+    report = finalize(measured_evaluator(speedups, seed, shape, noise), BASELINE,
                       [Candidate(env) for env in CANDIDATES], buckets, thresholds=thresholds, seed=seed)
-    if tuple(rules) == ("family-margin",):  # finalize's own decisions: no other rule to recompute
-        accepted = {"family-margin": [c for d in report.decisions for c in d.comparisons if c.accepted]}
-    else:
-        accepted = {rule: found for rule, found in accepted_by_rule(report).items() if rule in rules}
+    accepted = [d.winner for d in report.decisions if d.winner is not None]
+    effect = report.buckets[effect_bucket]
+    found = effect.winner is not None and true_gain(effect.winner) > thresholds.min_effect
     return {
         "rounds": report.rounds_run,
-        "false": {rule: any(true_gain(c) <= thresholds.min_effect for c in acc) for rule, acc in accepted.items()},
-        "found": {rule: any(c.decision == effect_bucket and true_gain(c) > thresholds.min_effect for c in acc)
-                  for rule, acc in accepted.items()},
+        "evaluations": report.evaluations,
+        "false": any(true_gain(c) <= thresholds.min_effect for c in accepted),
+        "found": found,
+        "selection_gain": effect.winner.gain if found and effect.winner else None,
+        "holdout_gain": effect.holdout.gain if found and effect.holdout else None,
     }
 
 
-def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, noise_model: str = "lognormal",
-                 workers: int = 1, rules: Sequence[str] = RULES) -> dict[str, object]:
-    """Counts over `finalizations` seeds (0 .. finalizations-1) of one scenario and noise model."""
-    one = partial(_one_finalization, gain=gain, noise_model=noise_model, thresholds=thresholds, rules=rules)
+def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, shape: str, noise: MeasuredNoise,
+                 workers: int = 1) -> dict[str, object]:
+    """Counts over `finalizations` seeds (0 .. finalizations-1) of one scenario and noise shape."""
+    one = partial(_one_finalization, gain=gain, shape=shape, noise=noise, thresholds=thresholds)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             outcomes = list(pool.map(one, range(finalizations), chunksize=8))
     else:
         outcomes = [one(seed) for seed in range(finalizations)]
-    false_changes = {rule: sum(bool(o["false"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
+    rounds = np.array([o["rounds"] for o in outcomes], dtype=float)
+    false_changes = sum(bool(o["false"]) for o in outcomes)
+    low, high = clopper_pearson(false_changes, finalizations)
     result: dict[str, object] = {
         "scenario": gain if gain == BOUNDARY else f"one bucket +{gain:g}" if gain else "A/A",
         "gain_in_2MiB_bucket": thresholds.min_effect if gain == BOUNDARY else gain,
-        "noise": noise_model,
+        "noise": shape,
         "finalizations": finalizations,
-        "rounds": sorted({int(o["rounds"]) for o in outcomes}),  # type: ignore[call-overload]
-        "family_size": len(CANDIDATES) * (1 + len(SIZES)),
+        "rounds_mean": round(float(rounds.mean()), 2),
+        "rounds_quartiles": [float(q) for q in np.quantile(rounds, [0.25, 0.5, 0.75])],
+        "evaluations_mean": round(float(np.mean([o["evaluations"] for o in outcomes])), 2),
         "finalizations_with_a_false_change": false_changes,
-        "false_change_rate_ci95": {rule: clopper_pearson(n, finalizations) for rule, n in false_changes.items()},
+        "false_change_rate_ci95": [low, high],
+        "false_change_rate_upper95_one_sided": clopper_pearson(false_changes, finalizations, 0.90)[1],
     }
     if gain != BOUNDARY and gain:
-        found = {rule: sum(bool(o["found"][rule]) for o in outcomes) for rule in rules}  # type: ignore[index]
-        result["finalizations_that_found_the_effect"] = found
-        result["power_ci95"] = {rule: clopper_pearson(n, finalizations) for rule, n in found.items()}
+        found = [o for o in outcomes if o["found"]]
+        result["finalizations_that_found_the_effect"] = len(found)
+        result["power_ci95"] = list(clopper_pearson(len(found), finalizations))
+        held = [o for o in found if o["holdout_gain"] is not None]
+        if held:
+            result["found_mean_gain_at_selection"] = round(float(np.mean([o["selection_gain"] for o in held])), 4)
+            result["found_mean_gain_held_out"] = round(float(np.mean([o["holdout_gain"] for o in held])), 4)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--finalizations", type=int, default=1000, help="per scenario, noise model and alpha")
+    parser.add_argument("--finalizations", type=int, default=1000, help="per scenario, noise shape and alpha")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.01])
     parser.add_argument("--gains", nargs="+", default=["0", BOUNDARY, "0.05", "0.10", "0.20"],
                         help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere) or a gain in the 2 MiB "
                         "bucket")
-    parser.add_argument("--noise", nargs="+", default=list(NOISE_MODELS), choices=NOISE_MODELS)
-    parser.add_argument("--rounds", type=int, default=2, help="at least (finalize raises it to what the family needs)")
+    parser.add_argument("--noise", nargs="+", default=list(NOISE_SHAPES), choices=NOISE_SHAPES)
+    parser.add_argument("--rounds", type=int, default=Thresholds().rounds, help="the sequential phase's maximum")
+    parser.add_argument("--look-every", type=int, default=Thresholds().look_every,
+                        help=">= --rounds: one look, a fixed budget")
+    parser.add_argument("--futility", type=float, default=Thresholds().futility)
     parser.add_argument("--n-resamples", type=int, default=999, help="bootstrap resamples (finalize's default 9999)")
     parser.add_argument("--workers", type=int, default=1, help="processes")
-    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=RULES,
-                        help="decision rules counted (family-margin alone: no recomputation, fastest)")
     parser.add_argument("--commit", default="", help="the commit measured (recorded as given)")
     parser.add_argument("--out", type=Path, help="the JSON document (default: printed)")
     args = parser.parse_args(argv)
@@ -256,21 +331,33 @@ def main(argv: list[str] | None = None) -> int:
             gains.append(float(gain))
         except ValueError:
             parser.error(f"--gains: {gain!r} is neither a number nor {BOUNDARY}")
+    noise = measured_noise()
     started = time.time()
-    results = []
-    for alpha in args.alphas:
-        thresholds = Thresholds(alpha=alpha, rounds=args.rounds, n_resamples=args.n_resamples)
-        for noise_model in args.noise:
-            for gain in gains:
-                result = {"alpha": alpha, "min_effect": thresholds.min_effect,
-                          **run_scenario(gain, args.finalizations, thresholds, noise_model, args.workers, args.rules)}
-                print(json.dumps(result), file=sys.stderr, flush=True)
-                results.append(result)
+    results: list[dict[str, object]] = []
+    planned = [(alpha, gain, shape) for alpha in args.alphas for gain in gains for shape in args.noise]
+    for alpha, gain, shape in planned:
+        thresholds = Thresholds(alpha=alpha, rounds=args.rounds, look_every=args.look_every,
+                                futility=args.futility, n_resamples=args.n_resamples)
+        result = {"alpha": alpha, "min_effect": thresholds.min_effect,
+                  **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers)}
+        print(json.dumps(result), file=sys.stderr, flush=True)
+        results.append(result)
+        # Written after every scenario: a run stopped early keeps what it finished, and says so.
+        _write(args, argv, noise, results, len(planned), started)
+    return 0
+
+
+def _write(args: argparse.Namespace, argv: list[str] | None, noise: MeasuredNoise,
+           results: list[dict[str, object]], planned: int, started: float) -> None:
     document = {
-        "what": " ".join(__doc__.split("    python -m")[0].split()),
+        "what": " ".join((__doc__ or "").split("    python -m")[0].split()),
         "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "rules": args.rules,
-        "n_resamples": args.n_resamples,
+        "thresholds": {k: v for k, v in Thresholds(rounds=args.rounds, look_every=args.look_every,
+                                                   futility=args.futility, n_resamples=args.n_resamples).__dict__.items()
+                       if k != "alpha"},
+        "measured_noise": noise.as_json(),
+        "assumed": "common drift: log-normal random walk 1 % per run + 0.2 % steady trend per run (not measured)",
+        "scenarios_done": f"{len(results)} of {planned}",
         "results": results,
         "seconds": round(time.time() - started, 1),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -285,9 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         from tuners.writers import write_atomic  # imports the catalog's dependencies: only when writing
 
         write_atomic(args.out, text)
-    else:
+    elif len(results) == planned:
         print(text, end="")
-    return 0
 
 
 if __name__ == "__main__":

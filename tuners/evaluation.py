@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -64,7 +65,8 @@ class Evaluation:
         return self.failure is None
 
     def median_us(self) -> dict[int, float]:
-        return {size: float(np.median(samples)) for size, samples in sorted(self.times_us.items())}
+        # statistics.median: the same value as np.median, ~10x faster on short lists (bench_finalize)
+        return {size: float(statistics.median(samples)) for size, samples in sorted(self.times_us.items())}
 
 
 class Evaluator(Protocol):

@@ -5,44 +5,55 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    the baseline (dropping a site default included: `needs_validation(baseline, env)`, i.e.
    SearchSpace.unsafe_changes) get one run with data validation on; a run that fails, does not
    validate, or lacks a size of any bucket rejects the candidate.
-2. `rounds` rounds; in each, the baseline and every remaining candidate run once, in a freshly
-   shuffled order (interleaving A B A B..., so drift hits all settings alike). A candidate that
-   fails in any round is rejected; a round whose baseline failed is dropped.
-3. Per candidate and per decision (overall, and each size bucket): paired per-round log ratios
-   d = log(t_baseline / t_candidate). Gain = median over rounds of exp(d) - 1 (speed-up; equals
-   the goodput gain), with a percentile bootstrap confidence interval. The test asks whether the
-   gain EXCEEDS the minimum effect, not merely zero: one-sided exact Wilcoxon signed-rank test of
-   d - log(1 + min_effect) (H0: the median speed-up is at most min_effect; superiority by a
-   margin). A candidate that is truly no faster than the baseline then passes only if noise fakes
-   more than the minimum effect in nearly every round, so A/A false changes are far rarer than
-   alpha; the price is power close to the minimum effect (`python -m tuners.bench_finalize`
-   measures both): raise `rounds` to resolve gains near the minimum effect.
-4. The family: every "change" of one finalization is a recommendation (the global environment,
-   and each size bucket's winner, which becomes a tuner-plugin row), so the p values of ALL its
-   tests, F = candidates tested x decisions, are Holm-corrected together: the probability that a
-   finalization recommends any change whose true median speed-up is at most the minimum effect is
-   at most alpha, whatever the number of buckets and whatever the dependence between the tests.
-   With one bucket the bucket's series is the overall one: one decision, counted once.
-5. A candidate is accepted for a decision if its Holm-adjusted p < alpha AND gain >= min_effect
-   AND the CI's lower bound > 0. None accepted = keep defaults. Otherwise the winner is, among the
-   accepted candidates whose gain reaches the CI lower bound of the largest gain, the one changing
-   the fewest variables.
+2. Group-sequential rounds: in each round the baseline and every candidate with an open test run
+   once, in a freshly shuffled order (interleaving, so drift hits all settings alike). A candidate that
+   fails in any round is rejected; a round whose baseline failed is dropped. The phase looks at the
+   data after every `look_every` rounds and stops at `rounds` (the maximum) or when every decision is
+   settled.
+3. The tests: per candidate and per decision (overall, and each size bucket), paired per-round log
+   ratios d = log(t_baseline / t_candidate); gain = median over rounds of exp(d) - 1 (speed-up), with
+   a percentile bootstrap CI; one-sided exact Wilcoxon signed-rank test of d - log(1 + min_effect)
+   (H0: the median speed-up is at most min_effect: superiority by a margin).
+4. Alpha spending and multiplicity together: the family is every test of the finalization, F =
+   candidates x decisions (one bucket: one decision). At look k, Holm's step-down runs over the open
+   tests in order of p: with m = F - (tests accepted so far), a test passes when its p is below the
+   Lan-DeMets O'Brien-Fleming nominal level of look k for a one-sided test at alpha / m
+   (`nominal_levels`), and m drops by one for the next. This is the graphical group-sequential Holm
+   procedure (Maurer & Bretz 2013): each hypothesis is tested by a group-sequential test at its current
+   Holm level, and a rejection passes its level on; P(any false change) <= alpha, whatever the number
+   of buckets and the dependence between tests (the levels come from the normal approximation of the
+   signed-rank statistic: `python -m tuners.bench_finalize` measures the error rates).
+   Futility (non-binding, so it cannot raise the error rate): before the last look a test stops when
+   its gain is below the minimum effect at the one-sided level `futility` (Wilcoxon, "less").
+   A decision closes when a candidate is accepted for it (accepted: p below its level, gain >=
+   min_effect and the CI's lower bound > 0; the winner is, among its accepted candidates whose gain
+   reaches the CI lower bound of the largest, the one changing the fewest variables) or when all its
+   tests stopped. `Comparison.p_adjusted` = p x alpha / (the level it was compared with), < alpha
+   iff it passed.
+5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
+   winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
+   slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped, all at
+   once (at least the knob whose removal loses most stays): what is deployed is the smallest set that
+   keeps the gain (two knobs that stand in for each other would both be dropped: the held-out rounds
+   below show it).
+6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
+   choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
+   deployed set that fails in them is withdrawn.
 
 Rounds: with n rounds the smallest p value the exact one-sided test can give is 2**-n (every round
 in the candidate's favour), and Holm's first step needs F * p < alpha, so no change at all is
-possible unless n >= min_rounds(F, alpha), the smallest n with 2**-n < alpha / F. rounds_needed
-adds ROUNDS_MARGIN = 2 rounds: then F * 3 * 2**-n < alpha too, i.e. a candidate still passes when
-the round with the smallest or the second smallest |d - log(1 + min_effect)| goes the other way
-(p = 2 or 3 * 2**-n).
-E.g. alpha 0.01: F = 1 -> 7 + 2 = 9 rounds; 1 candidate and 5 buckets (F = 6) -> 10 + 2 = 12;
-alpha 0.05 and F = 6 -> 7 + 2 = 9.
+possible unless n >= min_rounds(F, alpha), the smallest n with 2**-n < alpha / F; the maximum
+`rounds` is raised to rounds_needed = that + ROUNDS_MARGIN = 2 rounds: then F * 3 * 2**-n < alpha
+too, and looks before min_rounds are skipped. E.g. alpha 0.01: F = 1 -> 7 + 2 = 9 rounds; 1
+candidate and 5 buckets (F = 6) -> 10 + 2 = 12; alpha 0.05 and F = 6 -> 7 + 2 = 9.
+Power and expected rounds of the defaults: `python -m tuners.bench_finalize` (README).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -57,7 +68,13 @@ class Thresholds:
     alpha: float = 0.01  # family-wise error rate of one finalization (Holm over all its tests)
     min_effect: float = 0.03  # minimum median speed-up (3 %) worth a change
     confidence: float = 0.95  # two-sided bootstrap CI level; its lower bound must exceed 0
-    rounds: int = 10  # raised automatically when too few rounds could reach alpha
+    rounds: int = 40  # maximum rounds of the sequential phase; raised when too few could reach alpha
+    look_every: int = 5  # rounds between looks (alpha spent by O'Brien-Fleming); >= rounds: fixed budget
+    futility: float = 0.5  # before the last look, a test whose gain is below the minimum effect at this
+    # one-sided level stops (0.5: its signed-rank statistic lies below the null mean)
+    ablation_rounds: int = 8  # rounds measuring a multi-knob winner without each of its knobs
+    ablation_alpha: float = 0.05  # a knob is kept when removing it loses at this one-sided level
+    holdout_rounds: int = 6  # rounds, after the choice, that measure the deployed set's gain
     n_resamples: int = 9999
 
 
@@ -68,6 +85,54 @@ def decisions_tested(n_buckets: int) -> int:
 
 def family_size(n_candidates: int, n_buckets: int) -> int:
     return n_candidates * decisions_tested(n_buckets)
+
+
+@lru_cache(maxsize=512)
+def nominal_levels(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+    """Group-sequential one-sided nominal p levels, one per look at information fractions `fractions`
+    (rounds so far / maximum rounds, increasing, the last 1), from the Lan-DeMets O'Brien-Fleming
+    spending function a(t) = 2 - 2 Phi(z_{alpha/2} / sqrt(t)) (a(1) = alpha): look k rejects when the
+    standardized statistic Z_k >= c_k, with P(Z_j < c_j for j < k, Z_k >= c_k) = a(t_k) - a(t_{k-1})
+    under H0, Z being Brownian motion in the information (Z_k ~ N(0, 1), corr(Z_j, Z_k) =
+    sqrt(t_j / t_k)); the level of look k is 1 - Phi(c_k). The crossing probabilities are integrated
+    numerically on a grid (no Monte Carlo error). One look = the fixed design: (alpha,)."""
+    from scipy import optimize, special, stats
+
+    grid = np.linspace(-10.0, 10.0, 801)  # the Brownian motion S(t) = Z sqrt(t), sd <= 1
+    weight = np.full(grid.size, grid[1] - grid[0])
+    weight[[0, -1]] /= 2
+    spent = [2 - 2 * stats.norm.cdf(stats.norm.isf(alpha / 2) / np.sqrt(t)) for t in fractions]
+    density = None  # sub-density of S at the previous look on the paths not yet stopped
+    previous_t = 0.0
+    levels = []
+    for k, t in enumerate(fractions):
+        step = np.sqrt(t - previous_t)
+        increment = spent[k] - (spent[k - 1] if k else 0.0)
+
+        def crossing(bound: float, step: float = step) -> float:
+            if density is None:
+                return float(special.ndtr(-bound / step))
+            return float(np.sum(weight * density * special.ndtr((grid - bound) / step)))
+
+        if increment <= 1e-15:
+            bound = np.inf
+        else:
+            bound = optimize.brentq(lambda b: crossing(b) - increment, -20.0, 20.0, xtol=1e-10)
+        levels.append(float(stats.norm.sf(bound / np.sqrt(t))))
+        kept = grid < bound
+        if density is None:
+            density = stats.norm.pdf(grid / step) / step * kept
+        else:
+            kernel = np.exp(-0.5 * ((grid[:, None] - grid[None, :]) / step) ** 2) / (step * np.sqrt(2 * np.pi))
+            density = (kernel @ (weight * density)) * kept
+        previous_t = t
+    return tuple(levels)
+
+
+def look_rounds(thresholds: Thresholds, max_rounds: int) -> tuple[int, ...]:
+    """Usable rounds after which the sequential phase looks: every `look_every`, and at `max_rounds`."""
+    step = max(1, thresholds.look_every)
+    return tuple(sorted({*range(step, max_rounds, step), max_rounds}))
 
 
 def min_rounds(family: int, alpha: float) -> int:
@@ -100,12 +165,17 @@ def describe_test(thresholds: Thresholds, n_candidates: int, n_buckets: int) -> 
     return (
         "one-sided exact Wilcoxon signed-rank test on paired per-round log time ratios minus "
         f"log(1+{thresholds.min_effect:g}) (H0: median speed-up <= the minimum effect), baseline and candidates "
-        "interleaved in shuffled order each round; Holm correction over all "
-        f"{family} tests of the finalization ({describe_family(n_candidates, n_buckets)}), so that "
-        f"P(any false change, global or per size) <= alpha={thresholds.alpha}; accepted if Holm-adjusted "
-        f"p < alpha, median per-round speed-up >= {thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} "
-        f"percentile bootstrap CI's lower bound > 0; a change needs >= {min_rounds(family, thresholds.alpha)} "
-        f"rounds (smallest p = 2**-n < alpha/{family}), {ROUNDS_MARGIN} more are planned as margin"
+        f"interleaved in shuffled order each round; group-sequential: a look every {thresholds.look_every} rounds, "
+        f"at most {planned_rounds(thresholds, n_candidates, n_buckets)} rounds, O'Brien-Fleming alpha spending "
+        f"inside a Holm step-down over all {family} tests of the finalization "
+        f"({describe_family(n_candidates, n_buckets)}), so that P(any false change, global or per size) <= "
+        f"alpha={thresholds.alpha}; a test stops as futile when its gain is below the minimum effect at one-sided "
+        f"p < {thresholds.futility}; accepted if Holm-adjusted p < alpha, median per-round speed-up >= "
+        f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} percentile bootstrap CI's lower bound "
+        f"> 0; a change needs >= {min_rounds(family, thresholds.alpha)} rounds (smallest p = 2**-n < "
+        f"alpha/{family}); a multi-knob winner loses the knobs whose removal does not slow it at one-sided "
+        f"p < {thresholds.ablation_alpha} ({thresholds.ablation_rounds} rounds); the reported gain comes from "
+        f"{thresholds.holdout_rounds} held-out rounds after the choice"
     )
 
 
@@ -135,11 +205,35 @@ class Comparison:
 
 
 @dataclass(frozen=True)
+class Ablation:
+    """One knob of a multi-knob winner, measured without it (the baseline's value or unset)."""
+
+    knob: str
+    loss: float | None  # median per-round slow-down without the knob (+0.05 = 5 % slower)
+    p_value: float | None  # one-sided Wilcoxon, H0: no slow-down without it
+    kept: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """The deployed set vs the baseline on rounds run after it was chosen (not used to choose it)."""
+
+    gain: float  # median per-round speed-up
+    ci_low: float
+    ci_high: float
+    rounds: int
+    ratios: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Decision:
     name: str
-    env: Mapping[str, str]  # the winner's environment, or the baseline's
+    env: Mapping[str, str]  # what is deployed: the winner less the knobs ablation dropped, or the baseline
     winner: Comparison | None
     comparisons: tuple[Comparison, ...]
+    ablation: tuple[Ablation, ...] = ()  # the winner's knobs, when it changed two or more
+    holdout: Holdout | None = None  # the deployed set's gain on held-out rounds
 
     @property
     def change(self) -> bool:
@@ -163,12 +257,15 @@ class FinalReport:
     overall: Decision
     buckets: Mapping[str, Decision]
     thresholds: Thresholds
-    rounds_run: int
-    rounds_used: int
+    rounds_run: int  # rounds of the sequential phase run (it may stop before max_rounds)
+    rounds_used: int  # of those, rounds whose baseline worked
     family_size: int  # tests Holm-corrected together: candidates tested x decisions tested
     family: str  # what they are, in words
     test: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    max_rounds: int = 0  # the sequential phase's maximum
+    looks: tuple[int, ...] = ()  # rounds after which it looked
+    evaluations: int = 0  # evaluator calls of the whole finalization (validation, rounds, ablation, held-out)
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -195,30 +292,111 @@ class _Measured:
     ci_high: float
 
 
-def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator) -> _Measured:
-    """Statistics of per-round log ratios (positive = candidate faster); p tests H0: median speed-up
-    <= min_effect."""
-    ratios = np.exp(log_ratios)
-    gain = float(np.median(ratios) - 1)
+@lru_cache(maxsize=128)
+def _signed_rank_null(n: int) -> np.ndarray:
+    """P(W+ <= w), w = 0 .. n(n+1)/2, of the signed-rank statistic of n untied non-zero values under H0
+    (each sign + or - with probability 1/2, independently): the exact distribution."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for rank in range(1, n + 1):
+        counts[rank:] = counts[rank:] + counts[:-rank].copy()
+    return np.cumsum(counts) / 2.0**n
+
+
+def signed_rank_p(x: np.ndarray) -> tuple[float, float]:
+    """One-sided Wilcoxon signed-rank p values (greater, less) of H0: x symmetric about 0; as
+    scipy.stats.wilcoxon (zeros dropped; exact up to 50 values without ties, else the normal
+    approximation with tie correction), ~100x faster (the sequential looks and bench_finalize call it
+    thousands of times)."""
+    x = np.asarray(x, dtype=float)
+    x = x[x != 0]
+    n = len(x)
+    if n == 0:
+        return 1.0, 1.0
     from scipy import stats  # 0.7-1.7 s to import: every commcamp command would pay it at start
 
+    magnitudes = np.abs(x)
+    untied = len(np.unique(magnitudes)) == n
+    if untied:  # ranks without rankdata's overhead (a third of a finalization's time)
+        ranks = np.empty(n)
+        ranks[np.argsort(magnitudes)] = np.arange(1, n + 1)
+    else:
+        ranks = stats.rankdata(magnitudes)
+    w = float(ranks[x > 0].sum())
+    if n <= 50 and untied:
+        cdf = _signed_rank_null(n)
+        below = int(round(w))
+        return float(1.0 - (cdf[below - 1] if below > 0 else 0.0)), float(cdf[below])
+    mean = n * (n + 1) / 4
+    _, ties = np.unique(ranks, return_counts=True)
+    sd = np.sqrt(n * (n + 1) * (2 * n + 1) / 24 - float((ties**3 - ties).sum()) / 48)
+    if sd == 0:
+        return 1.0, 1.0
+    return float(stats.norm.sf((w - mean) / sd)), float(stats.norm.cdf((w - mean) / sd))
+
+
+def bootstrap_median_ci(ratios: np.ndarray, confidence: float, n_resamples: int,
+                        rng: np.random.Generator) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median (as scipy.stats.bootstrap(method="percentile"))."""
+    resampled = np.median(ratios[rng.integers(0, len(ratios), (n_resamples, len(ratios)))], axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(resampled, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator,
+                       interval: bool = True) -> _Measured:
+    """Statistics of per-round log ratios (positive = candidate faster); p tests H0: median speed-up
+    <= min_effect. `interval=False` skips the bootstrap (ci_low = ci_high = gain)."""
+    ratios = np.exp(log_ratios)
+    gain = float(np.median(ratios) - 1)
     above_margin = log_ratios - np.log1p(thresholds.min_effect)
     if np.all(above_margin == 0):
         return _Measured(log_ratios, 1.0, gain, gain, gain)
-    p_value = float(stats.wilcoxon(above_margin, alternative="greater").pvalue)
-    if np.ptp(ratios) == 0:
+    p_value = signed_rank_p(above_margin)[0]
+    if np.ptp(ratios) == 0 or not interval:
         return _Measured(log_ratios, p_value, gain, gain, gain)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        interval = stats.bootstrap(
-            (ratios,),
-            np.median,
-            confidence_level=thresholds.confidence,
-            n_resamples=thresholds.n_resamples,
-            method="percentile",
-            rng=rng,
-        ).confidence_interval
-    return _Measured(log_ratios, p_value, gain, float(interval.low - 1), float(interval.high - 1))
+    low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+    return _Measured(log_ratios, p_value, gain, low - 1, high - 1)
+
+
+def _comparison(candidate: Candidate, name: str, m: _Measured, p_adjusted: float, thresholds: Thresholds,
+                stopped: str = "") -> Comparison:
+    """The comparison of one test: accepted iff p_adjusted < alpha, gain >= min_effect, CI low > 0."""
+    failed = [stopped] if stopped else []
+    if p_adjusted >= thresholds.alpha:
+        failed.append(f"not significantly above the minimum effect (Holm p={p_adjusted:.3g} >= {thresholds.alpha})")
+    if m.gain < thresholds.min_effect:
+        failed.append(f"gain {m.gain:+.1%} below the minimum effect {thresholds.min_effect:.0%}")
+    if m.ci_low <= 0:
+        failed.append(f"CI lower bound {m.ci_low:+.1%} <= 0")
+    return Comparison(
+        candidate,
+        name,
+        not failed,
+        "; ".join(failed) or "significant and above the minimum effect",
+        len(m.log_ratios),
+        m.gain,
+        m.ci_low,
+        m.ci_high,
+        m.p_value,
+        p_adjusted,
+        tuple(float(r) for r in np.exp(m.log_ratios)),
+    )
+
+
+def _choose(name: str, baseline_env: Mapping[str, str], ordered: tuple[Comparison, ...]) -> Decision:
+    """The decision from its comparisons: among the accepted candidates whose gain reaches the CI
+    lower bound of the largest gain, the one changing the fewest variables; none = the baseline."""
+    accepted = [c for c in ordered if c.accepted]
+    best = max(accepted, key=lambda c: c.gain or 0.0, default=None)
+    if best is None:
+        return Decision(name, dict(baseline_env), None, ordered)
+    # Fewer changed variables is a better recommendation when the gain is statistically the same.
+    assert best.ci_low is not None
+    contenders = [c for c in accepted if (c.gain or 0.0) >= best.ci_low]
+    winner = min(contenders, key=lambda c: (changed_knobs(baseline_env, c.candidate.env), -(c.gain or 0.0)))
+    return Decision(name, dict(winner.candidate.env), winner, ordered)
 
 
 def _judge(
@@ -234,38 +412,8 @@ def _judge(
         i: Comparison(candidates[i], name, False, reason) for i, reason in rejected.items()
     }
     for i, m in measured.items():
-        failed = []
-        if adjusted[i] >= thresholds.alpha:
-            failed.append(
-                f"not significantly above the minimum effect (Holm p={adjusted[i]:.3g} >= {thresholds.alpha})"
-            )
-        if m.gain < thresholds.min_effect:
-            failed.append(f"gain {m.gain:+.1%} below the minimum effect {thresholds.min_effect:.0%}")
-        if m.ci_low <= 0:
-            failed.append(f"CI lower bound {m.ci_low:+.1%} <= 0")
-        comparisons[i] = Comparison(
-            candidates[i],
-            name,
-            not failed,
-            "; ".join(failed) or "significant and above the minimum effect",
-            len(m.log_ratios),
-            m.gain,
-            m.ci_low,
-            m.ci_high,
-            m.p_value,
-            adjusted[i],
-            tuple(float(r) for r in np.exp(m.log_ratios)),
-        )
-    ordered = tuple(comparisons[i] for i in range(len(candidates)))
-    accepted = [c for c in ordered if c.accepted]
-    best = max(accepted, key=lambda c: c.gain or 0.0, default=None)
-    if best is None:
-        return Decision(name, dict(baseline_env), None, ordered)
-    # Fewer changed variables is a better recommendation when the gain is statistically the same.
-    assert best.ci_low is not None
-    contenders = [c for c in accepted if (c.gain or 0.0) >= best.ci_low]
-    winner = min(contenders, key=lambda c: (changed_knobs(baseline_env, c.candidate.env), -(c.gain or 0.0)))
-    return Decision(name, dict(winner.candidate.env), winner, ordered)
+        comparisons[i] = _comparison(candidates[i], name, m, adjusted[i], thresholds)
+    return _choose(name, baseline_env, tuple(comparisons[i] for i in range(len(candidates))))
 
 
 def changed_knobs(baseline_env: Mapping[str, str], env: Mapping[str, str]) -> int:
@@ -345,6 +493,150 @@ def decide(
     return overall, {b.name: judged[b.name] for b in buckets}, family
 
 
+Measured = dict[int, dict[str, float]]  # one round: per setting key, bucket -> time (us)
+
+
+def _run_round(
+    evaluator: Evaluator,
+    envs: Mapping[int, Mapping[str, str]],
+    buckets: Sequence[SizeBucket],
+    rng: np.random.Generator,
+) -> tuple[Measured, dict[int, str]]:
+    """One run of every setting in `envs`, in a freshly shuffled order: (bucket times of those that
+    worked, failure of those that did not)."""
+    measured: Measured = {}
+    failures: dict[int, str] = {}
+    for key in rng.permutation(list(envs)):
+        evaluation = evaluator(envs[int(key)], validate=False)
+        if evaluation.ok:
+            measured[int(key)] = bucket_times_us(evaluation.median_us(), buckets)
+        else:
+            failures[int(key)] = f"{evaluation.failure}: {evaluation.reason}"
+    return measured, failures
+
+
+def _series(rounds: Sequence[Measured], key: int, decision: str) -> np.ndarray:
+    if decision == OVERALL:
+        return np.asarray([overall_time_us(r[key]) for r in rounds])
+    return np.asarray([r[key][decision] for r in rounds])
+
+
+def _log_ratios(rounds: Sequence[Measured], slower: int, faster: int, decision: str) -> np.ndarray:
+    """Per round log(t_slower / t_faster) over the rounds that measured both (positive: `faster` is)."""
+    both = [r for r in rounds if slower in r and faster in r]
+    return np.log(_series(both, slower, decision)) - np.log(_series(both, faster, decision))
+
+
+@dataclass
+class _Sequential:
+    """The group-sequential phase's state (see finalize)."""
+
+    names: list[str]
+    tested: list[int]
+    thresholds: Thresholds
+    looks: tuple[int, ...]
+    max_rounds: int
+    open_tests: set[tuple[str, int]] = field(default_factory=set)
+    done: dict[tuple[str, int], Comparison] = field(default_factory=dict)
+    open_decisions: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.open_tests = {(name, i) for name in self.names for i in self.tested}
+        self.open_decisions = set(self.names)
+        self.family = len(self.open_tests)
+
+    @property
+    def measuring(self) -> set[int]:
+        return {i for name, i in self.open_tests}
+
+    def reject(self, i: int) -> None:
+        """Candidate i failed: its open tests leave the family's open set (never accepted)."""
+        self.open_tests = {(name, j) for name, j in self.open_tests if j != i}
+        self._close_decisions_without_tests()
+
+    def _close_decisions_without_tests(self) -> None:
+        self.open_decisions = {name for name, _ in self.open_tests} & self.open_decisions
+
+    def look(self, k: int, rounds: Sequence[Measured], candidates: Sequence[Candidate],
+             rng: np.random.Generator) -> None:
+        """Look k: Holm step-down over the open tests at the O'Brien-Fleming levels of alpha / m
+        (m = tests not yet accepted), then futility, then decisions with an accepted test close."""
+        t = self.thresholds
+        final = k == len(self.looks) - 1
+        fractions = tuple(n / self.max_rounds for n in self.looks)
+        measured = {key: _paired_statistics(_log_ratios(rounds, -1, key[1], key[0]), t, rng, interval=False)
+                    for key in self.open_tests}
+        accepted_count = sum(c.accepted for c in self.done.values())
+        remaining = self.family - accepted_count
+        for key in sorted(self.open_tests, key=lambda key: measured[key].p_value):
+            level = nominal_levels(fractions, t.alpha / remaining)[k]
+            if measured[key].p_value >= level:
+                break
+            full = _paired_statistics(measured[key].log_ratios, t, rng)
+            if full.gain >= t.min_effect and full.ci_low > 0:
+                self.done[key] = _comparison(candidates[key[1]], key[0], full, full.p_value * t.alpha / level, t)
+                self.open_tests.discard(key)
+                remaining -= 1
+        closing = {name for name, _ in self.done if name in self.open_decisions
+                   and any(c.accepted for (n, _), c in self.done.items() if n == name)}
+        for key in sorted(self.open_tests):
+            name, i = key
+            less = signed_rank_p(measured[key].log_ratios - np.log1p(t.min_effect))[1]
+            futile = not final and less < t.futility
+            if not (final or futile or name in closing):
+                continue
+            level = nominal_levels(fractions, t.alpha / remaining)[k]
+            adjusted = min(1.0, measured[key].p_value * t.alpha / level) if level > 0 else 1.0
+            stopped = (f"stopped at round {len(rounds)}: gain below the minimum effect (one-sided p={less:.3g} "
+                       f"< {t.futility})") if futile else ""
+            full = _paired_statistics(measured[key].log_ratios, t, rng)
+            self.done[key] = replace(_comparison(candidates[i], name, full, adjusted, t, stopped), accepted=False)
+            self.open_tests.discard(key)
+        self.open_decisions -= closing
+        self._close_decisions_without_tests()
+
+
+@dataclass(frozen=True)
+class _Ablated:
+    env: Mapping[str, str]
+    ablation: tuple[Ablation, ...]
+
+
+def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name: str,
+            rounds: Sequence[Measured], keys: Mapping[str, int], winner_key: int,
+            failures: Mapping[int, str], thresholds: Thresholds) -> _Ablated:
+    """Knobs of a multi-knob winner whose removal does not lose significantly (one-sided Wilcoxon of
+    log(t_without / t_winner) > 0 at ablation_alpha) are dropped; at least the knob whose removal
+    loses most stays."""
+    results = []
+    for knob, key in keys.items():
+        if key in failures:
+            results.append(Ablation(knob, None, None, True, f"without it the run failed ({failures[key]})"))
+            continue
+        loss = _log_ratios(rounds, key, winner_key, name)
+        p = signed_rank_p(loss)[0]
+        kept = p < thresholds.ablation_alpha
+        results.append(Ablation(knob, float(np.expm1(np.median(loss))), p, kept,
+                                "removal loses significantly" if kept else "removal does not lose significantly"))
+    if not any(a.kept for a in results):
+        most = max(range(len(results)), key=lambda j: results[j].loss or 0.0)
+        results[most] = replace(results[most], kept=True,
+                                reason=results[most].reason + "; kept: its removal loses most, the set needs one")
+    env = dict(winner_env)
+    for a in results:
+        if not a.kept:
+            env = _without(env, baseline_env, a.knob)
+    return _Ablated(env, tuple(results))
+
+
+def _without(env: Mapping[str, str], baseline_env: Mapping[str, str], knob: str) -> dict[str, str]:
+    """`env` with `knob` as the baseline has it (its value, or unset)."""
+    reverted = {k: v for k, v in env.items() if k != knob}
+    if knob in baseline_env:
+        reverted[knob] = baseline_env[knob]
+    return reverted
+
+
 def finalize(
     evaluator: Evaluator,
     baseline_env: Mapping[str, str],
@@ -355,16 +647,20 @@ def finalize(
     needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
     seed: int = 0,
 ) -> FinalReport:
-    """Re-measures baseline and candidates interleaved and returns the decisions. `needs_validation`
-    (baseline env, candidate env) names the unsafe knobs a candidate changes (SearchSpace.unsafe_changes)."""
+    """Re-measures baseline and candidates interleaved and returns the decisions (module docstring):
+    validation, the group-sequential phase, ablation of multi-knob winners, held-out rounds of what
+    is deployed. `needs_validation` (baseline env, candidate env) names the unsafe knobs a candidate
+    changes (SearchSpace.unsafe_changes)."""
     rng = np.random.default_rng(seed)
     notes: list[str] = []
     rejected: dict[int, str] = {}
+    evaluations = 0
     for i, candidate in enumerate(candidates):
         risky = needs_validation(baseline_env, candidate.env)
         if not risky:
             continue
         check = evaluator(candidate.env, validate=True)
+        evaluations += 1
         what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
         unchecked = [b.name for b in buckets if check.ok and not any(b.contains(s) for s in check.times_us)]
         if not check.ok:
@@ -373,55 +669,166 @@ def finalize(
             rejected[i] = f"{what} did not validate the data"
         elif unchecked:
             rejected[i] = f"{what} measured no size of bucket(s) {', '.join(unchecked)}"
-    remaining = len(candidates) - len(rejected)
-    planned_family = family_size(remaining, len(buckets))
-    rounds = planned_rounds(thresholds, remaining, len(buckets))
-    if rounds > thresholds.rounds:
+    tested = [i for i in range(len(candidates)) if i not in rejected]
+    planned_family = family_size(len(tested), len(buckets))
+    max_rounds = planned_rounds(thresholds, len(tested), len(buckets))
+    if max_rounds > thresholds.rounds:
         notes.append(
-            f"rounds raised from {thresholds.rounds} to {rounds}: Holm over {planned_family} tests "
-            f"({describe_family(remaining, len(buckets))}) needs 2**-n < alpha/{planned_family} "
+            f"rounds raised from {thresholds.rounds} to {max_rounds}: Holm over {planned_family} tests "
+            f"({describe_family(len(tested), len(buckets))}) needs 2**-n < alpha/{planned_family} "
             f"(n >= {min_rounds(planned_family, thresholds.alpha)}), plus {ROUNDS_MARGIN} rounds of margin"
         )
-    rounds_data: list[dict[int, dict[str, float]]] = []
-    for round_index in range(rounds):
-        active = [-1] + [i for i in range(len(candidates)) if i not in rejected]
-        if len(active) == 1:
-            notes.append("no candidate left to compare with the baseline: keep defaults")
-            break
-        measured: dict[int, dict[str, float]] = {}
-        for index in rng.permutation(active):
-            env = baseline_env if index == -1 else candidates[index].env
-            evaluation = evaluator(env, validate=False)
-            if not evaluation.ok:
-                if index == -1:
-                    notes.append(
-                        f"round {round_index + 1}: baseline failed "
-                        f"({evaluation.failure}: {evaluation.reason}); round dropped"
-                    )
+    names = [OVERALL] + ([b.name for b in buckets] if decisions_tested(len(buckets)) > 1 else [])
+    looks = look_rounds(thresholds, max_rounds)
+    state = _Sequential(names, tested, thresholds, looks, max_rounds)
+    rounds_data: list[Measured] = []
+    rounds_run = 0
+    if not tested and candidates:
+        notes.append("no candidate left to compare with the baseline: keep defaults")
+    for k, look_at in enumerate(looks):
+        while rounds_run < look_at and state.open_decisions:
+            rounds_run += 1
+            envs = {-1: baseline_env, **{i: candidates[i].env for i in sorted(state.measuring)}}
+            measured, failures = _run_round(evaluator, envs, buckets, rng)
+            evaluations += len(envs)
+            for i, reason in failures.items():
+                if i == -1:
+                    notes.append(f"round {rounds_run}: baseline failed ({reason}); round dropped")
                 else:
-                    rejected[int(index)] = (
-                        f"failed in re-measurement round {round_index + 1}: {evaluation.failure}: {evaluation.reason}"
-                    )
-                continue
-            measured[int(index)] = bucket_times_us(evaluation.median_us(), buckets)
-        if -1 in measured:
-            rounds_data.append(measured)
-    required = min_rounds(planned_family, thresholds.alpha)
-    if len(rounds_data) < required and len(rejected) < len(candidates):
-        notes.append(f"only {len(rounds_data)} rounds had a working baseline (need {required}): keep defaults")
-        for i in range(len(candidates)):
-            rejected.setdefault(i, "too few rounds with a working baseline")
-    overall, per_bucket, family = decide(baseline_env, candidates, buckets, rounds_data, rejected, thresholds, rng)
-    tested = len(candidates) - len(rejected)
+                    rejected[i] = f"failed in re-measurement round {rounds_run}: {reason}"
+                    state.reject(i)
+            if -1 in measured:
+                rounds_data.append(measured)
+        if not state.open_decisions:
+            break
+        if len(rounds_data) < min_rounds(planned_family, thresholds.alpha) and k < len(looks) - 1:
+            continue  # no test can pass yet; futility waits too (too few rounds to say anything)
+        if k == len(looks) - 1 and len(rounds_data) < min_rounds(planned_family, thresholds.alpha):
+            notes.append(f"only {len(rounds_data)} rounds had a working baseline "
+                         f"(need {min_rounds(planned_family, thresholds.alpha)}): keep defaults")
+            for i in tested:
+                rejected.setdefault(i, "too few rounds with a working baseline")
+                state.reject(i)
+            break
+        state.look(k, rounds_data, candidates, rng)
+    decisions: dict[str, Decision] = {}
+    for name in names:
+        ordered = tuple(
+            state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
+            for i in range(len(candidates))
+        )
+        decisions[name] = _choose(name, baseline_env, ordered)
+    if tested and rounds_run < max_rounds:
+        notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
+                     f"(looks after {', '.join(map(str, looks))} rounds)")
+    decisions, ablation_runs = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions, holdout_runs = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    overall = decisions[OVERALL]
+    if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
+        per_bucket = {
+            b.name: replace(
+                overall,
+                name=b.name,
+                winner=None if overall.winner is None else replace(overall.winner, decision=b.name),
+                comparisons=tuple(replace(c, decision=b.name) for c in overall.comparisons),
+            )
+            for b in buckets
+        }
+    else:
+        per_bucket = {b.name: decisions[b.name] for b in buckets}
+    family = state.family
     return FinalReport(
         baseline_env=dict(baseline_env),
         overall=overall,
         buckets=per_bucket,
         thresholds=thresholds,
-        rounds_run=rounds,
+        rounds_run=rounds_run,
         rounds_used=len(rounds_data),
         family_size=family,
-        family=describe_family(tested, len(buckets)),
-        test=describe_test(thresholds, tested, len(buckets)),
+        family=describe_family(len(tested), len(buckets)),
+        test=describe_test(thresholds, len(tested), len(buckets)),
         notes=tuple(notes),
+        max_rounds=max_rounds,
+        looks=looks,
+        evaluations=evaluations + ablation_runs + holdout_runs,
     )
+
+
+def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
+                    buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
+                    notes: list[str]) -> tuple[dict[str, Decision], int]:
+    """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
+    shuffled; each decision deploys its winner less the knobs whose removal does not lose."""
+    multi = {name: d for name, d in decisions.items()
+             if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
+    if not multi or thresholds.ablation_rounds <= 0:
+        return decisions, 0
+    envs: list[dict[str, str]] = []
+
+    def key_of(env: Mapping[str, str]) -> int:
+        if dict(env) not in envs:
+            envs.append(dict(env))
+        return envs.index(dict(env))
+
+    plan = {}
+    for name, d in multi.items():
+        knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
+        plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
+    rounds: list[Measured] = []
+    failures: dict[int, str] = {}
+    for _ in range(thresholds.ablation_rounds):
+        measured, failed = _run_round(evaluator, dict(enumerate(envs)), buckets, rng)
+        rounds.append(measured)
+        for key, reason in failed.items():
+            failures.setdefault(key, reason)
+    result = dict(decisions)
+    for name, (winner_key, keys) in plan.items():
+        if winner_key in failures:
+            notes.append(f"{name}: the winner failed in an ablation round ({failures[winner_key]}): all its knobs kept")
+            continue
+        ablated = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures, thresholds)
+        dropped = [a.knob for a in ablated.ablation if not a.kept]
+        if dropped:
+            notes.append(f"{name}: ablation dropped {', '.join(dropped)} (removal does not lose at one-sided "
+                         f"p < {thresholds.ablation_alpha}, {thresholds.ablation_rounds} rounds)")
+        result[name] = replace(decisions[name], env=dict(ablated.env), ablation=ablated.ablation)
+    return result, thresholds.ablation_rounds * len(envs)
+
+
+def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
+                   buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
+                   notes: list[str]) -> tuple[dict[str, Decision], int]:
+    """`holdout_rounds` rounds of the baseline and every deployed set, shuffled, after the choice: the
+    gain each decision reports. A deployed set that fails in them is withdrawn (keep defaults)."""
+    changed = {name: d for name, d in decisions.items() if d.change}
+    if not changed or thresholds.holdout_rounds <= 0:
+        return decisions, 0
+    envs: list[dict[str, str]] = []
+    for d in changed.values():
+        if dict(d.env) not in envs:
+            envs.append(dict(d.env))
+    rounds: list[Measured] = []
+    failures: dict[int, str] = {}
+    for _ in range(thresholds.holdout_rounds):
+        measured, failed = _run_round(evaluator, {-1: baseline_env, **dict(enumerate(envs))}, buckets, rng)
+        for key, reason in failed.items():
+            failures.setdefault(key, reason)
+        if -1 in measured:
+            rounds.append(measured)
+    result = dict(decisions)
+    for name, d in changed.items():
+        key = envs.index(dict(d.env))
+        if key in failures:
+            notes.append(f"{name}: the deployed set failed in a held-out round ({failures[key]}): withdrawn, "
+                         "keep defaults")
+            result[name] = replace(d, env=dict(baseline_env), winner=None, ablation=())
+            continue
+        log_ratios = _log_ratios(rounds, -1, key, name)
+        if len(log_ratios) == 0:
+            continue
+        ratios = np.exp(log_ratios)
+        low, high = (bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+                     if np.ptp(ratios) > 0 else (float(ratios[0]), float(ratios[0])))
+        result[name] = replace(d, holdout=Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios),
+                                                  tuple(float(r) for r in ratios)))
+    return result, thresholds.holdout_rounds * (len(envs) + 1)

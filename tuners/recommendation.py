@@ -62,6 +62,27 @@ class Gain(_Model):
         )
 
 
+class HeldOut(_Model):
+    """The deployed set's median per-round speed-up over the baseline on held-out rounds: run after the
+    choice, not used to make it (finalize.Holdout)."""
+
+    median: float
+    ci_low: float
+    ci_high: float
+    rounds: int
+    ratios: list[float]
+
+    @classmethod
+    def of(cls, decision: Decision) -> HeldOut | None:
+        h = decision.holdout
+        return None if h is None else cls(median=h.gain, ci_low=h.ci_low, ci_high=h.ci_high, rounds=h.rounds,
+                                          ratios=list(h.ratios))
+
+    def describe(self) -> str:
+        return (f"held out: {self.median:+.1%} median speed-up of what is deployed (CI {self.ci_low:+.1%} .. "
+                f"{self.ci_high:+.1%}), {self.rounds} rounds after the choice")
+
+
 class SizeRangeResult(_Model):
     bucket: str
     min_bytes: int
@@ -71,6 +92,7 @@ class SizeRangeResult(_Model):
     env: dict[str, str]
     gain: Gain | None = None
     closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
+    held_out: HeldOut | None = None  # change: the gain on rounds not used to choose it
 
     _env_safe = field_validator("env")(_checked_env)
 
@@ -100,6 +122,7 @@ class Recommendation(_Model):
     baseline_env: dict[str, str]
     gain: Gain | None
     closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
+    held_out: HeldOut | None = None  # change: the gain on rounds not used to choose it
     per_size: list[SizeRangeResult]
     plugin_rules: list[TunerRule] = Field(default_factory=list)  # from per_size_selection (NCCL/RCCL)
     per_size_selection: PerSizeResult | None = None  # the per-size stage (tuners/per_size.py), if it ran
@@ -152,6 +175,7 @@ def build_recommendation(
         baseline_env=dict(report.baseline_env),
         gain=_gain(overall, report),
         closest=_closest(overall, report),
+        held_out=HeldOut.of(overall),
         per_size=[
             SizeRangeResult(
                 bucket=b.name,
@@ -162,6 +186,7 @@ def build_recommendation(
                 env=dict(report.buckets[b.name].env),
                 gain=_gain(report.buckets[b.name], report),
                 closest=_closest(report.buckets[b.name], report),
+                held_out=HeldOut.of(report.buckets[b.name]),
             )
             for b in buckets
         ],

@@ -29,7 +29,7 @@ import yaml
 from tuners import rule_files
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
-from tuners.recommendation import Gain, Recommendation, RecommendationFile
+from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 
 RECOMMENDATIONS_FILE = "recommendations.yaml"
 TUNER_CONFIG_FILE = "nccl_tuner.conf"
@@ -91,9 +91,9 @@ class PublishedFiles:
     recommendations: Path
 
 
-def _verdict(decision: str, gain: Gain | None, closest: Gain | None) -> str:
+def _verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None) -> str:
     if gain is not None:
-        return f"{decision}: {gain.describe()}"
+        return f"{decision}: {gain.describe()}" + ("" if held_out is None else f"; {held_out.describe()}")
     if closest is not None:
         return f"{decision}; closest candidate: {closest.describe()}"
     return f"{decision} (no candidate tested)"
@@ -103,7 +103,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     ev = rec.evidence
     lines = [
         f"scope: {rec.scope.describe()}",
-        f"decision: {_verdict(rec.decision, rec.gain, rec.closest)}",
+        f"decision: {_verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}",
         f"test: {ev.test}",
     ]
     if ev.family_size is not None:
@@ -121,7 +121,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     for size in rec.per_size:
         lines.append(
             f"size {size.bucket} [{size.min_bytes}, {size.max_bytes}] ({size.metric}): "
-            + _verdict(size.decision, size.gain, size.closest)
+            + _verdict(size.decision, size.gain, size.closest, size.held_out)
         )
     lines.extend(f"note: {note}" for note in [*ev.notes, *rec.plugin_notes])
     lines.extend(per_size_lines(rec))
