@@ -13,16 +13,20 @@ Holm over candidates x (overall + each size bucket)); sizes 64 KiB and 1 MiB, on
 
 Reported: tunes, tunes with any change (overall or a bucket), that rate's Clopper-Pearson 95 % interval
 (tuners.bench_finalize.clopper_pearson), the rounds each tune ran, and per tune the closest comparison
-(smallest Holm-adjusted p) so the margin to a false change is visible.
+(smallest Holm-adjusted p) so the margin to a false change is visible, finalization's notes (failed runs: a
+baseline that failed drops its round, a candidate that failed is left untested) and the untested candidates.
+A tune that the cluster aborts (EvaluationAborted, an OS or subprocess error) is recorded as aborted, not
+counted, and the next one starts. The result is rewritten after every tune ("complete": false until the last).
 
 Without a running cluster in the environment (SLURM_CONF) the script starts one (fixtures_slurm), 3 nodes.
 Cost: rounds x (candidates + 1) commbench runs per tune (12 x 3 = 36 with the defaults), about 1 s each
-on the local cluster: 30 tunes take 20-30 minutes.
+on the local cluster: 30 tunes take 20-30 minutes on an idle machine (44 min at load average 7-17 on 2 cores).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +46,30 @@ def spec_document(library: str, work: Path) -> dict[str, Any]:
             "publish_dir": None, "runs_dir": str(work / "runs")}
 
 
+def write_summary(args: argparse.Namespace, argv: list[str], setup: Any, baseline: dict[str, str],
+                  thresholds: Any, tunes: list[dict[str, Any]], load_at_start: list[float], started: float) -> str:
+    """Writes the result so far (all tunes, finished or aborted) and returns its one-line summary."""
+    from tuners.bench_finalize import clopper_pearson
+
+    finished = [t for t in tunes if "aborted" not in t]
+    false_changes = sum(bool(t["changes"]) for t in finished)
+    interval = clopper_pearson(false_changes, len(finished)) if finished else None
+    rounds = sorted({t["rounds_used"] for t in finished})
+    write_result(args.output, argv, {
+        "what": "A/A: finalizations whose candidates are the baseline environment itself, on the local Slurm "
+                "cluster; every accepted change is a false change",
+        "complete": len(tunes) == args.tunes, "load_avg_at_start": load_at_start,
+        "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
+        "library": args.library, "library_version": setup.versions.get(args.library), "spec": setup.spec.model_dump(
+            mode="json"), "baseline_env": baseline, "candidates_per_tune": args.candidates,
+        "alpha": thresholds.alpha, "min_effect": thresholds.min_effect,
+        "tunes": len(finished), "tunes_aborted": len(tunes) - len(finished), "tunes_with_a_false_change": false_changes,
+        "false_change_rate_ci95": interval, "rounds_used_per_tune": rounds,
+        "seconds": round(time.time() - started, 1), "per_tune": tunes})
+    return (f"{false_changes} of {len(finished)} tunes recommended a change ({len(tunes) - len(finished)} aborted); "
+            f"Clopper-Pearson 95 %: {interval}; rounds used per tune: {rounds}")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tunes", type=int, default=30)
@@ -51,11 +79,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
 
     from campaigns.tuning import TuningSpec, prepare, slurm_launcher
-    from tuners.bench_finalize import clopper_pearson
+    from tuners.evaluation import EvaluationAborted
     from tuners.finalize import Candidate, finalize
 
     started = time.time()
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     tunes: list[dict[str, Any]] = []
+    summary = "no tune ran"
     with slurm_cluster_env() as env, tempfile.TemporaryDirectory() as scratch:
         os.environ.update(env)  # srun and sinfo of the executor find this cluster
         document = spec_document(args.library, Path(scratch))
@@ -66,28 +96,28 @@ def main(argv: list[str]) -> int:
         thresholds = setup.spec.finalize.thresholds()
         for tune in range(args.tunes):
             candidates = [Candidate(dict(baseline), trial_number=i + 1) for i in range(args.candidates)]
-            report = finalize(setup.evaluator, baseline, candidates, setup.buckets, thresholds=thresholds,
-                              needs_validation=setup.space.unsafe_changes, seed=tune)
-            changes = [d.name for d in report.decisions if d.change]
-            closest = report.overall.closest
-            tunes.append({"tune": tune, "rounds_run": report.rounds_run, "rounds_used": report.rounds_used,
-                          "changes": changes, "notes": list(report.notes),
-                          "closest": None if closest is None else {
-                              "gain": closest.gain, "p_adjusted": closest.p_adjusted, "ratios": closest.ratios}})
-            print(f"tune {tune + 1}/{args.tunes}: rounds {report.rounds_used}, changes {changes or 'none'}",
-                  flush=True)
-    false_changes = sum(bool(t["changes"]) for t in tunes)
-    write_result(args.output, argv, {
-        "what": "A/A: finalizations whose candidates are the baseline environment itself, on the local Slurm "
-                "cluster; every accepted change is a false change",
-        "library": args.library, "library_version": setup.versions.get(args.library), "spec": setup.spec.model_dump(
-            mode="json"), "baseline_env": baseline, "candidates_per_tune": args.candidates,
-        "alpha": thresholds.alpha, "min_effect": thresholds.min_effect,
-        "tunes": len(tunes), "tunes_with_a_false_change": false_changes,
-        "false_change_rate_ci95": clopper_pearson(false_changes, len(tunes)),
-        "seconds": round(time.time() - started, 1), "per_tune": tunes})
-    print(f"{false_changes} of {len(tunes)} tunes recommended a change; Clopper-Pearson 95 %: "
-          f"{clopper_pearson(false_changes, len(tunes))}")
+            try:
+                report = finalize(setup.evaluator, baseline, candidates, setup.buckets, thresholds=thresholds,
+                                  needs_validation=setup.space.unsafe_changes, seed=tune)
+            except (EvaluationAborted, OSError, subprocess.SubprocessError) as exc:
+                # the cluster, not finalization, failed (a failed run inside finalize is a note, not this):
+                # recorded as an aborted tune, not counted, and the benchmark goes on
+                tunes.append({"tune": tune, "aborted": f"{type(exc).__name__}: {exc}"})
+                print(f"tune {tune + 1}/{args.tunes}: aborted ({type(exc).__name__}: {exc})", flush=True)
+            else:
+                changes = [d.name for d in report.decisions if d.change]
+                closest = report.overall.closest
+                tunes.append({"tune": tune, "rounds_run": report.rounds_run, "rounds_used": report.rounds_used,
+                              "changes": changes, "notes": list(report.notes),
+                              "untested": [f"trial {c.candidate.trial_number}: {c.reason}"
+                                           for c in report.overall.comparisons if not c.tested],
+                              "closest": None if closest is None else {
+                                  "gain": closest.gain, "p_adjusted": closest.p_adjusted, "ratios": closest.ratios}})
+                print(f"tune {tune + 1}/{args.tunes}: rounds {report.rounds_used}, changes {changes or 'none'}",
+                      flush=True)
+            # after every tune, so a run cut short keeps what it measured ("complete": false)
+            summary = write_summary(args, argv, setup, baseline, thresholds, tunes, load_at_start, started)
+    print(summary)
     return 0
 
 
