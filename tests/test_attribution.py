@@ -1,4 +1,4 @@
-"""Per-rank attribution: commbench's schema 2 fields (a real 3-rank run) and campaigns.attribution's
+"""Per-rank attribution: commbench's schema 2 fields (a real 3-rank run) and campaigns.kinds.attribution's
 suspect rule on runs recorded on the local cluster with one node's link throttled
 (tests/data/attribution/PROVENANCE.md)."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
 
-from campaigns.attribution import rank_suspects
-from campaigns.records import validate_record
+from campaigns.kinds.attribution import rank_suspects
+from campaigns.model.records import validate_record
 
 DATA = Path(__file__).resolve().parent / "data" / "attribution"
 LARGE = 1 << 20

@@ -13,7 +13,7 @@ import pytest
 from fixtures_cli import commcamp
 
 from campaigns.formats import foreign, nccl_tests, osu
-from campaigns.records import validate_record
+from campaigns.model.records import validate_record
 from campaigns.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from campaigns.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
-from campaigns.spec import COMMBENCH_NODE_COUNTS
+from campaigns.model.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
+from campaigns.model.spec import COMMBENCH_NODE_COUNTS
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from campaigns.records import load_records
+from campaigns.model.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "results" / "reference" / "single-gpu" / "2026-11-23"

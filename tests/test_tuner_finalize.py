@@ -12,7 +12,7 @@ import optuna
 import pytest
 from fixtures_tuner import TWO_BUCKETS, make_scope
 
-from campaigns.site import load_site
+from campaigns.model.site import load_site
 from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, realistic_evaluator
 from tuners.evaluation import Evaluation, FailureKind, SizeBucket, bucket_times_us, buckets_for_sizes
 from tuners.finalize import (

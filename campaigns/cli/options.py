@@ -1,5 +1,5 @@
 """Options and error handling shared by the commcamp commands that read the results store
-(campaigns/results_cli.py, campaigns/report_cli.py): --db, the measurement filters, dates, and the
+(campaigns/cli/results.py, campaigns/cli/report.py): --db, the measurement filters, dates, and the
 one-line error exit."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 
 
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
-    from campaigns.sizes import parse_size  # pydantic: loaded when a command runs
+    from campaigns.model.sizes import parse_size  # pydantic: loaded when a command runs
     from campaigns.store import MeasurementFilter
 
     def size(name: str) -> int | None:
@@ -91,7 +91,7 @@ def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None
 @contextmanager
 def expected_errors() -> Iterator[None]:
     """Bad input and database trouble end the command with a one-line message and exit status 1; a
-    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli.py)."""
+    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli/app.py)."""
     from campaigns.store import StoreError, StoreUnavailable
 
     try:

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXIT_PROBLEMS = 1
 EXIT_UNUSABLE = 2
 LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (build/bench/cpu-LIBRARY)

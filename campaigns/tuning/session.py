@@ -45,8 +45,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns import paths
-from campaigns.records import MAX_MESSAGE_BYTES, parse_record_lines
-from campaigns.sizes import parse_size
+from campaigns.model.records import MAX_MESSAGE_BYTES, parse_record_lines
+from campaigns.model.sizes import parse_size
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, SizeBucket, buckets_for_sizes
@@ -208,13 +208,13 @@ _RFM_EXIT = re.compile(r"commbench exited with code (\d+)")
 
 class ReframeExecutor:
     """One ReFrame invocation of the commbench check per run, on one partition and environment of a
-    site, with the knobs as the check's env_vars (campaigns.runner builds the command and reads back
+    site, with the knobs as the check's env_vars (campaigns.reframe.runner builds the command and reads back
     the test case's outcome and records). commbench is built once: the first passing run keeps its
     stage files and later runs restore that build (ReFrame's --restore-session)."""
 
     def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
                  runs_dir: Path, base_env: Mapping[str, str]) -> None:
-        from campaigns.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
+        from campaigns.model.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
 
         if nodes not in (1, 2):
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
@@ -235,7 +235,7 @@ class ReframeExecutor:
         self.built: Path | None = None  # report of the run whose build later runs restore
 
     def campaign_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
-        from campaigns.spec import Campaign
+        from campaigns.model.spec import Campaign
 
         check = self.campaign.spec.checks[0]
         extra = (["--batch", str(request.batch)] if request.batch > 1 else []) + request.selection_args()
@@ -248,7 +248,7 @@ class ReframeExecutor:
         return campaign
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
-        from campaigns.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
+        from campaigns.reframe.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
 
         if self.directory is None:
             self.directory = _new_directory(self.runs_dir, "reframe")
@@ -468,7 +468,7 @@ class TuningSpec(_Model):
     @field_validator("op")
     @classmethod
     def _op(cls, value: str) -> str:
-        from campaigns.site import ALL_OPS
+        from campaigns.model.site import ALL_OPS
 
         if value not in ALL_OPS:
             raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
@@ -502,7 +502,7 @@ class TuningSpec(_Model):
 
 
 def load_spec(path: Path, **overrides: Any) -> TuningSpec:
-    from campaigns.yamlio import YamlDocument, YamlModelError
+    from campaigns.model.yamlio import YamlDocument, YamlModelError
 
     try:
         document = YamlDocument(Path(path))
@@ -856,9 +856,9 @@ def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> Non
 
 # ------------------------------------------------------------------------------------ Slurm workers
 def _site(spec: TuningSpec) -> Any:
-    """The spec's site (campaigns.site.Site), or None for a site known only by its knob file
+    """The spec's site (campaigns.model.site.Site), or None for a site known only by its knob file
     (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
-    from campaigns.site import SiteError, find_site_file, load_site
+    from campaigns.model.site import SiteError, find_site_file, load_site
 
     if find_site_file(spec.site) is None and (paths.KNOBS_DIR / f"{spec.site}.yaml").is_file():
         return None
@@ -872,7 +872,7 @@ def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
     and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml.
     ValueError when the site has no such system, partition or environment there, or (Slurm) fewer nodes."""
-    from campaigns.spec import SLURM_SCHEDULERS
+    from campaigns.model.spec import SLURM_SCHEDULERS
 
     site = _site(spec)
     if site is None:
@@ -896,7 +896,7 @@ def _site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
 def only_partition(site_name: str, system_name: str) -> str:
     """system:partition for a system of one partition; `system_name` unchanged where the site or system
     is unknown (reported later, with what there is); ValueError when the system has several partitions."""
-    from campaigns.site import SiteError, load_site
+    from campaigns.model.site import SiteError, load_site
 
     try:
         system = load_site(site_name).system(system_name)

@@ -1,6 +1,6 @@
 """Per-size demonstration (issue 13, item 5): sweep, decide, write the rule files, validate them.
 
-    python3 -m campaigns.per_size_demo --out DIR [--libraries openmpi,mpich] [--ops ...] [--sizes ...]
+    python3 -m campaigns.tools.per_size_demo --out DIR [--libraries openmpi,mpich] [--ops ...] [--sizes ...]
         [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--budget-s S]
 
 Runs where `srun` reaches a Slurm cluster (the local one: eval "$(site_configs/localslurm/cluster/
@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from campaigns.records import parse_record_lines
-from campaigns.tuning import SWEEP_ENV
+from campaigns.model.records import parse_record_lines
+from campaigns.tuning.session import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
 from tuners.writers import write_atomic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OPS = ("allreduce", "alltoall", "allgather", "bcast", "reduce_scatter")
 SIZES = (8, 64, 512, 4096, 32768, 262144, 2097152, 16777216)  # 8 B .. 16 MiB, factor 8
 SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2"}
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     summary: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": git_commit(),
-        "command": shlex.join([sys.executable, "-m", "campaigns.per_size_demo", *(argv or sys.argv[1:])]),
+        "command": shlex.join([sys.executable, "-m", "campaigns.tools.per_size_demo", *(argv or sys.argv[1:])]),
         "thresholds": {"alpha": thresholds.alpha, "min_effect": thresholds.min_effect, "top": args.top},
         "libraries": {},
     }

@@ -1,6 +1,6 @@
 """Tuning demonstrations, one phase per call, with a deadline: what tools/tuning/gpu-demo.sh runs.
 
-    python3 -m campaigns.tuning_demo CONFIG.yaml --phase NAME --out DIR [--until UNIX_TIME]
+    python3 -m campaigns.tools.tuning_demo CONFIG.yaml --phase NAME --out DIR [--until UNIX_TIME]
 
 CONFIG (tools/tuning/gpu-demo.yaml on the GPU machine, tools/tuning/gpu-demo-cpu.yaml for the same
 plumbing on a CPU machine) has `common` TuningSpec fields, an `environment` for every launch, and named
@@ -40,7 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from campaigns.tuning import (
+from campaigns.tuning.session import (
     READ_LOG_ENV,
     TuningSetup,
     TuningSpec,

@@ -4,9 +4,9 @@ summarise them again (median and p95 per measurement, from the stored samples).
 Target: load + ingest + summarise <= 5 s on the 2-core development machine. The records are generated
 (lognormal samples, stats computed from them as commbench does); generating and writing the file is not timed.
 
-    .venv/bin/python -m campaigns.store.bench_ingest [--measurements 1000] [--samples 1000]
-    .venv/bin/python -m campaigns.store.bench_ingest --postgres   # a throwaway local PostgreSQL server
-    .venv/bin/python -m campaigns.store.bench_ingest --db URL     # an existing (empty) database
+    .venv/bin/python -m campaigns.tools.bench_ingest [--measurements 1000] [--samples 1000]
+    .venv/bin/python -m campaigns.tools.bench_ingest --postgres   # a throwaway local PostgreSQL server
+    .venv/bin/python -m campaigns.tools.bench_ingest --db URL     # an existing (empty) database
 
 Results: results/bench/store_ingest.json (SQLite), results/bench/store_ingest_postgresql.json.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from campaigns.records import load_records
+from campaigns.model.records import load_records
 from campaigns.store.pgserver import throwaway_server
 from campaigns import paths
 from campaigns.store.store import RunInfo, Store, open_store

@@ -45,7 +45,7 @@ def _load_validator() -> Draft202012Validator:
     item_rule = fast_schema["properties"]["samples_us"].pop("items")
     if item_rule != _SAMPLE_ITEM_RULE:
         raise RuntimeError(f"{SCHEMA_PATH}: samples_us items rule changed to {item_rule}; "
-                           f"update campaigns.records._check_samples to match")
+                           f"update campaigns.model.records._check_samples to match")
     return Draft202012Validator(fast_schema)
 
 

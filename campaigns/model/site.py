@@ -28,23 +28,23 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from campaigns import vocabulary
+from campaigns.model import vocabulary
 from campaigns import paths
 from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
-from campaigns.sizes import ByteCount
-from campaigns.yamlio import YamlDocument, YamlModelError
+from campaigns.model.sizes import ByteCount
+from campaigns.model.yamlio import YamlDocument, YamlModelError
 
 SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
 ENV_FILE = "env.sh"
 
-# Ops of the campaign check `commbench_run` (reframe_checks/commbench_run.py; campaigns/spec.py).
+# Ops of the campaign check `commbench_run` (reframe_checks/commbench_run.py; campaigns/model/spec.py).
 COMMBENCH_OPS = ("pingpong", "allreduce", "alltoall", "pingpong_bi", "allgather", "reduce_scatter", "bcast",
                  "sendrecv", "pairmatrix")
-# Every commbench op and transport (campaigns/vocabulary.py, tested against commbench --list).
+# Every commbench op and transport (campaigns/model/vocabulary.py, tested against commbench --list).
 ALL_OPS = vocabulary.OPS
 TRANSPORTS = vocabulary.TRANSPORTS
-# The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/spec.py).
+# The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/model/spec.py).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 # Metrics the checks report, by the ops they are taken for.
 COMMBENCH_METRICS = tuple(vocabulary.METRICS)
@@ -123,7 +123,7 @@ class Latency(_Fact):
 class Links(_Model):
     """Nominal bandwidths per direction, for "is my number right?": between two GPUs of a node, of one
     NIC (inter-node), and between the host and one GPU; the nominal inter-node latency. Health checks
-    flag values no such link can give (campaigns.health)."""
+    flag values no such link can give (campaigns.kinds.health)."""
 
     gpu_pair: Bandwidth | None = None
     nic: Bandwidth | None = None

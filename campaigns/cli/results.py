@@ -1,5 +1,5 @@
 """`commcamp results ...`: list, export and ingest what the results store holds.
-campaigns/cli.py mounts it with register(app)."""
+campaigns/cli/app.py mounts it with register(app)."""
 from __future__ import annotations
 
 import csv
@@ -17,11 +17,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.cli_options import DbOption, parse_when
-from campaigns.cli_options import expected_errors as _expected_errors
-from campaigns.cli_options import with_measurement_filters as _with_measurement_filters
-from campaigns.console import make_console
-from campaigns.prune_cli import prune
+from campaigns.cli.options import DbOption, parse_when
+from campaigns.cli.options import expected_errors as _expected_errors
+from campaigns.cli.options import with_measurement_filters as _with_measurement_filters
+from campaigns.cli.console import make_console
+from campaigns.cli.prune import prune
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
     import numpy as np
@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command 
 
 def _console(*, stderr: bool = False) -> Console:
     # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call; full
-    # width when not on a terminal (campaigns/console.py).
+    # width when not on a terminal (campaigns/cli/console.py).
     return make_console(stderr=stderr)
 
 
@@ -216,7 +216,7 @@ def _parameters(pairs: list[str]) -> dict[str, str]:
 def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str) -> list[dict[str, Any]]:
     """The records of `file`: commbench JSON Lines as they are, another benchmark's output through
     campaigns.formats (each of its rows a record naming that benchmark as its source)."""
-    from campaigns.records import load_records, validate_record
+    from campaigns.model.records import load_records, validate_record
 
     if fmt == "commbench":
         return load_records(file)
@@ -264,7 +264,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     a reference result): each measurement becomes a record the store, health and report read like
     commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
     unless --allow-duplicate."""
-    from campaigns.site import SiteError, load_site
+    from campaigns.model.site import SiteError, load_site
     from campaigns.store import RunInfo, open_store, records_digest
 
     parameters = _parameters(param or [])

@@ -2,7 +2,7 @@
 
 Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage, or
 a results database that cannot be opened (every command), 130 interrupted (what finished is stored).
-Health campaigns (campaigns.health.EXIT_CODES): 0 healthy, 3 not judged (nothing bad, but some metric had
+Health campaigns (campaigns.kinds.health.EXIT_CODES): 0 healthy, 3 not judged (nothing bad, but some metric had
 neither a reference nor enough history), 4 degraded, 5 failed.
 """
 from __future__ import annotations
@@ -19,12 +19,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns import bench_cli, knobs_cli, paths, plugin_cli, report_cli, results_cli, site_cli, tune_cli
-from campaigns.console import make_console
+from campaigns import paths
+from campaigns.cli import bench, knobs, plugin, report, results, site, tune
+from campaigns.cli.report import write_campaign_report
+from campaigns.cli.console import make_console
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
-    from campaigns.runner import CampaignResult
-    from campaigns.spec import Campaign
+    from campaigns.reframe.runner import CampaignResult
+    from campaigns.model.spec import Campaign
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -66,8 +68,8 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
     from rich import box
     from rich.table import Table
 
-    from campaigns.runner import nodes_out_of_service
-    from campaigns.spec import SLURM_SCHEDULERS
+    from campaigns.reframe.runner import nodes_out_of_service
+    from campaigns.model.spec import SLURM_SCHEDULERS
 
     targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
     table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
@@ -105,8 +107,8 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
 def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
     from rich.table import Table
 
-    from campaigns.characterize import planned_job_options
-    from campaigns.runner import plan_invocations
+    from campaigns.kinds.characterize import planned_job_options
+    from campaigns.reframe.runner import plan_invocations
 
     cases = campaign.cases(tag)
     table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
@@ -146,10 +148,10 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    from campaigns.characterize import PlacementError, placer_for
-    from campaigns.health import HealthCheck, print_summary, write_verdict
-    from campaigns.runner import preflight, run_campaign
-    from campaigns.spec import SpecError, load_campaign
+    from campaigns.kinds.characterize import PlacementError, placer_for
+    from campaigns.kinds.health import HealthCheck, print_summary, write_verdict
+    from campaigns.reframe.runner import preflight, run_campaign
+    from campaigns.model.spec import SpecError, load_campaign
     from campaigns.store import StoreError, default_url, open_store
 
     console, errors = make_console(), make_console(stderr=True)
@@ -214,7 +216,7 @@ def run(
                 raise typer.Exit(night.exit_code)
             if campaign.spec.kind == "characterize":
                 path = report or paths.reports_dir() / f"{campaign.name}.html"
-                report_cli.write_campaign_report(store, campaign, path)
+                write_campaign_report(store, campaign, path)
                 console.print(f"Report: {path}")
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -250,19 +252,19 @@ def show_paths(
         for name, value in paths.subprocess_env().items():
             print(f"export {name}={shlex.quote(value)}")
         return
-    from campaigns.site import site_search_path
+    from campaigns.model.site import site_search_path
 
     print(f"workspace: {paths.workspace()}\nbuilds: {paths.build_dir()}\nshipped files: {paths.DATA_ROOT}\n"
           f"site search path: {os.pathsep.join(str(p) for p in site_search_path())}")
 
 
-results_cli.register(app)
-report_cli.register(app)
-bench_cli.register(app)
-tune_cli.register(app)
-plugin_cli.register(app)
-site_cli.register(app)
-knobs_cli.register(app)
+results.register(app)
+report.register(app)
+bench.register(app)
+tune.register(app)
+plugin.register(app)
+site.register(app)
+knobs.register(app)
 
 
 def main() -> None:

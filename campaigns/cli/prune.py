@@ -22,10 +22,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.cli_options import DbOption, expected_errors
+from campaigns.cli.options import DbOption, expected_errors
 
 REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: results/runs/reframe
-HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli.py DEFAULT_HEALTH_DIR)
+HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli/app.py DEFAULT_HEALTH_DIR)
 
 
 @dataclass

@@ -42,10 +42,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from campaigns.health import find_reference, run_metrics
-from campaigns.site import Reference, SiteError, load_site
+from campaigns.kinds.health import find_reference, run_metrics
+from campaigns.model.site import Reference, SiteError, load_site
 from campaigns.store import Store
-from campaigns.vocabulary import MATRIX_OPS, METRICS
+from campaigns.model.vocabulary import MATRIX_OPS, METRICS
 
 QUANTILES = np.linspace(0, 1, 201)
 _CSS = """
@@ -101,7 +101,7 @@ def _plotly_js_packed() -> str:
     return base64.b64encode(gzip.compress(plotly.offline.get_plotlyjs().encode(), compresslevel=9)).decode()
 
 
-TUNING_CAMPAIGN = "tune"  # campaigns/tuning.py stores each trial as a run of this campaign
+TUNING_CAMPAIGN = "tune"  # campaigns/tuning/session.py stores each trial as a run of this campaign
 # What tells two curves apart, in legend order; environment and library are always in the legend.
 DIMENSIONS = ("site", "system", "environment", "library", "transport", "nodes", "ranks", "placement", "batch",
               "knobs")

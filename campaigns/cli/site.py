@@ -1,8 +1,8 @@
 """`commcamp site ...`: the sites under site_configs/: list them, check their files, show their data.
-campaigns/cli.py mounts it with register(app).
+campaigns/cli/app.py mounts it with register(app).
 
 `commcamp site check SITE` (or `--all`) validates site.yaml, the ReFrame configuration it produces, the
-knob overrides against the catalog, env.sh and the Spack environment (campaigns.site.check_site) and
+knob overrides against the catalog, env.sh and the Spack environment (campaigns.model.site.check_site) and
 prints every problem as `FILE: key: message`. Exit codes: 0 sound, 1 problems found, 2 unknown site or
 bad usage.
 """
@@ -19,7 +19,7 @@ from rich.table import Table
 from campaigns import paths
 
 if TYPE_CHECKING:  # site.yaml's models (pydantic) load when a command runs: `commcamp --help` stays fast
-    from campaigns.site import Bandwidth
+    from campaigns.model.site import Bandwidth
 
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
@@ -34,7 +34,7 @@ def _gbs(bandwidth: Bandwidth | None) -> str:
 
 def list_sites() -> None:
     """The sites, their partitions and what the suite runs there."""
-    from campaigns.site import SiteError, available_sites, load_site
+    from campaigns.model.site import SiteError, available_sites, load_site
 
     table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
     for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
@@ -57,7 +57,7 @@ def list_sites() -> None:
 
 def show(site_name: Annotated[str, typer.Argument(help="a directory under site_configs/")]) -> None:
     """A site's nominal bandwidths, libraries and references: what a measurement is compared with."""
-    from campaigns.site import SiteError, load_site
+    from campaigns.model.site import SiteError, load_site
 
     try:
         site = load_site(site_name)
@@ -91,7 +91,7 @@ def check(
     all_sites: Annotated[bool, typer.Option("--all", help="check every site")] = False,
 ) -> None:
     """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment."""
-    from campaigns.site import SiteError, available_sites, check_site, site_file
+    from campaigns.model.site import SiteError, available_sites, check_site, site_file
 
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
@@ -127,7 +127,7 @@ def new(
 ) -> None:
     """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
     env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
-    from campaigns.site import SiteError, new_site, site_search_path
+    from campaigns.model.site import SiteError, new_site, site_search_path
 
     parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
     try:

@@ -30,8 +30,8 @@ Campaign kinds (`kind`, default `run`):
   `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1),
   `different-switch` / `different-group` (a --nodelist spread over leaf switches / top-level groups of
   the live Slurm topology). Every run is labelled with the network distance its ranks actually spanned.
-  `commcamp run` writes the HTML report afterwards (campaigns/report.py).
-- `health`: the nightly check (campaigns/health.py). Each night's runs have their own run keys (the run
+  `commcamp run` writes the HTML report afterwards (campaigns/report/html.py).
+- `health`: the nightly check (campaigns/kinds/health.py). Each night's runs have their own run keys (the run
   tag, by default the UTC date); each metric is judged against its reference (`references` here, then
   the site's) and against the same metric of earlier nights; multi-node failures are isolated to a node
   or link with pairwise tests. Settings under `health:` (HealthSettings below).
@@ -52,12 +52,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from campaigns.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
+from campaigns.model.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
                             load_site)
-from campaigns.records import MAX_MESSAGE_BYTES
-from campaigns.sizes import ByteCount
-from campaigns.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
-from campaigns.yamlio import Loc, YamlDocument, YamlModelError
+from campaigns.model.records import MAX_MESSAGE_BYTES
+from campaigns.model.sizes import ByteCount
+from campaigns.model.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
+from campaigns.model.yamlio import Loc, YamlDocument, YamlModelError
 from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).

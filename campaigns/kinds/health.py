@@ -1,7 +1,7 @@
 """Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
 the node or link behind a degraded multi-node test, and write a verdict.
 
-Metrics of a run: the commbench checks' performance variables, defined once in campaigns/vocabulary.py
+Metrics of a run: the commbench checks' performance variables, defined once in campaigns/model/vocabulary.py
 (small_latency: latency_us at the smallest size that moves data, lower is better; large_goodput and
 large_busbw: GB/s at the largest size, higher is better). Each is judged
 
@@ -49,14 +49,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from campaigns.characterize import Placer
-from campaigns.runner import CampaignResult, new_run_dir, run_cases
-from campaigns.site import Reference
-from campaigns.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
-from campaigns.attribution import Suspects, rank_suspects
-from campaigns.slurm_snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
+from campaigns.kinds.characterize import Placer
+from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
+from campaigns.model.site import Reference
+from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.kinds.attribution import Suspects, rank_suspects
+from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
-from campaigns.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
+from campaigns.model.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
 from tuners.writers import write_atomic
 
 STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
@@ -67,7 +67,7 @@ BAD = ("degraded", "failed")
 SMALL_MESSAGE_BYTES = 4096
 EXIT_CODES = {"ok": 0, "not_judged": 3, "degraded": 4, "failed": 5}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
-PERFORMANCE_FAILURE = "performance:"  # campaigns.runner: "<ReFrame fail phase>: <reason>"
+PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
 
 
 def worst(statuses: Iterable[str]) -> str:
@@ -419,7 +419,7 @@ class HealthCheck:
 
     def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
         """The suspect named by the degraded run itself, against the last passed run of its series
-        (campaigns/attribution.py); None when there is no such baseline."""
+        (campaigns/kinds/attribution.py); None when there is no such baseline."""
         worst_case = max(bad, key=lambda v: v.num_nodes)
         tonight = self._run(worst_case.run_key)
         earlier = [run for run in self.store.runs(run_key_prefix=worst_case.series_key, status="pass", **self._where())

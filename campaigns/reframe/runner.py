@@ -14,12 +14,12 @@ commbench.jsonl that are valid (a failed run keeps those it produced). A test ca
 ReFrame prints its result line (its records are then in ReFrame's output or stage directory), so an
 interrupted campaign keeps every case that finished; when the invocation ends, its run report adds the
 job id, times and ReFrame's exact failure reason (the run is replaced in one transaction). A run key
-(campaigns.spec.TestCase.run_key) names each test case; passed runs are skipped on the next run, and a
+(campaigns.model.spec.TestCase.run_key) names each test case; passed runs are skipped on the next run, and a
 forced re-run is stored as another run of the key beside them (a passed run is never deleted). A failed
 case's reason starts with its first failure (first_failure: a crashed rank, commbench's error record).
 
 Placements (characterize campaigns) and pair tests (health isolation) become Slurm options through
-ReFrame's `-J` (campaigns.characterize.Placer); test cases that need different options go into
+ReFrame's `-J` (campaigns.kinds.characterize.Placer); test cases that need different options go into
 different invocations. The network distance the ranks spanned is stored with each run's parameters.
 """
 from __future__ import annotations
@@ -43,9 +43,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.characterize import Placer, PlacementError, Topology
-from campaigns.records import parse_record_lines
-from campaigns.spec import Campaign, TestCase
+from campaigns.kinds.characterize import Placer, PlacementError, Topology
+from campaigns.model.records import parse_record_lines
+from campaigns.model.spec import Campaign, TestCase
 from campaigns.store import RunInfo, Store, StoreError
 from campaigns.subproc import die_with_this_process
 

@@ -1,4 +1,4 @@
-"""`commcamp report`: the HTML report of stored results (campaigns/report.py). campaigns/cli.py mounts it
+"""`commcamp report`: the HTML report of stored results (campaigns/report/html.py). campaigns/cli/app.py mounts it
 with register(app); characterize campaigns call write_campaign_report after their run."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.cli_options import DbOption, expected_errors, with_measurement_filters
+from campaigns.cli.options import DbOption, expected_errors, with_measurement_filters
 
 if TYPE_CHECKING:  # loaded when a report is written: `commcamp --help` stays fast
-    from campaigns.report import Nominal
-    from campaigns.spec import Campaign
+    from campaigns.report.html import Nominal
+    from campaigns.model.spec import Campaign
     from campaigns.store import MeasurementFilter, Store
 
 
@@ -25,8 +25,8 @@ _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-d
 def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
     """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
     host_device; a range gives its two ends). A name without site data has none."""
-    from campaigns.report import Nominal
-    from campaigns.site import SiteError, load_site
+    from campaigns.report.html import Nominal
+    from campaigns.model.site import SiteError, load_site
 
     try:
         site = load_site(site_name)
@@ -50,7 +50,7 @@ def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[
 
 
 def _parse_nominal(texts: list[str]) -> list[Nominal]:
-    from campaigns.report import Nominal
+    from campaigns.report.html import Nominal
 
     nominal = []
     for text in texts:
@@ -75,7 +75,7 @@ def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
 
 
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
-    from campaigns.report import build_report
+    from campaigns.report.html import build_report
     from tuners.writers import write_atomic
 
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
@@ -96,7 +96,7 @@ def report(filters: MeasurementFilter,
                "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
-    from campaigns.report import build_report
+    from campaigns.report.html import build_report
     from campaigns.store import open_store
     from tuners.writers import write_atomic
 

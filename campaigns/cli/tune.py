@@ -27,10 +27,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.console import make_console
+from campaigns.cli.console import make_console
 
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
-    from campaigns.tuning import TuningOutcome, TuningSetup, TuningSpec
+    from campaigns.tuning.session import TuningOutcome, TuningSetup, TuningSpec
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -146,7 +146,7 @@ def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
     every problem otherwise."""
     from pydantic import ValidationError
 
-    from campaigns.tuning import TuningSpec, load_spec
+    from campaigns.tuning.session import TuningSpec, load_spec
 
     given = {k: v for k, v in fields.items() if v is not None}
     for key in ("knobs", "launcher"):
@@ -179,7 +179,7 @@ def describe(setup: TuningSetup) -> list[str]:
 
 def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
     """What a dry run can tell before the probe run that reads the library's version."""
-    from campaigns.tuning import executor_label
+    from campaigns.tuning.session import executor_label
     from tuners.evaluation import format_bytes
 
     return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
@@ -241,7 +241,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        from campaigns.tuning import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare, print_progress,
+        from campaigns.tuning.session import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare, print_progress,
                                       publish_recommendation, run_tuning, study_name, submit_workers, wait_for_jobs,
                                       worker_spec, write_summary)
         from tuners.evaluation import EvaluationAborted
@@ -310,7 +310,7 @@ def register(app: typer.Typer) -> None:
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
         """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
-        from campaigns.tuning import TuningSpec, make_tuner, prepare
+        from campaigns.tuning.session import TuningSpec, make_tuner, prepare
         from tuners.evaluation import EvaluationAborted
         from tuners.study import study_progress
 
@@ -345,7 +345,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
-        from campaigns.tuning import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
+        from campaigns.tuning.session import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
                                       print_progress, publish_recommendation, slurm_launcher, write_env_file,
                                       write_summary)
         from tuners.evaluation import EvaluationAborted
@@ -434,7 +434,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
-        from campaigns.sizes import parse_size
+        from campaigns.model.sizes import parse_size
         from tuners.evaluation import format_bytes
         from tuners.recommend import format_lookup, lookup
 

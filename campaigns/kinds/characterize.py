@@ -23,7 +23,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from campaigns.spec import SLURM_SCHEDULERS, Campaign, TestCase
+from campaigns.model.spec import SLURM_SCHEDULERS, Campaign, TestCase
 
 DISTANCES = ("intra-node", "same-switch", "different-switch", "different-group")
 
