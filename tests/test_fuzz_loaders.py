@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from campaigns.model.records import parse_record_lines
 from campaigns.model.site import Site
 from campaigns.model.spec import SpecError, load_campaign
-from campaigns.tuning.session import load_spec
+from campaigns.tuning.spec import load_spec
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from fixtures_store import commbench_record
 from tuners.catalog import SAFE_VALUE_PATTERN, KnobCatalog

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from campaigns.kinds.characterize import Placer, PlacementError, Topology, expand_hostlist, parse_topology
+from campaigns.kinds.characterize import Placer
+from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, parse_topology
 from campaigns.kinds.health import Ceiling, judge, worst
 from campaigns.reframe.runner import plan_invocations
 from campaigns.model.site import Reference

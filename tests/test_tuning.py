@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from campaigns.tuning.session import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor, knobs_read,
-                              strip_knobs)
+from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
+                                        knobs_read, strip_knobs)
 from fixtures_cli import commcamp_output
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind

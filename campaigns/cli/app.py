@@ -68,7 +68,7 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
     from rich import box
     from rich.table import Table
 
-    from campaigns.reframe.runner import nodes_out_of_service
+    from campaigns.slurm.nodes import nodes_out_of_service
     from campaigns.model.spec import SLURM_SCHEDULERS
 
     targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
@@ -148,9 +148,11 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    from campaigns.kinds.characterize import PlacementError, placer_for
+    from campaigns.kinds.characterize import placer_for
+    from campaigns.slurm.topology import PlacementError
     from campaigns.kinds.health import HealthCheck, print_summary, write_verdict
-    from campaigns.reframe.runner import preflight, run_campaign
+    from campaigns.reframe.runner import run_campaign
+    from campaigns.slurm.nodes import preflight
     from campaigns.model.spec import SpecError, load_campaign
     from campaigns.store import StoreError, default_url, open_store
 

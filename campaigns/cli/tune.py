@@ -30,7 +30,8 @@ from campaigns import paths
 from campaigns.cli.console import make_console
 
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
-    from campaigns.tuning.session import TuningOutcome, TuningSetup, TuningSpec
+    from campaigns.tuning.session import TuningOutcome, TuningSetup
+    from campaigns.tuning.spec import TuningSpec
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -146,7 +147,7 @@ def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
     every problem otherwise."""
     from pydantic import ValidationError
 
-    from campaigns.tuning.session import TuningSpec, load_spec
+    from campaigns.tuning.spec import TuningSpec, load_spec
 
     given = {k: v for k, v in fields.items() if v is not None}
     for key in ("knobs", "launcher"):
@@ -241,9 +242,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        from campaigns.tuning.session import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare, print_progress,
-                                      publish_recommendation, run_tuning, study_name, submit_workers, wait_for_jobs,
-                                      worker_spec, write_summary)
+        from campaigns.tuning.session import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare,
+                                              print_progress, publish_recommendation, run_tuning, study_name,
+                                              write_summary)
+        from campaigns.slurm.workers import submit_workers, wait_for_jobs, worker_spec
         from tuners.evaluation import EvaluationAborted
         from tuners.study import StorageUnavailable, study_progress
 
@@ -310,7 +312,8 @@ def register(app: typer.Typer) -> None:
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
         """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
-        from campaigns.tuning.session import TuningSpec, make_tuner, prepare
+        from campaigns.tuning.spec import TuningSpec
+        from campaigns.tuning.session import make_tuner, prepare
         from tuners.evaluation import EvaluationAborted
         from tuners.study import study_progress
 
@@ -346,8 +349,8 @@ def register(app: typer.Typer) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
         from campaigns.tuning.session import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
-                                      print_progress, publish_recommendation, slurm_launcher, write_env_file,
-                                      write_summary)
+                                              print_progress, publish_recommendation, write_env_file, write_summary)
+        from campaigns.slurm.workers import slurm_launcher
         from tuners.evaluation import EvaluationAborted
         from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, study_progress
 

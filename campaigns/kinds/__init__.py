@@ -1,1 +1,2 @@
-"""The campaign kinds beyond a plain run: health (nightly verdicts, pair isolation, attribution) and characterize (placements, topology)."""
+"""The campaign kinds beyond a plain run: health (nightly verdicts, pair isolation, attribution) and characterize
+(placements)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
-from campaigns.kinds.characterize import expand_hostlist
+from campaigns.slurm.topology import expand_hostlist
 
 SNAPSHOT_TIMEOUT_S = 20
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from campaigns.model.records import parse_record_lines
-from campaigns.tuning.session import SWEEP_ENV
+from campaigns.tuning.executors import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for

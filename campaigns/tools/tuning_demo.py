@@ -40,20 +40,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from campaigns.tuning.session import (
-    READ_LOG_ENV,
-    TuningSetup,
-    TuningSpec,
-    finalize_study,
-    knobs_read,
-    library_version,
-    make_executor,
-    make_tuner,
-    prepare,
-    publish_recommendation,
-    site_catalog,
-    strip_knobs,
-)
+from campaigns.tuning.executors import READ_LOG_ENV, knobs_read, strip_knobs
+from campaigns.tuning.session import (TuningSetup, finalize_study, library_version, make_executor, make_tuner, prepare,
+                                      publish_recommendation)
+from campaigns.tuning.spec import TuningSpec, site_catalog
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us
 from tuners.finalize import planned_rounds

@@ -66,7 +66,7 @@ def reframe_times_its_step() -> None:
     """The ReFrame path: the job script prints the time around its srun step (prerun/postrun commands), and
     each reframe process's start and end are noted."""
     from campaigns.reframe import runner
-    from campaigns.tuning import session as tuning
+    from campaigns.tuning import executors
 
     command = runner.Invocation.command
 
@@ -86,7 +86,7 @@ def reframe_times_its_step() -> None:
             if "reframe" in str(args[0][0]):
                 REFRAME_SPANS.append((started, time.time()))
 
-    tuning.subprocess.run = noted  # type: ignore[attr-defined]
+    executors.subprocess.run = noted  # type: ignore[attr-defined]
 
 
 def reframe_breakdown(runs: Path) -> dict[str, list[float]]:
@@ -170,7 +170,9 @@ def commbench_seconds(path: str, runs: Path) -> list[float]:
 
 
 def measure(path: str, trials: int, nodes: int, work: Path) -> dict[str, Any]:
-    from campaigns.tuning.session import TuningSpec, make_tuner, prepare, slurm_launcher
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.session import make_tuner, prepare
+    from campaigns.slurm.workers import slurm_launcher
     from tuners.study import is_counted
 
     document = spec_document(path, trials, nodes, work)

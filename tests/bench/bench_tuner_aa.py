@@ -50,7 +50,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
     args = parser.parse_args(argv[1:])
 
-    from campaigns.tuning.session import TuningSpec, prepare, slurm_launcher
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.session import prepare
+    from campaigns.slurm.workers import slurm_launcher
     from tuners.bench_finalize import clopper_pearson
     from tuners.finalize import Candidate, finalize
 
