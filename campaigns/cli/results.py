@@ -17,9 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from campaigns.cli.options import DbOption, parse_when
-from campaigns.cli.options import expected_errors as _expected_errors
-from campaigns.cli.options import with_measurement_filters as _with_measurement_filters
+from campaigns.cli.options import DbOption, expected_errors, parse_when, with_measurement_filters
 from campaigns.cli.console import make_console
 from campaigns.cli.prune import prune
 
@@ -102,7 +100,7 @@ def list_runs(db: DbOption = None,
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
-    with _expected_errors(), open_store(db) as store:
+    with expected_errors(), open_store(db) as store:
         runs = store.runs(**vars(run_filter))[::-1]
     rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
              str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
@@ -113,13 +111,13 @@ def list_runs(db: DbOption = None,
                  list_format)
 
 
-@_with_measurement_filters
+@with_measurement_filters
 def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
                       list_format: FormatOption = ListFormat.table) -> None:
     """List stored measurements (one per commbench record), newest run first."""
     from campaigns.store import open_store
 
-    with _expected_errors(), open_store(db) as store:
+    with expected_errors(), open_store(db) as store:
         frame = store.measurements(**vars(filters))
     frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
@@ -137,7 +135,7 @@ class ExportFormat(str, Enum):
     parquet = "parquet"
 
 
-@_with_measurement_filters
+@with_measurement_filters
 def export(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="file to write (replaced atomically)")],
            export_format: Annotated[Optional[ExportFormat], typer.Option(
@@ -160,7 +158,7 @@ def export(filters: MeasurementFilter,
         except ValueError:
             raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
                                      param_hint="--format") from None
-    with _expected_errors():
+    with expected_errors():
         with open_store(db) as store:
             frame = store.measurements(**vars(filters))
             if samples:
@@ -268,7 +266,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     from campaigns.store import RunInfo, open_store, records_digest
 
     parameters = _parameters(param or [])
-    with _expected_errors():
+    with expected_errors():
         try:
             load_site(site).system(system)
         except SiteError as exc:
