@@ -1,9 +1,8 @@
 """`commcamp`: run benchmark campaigns through ReFrame and query the results store.
 
-Exit codes: 0 everything passed, 1 a test case failed (or could not be stored), 2 bad spec or usage, or
-a results database that cannot be opened (every command), 130 interrupted (what finished is stored).
-Health campaigns (campaigns.kinds.health.EXIT_CODES): 0 healthy, 3 not judged (nothing bad, but some metric had
-neither a reference nor enough history), 4 degraded, 5 failed.
+Exit codes: campaigns.exit_codes.ExitCode (the README's table): 0 everything passed, 1 a test case failed
+(or could not be stored), 2 bad spec or usage, or a results database that cannot be opened (every command),
+130 interrupted (what finished is stored); health campaigns 0 healthy, 3 not judged, 4 degraded, 5 failed.
 """
 from __future__ import annotations
 
@@ -23,14 +22,12 @@ from campaigns import paths
 from campaigns.cli import bench, knobs, plugin, report, results, site, tune
 from campaigns.cli.report import write_campaign_report
 from campaigns.cli.console import make_console
+from campaigns.exit_codes import ExitCode
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
     from campaigns.reframe.runner import CampaignResult
     from campaigns.model.spec import Campaign
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 app = typer.Typer(
     help="commcamp: benchmark campaigns for HPC interconnects. Runs commbench through ReFrame on a site "
@@ -162,17 +159,17 @@ def run(
         campaign = load_campaign(spec, site)
     except SpecError as exc:
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     if campaign.spec.kind == "health" and tag is None:
         tag = datetime.now(UTC).date().isoformat()
     if not dry_run and (problems := preflight(campaign)):
         errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
                      escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
                      highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     url = db or default_url()
     if dry_run and (force or _stored_nothing_yet(url)):
         _print_plan(console, campaign, stored=set(), tag=tag)
@@ -183,18 +180,18 @@ def run(
             placer = placer_for(campaign)
         except PlacementError as exc:
             errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            raise typer.Exit(ExitCode.USAGE) from None
         try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here
             _probe_writable(runs_dir)
         except OSError as exc:
             errors.print(f"[bold red]cannot write run directories under {escape(str(runs_dir))}:[/] "
                          f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            raise typer.Exit(ExitCode.USAGE) from None
     try:
         store = open_store(url)
     except StoreError as exc:
         errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     with store:
         if dry_run:
             _print_plan(console, campaign, stored={c.run_key for c in campaign.cases(tag) if store.has_run(c.run_key)},
@@ -222,16 +219,16 @@ def run(
                 console.print(f"Report: {path}")
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_FAILED) from None
+            raise typer.Exit(ExitCode.FAILED) from None
         except KeyboardInterrupt:
             errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
                          "again to continue (stored passes are skipped)")
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
     if result.unstored:
         errors.print(f"[bold red]{len(result.unstored)} test case(s) could not be stored[/] (see above); their "
                      f"records stay in the run directory")
     if not result.all_passed:
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 @app.callback()

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
+from campaigns.exit_codes import ExitCode
 
 VARIANTS = ("cpu-openmpi", "cpu-mpich", "cuda", "hip")  # the targets of bench_src/Makefile
 DEFAULT_VARIANTS = ("cpu-openmpi", "cpu-mpich")  # bench_src/Makefile's `all`
@@ -39,7 +40,7 @@ def _variants(names: list[str] | None) -> list[str]:
     if unknown:
         Console(stderr=True).print(f"[bold red]unknown variant(s) {', '.join(map(escape, unknown))}[/]; "
                                    f"known: {', '.join(VARIANTS)}")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     return list(names or DEFAULT_VARIANTS)
 
 
@@ -52,14 +53,14 @@ def build(variants: VariantsArg = None, build_dir: BuildDirOpt = None,
     missing = [tool for tool in ("make", "cmake") if shutil.which(tool) is None]
     if missing:
         Console(stderr=True).print(f"[bold red]not installed:[/] {', '.join(missing)} (Debian packages make, cmake)")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     cmd = ["make", "--no-print-directory", "-C", str(paths.BENCH_SRC), f"BUILD_DIR={root}", f"JOBS={jobs}", *names]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if result.returncode != 0:
         Console(stderr=True).print(f"[bold red]commbench build failed[/] ({escape(' '.join(cmd))}: exit "
                                    f"{result.returncode})\n{escape(result.stdout[-3000:] + result.stderr[-3000:])}",
                                    highlight=False)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     for name in names:
         print(binary(name, root))
 
@@ -73,7 +74,7 @@ def path(variant: Annotated[str, typer.Argument(help=f"of {', '.join(VARIANTS)}"
     if not found.is_file():
         Console(stderr=True).print(f"[bold red]no commbench at {escape(str(found))}[/]: run `commcamp bench build "
                                    f"{name}`", highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     print(found.resolve())
 
 

@@ -17,9 +17,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns.exit_codes import ExitCode
+
 REPO = Path(__file__).resolve().parents[2]
-EXIT_PROBLEMS = 1
-EXIT_UNUSABLE = 2
 LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (build/bench/cpu-LIBRARY)
 VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]}
 TIMEOUT_S = 120
@@ -60,7 +60,7 @@ def check(
     errors = Console(stderr=True)
     if library not in LIBRARIES:
         errors.print(f"--library must be openmpi or mpich, not {escape(library)}")
-        raise typer.Exit(EXIT_UNUSABLE)
+        raise typer.Exit(ExitCode.USAGE)
     binary = commbench or REPO / "build" / "bench" / f"cpu-{library}" / "commbench"
     try:
         catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
@@ -69,12 +69,12 @@ def check(
         report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), f"{binary} --list-cvars"))
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(EXIT_UNUSABLE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     out = Console(soft_wrap=True, highlight=False)
     for line in format_report(report, notes=notes):
         out.print(escape(line))
     if report.failures:
-        raise typer.Exit(EXIT_PROBLEMS)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def register(app: typer.Typer) -> None:

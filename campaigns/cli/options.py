@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns.exit_codes import ExitCode
+
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.store import MeasurementFilter
 
@@ -98,7 +100,7 @@ def expected_errors() -> Iterator[None]:
         yield
     except StoreUnavailable as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     except (StoreError, ValueError, OSError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
+from campaigns.exit_codes import ExitCode
 
 PLUGIN_FILE = paths.PLUGIN_LIBRARY
 TARGET = "nccl-tuner-commcamp"
@@ -50,7 +51,7 @@ def path(build_dir: BuildDirOpt = None) -> None:
         Console(stderr=True).print(f"[bold red]no plugin at {escape(str(plugin))}[/]: run `commcamp plugin build`"
                                    f"{'' if build_dir is None else f' --build-dir {build_dir}'}",
                                    highlight=False, soft_wrap=True)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     print(plugin.resolve())
 
 
@@ -61,7 +62,7 @@ def build(build_dir: BuildDirOpt = None) -> None:
         plugin = build_plugin(build_dir or paths.plugin_build_dir())
     except RuntimeError as exc:
         Console(stderr=True).print(f"[bold red]plugin build failed[/]\n{escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     print(plugin.resolve())
 
 
@@ -78,7 +79,7 @@ def install(
         build_plugin(build_dir)
     except RuntimeError as exc:
         errors.print(f"[bold red]plugin build failed[/]\n{escape(str(exc))}", highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILED) from None
     prefix = prefix.resolve()
     result = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", str(prefix)], capture_output=True,
                             text=True, timeout=120, check=False)
@@ -86,7 +87,7 @@ def install(
     if result.returncode != 0 or not installed.is_file():
         errors.print(f"[bold red]install into {escape(str(prefix))} failed[/] (exit {result.returncode})\n"
                      f"{escape(result.stdout + result.stderr)}", highlight=False)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
     print(installed)
 
 

@@ -17,12 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from campaigns import paths
+from campaigns.exit_codes import ExitCode
 
 if TYPE_CHECKING:  # site.yaml's models (pydantic) load when a command runs: `commcamp --help` stays fast
     from campaigns.model.site import Bandwidth
 
-EXIT_PROBLEMS = 1
-EXIT_USAGE = 2
 
 
 def _gbs(bandwidth: Bandwidth | None) -> str:
@@ -63,7 +62,7 @@ def show(site_name: Annotated[str, typer.Argument(help="a directory under site_c
         site = load_site(site_name)
     except SiteError as exc:
         Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     console = Console()
     console.print(f"[bold]{site.name}[/]: {escape(site.description)}")
     if site.network:
@@ -96,14 +95,14 @@ def check(
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
         errors.print("give a SITE or --all (one of them)")
-        raise typer.Exit(EXIT_USAGE)
+        raise typer.Exit(ExitCode.USAGE)
     names = available_sites() if all_sites else [site_name]
     if site_name is not None:
         try:
             site_file(site_name)
         except SiteError as exc:
             errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
-            raise typer.Exit(EXIT_USAGE) from None
+            raise typer.Exit(ExitCode.USAGE) from None
     failed = 0
     for name in names:
         assert name is not None
@@ -116,7 +115,7 @@ def check(
         else:
             Console().print(f"site {name}: ok")
     if failed:
-        raise typer.Exit(EXIT_PROBLEMS)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def new(
@@ -134,7 +133,7 @@ def new(
         target = new_site(site_name, template, parent.resolve())
     except SiteError as exc:
         Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        raise typer.Exit(ExitCode.USAGE) from None
     print(target)
     if target.parent not in [p.resolve() for p in site_search_path()]:
         Console(stderr=True).print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "

@@ -28,14 +28,12 @@ from rich.markup import escape
 
 from campaigns import paths
 from campaigns.cli.console import make_console
+from campaigns.exit_codes import ExitCode
 
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.tuning.session import TuningOutcome, TuningSetup
     from campaigns.tuning.spec import TuningSpec
 
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_NOT_MEASURED = 3
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
@@ -47,7 +45,7 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
 
 
-def _fail(console: Console, message: str, code: int = EXIT_USAGE) -> typer.Exit:
+def _fail(console: Console, message: str, code: int = ExitCode.USAGE) -> typer.Exit:
     console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
@@ -82,7 +80,7 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
     except OSError as exc:
         where = exc.filename or " or ".join(str(path) for path in outputs if path is not None) or "a file"
         raise _fail(console, f"cannot write {where}: {exc.strerror or exc}; files written earlier are unchanged",
-                    EXIT_FAILED) from None
+                    ExitCode.FAILED) from None
     except Exception as exc:
         cause = _stopping_cause(exc)
         if cause is None:
@@ -90,7 +88,7 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
         reason = storage_problem(url, cause) if isinstance(cause, SQLAlchemyError) else cause
         raise _fail(console, f"study stopped: {reason}. Every finished trial is stored; run the same command "
                              "again once the database answers (a trial that was running is queued again).",
-                    EXIT_FAILED) from None
+                    ExitCode.FAILED) from None
     finally:
         threading.excepthook = previous_hook
 
@@ -307,7 +305,7 @@ def register(app: typer.Typer) -> None:
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if study_progress(outcome.study).complete == 0:
-            raise _fail(errors, "no trial completed (see the trials' fail_reason)", EXIT_FAILED)
+            raise _fail(errors, "no trial completed (see the trials' fail_reason)", ExitCode.FAILED)
 
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
@@ -400,7 +398,7 @@ def register(app: typer.Typer) -> None:
             durations = setup.evaluator.durations_s
             if not durations:
                 raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
-                                    f"{env_file} not written", EXIT_FAILED)
+                                    f"{env_file} not written", ExitCode.FAILED)
             per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
             outcome = TuningOutcome(study_obj, dict(tuner.baseline_env))
@@ -409,10 +407,10 @@ def register(app: typer.Typer) -> None:
                     setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run),
                     log=print_progress)
             except UntestedDecision as exc:
-                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", EXIT_FAILED) from None
+                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", ExitCode.FAILED) from None
             if outcome.report.rounds_used == 0 and study_progress(study_obj).counted < 2:
                 raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
-                                    f"untested; {env_file} not written (give a larger --budget)", EXIT_FAILED)
+                                    f"untested; {env_file} not written (give a larger --budget)", ExitCode.FAILED)
             outcome.published = publish_recommendation(setup, outcome.recommendation)
             write_env_file(env_file, outcome.recommendation, setup.catalog)
             if summary is not None:
@@ -458,4 +456,4 @@ def register(app: typer.Typer) -> None:
             print(f"# size {format_bytes(size_bytes)}: bucket {result.size_result.bucket} -> "
                   f"{result.size_result.decision}")
         if not result.measured:
-            raise typer.Exit(EXIT_NOT_MEASURED)
+            raise typer.Exit(ExitCode.NOT_JUDGED)

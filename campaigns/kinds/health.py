@@ -57,6 +57,7 @@ from campaigns.kinds.attribution import Suspects, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
 from campaigns.model.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
+from campaigns.exit_codes import ExitCode
 from tuners.writers import write_atomic
 
 STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
@@ -65,7 +66,8 @@ BAD = ("degraded", "failed")
 # The size up to which a message's time is its latency (the plausibility bound of small_latency without a
 # nominal NIC bandwidth to add the transfer time).
 SMALL_MESSAGE_BYTES = 4096
-EXIT_CODES = {"ok": 0, "not_judged": 3, "degraded": 4, "failed": 5}
+EXIT_CODES = {"ok": ExitCode.OK, "not_judged": ExitCode.NOT_JUDGED, "degraded": ExitCode.DEGRADED,
+              "failed": ExitCode.UNHEALTHY}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
 PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
 
@@ -248,7 +250,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.status]
+        return int(EXIT_CODES[self.status])
 
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "exit_code": self.exit_code}
