@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -20,7 +19,6 @@ from rich.markup import escape
 
 from campaigns import paths
 from campaigns.cli import bench, knobs, plugin, report, results, site, tune
-from campaigns.cli.report import write_campaign_report
 from campaigns.cli.console import make_console
 from campaigns.exit_codes import ExitCode
 
@@ -146,8 +144,8 @@ def run(
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
     from campaigns.kinds.characterize import placer_for
+    from campaigns.kinds.table import KINDS, FinishedRun
     from campaigns.slurm.topology import PlacementError
-    from campaigns.kinds.health import HealthCheck, print_summary, write_verdict
     from campaigns.reframe.runner import run_campaign
     from campaigns.slurm.nodes import preflight
     from campaigns.model.spec import SpecError, load_campaign
@@ -163,8 +161,8 @@ def run(
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)
-    if campaign.spec.kind == "health" and tag is None:
-        tag = datetime.now(UTC).date().isoformat()
+    kind = KINDS[campaign.spec.kind]
+    tag = tag if tag is not None else kind.default_tag()
     if not dry_run and (problems := preflight(campaign)):
         errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
                      escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
@@ -205,18 +203,8 @@ def run(
             console.print(f"Results: {escape(result.db_url)}")
             if result.run_dir is not None:
                 console.print(f"Run directory: {result.run_dir}")
-            if campaign.spec.kind == "health":
-                assert tag is not None
-                check = HealthCheck(campaign, store, tag, console=console, runs_dir=runs_dir, placer=placer)
-                night = check.evaluate(result)
-                path = verdict or paths.health_dir() / f"{campaign.name}-{tag}.json"
-                write_verdict(night, path)
-                print_summary(console, night, path)
-                raise typer.Exit(night.exit_code)
-            if campaign.spec.kind == "characterize":
-                path = report or paths.reports_dir() / f"{campaign.name}.html"
-                write_campaign_report(store, campaign, path)
-                console.print(f"Report: {path}")
+            output = {"verdict": verdict, "report": report}.get(kind.output_option or "")
+            code = kind.after_run(FinishedRun(campaign, result, store, tag, console, errors, runs_dir, placer, output))
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILED) from None
@@ -224,11 +212,8 @@ def run(
             errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
                          "again to continue (stored passes are skipped)")
             raise typer.Exit(ExitCode.INTERRUPTED) from None
-    if result.unstored:
-        errors.print(f"[bold red]{len(result.unstored)} test case(s) could not be stored[/] (see above); their "
-                     f"records stay in the run directory")
-    if not result.all_passed:
-        raise typer.Exit(ExitCode.FAILED)
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
 
 
 @app.callback()

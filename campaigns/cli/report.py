@@ -1,5 +1,5 @@
 """`commcamp report`: the HTML report of stored results (campaigns/report/html.py). campaigns/cli/app.py mounts it
-with register(app); characterize campaigns call write_campaign_report after their run."""
+with register(app)."""
 from __future__ import annotations
 
 import json
@@ -15,38 +15,7 @@ from campaigns.cli.options import DbOption, expected_errors, with_measurement_fi
 
 if TYPE_CHECKING:  # loaded when a report is written: `commcamp --help` stays fast
     from campaigns.report.html import Nominal
-    from campaigns.model.spec import Campaign
-    from campaigns.store import MeasurementFilter, Store
-
-
-_LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
-
-
-def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
-    """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
-    host_device; a range gives its two ends). A name without site data has none."""
-    from campaigns.report.html import Nominal
-    from campaigns.model.site import SiteError, load_site
-
-    try:
-        site = load_site(site_name)
-    except SiteError:
-        return []
-    found: dict[str, float] = {}
-    for system in site.systems:
-        if system_names and system.name not in system_names:
-            continue
-        for partition in system.partitions:
-            links = getattr(partition, "links", None)
-            for name, bandwidth in (links.model_dump(exclude_none=True) if links is not None else {}).items():
-                if name not in _LINK_LABELS:
-                    continue  # not a bandwidth (nic_latency)
-                label = _LINK_LABELS[name]
-                if bandwidth.get("gbs"):
-                    found[label] = bandwidth["gbs"]
-                else:
-                    found[f"{label} (min)"], found[f"{label} (max)"] = bandwidth["min_gbs"], bandwidth["max_gbs"]
-    return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
+    from campaigns.store import MeasurementFilter
 
 
 def _parse_nominal(texts: list[str]) -> list[Nominal]:
@@ -74,16 +43,6 @@ def _load_verdicts(paths: list[Path]) -> list[dict[str, Any]]:
     return verdicts
 
 
-def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
-    from campaigns.report.html import build_report
-    from tuners.writers import write_atomic
-
-    text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
-                        nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
-                        campaign=[campaign.name])
-    write_atomic(output, text)
-
-
 @with_measurement_filters
 def report(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (replaced atomically)")],
@@ -96,7 +55,7 @@ def report(filters: MeasurementFilter,
                "--include-tuning", help="also the tuning trials (campaign tune: settings under test)")] = False,
            db: DbOption = None) -> None:
     """Write a self-contained HTML report (plotly inline) of the measurements the filters select."""
-    from campaigns.report.html import build_report
+    from campaigns.report.html import build_report, site_nominal
     from campaigns.store import open_store
     from tuners.writers import write_atomic
 

@@ -34,7 +34,8 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas
@@ -46,6 +47,10 @@ from campaigns.kinds.health import find_reference, run_metrics
 from campaigns.model.site import Reference, SiteError, load_site
 from campaigns.store import Store
 from campaigns.model.vocabulary import MATRIX_OPS, METRICS
+from tuners.writers import write_atomic
+
+if TYPE_CHECKING:
+    from campaigns.model.spec import Campaign
 
 QUANTILES = np.linspace(0, 1, 201)
 _CSS = """
@@ -428,3 +433,37 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
             f"<style>{_CSS}</style></head><body>{header}{''.join(sections)}"
             f"<script type='application/octet-stream' id='plotly-js-gzip'>{_plotly_js_packed()}</script>"
             f"<script>{_LOADER}</script></body></html>")
+
+
+_LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
+
+
+def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
+    """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
+    host_device; a range gives its two ends). A name without site data has none."""
+    try:
+        site = load_site(site_name)
+    except SiteError:
+        return []
+    found: dict[str, float] = {}
+    for system in site.systems:
+        if system_names and system.name not in system_names:
+            continue
+        for partition in system.partitions:
+            links = getattr(partition, "links", None)
+            for name, bandwidth in (links.model_dump(exclude_none=True) if links is not None else {}).items():
+                if name not in _LINK_LABELS:
+                    continue  # not a bandwidth (nic_latency)
+                label = _LINK_LABELS[name]
+                if bandwidth.get("gbs"):
+                    found[label] = bandwidth["gbs"]
+                else:
+                    found[f"{label} (min)"], found[f"{label} (max)"] = bandwidth["min_gbs"], bandwidth["max_gbs"]
+    return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
+
+
+def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
+    text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
+                        nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
+                        campaign=[campaign.name])
+    write_atomic(output, text)
