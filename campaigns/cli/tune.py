@@ -240,9 +240,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        from campaigns.tuning.session import (TuningOutcome, check_spec, finalize_study, make_tuner, prepare,
-                                              print_progress, publish_recommendation, run_tuning, study_name,
-                                              write_summary)
+        from campaigns.tuning.session import TuningSession, check_spec, make_tuner, prepare, study_name
         from campaigns.slurm.workers import submit_workers, wait_for_jobs, worker_spec
         from tuners.evaluation import EvaluationAborted
         from tuners.study import StorageUnavailable, study_progress
@@ -284,6 +282,7 @@ def register(app: typer.Typer) -> None:
         if dry_run:
             return
         with _study_errors(errors, spec_obj.storage_url(), [spec_obj.publish_dir, summary]):
+            session = TuningSession(setup)
             if workers:
                 tuner = make_tuner(setup)
                 tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
@@ -292,16 +291,11 @@ def register(app: typer.Typer) -> None:
                 console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
                               f"(output in {directory})")
                 wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
-                study = tuner.load_study()
-                outcome = TuningOutcome(study, dict(tuner.baseline_env))
-                if spec_obj.finalize.enabled:
-                    outcome.report, outcome.recommendation = finalize_study(
-                        setup, study, tuner.baseline_env, log=print_progress)
-                    outcome.published = publish_recommendation(setup, outcome.recommendation)
+                session.collect(tuner)
             else:
-                outcome = run_tuning(setup)
-            if summary is not None:
-                write_summary(summary, setup, outcome)
+                session.trials()
+            outcome = session.finish()
+            session.summary(summary)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if study_progress(outcome.study).complete == 0:
@@ -346,8 +340,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
-        from campaigns.tuning.session import (TuningOutcome, UntestedDecision, finalize_study, make_tuner, prepare,
-                                              print_progress, publish_recommendation, write_env_file, write_summary)
+        from campaigns.tuning.session import TuningSession, UntestedDecision, make_tuner, prepare, write_env_file
         from campaigns.slurm.workers import slurm_launcher
         from tuners.evaluation import EvaluationAborted
         from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, study_progress
@@ -392,29 +385,26 @@ def register(app: typer.Typer) -> None:
             if seeds:
                 console.print(f"seeded with {len(seeds)} setting(s) of earlier studies {escape(stem)}*",
                               highlight=False, soft_wrap=True)
-            tuner = make_tuner(setup, storage=storage, progress=True, timeout_s=total * trial_share,
-                               seed_envs=seeds)
-            study_obj = tuner.run()
+            session = TuningSession(setup)
+            outcome = session.trials(make_tuner(setup, storage=storage, progress=True,
+                                                timeout_s=total * trial_share, seed_envs=seeds))
             durations = setup.evaluator.durations_s
             if not durations:
                 raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
                                     f"{env_file} not written", ExitCode.FAILED)
             per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
-            outcome = TuningOutcome(study_obj, dict(tuner.baseline_env))
             try:
-                outcome.report, outcome.recommendation = finalize_study(
-                    setup, study_obj, tuner.baseline_env, max_evaluations=int(left // per_run),
-                    log=print_progress)
+                recommendation = session.finalize(max_evaluations=int(left // per_run))
             except UntestedDecision as exc:
                 raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", ExitCode.FAILED) from None
-            if outcome.report.rounds_used == 0 and study_progress(study_obj).counted < 2:
+            assert outcome.report is not None
+            if outcome.report.rounds_used == 0 and study_progress(outcome.study).counted < 2:
                 raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
                                     f"untested; {env_file} not written (give a larger --budget)", ExitCode.FAILED)
-            outcome.published = publish_recommendation(setup, outcome.recommendation)
-            write_env_file(env_file, outcome.recommendation, setup.catalog)
-            if summary is not None:
-                write_summary(summary, setup, outcome)
+            session.publish()
+            write_env_file(env_file, recommendation, setup.catalog)
+            session.summary(summary)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "

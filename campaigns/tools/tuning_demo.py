@@ -41,8 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from campaigns.tuning.executors import READ_LOG_ENV, knobs_read, strip_knobs
-from campaigns.tuning.session import (TuningSetup, finalize_study, library_version, make_executor, make_tuner, prepare,
-                                      publish_recommendation)
+from campaigns.tuning.session import TuningSession, TuningSetup, library_version, make_executor, make_tuner, prepare
 from campaigns.tuning.spec import TuningSpec, site_catalog
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us
@@ -172,15 +171,18 @@ def run_trials(ctx: Context, setup: TuningSetup, n_trials: int) -> Tuner:
     return tuner
 
 
-def finalize_within(ctx: Context, setup: TuningSetup, study: Any, baseline: Mapping[str, str]) -> dict[str, Any]:
+def finalize_within(ctx: Context, session: TuningSession) -> dict[str, Any]:
     """Finalize with as many candidates as the time left allows (none: keep defaults, said so)."""
+    setup = session.setup
     per_run = per_run_s(setup, 10.0)
     budget = int(max(0.0, ctx.left()) // per_run)
     if reserve_runs(setup) > budget:
         return {"finalized": False, "reason": f"{budget} runs of ~{per_run:.1f} s left before the deadline; "
                                               "too few for one candidate's rounds"}
-    report, rec = finalize_study(setup, study, baseline, max_evaluations=budget)
-    published = publish_recommendation(setup, rec)
+    rec = session.finalize(max_evaluations=budget)
+    published = session.publish()
+    assert session.outcome is not None and session.outcome.report is not None
+    report = session.outcome.report
     return {"finalized": True, "report": report, "recommendation": rec, "published": published,
             "decision": rec.decision, "gain": None if rec.gain is None else rec.gain.model_dump(),
             "env": rec.env, "unset": rec.unset,
@@ -239,7 +241,8 @@ def phase_samplers(ctx: Context) -> dict[str, Any]:
         if index <= phase.references:
             references.append(objective_of(tpe.evaluator(library_defaults), tpe))
     assert tuner is not None and random_ is not None
-    tuner_study, random_study = tuner.load_study(), random_.load_study()
+    session = TuningSession(tpe, log=None)
+    tuner_study, random_study = session.collect(tuner).study, random_.load_study()
     rows = {"tuner": trial_rows(tuner_study), "random": trial_rows(random_study)}
     measured = [r["objective_us"] for rs in rows.values() for r in rs if r["objective_us"] is not None]
     measured += [r for r in references if r is not None]
@@ -247,7 +250,7 @@ def phase_samplers(ctx: Context) -> dict[str, Any]:
     threshold = best_us / phase.target
     reached = {name: trials_to_target(rs, threshold) for name, rs in rows.items()}
     ctx.say(f"best known objective {best_us:.4g} us; trials to {phase.target:.0%}: {reached}")
-    fin = finalize_within(ctx, tpe, tuner_study, tuner.baseline_env)
+    fin = finalize_within(ctx, session)
     case5 = ctx.directory / "case5"
     case5.mkdir(exist_ok=True)
     if fin["finalized"]:
@@ -282,9 +285,9 @@ def phase_samplers(ctx: Context) -> dict[str, Any]:
 def _one_aa_tune(ctx: Context, number: int, slot: Mapping[str, str]) -> dict[str, Any]:
     setup = prepare(ctx.spec(db=f"sqlite:///{ctx.directory / f'tune-{number}.db'}", seed=number),
                     environ=ctx.environ(slot), ingest=False)
-    tuner = run_trials(ctx, setup, setup.spec.trials or 1)
-    study = tuner.load_study()
-    fin = finalize_within(ctx, setup, study, tuner.baseline_env)
+    session = TuningSession(setup, log=None)
+    study = session.collect(run_trials(ctx, setup, setup.spec.trials or 1)).study
+    fin = finalize_within(ctx, session)
     ctx.say(f"A/A tune {number} ({slot}): {fin.get('decision', fin.get('reason'))}")
     return {"tune": number, "slot": slot, "trials": trial_rows(study), "finalization": public(fin),
             "progress": dataclasses.asdict(study_progress(study))}
@@ -335,9 +338,10 @@ def phase_tune(ctx: Context) -> dict[str, Any]:
     setup = prepare(ctx.spec(db=f"sqlite:///{ctx.directory / 'study.db'}"), environ=ctx.environ(), ingest=False)
     ctx.say(f"space {', '.join(setup.space.knob_names)}; site defaults "
             f"{setup.catalog.default_env(setup.space.knob_names)}")
+    session = TuningSession(setup, log=None)
     tuner = run_trials(ctx, setup, setup.spec.trials or 1)
-    study = tuner.load_study()
-    fin = finalize_within(ctx, setup, study, tuner.baseline_env)
+    study = session.collect(tuner).study
+    fin = finalize_within(ctx, session)
     rows = trial_rows(study)
     largest = max(setup.spec.sizes)
     last = setup.buckets[-1].name

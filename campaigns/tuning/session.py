@@ -277,24 +277,73 @@ def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> Published
                    plugin_library=None if plugin is None else str(Path(plugin).resolve()))
 
 
-def run_tuning(setup: TuningSetup, *, progress: bool = True) -> TuningOutcome:
-    """The study (resumed if it exists), then finalization and publishing if the spec asks for them."""
-    tuner = make_tuner(setup, progress=progress)
-    study = tuner.run()
-    outcome = TuningOutcome(study, dict(tuner.baseline_env))
-    if setup.spec.finalize.enabled:
-        outcome.report, outcome.recommendation = finalize_study(setup, study, tuner.baseline_env,
-                                                                log=print_progress if progress else None)
-        if setup.spec.per_size.enabled:
-            outcome.recommendation = with_per_size(outcome.recommendation,
-                                                   per_size_stage(setup, outcome.recommendation))
-        outcome.published = publish_recommendation(setup, outcome.recommendation)
-    return outcome
-
-
 def print_progress(line: str) -> None:
     """A progress line that reaches a log file or pipe at once."""
     print(line, flush=True)
+
+
+@dataclasses.dataclass
+class TuningSession:
+    """One tuning run: trials -> finalize (-> the per-size stage) -> publish -> summary. `commcamp tune`
+    (trials here or in Slurm workers), `pretune` and the demonstrations (campaigns/tools/tuning_demo.py)
+    all go through it; they differ in who runs the trials and how many runs finalization may take."""
+
+    setup: TuningSetup
+    log: Callable[[str], None] | None = print_progress  # progress lines (None: quiet)
+    outcome: TuningOutcome | None = None  # set by trials() or collect()
+
+    def trials(self, tuner: Tuner | None = None) -> TuningOutcome:
+        """The study's trials, run here (resumed if the study exists); `tuner` for another budget."""
+        tuner = tuner or make_tuner(self.setup, progress=self.log is not None)
+        study = tuner.run()
+        self.outcome = TuningOutcome(study, dict(tuner.baseline_env))
+        return self.outcome
+
+    def collect(self, tuner: Tuner) -> TuningOutcome:
+        """The study whose trials others ran (Slurm workers, a demonstration's own loop)."""
+        self.outcome = TuningOutcome(tuner.load_study(), dict(tuner.baseline_env))
+        return self.outcome
+
+    def _trials_done(self) -> TuningOutcome:
+        if self.outcome is None:
+            raise RuntimeError("the session has no trials yet: trials() or collect() first")
+        return self.outcome
+
+    def finalize(self, max_evaluations: int | None = None) -> Recommendation:
+        """finalize_study on the trials (UntestedDecision when `max_evaluations` re-measures no candidate)."""
+        outcome = self._trials_done()
+        outcome.report, outcome.recommendation = finalize_study(
+            self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, log=self.log)
+        return outcome.recommendation
+
+    def per_size(self) -> Recommendation:
+        """The per-size stage under the recommended environment, merged into the recommendation."""
+        outcome = self._trials_done()
+        assert outcome.recommendation is not None, "finalize() first"
+        outcome.recommendation = with_per_size(outcome.recommendation,
+                                               per_size_stage(self.setup, outcome.recommendation))
+        return outcome.recommendation
+
+    def publish(self) -> PublishedFiles | None:
+        outcome = self._trials_done()
+        assert outcome.recommendation is not None, "finalize() first"
+        outcome.published = publish_recommendation(self.setup, outcome.recommendation)
+        return outcome.published
+
+    def finish(self) -> TuningOutcome:
+        """What the spec asks for after the trials: finalization, the per-size stage, publishing."""
+        outcome = self._trials_done()
+        if self.setup.spec.finalize.enabled:
+            self.finalize()
+            if self.setup.spec.per_size.enabled:
+                self.per_size()
+            self.publish()
+        return outcome
+
+    def summary(self, path: Path | None) -> None:
+        """The JSON summary (spec, trials, evidence, files, provenance) at `path`, if one is asked for."""
+        if path is not None:
+            write_summary(path, self.setup, self._trials_done())
 
 
 def _command_output(cmd: list[str]) -> str:
