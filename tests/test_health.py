@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from campaigns.kinds.characterize import Placer
+from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, parse_topology
 from campaigns.kinds.health import Ceiling, judge, worst
 from campaigns.reframe.runner import plan_invocations

@@ -102,7 +102,7 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
 def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
     from rich.table import Table
 
-    from campaigns.kinds.characterize import planned_job_options
+    from campaigns.slurm.placement import planned_job_options
     from campaigns.reframe.runner import plan_invocations
 
     cases = campaign.cases(tag)
@@ -143,7 +143,7 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    from campaigns.kinds.characterize import placer_for
+    from campaigns.slurm.placement import placer_for
     from campaigns.kinds.table import KINDS, FinishedRun
     from campaigns.slurm.topology import PlacementError
     from campaigns.reframe.runner import run_campaign

@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from campaigns.kinds.characterize import Placer
+from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.model.site import Reference
 from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase

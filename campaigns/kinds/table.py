@@ -20,7 +20,7 @@ from campaigns.exit_codes import ExitCode
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from campaigns.kinds.characterize import Placer
+    from campaigns.slurm.placement import Placer
     from campaigns.model.spec import Campaign
     from campaigns.reframe.runner import CampaignResult
     from campaigns.store import Store

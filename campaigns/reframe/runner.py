@@ -19,7 +19,7 @@ forced re-run is stored as another run of the key beside them (a passed run is n
 case's reason starts with its first failure (first_failure: a crashed rank, commbench's error record).
 
 Placements (characterize campaigns) and pair tests (health isolation) become Slurm options through
-ReFrame's `-J` (campaigns.kinds.characterize.Placer); test cases that need different options go into
+ReFrame's `-J` (campaigns.slurm.placement.Placer); test cases that need different options go into
 different invocations. The network distance the ranks spanned is stored with each run's parameters.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.kinds.characterize import Placer
+from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology
 from campaigns.model.records import parse_record_lines
 from campaigns.model.spec import Campaign, TestCase

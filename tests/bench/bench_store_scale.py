@@ -52,7 +52,7 @@ def measure(url: str, nights: int, per_night: int, every: int) -> list[dict[str,
     import numpy as np
     from rich.console import Console
 
-    from campaigns.kinds.characterize import Placer
+    from campaigns.slurm.placement import Placer
     from campaigns.kinds.health import HealthCheck
     from campaigns.model.spec import load_campaign
     from campaigns.store import RunInfo, open_store

@@ -1,4 +1,5 @@
-"""Characterization campaigns: where multi-node jobs are placed, and how far apart their ranks really were.
+"""Where a campaign's multi-node jobs are placed (spec `placements`; characterize campaigns sweep them), and
+how far apart their ranks really were (campaigns/slurm/topology.py).
 
 The network topology is Slurm's own (`scontrol show topology`, topology/tree): leaf switches (level 0)
 hold nodes, higher switches hold switches. A group is the subtree under one child of a top switch (a
