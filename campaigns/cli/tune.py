@@ -51,6 +51,20 @@ def _fail(console: Console, message: str, code: int = ExitCode.USAGE) -> typer.E
 
 
 @contextmanager
+def _setup_errors(console: Console) -> Iterator[None]:
+    """A spec, site, knob or database problem found while setting up, before any trial: one message, exit 2."""
+    from tuners.evaluation import EvaluationAborted
+    from tuners.study import StorageUnavailable
+
+    try:
+        yield
+    except StorageUnavailable as exc:
+        raise _fail(console, f"cannot use the {exc}") from None
+    except (ValueError, EvaluationAborted) as exc:
+        raise _fail(console, str(exc)) from None
+
+
+@contextmanager
 def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = ()) -> Iterator[None]:
     """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
     written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
@@ -242,8 +256,7 @@ def register(app: typer.Typer) -> None:
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
         from campaigns.tuning.session import TuningSession, check_spec, make_tuner, prepare, study_name
         from campaigns.slurm.workers import submit_workers, wait_for_jobs, worker_spec
-        from tuners.evaluation import EvaluationAborted
-        from tuners.study import StorageUnavailable, study_progress
+        from tuners.study import study_progress
 
         console, errors = make_console(), make_console(stderr=True)
         fields = _fields(site=site, system=system, environ=environ, library=library,
@@ -253,7 +266,7 @@ def register(app: typer.Typer) -> None:
                          budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
                          executor=executor, launcher=launcher, commbench=commbench, db=db,
                          plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir, study=study)
-        try:
+        with _setup_errors(errors):
             spec_obj = build_spec(spec, fields)
             if finalize is not None:
                 spec_obj = spec_obj.model_copy(update={"finalize": spec_obj.finalize.model_copy(
@@ -273,10 +286,6 @@ def register(app: typer.Typer) -> None:
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
                                                                            setup.knob_files)})
                 setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
-        except StorageUnavailable as exc:
-            raise _fail(errors, f"cannot use the {exc}") from None
-        except (ValueError, EvaluationAborted) as exc:
-            raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if dry_run:
@@ -342,8 +351,7 @@ def register(app: typer.Typer) -> None:
         with srun in this allocation, finalization, then an env file for the job script to source."""
         from campaigns.tuning.session import TuningSession, UntestedDecision, make_tuner, prepare, write_env_file
         from campaigns.slurm.workers import slurm_launcher
-        from tuners.evaluation import EvaluationAborted
-        from tuners.study import StorageUnavailable, best_envs_of_studies, open_storage, study_progress
+        from tuners.study import best_envs_of_studies, open_storage, study_progress
 
         console, errors = make_console(), make_console(stderr=True)
         if not os.environ.get("SLURM_JOB_ID"):
@@ -361,7 +369,7 @@ def register(app: typer.Typer) -> None:
                          sampler=sampler, seed=seed, executor="launcher", launcher="srun", commbench=commbench,
                          db=db, runs_dir=runs_dir, publish_dir=publish_dir)
         started = time.monotonic()
-        try:
+        with _setup_errors(errors):
             spec_obj = build_spec(spec, fields)
             # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
@@ -372,10 +380,6 @@ def register(app: typer.Typer) -> None:
             stem = study or setup.study_name
             setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"
                                                           f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
-        except StorageUnavailable as exc:
-            raise _fail(errors, f"cannot use the {exc}") from None
-        except (ValueError, EvaluationAborted) as exc:
-            raise _fail(errors, str(exc)) from None
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
