@@ -2,7 +2,7 @@
 
 Each `site_configs/<site>/reframe_config.py` is `site_configuration_for(__file__)` (its site.yaml).
 This module needs only ReFrame and PyYAML (both in any ReFrame install), so a site can point its own
-ReFrame at the file. The strict validation of site.yaml lives in commcamp (campaigns/site.py); here
+ReFrame at the file. The strict validation of site.yaml lives in commcamp (campaigns/model/site.py); here
 the data is only reshaped:
 
 * each partition's check-relevant data goes into its ReFrame `extras`, which checks read as

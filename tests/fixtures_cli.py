@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from typer.testing import CliRunner
 
-from campaigns.cli import app
+from campaigns.cli.app import app
 
 
 class CliResult(NamedTuple):

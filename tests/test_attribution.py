@@ -1,4 +1,4 @@
-"""Per-rank attribution: commbench's schema 2 fields (a real 3-rank run) and campaigns.attribution's
+"""Per-rank attribution: commbench's schema 2 fields (a real 3-rank run) and campaigns.kinds.attribution's
 suspect rule on runs recorded on the local cluster with one node's link throttled
 (tests/data/attribution/PROVENANCE.md)."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
 from rich.console import Console
 
-from campaigns.attribution import node_times, rank_suspects
-from campaigns.characterize import Placer
-from campaigns.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, print_summary
-from campaigns.records import validate_record
-from campaigns.runner import CampaignResult, CaseResult
-from campaigns.spec import HealthSettings, load_campaign
+from campaigns.kinds.attribution import node_times, rank_suspects
+from campaigns.slurm.placement import Placer
+from campaigns.kinds.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, print_summary
+from campaigns.model.records import validate_record
+from campaigns.reframe.runner import CampaignResult, CaseResult
+from campaigns.model.spec import HealthSettings, load_campaign
 from campaigns.store import RunInfo, open_store
 
 DATA = Path(__file__).resolve().parent / "data" / "attribution"

@@ -35,10 +35,10 @@ from fixtures_store import commbench_record
 
 REPO = Path(__file__).resolve().parents[1]
 COMMCAMP = Path(sys.executable).with_name("commcamp")
-# The real CLI with campaigns.site reading a copy of site_configs/ (the first argument): for broken sites.
-CLI_WITH_SITES = ("import sys; from pathlib import Path; import campaigns.site as site; "
+# The real CLI with campaigns.model.site reading a copy of site_configs/ (the first argument): for broken sites.
+CLI_WITH_SITES = ("import sys; from pathlib import Path; import campaigns.model.site as site; "
                   "site.SITE_CONFIGS_DIR = Path(sys.argv.pop(1)); sys.argv[0] = 'commcamp'; "
-                  "from campaigns.cli import main; main()")
+                  "from campaigns.cli.app import main; main()")
 
 SPEC = """\
 name: bad

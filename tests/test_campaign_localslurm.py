@@ -58,7 +58,7 @@ def test_characterize_places_jobs_and_labels_distances(slurm_cluster: SlurmClust
     assert set(runs[2, "different-switch"]["hosts"]) == {node1, node3}
     text = report.read_text()
     assert f"Report: {report}" in result.stdout
-    # the legend names what differs between the curves (campaigns/report.py): here the placement
+    # the legend names what differs between the curves (campaigns/report/html.py): here the placement
     assert "placement different-switch" in text and "placement same-switch" in text
 
 

@@ -6,8 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from campaigns.runner import case_outcome, plan_invocations, report_testcases
-from campaigns.spec import load_campaign
+from campaigns.reframe.runner import case_outcome, plan_invocations, report_testcases
+from campaigns.model.spec import load_campaign
 from campaigns.store import open_store
 from fixtures_cli import commcamp
 

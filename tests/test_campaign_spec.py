@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from campaigns.cli import app
-from campaigns.runner import plan_invocations
-from campaigns.site import SiteError, available_sites, load_site
-from campaigns.spec import SpecError, load_campaign
+from campaigns.cli.app import app
+from campaigns.reframe.runner import plan_invocations
+from campaigns.model.site import SiteError, available_sites, load_site
+from campaigns.model.spec import SpecError, load_campaign
 from campaigns.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from campaigns.records import validate_record
+from campaigns.model.records import validate_record
 from fixtures_bench import CommbenchBuild, read_records, run_commbench
 
 COLLECTIVES = ["allreduce", "allgather", "alltoall", "bcast", "reduce_scatter"]

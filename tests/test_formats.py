@@ -14,7 +14,7 @@ from fixtures_cli import commcamp
 
 from campaigns.formats import foreign, nccl_tests, osu
 from campaigns.formats.packs import pack_files
-from campaigns.records import validate_record
+from campaigns.model.records import validate_record
 from campaigns.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,11 +14,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from campaigns.records import parse_record_lines
-from campaigns.site import Site
-from campaigns.spec import SpecError, load_campaign
-from campaigns.tuning import load_spec
-from campaigns.yamlio import YamlDocument, YamlModelError
+from campaigns.model.records import parse_record_lines
+from campaigns.model.site import Site
+from campaigns.model.spec import SpecError, load_campaign
+from campaigns.tuning.spec import load_spec
+from campaigns.model.yamlio import YamlDocument, YamlModelError
 from fixtures_store import commbench_record
 from tuners.catalog import SAFE_VALUE_PATTERN, KnobCatalog
 

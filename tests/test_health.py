@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from campaigns.characterize import Placer, PlacementError, Topology, expand_hostlist, parse_topology
-from campaigns.health import Ceiling, judge, worst
-from campaigns.runner import plan_invocations
-from campaigns.site import Reference
-from campaigns.spec import HealthSettings, load_campaign
+from campaigns.slurm.placement import Placer
+from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, parse_topology
+from campaigns.kinds.health import Ceiling, judge, worst
+from campaigns.reframe.runner import plan_invocations
+from campaigns.model.site import Reference
+from campaigns.model.spec import HealthSettings, load_campaign
 
 SETTINGS = HealthSettings()
 TWO_LEVEL = """\
@@ -177,7 +178,7 @@ def test_topology_with_one_switch_cannot_spread() -> None:
 
 
 def test_degraded_runs_on_disjoint_node_sets_are_fabric_wide_not_a_node() -> None:
-    from campaigns.slurm_snapshot import fabric_wide, slurm_partition
+    from campaigns.slurm.snapshot import fabric_wide, slurm_partition
 
     assert fabric_wide([{"n1", "n2"}, {"n3", "n4"}])  # two bad runs, no node in common
     assert not fabric_wide([{"n1", "n2"}, {"n2", "n3"}])  # n2 is in both: a node can explain them

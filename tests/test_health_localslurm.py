@@ -139,7 +139,7 @@ def test_a_first_night_without_references_is_not_judged(slurm_cluster: SlurmClus
 
 
 # Three nodes, one rank each, sendrecv (every rank exchanges with its neighbours): the node whose link is
-# throttled slows its own ranks most, so the run that sees it names it (campaigns/attribution.py). The
+# throttled slows its own ranks most, so the run that sees it names it (campaigns/kinds/attribution.py). The
 # references are wide (a loaded 2-core host: clean 1 MiB exchanges took 15-60 ms); 20 Mbit/s into the bad
 # node makes 1 MiB take ~0.45 s.
 ATTRIBUTION_SPEC = """\
@@ -207,7 +207,7 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
     assert isolation["path"] == "attribution", output
     # The sender into the throttled node waits too (x4-x18 recorded, by its TCP buffers): either the run
     # names the bad node alone (one pair job) or both ends of its slow link, most grown first, and pair
-    # tests with the node that did not slow down decide, in that order (campaigns/attribution.py).
+    # tests with the node that did not slow down decide, in that order (campaigns/kinds/attribution.py).
     assert "ranks slowed down" in isolation["attribution"] and bad in isolation["attribution"], output
     leaders = isolation["attribution"].split("'s ranks slowed down")[0].split(" and ")
     assert bad in leaders and isolation["extra_jobs"] == leaders.index(bad) + 1, output

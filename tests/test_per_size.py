@@ -269,7 +269,7 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
 def test_a_real_commbench_sweep_feeds_the_stage_and_the_rule_file(
     tmp_path: Path, library: str, launcher: list[str], env: dict[str, str]
 ) -> None:
-    from campaigns.records import load_records
+    from campaigns.model.records import load_records
 
     output = tmp_path / "sweep.jsonl"
     commbench = Path(__file__).resolve().parents[1] / "build" / "bench" / f"cpu-{library}" / "commbench"

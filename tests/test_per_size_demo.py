@@ -1,4 +1,4 @@
-"""campaigns/per_size_demo.py end to end on the local Slurm cluster, small: Open MPI and MPICH on 2
+"""campaigns/tools/per_size_demo.py end to end on the local Slurm cluster, small: Open MPI and MPICH on 2
 nodes, 2 ops, 2 sizes; the full run's results are under results/tuning/per-size-localslurm/."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_small_per_size_demo_runs_end_to_end(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     out = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "campaigns.per_size_demo", "--out", str(out), "--libraries", "openmpi,mpich",
+        [sys.executable, "-m", "campaigns.tools.per_size_demo", "--out", str(out), "--libraries", "openmpi,mpich",
          "--ops", "allreduce,reduce_scatter", "--sizes", "64,4096", "--nodes", "2", "--top", "1", "--warmup", "1",
          "--validation-rounds", "2", "--iters", "2", "--budget-s", "50"],
         cwd=REPO, env=slurm_cluster.env, capture_output=True, text=True, timeout=120, check=False)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from campaigns.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
-from campaigns.spec import COMMBENCH_NODE_COUNTS
+from campaigns.model.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
+from campaigns.model.spec import COMMBENCH_NODE_COUNTS
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -270,7 +270,7 @@ def test_reference_benchmarks_store_their_output_as_results_ingest_reads_it(tmp_
     committed real outputs (rank 0 only): nccl-tests 2.19.6 all_reduce_perf on one H100, OSU 7.0
     osu_latency on 2 ranks (tests/data/nt-outputs, tests/data/osu)."""
     from campaigns.formats import foreign
-    from campaigns.results_cli import ingest  # `commcamp results ingest`, in this process
+    from campaigns.cli.results import ingest  # `commcamp results ingest`, in this process
     from campaigns.store import open_store
 
     outputs = {"all_reduce_perf": DATA / "nt-outputs" / "all_reduce_perf.txt",

@@ -128,7 +128,7 @@ def test_a_crash_is_stored_as_the_crash_and_its_peer_ends_at_its_timeout(slurm_c
 def test_the_first_failure_is_the_crash_whichever_stream_came_first(srun_first: bool) -> None:
     """commbench's crash line and srun's line for the same dead task reach the job's stderr in either
     order (two streams); the reason is the crash with its signal, not the peer's watchdog echo."""
-    from campaigns.runner import first_failure
+    from campaigns.reframe.runner import first_failure
 
     srun = "srun: error: c1n1: task 0: Segmentation fault"
     crash = "commbench: rank 0 on c1n1: crashed with signal 11 (Segmentation fault)"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from campaigns.formats.packs import pack_files
-from campaigns.records import load_records
+from campaigns.model.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "results" / "reference" / "single-gpu" / "2026-11-23"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from campaigns import site as site_module
-from campaigns.site import ALL_OPS, NVLINK_MULTICAST_OFF, TRANSPORTS, available_sites, check_site, load_site
+from campaigns.model import site as site_module
+from campaigns.model.site import ALL_OPS, NVLINK_MULTICAST_OFF, TRANSPORTS, available_sites, check_site, load_site
 from fixtures_cli import commcamp
 from test_reframe_checks import REPO, SITE_CONFIGS, reframe, report_cases
 from tuners.catalog import KnobCatalog
@@ -42,7 +42,7 @@ def test_every_site_passes_site_check() -> None:
 
 @pytest.fixture
 def site_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """site_configs/ copied to tmp_path (without the Slurm cluster scripts), and campaigns.site using it."""
+    """site_configs/ copied to tmp_path (without the Slurm cluster scripts), and campaigns.model.site using it."""
     copy = tmp_path / "site_configs"
     shutil.copytree(SITE_CONFIGS, copy, ignore=shutil.ignore_patterns("cluster", "knobs", "__pycache__"))
     monkeypatch.setattr(site_module, "SITE_CONFIGS_DIR", copy)

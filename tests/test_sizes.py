@@ -1,9 +1,9 @@
-"""The one size rule of every command and spec (campaigns/sizes.py): powers of 1024, as commbench."""
+"""The one size rule of every command and spec (campaigns/model/sizes.py): powers of 1024, as commbench."""
 from __future__ import annotations
 
 import pytest
 
-from campaigns.sizes import parse_size
+from campaigns.model.sizes import parse_size
 
 
 @pytest.mark.parametrize(("text", "size"), [

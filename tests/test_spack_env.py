@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from campaigns.site import available_sites, load_site
+from campaigns.model.site import available_sites, load_site
 
 REPO = Path(__file__).resolve().parents[1]
 SPACK_ENV = REPO / "spack_env"

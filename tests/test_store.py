@@ -16,7 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from fixtures_store import commbench_record, error_record, run_info, sqlite_only
 
-from campaigns.records import RecordError
+from campaigns.model.records import RecordError
 from campaigns.store import Store, StoreError, default_url, open_store, records_digest
 from campaigns.store.migrate import VERSION_TABLE, current_revision, head_revision
 from campaigns.store.models import Base

@@ -1,4 +1,4 @@
-"""`commcamp results ...` (campaigns/results_cli.py) on a real SQLite store, through typer's test runner."""
+"""`commcamp results ...` (campaigns/cli/results.py) on a real SQLite store, through typer's test runner."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import typer
 from fixtures_store import commbench_record, error_record, write_jsonl
 from typer.testing import CliRunner, Result
 
-from campaigns.results_cli import human_size, register
+from campaigns.cli.results import human_size, register
 from campaigns.store import open_store
 
 
@@ -22,7 +22,7 @@ def _invoke(*args: str) -> Result:
     app = typer.Typer()
 
     @app.callback()
-    def main() -> None:  # a group, as in campaigns/cli.py, so that `results` is a subcommand
+    def main() -> None:  # a group, as in campaigns/cli/app.py, so that `results` is a subcommand
         """commcamp"""
 
     register(app)

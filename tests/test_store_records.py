@@ -1,4 +1,4 @@
-"""campaigns.records: every line of a commbench JSON Lines file checked against the record schema."""
+"""campaigns.model.records: every line of a commbench JSON Lines file checked against the record schema."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fixtures_store import commbench_record, error_record, write_jsonl
 
-from campaigns.records import RecordError, load_records
+from campaigns.model.records import RecordError, load_records
 
 
 def test_valid_file_loads_every_record(tmp_path: Path) -> None:

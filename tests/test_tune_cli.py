@@ -14,7 +14,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from campaigns.spec import load_campaign
+from campaigns.model.spec import load_campaign
 from campaigns.store import open_store
 from fixtures_slurm import SlurmCluster
 from fixtures_store import commbench_record, run_info
@@ -117,7 +117,7 @@ def test_output_off_a_terminal_is_full_width_newest_first_and_machine_readable(t
 def test_commcamp_starts_without_its_heavy_libraries() -> None:
     """`commcamp --help` (the CLI module) loads none of the libraries behind the commands: they cost ~2 s."""
     heavy = ("optuna", "sqlalchemy", "pandas", "numpy", "scipy", "reframe", "jsonschema", "pydantic")
-    code = f"import sys, campaigns.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    code = f"import sys, campaigns.cli.app; print([m for m in {heavy!r} if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
                             check=True)
     assert result.stdout.strip() == "[]"

@@ -13,7 +13,7 @@ import pytest
 from fixtures_tuner import TWO_BUCKETS, make_scope
 
 from campaigns.formats.packs import read_pack
-from campaigns.site import load_site
+from campaigns.model.site import load_site
 from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, realistic_evaluator
 from tuners.evaluation import (
     Evaluation,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from campaigns.tuning import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor, knobs_read,
-                              strip_knobs)
+from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
+                                        knobs_read, strip_knobs)
 from fixtures_cli import commcamp_output
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
@@ -183,7 +183,7 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
 
 
 def test_finalization_says_how_far_it_is_at_most_every_interval() -> None:
-    from campaigns.tuning import _FinalizationLog
+    from campaigns.tuning.session import _FinalizationLog
 
     lines: list[str] = []
     quiet = _FinalizationLog(3, lines.append, every_s=3600.0)

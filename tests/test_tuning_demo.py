@@ -81,8 +81,8 @@ def test_gpu_demo_config_builds_every_phase_with_multicast_pinned_off(tmp_path: 
     space on the h200 site, NCCL_NVLS_ENABLE is never searched and is 0 in every trial's environment."""
     import yaml
 
-    from campaigns.tuning import site_catalog
-    from campaigns.tuning_demo import Context, DemoConfig
+    from campaigns.tuning.spec import site_catalog
+    from campaigns.tools.tuning_demo import Context, DemoConfig
     from tuners.space import build_space
 
     config = DemoConfig.model_validate(yaml.safe_load((REPO / "tools/tuning/gpu-demo.yaml").read_text()))

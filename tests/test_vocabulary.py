@@ -1,4 +1,4 @@
-"""The vocabulary contract (bench_src/schema/vocabulary.json through campaigns/vocabulary.py): commbench's
+"""The vocabulary contract (bench_src/schema/vocabulary.json through campaigns/model/vocabulary.py): commbench's
 C tables agree with it, and a metric is one number wherever it is taken (ReFrame's perflog, health)."""
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pandas
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
 
-from campaigns import health, site, vocabulary
+from campaigns.kinds import health
+from campaigns.model import site, vocabulary
 
 REPO = Path(__file__).resolve().parents[1]
 BUILDS = REPO / "build" / "bench"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from campaigns import paths
-from campaigns.site import available_sites, find_site_file
+from campaigns.model.site import available_sites, find_site_file
 from fixtures_cli import commcamp
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ in which every trial is answered with one measured launch of the nearest measure
 and failures as measured). Trial 0 of every strategy is the site defaults (what the tool always measures
 first). Strategies:
 
-- shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.TuningSpec defaults:
+- shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.spec.TuningSpec defaults:
   sampler, start-up trials, the library-defaults seed as trial 1);
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials and NO seed;
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
@@ -78,7 +78,7 @@ class Trial:
 
 def shipped_settings() -> dict[str, Any]:
     """What `commcamp tune` ships (one home: TuningSpec's defaults)."""
-    from campaigns.tuning import TuningSpec
+    from campaigns.tuning.spec import TuningSpec
 
     fields = TuningSpec.model_fields
     return {name: fields[name].default for name in ("sampler", "n_startup_trials", "seed_library_defaults")}

@@ -190,7 +190,7 @@ class Sweep:
 
 
 def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
-    """The sweep in result records (already schema-validated by campaigns.records). Every size needs
+    """The sweep in result records (already schema-validated by campaigns.model.records). Every size needs
     the library's own choice and the same number of rounds for all its available selections."""
     results = [r for r in records if r.get("kind", "result") == "result" and "selection" in r]
     if not results:

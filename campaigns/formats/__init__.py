@@ -5,7 +5,7 @@
 - `osu`: OSU micro-benchmark text output (osu_latency, osu_bw, osu_bibw, the collectives, osu_xccl_*).
 - `foreign`: turns either into commbench-schema records (with a `source` field naming the benchmark), so
   the store, health, report and export treat them like commbench's own.
-- commbench JSON Lines: `campaigns.records`; YAML: `campaigns.yamlio`.
+- commbench JSON Lines: `campaigns.model.records`; YAML: `campaigns.model.yamlio`.
 
 The parsers use the standard library only: scripts that run on a GPU machine without commcamp's
 dependencies (bench_src/scripts, bench_src/nccl_tuner/scripts) import them too.

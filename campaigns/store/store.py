@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, SQLAlchemyError
 
 from campaigns import paths
-from campaigns.records import validate_record
+from campaigns.model.records import validate_record
 from campaigns.store.errors import StoreError, StoreUnavailable
 from campaigns.store.migrate import upgrade_to_head
 from campaigns.store.models import RUN_STATUSES, Measurement, Run, Sample
@@ -358,7 +358,7 @@ class Store:
         `new_attempt` (a campaign's run of the test case), which adds a run to the key and deletes only its
         runs that did not pass: a passed run is never lost to a later attempt. `replaces_run`: the id of a
         run to delete first (the same attempt stored earlier, e.g. as soon as it finished).
-        `validated`: the records come from campaigns.records (load_records, parse_records), which checked
+        `validated`: the records come from campaigns.model.records (load_records, parse_records), which checked
         each of them already; checking again would double the cost of a large ingest."""
         for index, record in enumerate(records if not validated else []):
             validate_record(record, f"record {index} of run {run.run_key!r}")

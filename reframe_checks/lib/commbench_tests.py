@@ -16,7 +16,7 @@ from reframe.core.exceptions import SanityError
 from commcamp_checks import (DATA_ROOT, UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
                              quoted, set_references)
 
-from campaigns.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
+from campaigns.model.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
                                   SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS, metric_value, op_kind)
 
 BENCH_SRC = os.path.join(DATA_ROOT, 'bench_src')
@@ -30,11 +30,11 @@ EXIT_CODES = {1: 'data validation failed', 2: 'bad arguments', 3: 'timeout',
               4: 'runtime error or unsupported'}
 EXIT_UNSUPPORTED = 4
 
-# commbench's ops, transports and metric definitions: campaigns/vocabulary.py (its one home; tested
+# commbench's ops, transports and metric definitions: campaigns/model/vocabulary.py (its one home; tested
 # against `commbench --list` of every backend built).
 SWEEP_OPS = (*P2P_OPS, *COLLECTIVE_OPS)
 HEALTH_OPS = ('pingpong', 'allreduce', 'alltoall')
-# The ops a campaign may ask commbench_run for (campaigns.site.COMMBENCH_OPS must agree).
+# The ops a campaign may ask commbench_run for (campaigns.model.site.COMMBENCH_OPS must agree).
 CAMPAIGN_OPS = ('pingpong', 'allreduce', 'alltoall', 'pingpong_bi', 'allgather', 'reduce_scatter', 'bcast',
                 'sendrecv', 'pairmatrix')
 # Pair matrix: the worst pair's one-way latency at the smallest size, one-way goodput and two-way

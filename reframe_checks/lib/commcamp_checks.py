@@ -28,14 +28,14 @@ except ImportError:  # a ReFrame install without commcamp: the catalog of this c
     sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import tuners.catalog as knob_catalog
 
-from campaigns.vocabulary import reference_matches
+from campaigns.model.vocabulary import reference_matches
 
 # commcamp's shipped folders (bench_src/, spack_env/, ...): $COMMCAMP_DATA, which commcamp sets for the ReFrame
 # it starts (campaigns/paths.py), else the checkout these checks are in. Relative site paths resolve here.
 DATA_ROOT = os.environ.get('COMMCAMP_DATA') or os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
-# The node counts the checks are parameterized with (campaigns.site.NODE_COUNTS must agree).
+# The node counts the checks are parameterized with (campaigns.model.site.NODE_COUNTS must agree).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 
 # Job states that mean the job did not end normally. ReFrame treats them all as "completed", and a job

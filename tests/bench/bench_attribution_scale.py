@@ -7,7 +7,7 @@ that saw a slowdown costs, next to pairwise bisection (results/reliability/SCALI
 Per node count: one night's run and its baseline as commbench writes them (two sizes, 20 timed iterations,
 every rank's per-iteration times drawn lognormal, one node's ranks 3x slower tonight), stored in SQLite
 through Store.ingest as the runner stores them; measured: the record's JSON size with and without the
-per-rank fields, the database bytes per run, campaigns.attribution.rank_suspects's time, whether it names
+per-rank fields, the database bytes per run, campaigns.kinds.attribution.rank_suspects's time, whether it names
 the slowed node, and the Slurm jobs each path costs (attribution: one confirmation pair job; bisection:
 ceil(log2 nodes) rounds of pair jobs, each waiting in the queue). Nothing runs on Slurm.
 """
@@ -58,7 +58,7 @@ def record(rng: np.random.Generator, nodes: int, per_node: int, size: int, slow_
 
 
 def one_scale(nodes: int, per_node: int, rng: np.random.Generator, workdir: Path) -> dict[str, Any]:
-    from campaigns.attribution import rank_suspects
+    from campaigns.kinds.attribution import rank_suspects
     from campaigns.store import RunInfo, open_store
 
     slow = int(rng.integers(nodes))

@@ -4,7 +4,7 @@ own run time, for each way the tuner runs commbench there.
     .venv/bin/python tests/bench/bench_overhead.py [--trials 20] [--paths srun,salloc,reframe] [--nodes 2]
                                                    [--output results/reliability/overhead.json]
 
-Paths (the real tuner, in this process: campaigns.tuning.prepare + make_tuner(...).run() on a SQLite study):
+Paths (the real tuner, in this process: campaigns.tuning.session.prepare + make_tuner(...).run() on a SQLite study):
   srun     launcher executor, `srun` making an allocation per trial (commcamp tune on a Slurm site)
   salloc   launcher executor inside one allocation: srun starts a job step per trial (commcamp pretune, and
            each of `commcamp tune --workers N`), this script re-run under `salloc`
@@ -65,7 +65,8 @@ REFRAME_SPANS: list[tuple[float, float]] = []  # (start, end) of each reframe pr
 def reframe_times_its_step() -> None:
     """The ReFrame path: the job script prints the time around its srun step (prerun/postrun commands), and
     each reframe process's start and end are noted."""
-    from campaigns import runner, tuning
+    from campaigns.reframe import runner
+    from campaigns.tuning import executors
 
     command = runner.Invocation.command
 
@@ -85,7 +86,7 @@ def reframe_times_its_step() -> None:
             if "reframe" in str(args[0][0]):
                 REFRAME_SPANS.append((started, time.time()))
 
-    tuning.subprocess.run = noted  # type: ignore[attr-defined]
+    executors.subprocess.run = noted  # type: ignore[attr-defined]
 
 
 def reframe_breakdown(runs: Path) -> dict[str, list[float]]:
@@ -134,13 +135,13 @@ main()
 
 def reframe_startup(repeats: int, work: Path) -> dict[str, float]:
     """Medians over `repeats` runs of STARTUP_PROBE with the ReFrame path's selection (see above)."""
-    from campaigns.spec import load_campaign
+    from campaigns.model.spec import load_campaign
 
     spec = work / "campaign.yaml"
     spec.write_text(json.dumps({"name": "probe", "site": "localslurm", "system": "localslurm:debug",
                                 "environments": ["openmpi"], "node_counts": [2],
                                 "checks": [{"check": "commbench_run", "ops": ["allreduce"]}]}))
-    from campaigns.runner import plan_invocations
+    from campaigns.reframe.runner import plan_invocations
 
     campaign = load_campaign(spec)
     (invocation,) = plan_invocations(campaign.cases())
@@ -169,7 +170,9 @@ def commbench_seconds(path: str, runs: Path) -> list[float]:
 
 
 def measure(path: str, trials: int, nodes: int, work: Path) -> dict[str, Any]:
-    from campaigns.tuning import TuningSpec, make_tuner, prepare, slurm_launcher
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.session import make_tuner, prepare
+    from campaigns.slurm.workers import slurm_launcher
     from tuners.study import is_counted
 
     document = spec_document(path, trials, nodes, work)

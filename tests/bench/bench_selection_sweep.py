@@ -34,7 +34,7 @@ from typing import Any
 
 from common import REPO, slurm_cluster_env, write_result
 
-from campaigns.records import load_records
+from campaigns.model.records import load_records
 
 LAUNCH = {"openmpi": {"mpi": "pmix", "env": {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}},
           "mpich": {"mpi": "pmi2", "env": {"UCX_TLS": "tcp,self"}}}

@@ -9,7 +9,7 @@ as the campaign runner stores them (one transaction per run with its records, St
 commbench records (8 B and 32 KiB, 20 timed iterations: what campaigns/health-localslurm.yaml measures per
 test case). Four of each night's runs are the real test cases of that health campaign (their run keys); the
 others stand for the night's other tests, keyed like the health check's pair tests. After
-every few nights the health check's own code is timed: campaigns.health.HealthCheck loading the campaign's
+every few nights the health check's own code is timed: campaigns.kinds.health.HealthCheck loading the campaign's
 runs, and judging the 4 test cases against their history (14 nights).
 
 Measured: ingest time per run, database bytes per run, HealthCheck start-up and judging time, against the
@@ -52,9 +52,9 @@ def measure(url: str, nights: int, per_night: int, every: int) -> list[dict[str,
     import numpy as np
     from rich.console import Console
 
-    from campaigns.characterize import Placer
-    from campaigns.health import HealthCheck
-    from campaigns.spec import load_campaign
+    from campaigns.slurm.placement import Placer
+    from campaigns.kinds.health import HealthCheck
+    from campaigns.model.spec import load_campaign
     from campaigns.store import RunInfo, open_store
 
     campaign = load_campaign(REPO / "campaigns" / "health-localslurm.yaml")

@@ -4,7 +4,7 @@ when every candidate is the baseline itself.
     .venv/bin/python tests/bench/bench_tuner_aa.py [--tunes 30] [--candidates 2] [--library openmpi|mpich]
                                                    [--output results/bench/tuner_aa_localslurm.json]
 
-Each tune is one real finalization (tuners.finalize.finalize through campaigns.tuning.prepare: the launcher
+Each tune is one real finalization (tuners.finalize.finalize through campaigns.tuning.session.prepare: the launcher
 executor, srun per run, commbench allreduce between 2 nodes, 1 rank each) of an unplanted scope: the
 baseline is the site's defaults (localslurm pins nothing for these knobs) and every candidate's
 environment is identical to it (distinct only by the trial number it carries). Whatever finalization
@@ -78,7 +78,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
     args = parser.parse_args(argv[1:])
 
-    from campaigns.tuning import TuningSpec, prepare, slurm_launcher
+    from campaigns.slurm.workers import slurm_launcher
+    from campaigns.tuning.session import prepare
+    from campaigns.tuning.spec import TuningSpec
     from tuners.evaluation import EvaluationAborted
     from tuners.finalize import Candidate, finalize
 

@@ -1,4 +1,4 @@
-"""How results/tuning/per-size-localslurm/ was made: campaigns.per_size_demo with the given arguments in the
+"""How results/tuning/per-size-localslurm/ was made: campaigns.tools.per_size_demo with the given arguments in the
 environment of a local Slurm cluster (common.slurm_cluster_env: the running one, else a private 3-node one,
 stopped at the end). From the repository root:
 
@@ -19,7 +19,7 @@ from common import slurm_cluster_env
 
 def main(argv: list[str]) -> int:
     with slurm_cluster_env() as env:
-        return subprocess.run([sys.executable, "-m", "campaigns.per_size_demo", *argv], env=env,
+        return subprocess.run([sys.executable, "-m", "campaigns.tools.per_size_demo", *argv], env=env,
                               check=False).returncode
 
 

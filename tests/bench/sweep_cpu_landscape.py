@@ -67,7 +67,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     output = args.output or REPO / "results" / "bench" / "landscapes" / f"localslurm_{args.library}.json"
 
-    from campaigns.tuning import TuningSpec, prepare, slurm_launcher
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.session import prepare
+    from campaigns.slurm.workers import slurm_launcher
 
     started = time.monotonic()
     rng = np.random.default_rng(args.seed)

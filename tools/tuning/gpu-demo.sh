@@ -32,7 +32,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mode=gpu
 if [[ ${1:-} == --cpu ]]; then mode=cpu; shift; fi
 [[ $# -eq 1 ]] || { echo "usage: $0 [--cpu] OUTDIR" >&2; exit 2; }
-[[ -f bench_src/Makefile && -f campaigns/tuning_demo.py ]] || { echo "$0: run from the repository root" >&2; exit 2; }
+[[ -f bench_src/Makefile && -f campaigns/tools/tuning_demo.py ]] || { echo "$0: run from the repository root" >&2; exit 2; }
 if [[ -e $1 && -n $(ls -A "$1" 2> /dev/null) ]]; then
   echo "error: $1 exists and is not empty; give a new output directory" >&2
   exit 2
@@ -135,7 +135,7 @@ for phase in $phases; do
       extra=()
       [[ -n $commbench ]] && extra+=(--commbench "$commbench")
       [[ -n $plugin ]] && extra+=(--plugin "$plugin")
-      "$python" -m campaigns.tuning_demo "$config" --phase "$phase" --out "$out" --until "$until" "${extra[@]}" || rc=$?
+      "$python" -m campaigns.tools.tuning_demo "$config" --phase "$phase" --out "$out" --until "$until" "${extra[@]}" || rc=$?
       ;;
   esac
   took=$(($(date +%s) - t0))

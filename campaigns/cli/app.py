@@ -1,0 +1,255 @@
+"""`commcamp`: run benchmark campaigns through ReFrame and query the results store.
+
+Exit codes: campaigns.exit_codes.ExitCode (the README's table): 0 everything passed, 1 a test case failed
+(or could not be stored), 2 bad spec or usage, or a results database that cannot be opened (every command),
+130 interrupted (what finished is stored); health campaigns 0 healthy, 3 not judged, 4 degraded, 5 failed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns import paths
+from campaigns.cli import bench, knobs, plugin, report, results, site, tune
+from campaigns.cli.console import make_console
+from campaigns.exit_codes import ExitCode
+
+if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
+    from campaigns.reframe.runner import CampaignResult
+    from campaigns.model.spec import Campaign
+
+
+app = typer.Typer(
+    help="commcamp: benchmark campaigns for HPC interconnects. Runs commbench through ReFrame on a site "
+         "(site_configs/<site>/ on $COMMCAMP_SITE_PATH, then the shipped examples), stores every result in the "
+         "workspace (--workspace; SQLite by default: <workspace>/commcamp.db), and queries them "
+         "(`commcamp results ...`; `commcamp paths` shows where things are).",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _stored_nothing_yet(url: str) -> bool:
+    """A SQLite URL whose file does not exist: nothing is stored (and a dry run must not create it)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and not Path(parsed.database).exists()
+
+
+def _probe_writable(directory: Path) -> None:
+    """Raise OSError unless files can be created in directory, without creating it (a failed run leaves nothing)."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    tempfile.TemporaryFile(dir=existing).close()
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _print_summary(console: Console, campaign: Campaign, result: CampaignResult) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from campaigns.slurm.nodes import nodes_out_of_service
+    from campaigns.model.spec import SLURM_SCHEDULERS
+
+    targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
+    table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
+                  caption="lat: latency (us) at the smallest size; goodput, busbw (GB/s) at the largest; "
+                          "recs: records stored",
+                  caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    columns = (["partition"] if len(targets) > 1 else []) + ["env", "op", "nodes", "ranks", "lat",
+                                                              "goodput", "busbw", "recs", "result"]
+    for column in columns:
+        text = column in ("partition", "env", "op", "result")
+        table.add_column(column, justify="left" if text else "right", no_wrap=True)
+    style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red", "unplaceable": "yellow"}
+    for item in result.results:
+        case = item.case
+        perf = {name: value for name, (value, _) in item.perf.items()}
+        row = ([f"{case.system}:{case.partition}"] if len(targets) > 1 else []) + [
+            case.environ, case.op, str(case.num_nodes), str(case.num_tasks), _fmt(perf.get("small_latency")),
+            _fmt(perf.get("large_goodput")), _fmt(perf.get("large_busbw")),
+            str(item.num_records) if item.status != "stored" else "-", f"[{style[item.status]}]{item.status}[/]"]
+        table.add_row(*row)
+    console.print(table)
+    for item in result.results:
+        if item.status in ("fail", "error", "unplaceable"):
+            console.print(f"[bold red]{item.status}[/] {escape(item.case.run_key)}: {escape(item.reason or '')}",
+                          soft_wrap=True)
+    for item in result.unstored:
+        console.print(f"[bold red]not stored[/] {escape(item.case.run_key)}: {escape(item.store_error or '')}",
+                      soft_wrap=True)
+    if any(p.scheduler in SLURM_SCHEDULERS for p in campaign.partitions):
+        for node in nodes_out_of_service({n for item in result.results for n in item.job_nodes}):
+            console.print(f"[bold red]node out of service[/] {escape(node)}: jobs of this campaign ran there",
+                          soft_wrap=True)
+
+
+def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
+    from rich.table import Table
+
+    from campaigns.slurm.placement import planned_job_options
+    from campaigns.reframe.runner import plan_invocations
+
+    cases = campaign.cases(tag)
+    table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
+    for column in ("run key", "op", "transport", "nodes", "tasks", "placement", "env", "action"):
+        table.add_column(column)
+    for case in cases:
+        action = "skip (stored)" if case.run_key in stored else "run"
+        table.add_row(case.run_key, case.op, case.transport, str(case.num_nodes), str(case.num_tasks),
+                      case.placement, case.environ, action)
+    console.print(table)
+    pending = [c for c in cases if c.run_key not in stored]
+    for number, invocation in enumerate(plan_invocations(pending, planned_job_options), start=1):
+        prefix = paths.runs_dir() / f"{campaign.name}-<time>" / f"rfm-{number}"
+        console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(campaign, prefix))),
+                      soft_wrap=True)
+
+
+@app.command()
+def run(
+    spec: Annotated[Path, typer.Argument(help="campaign spec (YAML), e.g. campaigns/smoke.yaml")],
+    site: Annotated[Optional[str], typer.Option(
+        help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
+    db: Annotated[Optional[str], typer.Option(
+        help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else <workspace>/commcamp.db]",
+    )] = None,
+    force: Annotated[bool, typer.Option("--force", help="run test cases again although passed runs are stored")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="validate the spec and show the test cases and ReFrame commands; run and write nothing")] = False,
+    runs_dir: Annotated[Optional[Path], typer.Option(
+        help="where run directories (ReFrame stage, output, perflogs, report) go [default: <workspace>/runs]")] = None,
+    tag: Annotated[Optional[str], typer.Option(
+        help="run tag, part of every run key (health: the night; default there: today's UTC date)")] = None,
+    verdict: Annotated[Optional[Path], typer.Option(
+        help="health: the verdict JSON file [default: <workspace>/health/<campaign>-<tag>.json]")] = None,
+    report: Annotated[Optional[Path], typer.Option(
+        help="characterize: the HTML report [default: <workspace>/reports/<campaign>.html]")] = None,
+) -> None:
+    """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
+    Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
+    from campaigns.slurm.placement import placer_for
+    from campaigns.kinds.table import KINDS, FinishedRun
+    from campaigns.slurm.topology import PlacementError
+    from campaigns.reframe.runner import run_campaign
+    from campaigns.slurm.nodes import preflight
+    from campaigns.model.spec import SpecError, load_campaign
+    from campaigns.store import StoreError, default_url, open_store
+
+    console, errors = make_console(), make_console(stderr=True)
+    runs_dir = runs_dir or paths.runs_dir()
+    try:
+        campaign = load_campaign(spec, site)
+    except SpecError as exc:
+        errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
+        errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
+        raise typer.Exit(ExitCode.USAGE)
+    kind = KINDS[campaign.spec.kind]
+    tag = tag if tag is not None else kind.default_tag()
+    if not dry_run and (problems := preflight(campaign)):
+        errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
+                     escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
+                     highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
+    url = db or default_url()
+    if dry_run and (force or _stored_nothing_yet(url)):
+        _print_plan(console, campaign, stored=set(), tag=tag)
+        return
+    placer = None
+    if not dry_run:
+        try:
+            placer = placer_for(campaign)
+        except PlacementError as exc:
+            errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+        try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here
+            _probe_writable(runs_dir)
+        except OSError as exc:
+            errors.print(f"[bold red]cannot write run directories under {escape(str(runs_dir))}:[/] "
+                         f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+    try:
+        store = open_store(url)
+    except StoreError as exc:
+        errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    with store:
+        if dry_run:
+            _print_plan(console, campaign, stored={c.run_key for c in campaign.cases(tag) if store.has_run(c.run_key)},
+                        tag=tag)
+            return
+        assert placer is not None
+        try:
+            result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir, tag=tag,
+                                  placer=placer)
+            _print_summary(console, campaign, result)
+            console.print(f"Results: {escape(result.db_url)}")
+            if result.run_dir is not None:
+                console.print(f"Run directory: {result.run_dir}")
+            output = {"verdict": verdict, "report": report}.get(kind.output_option or "")
+            code = kind.after_run(FinishedRun(campaign, result, store, tag, console, errors, runs_dir, placer, output))
+        except StoreError as exc:
+            errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(ExitCode.FAILED) from None
+        except KeyboardInterrupt:
+            errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
+                         "again to continue (stored passes are skipped)")
+            raise typer.Exit(ExitCode.INTERRUPTED) from None
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
+
+
+@app.callback()
+def workspace_option(
+    workspace: Annotated[Optional[Path], typer.Option(
+        help="where results, runs, verdicts, recommendations, reports and builds go [default: $COMMCAMP_HOME; "
+             "in a checkout its results/, else $XDG_DATA_HOME/commcamp]")] = None,
+) -> None:
+    """commcamp: benchmark campaigns for HPC interconnects."""
+    if workspace is not None:  # through the environment, so that ReFrame and Slurm workers get it too
+        os.environ[paths.HOME_ENV] = str(workspace.expanduser().resolve())
+
+
+@app.command("paths")
+def show_paths(
+    env: Annotated[bool, typer.Option("--env", help="as shell exports (what a site's env.sh evaluates)")] = False,
+) -> None:
+    """Where commcamp reads its shipped files and sites from, and where it writes."""
+    if env:
+        for name, value in paths.subprocess_env().items():
+            print(f"export {name}={shlex.quote(value)}")
+        return
+    from campaigns.model.site import site_search_path
+
+    print(f"workspace: {paths.workspace()}\nbuilds: {paths.build_dir()}\nshipped files: {paths.DATA_ROOT}\n"
+          f"site search path: {os.pathsep.join(str(p) for p in site_search_path())}")
+
+
+results.register(app)
+report.register(app)
+bench.register(app)
+tune.register(app)
+plugin.register(app)
+site.register(app)
+knobs.register(app)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,84 @@
+"""`commcamp knobs check --library openmpi|mpich`: the knob catalog against the installed MPI.
+
+Runs the library's commbench build with `--list-cvars` (one process: the MPI_T control variables
+with names, types and enum values; bench_src/src/mpit.c), reads the library version from the
+library's own tool, and reports catalog knobs that are missing, stale or whose domain differs
+(tuners.knob_check). Exit codes: 0 consistent, 1 problems found, 2 commbench or the version tool
+could not be run or printed something else.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns.exit_codes import ExitCode
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (build/bench/cpu-LIBRARY)
+VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]}
+TIMEOUT_S = 120
+
+
+def _output(cmd: list[str], what: str) -> str:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"{what}: {' '.join(cmd)}: {exc}") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"{what}: {' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    return done.stdout
+
+
+def library_version(library: str) -> str:
+    text = _output(VERSION_TOOL[library], f"{library} version")
+    found = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
+    if found is None:
+        raise RuntimeError(f"{library} version: no version number in: {text.strip()[:200]}")
+    return found.group(1)
+
+
+def check(
+    library: Annotated[str, typer.Option(help="the MPI whose control variables are listed: openmpi or mpich")],
+    commbench: Annotated[Optional[Path], typer.Option(help="commbench built against that MPI "
+                                                      "(default: build/bench/cpu-LIBRARY/commbench)")] = None,
+    library_version_: Annotated[Optional[str], typer.Option("--library-version", help="instead of asking "
+                                                            "ompi_info / mpichversion")] = None,
+    catalog_path: Annotated[Optional[Path], typer.Option("--catalog", help="knob catalog file")] = None,
+    notes: Annotated[bool, typer.Option(help="also print notes (values not searched, the library's unset values)")]
+    = False,
+) -> None:
+    """Compare the knob catalog with the installed MPI's MPI_T control variables."""
+    from tuners.catalog import CatalogError, KnobCatalog  # pydantic: loaded when the command runs
+    from tuners.knob_check import CvarListError, check_catalog, format_report, parse_cvars
+
+    errors = Console(stderr=True)
+    if library not in LIBRARIES:
+        errors.print(f"--library must be openmpi or mpich, not {escape(library)}")
+        raise typer.Exit(ExitCode.USAGE)
+    binary = commbench or REPO / "build" / "bench" / f"cpu-{library}" / "commbench"
+    try:
+        catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
+        version = library_version_ or library_version(library)
+        listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars")
+        report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), f"{binary} --list-cvars"))
+    except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
+        errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    out = Console(soft_wrap=True, highlight=False)
+    for line in format_report(report, notes=notes):
+        out.print(escape(line))
+    if report.failures:
+        raise typer.Exit(ExitCode.FAILED)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `knobs` command group to the commcamp CLI."""
+    knobs = typer.Typer(help="The knob catalog: check it against an installed library.", no_args_is_help=True)
+    knobs.command("check")(check)
+    app.add_typer(knobs, name="knobs")

@@ -1,0 +1,106 @@
+"""Options and error handling shared by the commcamp commands that read the results store
+(campaigns/cli/results.py, campaigns/cli/report.py): --db, the measurement filters, dates, and the
+one-line error exit."""
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns.exit_codes import ExitCode
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
+    from campaigns.store import MeasurementFilter
+
+DbOption = Annotated[Optional[str], typer.Option(
+    "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
+
+
+def parse_when(text: str | None, option: str) -> date | datetime | None:
+    """YYYY-MM-DD (that whole day) or an ISO 8601 date-time; without an offset it is local time."""
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a date (2026-01-31) or ISO date-time",
+                                 param_hint=option) from None
+
+
+# Filter options shared by the measurement commands; with_measurement_filters adds them to a command.
+MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
+    "campaign": Annotated[Optional[list[str]], typer.Option(help="campaign name (repeatable)")],
+    "site": Annotated[Optional[list[str]], typer.Option(help="site (repeatable)")],
+    "system": Annotated[Optional[list[str]], typer.Option(help="system (repeatable)")],
+    "partition": Annotated[Optional[list[str]], typer.Option(help="partition (repeatable)")],
+    "op": Annotated[Optional[list[str]], typer.Option(help="operation, e.g. allreduce (repeatable)")],
+    "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. nccl (repeatable)")],
+    "backend": Annotated[Optional[list[str]], typer.Option(help="cpu, cuda or hip (repeatable)")],
+    "run_id": Annotated[Optional[list[int]], typer.Option(help="run id (repeatable)")],
+    "size": Annotated[Optional[str], typer.Option(help="exact message size, e.g. 1MiB")],
+    "min_size": Annotated[Optional[str], typer.Option(help="smallest message size")],
+    "max_size": Annotated[Optional[str], typer.Option(help="largest message size")],
+    "since": Annotated[Optional[str], typer.Option(help="measured on or after (YYYY-MM-DD or ISO date-time)")],
+    "until": Annotated[Optional[str], typer.Option(help="measured on or before (YYYY-MM-DD or ISO date-time)")],
+    "valid": Annotated[Optional[bool], typer.Option("--valid/--invalid", help="only valid / only invalid")],
+}
+
+
+def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    from campaigns.model.sizes import parse_size  # pydantic: loaded when a command runs
+    from campaigns.store import MeasurementFilter
+
+    def size(name: str) -> int | None:
+        text = options[name]
+        if text is None:
+            return None
+        try:
+            return parse_size(text)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--" + name.replace("_", "-")) from None
+
+    lists = {name: options[name] or None
+             for name in ("campaign", "site", "system", "partition", "op", "transport", "backend", "run_id")}
+    return MeasurementFilter(**lists, bytes=size("size"), min_bytes=size("min_size"), max_bytes=size("max_size"),
+                             since=parse_when(options["since"], "--since"),
+                             until=parse_when(options["until"], "--until"), valid=options["valid"])
+
+
+def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None]:
+    """Give `command` the filter options; it receives them as one MeasurementFilter `filters`."""
+    own = [p.replace(annotation=eval(p.annotation, command.__globals__)) if isinstance(p.annotation, str) else p
+           for p in inspect.signature(command).parameters.values() if p.name != "filters"]  # the store loads later
+    added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+             for name, annotation in MEASUREMENT_FILTER_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_filters(**options: Any) -> None:
+        filter_options = {name: options.pop(name) for name in MEASUREMENT_FILTER_OPTIONS}
+        command(filters=_measurement_filter(filter_options), **options)
+
+    with_filters.__signature__ = inspect.Signature(own + added)  # type: ignore[attr-defined]
+    with_filters.__annotations__ = {p.name: p.annotation for p in own + added}
+    return with_filters
+
+
+@contextmanager
+def expected_errors() -> Iterator[None]:
+    """Bad input and database trouble end the command with a one-line message and exit status 1; a
+    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli/app.py)."""
+    from campaigns.store import StoreError, StoreUnavailable
+
+    try:
+        yield
+    except StoreUnavailable as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(ExitCode.USAGE) from None
+    except (StoreError, ValueError, OSError) as exc:
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(ExitCode.FAILED) from None

@@ -1,0 +1,130 @@
+"""`commcamp results prune`: retention for the run directories under results/runs (ReFrame stage and
+output trees, job scripts, commbench outputs of every campaign, health night and tuning trial), which
+grow by megabytes per hour of use while what matters is in the results store.
+
+A run directory is kept while it is among the newest `--keep-last` or younger than `--keep-days`; the
+others go, only with `--yes` (without it, the command says what it would delete). A directory that the
+results store (a run's reason names a file in it) or a health verdict (results/health/*.json,
+`run_dirs`) still points to is kept and named with what points to it, unless `--include-referenced`.
+ReFrame's own prefix (results/runs/reframe: plain `reframe` runs and their reports) is left alone."""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns import paths
+from campaigns.cli.options import DbOption, expected_errors
+
+REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: results/runs/reframe
+HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli/app.py DEFAULT_HEALTH_DIR)
+
+
+@dataclass
+class RunDirectory:
+    path: Path
+    modified: float
+    files: int = 0
+    size: int = 0
+    referenced_by: list[str] = field(default_factory=list)
+
+    @classmethod
+    def measure(cls, path: Path) -> RunDirectory:
+        entry = cls(path, path.stat().st_mtime)
+        for item in path.rglob("*"):
+            if item.is_file() and not item.is_symlink():
+                entry.files += 1
+                entry.size += item.stat().st_size
+        return entry
+
+    def describe(self) -> str:
+        day = datetime.fromtimestamp(self.modified, UTC).strftime("%Y-%m-%d %H:%M")
+        return f"{self.path} (last written {day} UTC, {self.files} files, {self.size / 2**20:.1f} MiB)"
+
+
+def expired(directories: list[RunDirectory], keep_days: int | None, keep_last: int | None,
+            now: float) -> list[RunDirectory]:
+    """The directories outside both retention rules (newest first in, oldest first out)."""
+    newest_first = sorted(directories, key=lambda d: d.modified, reverse=True)
+    kept_last = set(id(d) for d in newest_first[:keep_last]) if keep_last is not None else set()
+    return [d for d in reversed(newest_first) if id(d) not in kept_last
+            and (keep_days is None or d.modified < now - keep_days * 86400)]
+
+
+def mark_references(directories: list[RunDirectory], runs_dir: Path, db: str | None) -> None:
+    """Who still points into each directory: stored runs whose reason names a path in it, and health
+    verdicts that list it among their run directories."""
+    if not directories:
+        return
+    prefixes = {str(d.path.resolve()): d for d in directories}
+
+    def pointed_to(text: str) -> list[RunDirectory]:
+        return [d for prefix, d in prefixes.items() if text == prefix or f"{prefix}/" in text]
+
+    from campaigns.store import open_store
+
+    with open_store(db) as store:
+        for run in store.runs():
+            for directory in pointed_to(run.reason or ""):
+                directory.referenced_by.append(f"stored run {run.id} ({run.run_key}: {run.status})")
+    for verdict in sorted((runs_dir.parent / HEALTH_DIR).glob("*.json")):
+        try:
+            run_dirs = json.loads(verdict.read_text(encoding="utf-8")).get("run_dirs") or []
+        except (OSError, ValueError, AttributeError):
+            continue  # not a verdict of ours
+        for run_dir in run_dirs:
+            for directory in pointed_to(str(Path(run_dir).resolve())):
+                directory.referenced_by.append(f"health verdict {verdict}")
+
+
+def prune(keep_days: Annotated[Optional[int], typer.Option(
+              min=0, help="keep run directories written within the last N days")] = None,
+          keep_last: Annotated[Optional[int], typer.Option(
+              min=1, help="keep the N most recently written run directories")] = None,
+          yes: Annotated[bool, typer.Option("--yes", help="delete (without it: only say what would go)")] = False,
+          include_referenced: Annotated[bool, typer.Option(
+              "--include-referenced",
+              help="delete directories the store or a health verdict still points to as well")] = False,
+          runs_dir: Annotated[Optional[Path], typer.Option(
+              help="where the run directories are [default: <workspace>/runs]")] = None,
+          db: DbOption = None) -> None:
+    """Delete old run directories (<workspace>/runs): those outside --keep-days and --keep-last; a dry run
+    unless --yes. Directories the results store or a health verdict still points to are kept (and
+    named) unless --include-referenced."""
+    if keep_days is None and keep_last is None:
+        raise typer.BadParameter("say what to keep: --keep-days N and/or --keep-last N", param_hint="--keep-days")
+    if runs_dir is None:
+        runs_dir = paths.runs_dir()
+    console = Console()
+    if not runs_dir.is_dir():
+        console.print(f"no run directories: {escape(str(runs_dir))} does not exist")
+        return
+    with expected_errors():
+        directories = [RunDirectory.measure(p) for p in sorted(runs_dir.iterdir())
+                       if p.is_dir() and not p.is_symlink() and p.name != REFRAME_PREFIX]
+        old = expired(directories, keep_days, keep_last, time.time())
+        mark_references(old, runs_dir, db)
+    doomed = [d for d in old if include_referenced or not d.referenced_by]
+    for directory in old:
+        if directory.referenced_by and not include_referenced:
+            console.print(f"keep {escape(directory.describe())}: still referenced by "
+                          f"{escape('; '.join(directory.referenced_by))}")
+    verb = "delete" if yes else "would delete"
+    for directory in doomed:
+        also = f" although referenced by {'; '.join(directory.referenced_by)}" if directory.referenced_by else ""
+        console.print(f"{verb} {escape(directory.describe())}{escape(also)}")
+        if yes:
+            with expected_errors():
+                shutil.rmtree(directory.path)
+    total = sum(d.size for d in doomed) / 2**20
+    console.print(f"{'deleted' if yes else 'would delete'} {len(doomed)} of {len(directories)} run directories "
+                  f"({sum(d.files for d in doomed)} files, {total:.1f} MiB)"
+                  + ("" if yes or not doomed else "; add --yes to delete them"))

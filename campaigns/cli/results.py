@@ -1,0 +1,313 @@
+"""`commcamp results ...`: list, export and ingest what the results store holds.
+campaigns/cli/app.py mounts it with register(app)."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns.cli.options import DbOption, expected_errors, parse_when, with_measurement_filters
+from campaigns.cli.console import make_console
+from campaigns.cli.prune import prune
+
+if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
+    import numpy as np
+    import pandas
+
+    from campaigns.store import MeasurementFilter
+
+
+def _console(*, stderr: bool = False) -> Console:
+    # Built per use, not at import, so it sizes itself to the terminal (or $COLUMNS) of this call; full
+    # width when not on a terminal (campaigns/cli/console.py).
+    return make_console(stderr=stderr)
+
+
+LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
+
+def human_size(size: float | None) -> str:
+    if size is None or size != size:  # None or NaN: an error record without a size
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:g} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+class ListFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOption = Annotated[ListFormat, typer.Option(
+    "--format", help="table (rich), json (a list of objects) or csv (a header line, then one line per row)")]
+
+
+def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
+                 list_format: ListFormat = ListFormat.table) -> None:
+    if list_format is ListFormat.table:
+        from rich.table import Table
+
+        table = Table(*columns, title=escape(title))
+        for row in rows:
+            table.add_row(*map(escape, row))  # values are data, not rich markup
+        _console().print(table)
+    elif list_format is ListFormat.json:
+        print(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=1))
+    else:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerows([columns, *rows])
+    if len(rows) < total:
+        _console(stderr=list_format is not ListFormat.table).print(
+            f"showing {len(rows)} of {total} (newest first); use --limit 0 or narrower filters to see the rest")
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
+class RunStatus(str, Enum):
+    passed = "pass"
+    failed = "fail"
+    error = "error"
+
+
+def list_runs(db: DbOption = None,
+              campaign: Annotated[Optional[str], typer.Option(help="campaign name")] = None,
+              site: Annotated[Optional[str], typer.Option()] = None,
+              system: Annotated[Optional[str], typer.Option()] = None,
+              partition: Annotated[Optional[str], typer.Option()] = None,
+              status: Annotated[Optional[RunStatus], typer.Option()] = None,
+              since: Annotated[Optional[str], typer.Option(help="started on or after (YYYY-MM-DD or ISO)")] = None,
+              until: Annotated[Optional[str], typer.Option(help="started on or before (YYYY-MM-DD or ISO)")] = None,
+              limit: LimitOption = 100, list_format: FormatOption = ListFormat.table) -> None:
+    """List stored runs, newest first."""
+    from campaigns.store import RunFilter, open_store
+
+    run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
+                           status=status.value if status else None,
+                           since=parse_when(since, "--since"), until=parse_when(until, "--until"))
+    with expected_errors(), open_store(db) as store:
+        runs = store.runs(**vars(run_filter))[::-1]
+    rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
+             str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
+             str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
+            for run in (runs[:limit] if limit else runs)]
+    _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
+                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs),
+                 list_format)
+
+
+@with_measurement_filters
+def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
+                      list_format: FormatOption = ListFormat.table) -> None:
+    """List stored measurements (one per commbench record), newest run first."""
+    from campaigns.store import open_store
+
+    with expected_errors(), open_store(db) as store:
+        frame = store.measurements(**vars(filters))
+    frame = frame.sort_values("run_id", ascending=False, kind="stable")
+    rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
+             _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
+             "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
+             row.timestamp.strftime("%Y-%m-%d %H:%M")]
+            for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
+    _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
+                                                  "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
+                 rows, len(frame), list_format)
+
+
+class ExportFormat(str, Enum):
+    csv = "csv"
+    parquet = "parquet"
+
+
+@with_measurement_filters
+def export(filters: MeasurementFilter,
+           output: Annotated[Path, typer.Option("--output", "-o", help="file to write (replaced atomically)")],
+           export_format: Annotated[Optional[ExportFormat], typer.Option(
+               "--format", help="csv or parquet [default: from the output suffix]")] = None,
+           samples: Annotated[bool, typer.Option(
+               "--samples", help="one row per timed iteration (measurement_id, iteration, time_us and the "
+                                 "measurement's identity) instead of one per measurement")] = False,
+           db: DbOption = None) -> None:
+    """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
+    written as JSON text."""
+    from sqlalchemy import JSON
+
+    from campaigns.store import open_store
+    from campaigns.store.models import Measurement
+    from tuners.writers import new_file_mode
+
+    if export_format is None:
+        try:
+            export_format = ExportFormat(output.suffix.lstrip(".").lower())
+        except ValueError:
+            raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
+                                     param_hint="--format") from None
+    with expected_errors():
+        with open_store(db) as store:
+            frame = store.measurements(**vars(filters))
+            if samples:
+                frame = _sample_rows(frame, store.sample_arrays(**vars(filters)))
+        for column in Measurement.__table__.columns:
+            if isinstance(column.type, JSON) and column.key in frame:
+                frame[column.key] = [json.dumps(value, sort_keys=True) if value is not None else None
+                                     for value in frame[column.key]]
+        output = output.absolute()
+        fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            if export_format is ExportFormat.csv:
+                frame.to_csv(temp_name, index=False)
+            else:
+                frame.to_parquet(temp_name, index=False)
+            os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
+            os.replace(temp_name, output)
+        except BaseException:
+            os.unlink(temp_name)
+            raise
+    what = "samples" if samples else "measurements"
+    _console().print(f"exported {len(frame)} {what} to {output} ({export_format.value})", markup=False)
+
+
+_SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "environ", "op", "transport",
+                    "bytes", "ranks", "nodes", "timestamp"]
+
+
+def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
+    """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    import numpy as np
+
+    ids = [mid for mid in measurements["measurement_id"] if mid in samples]
+    counts = [len(samples[mid]) for mid in ids]
+    identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]
+    frame = identity.loc[identity.index.repeat(counts)].reset_index(drop=True)
+    frame["iteration"] = [i for count in counts for i in range(count)]
+    frame["time_us"] = np.concatenate([samples[mid] for mid in ids]) if ids else np.array([], dtype=float)
+    return frame
+
+
+def _parameters(pairs: list[str]) -> dict[str, str]:
+    parameters = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--param")
+        parameters[key] = value
+    return parameters
+
+
+def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str) -> list[dict[str, Any]]:
+    """The records of `file`: commbench JSON Lines as they are, another benchmark's output through
+    campaigns.formats (each of its rows a record naming that benchmark as its source)."""
+    from campaigns.model.records import load_records, validate_record
+
+    if fmt == "commbench":
+        return load_records(file)
+    from campaigns.formats import foreign  # deferred: only this command reads other benchmarks
+    if fmt not in foreign.FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of commbench, {', '.join(foreign.FORMATS)}",
+                                 param_hint="--format")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{file}: cannot read: {exc}") from exc
+    stamp = datetime.fromtimestamp(file.stat().st_mtime, tz=timezone.utc)
+    records = foreign.parse(fmt, text, source=str(file), timestamp=stamp, hostnames=hosts,
+                            mpi_library=mpi_library)
+    return [validate_record(record, f"{file} row {index}") for index, record in enumerate(records)]
+
+
+def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
+           site: Annotated[str, typer.Option(help="site the records were measured at")],
+           system: Annotated[str, typer.Option(help="system (cluster) name")],
+           partition: Annotated[str, typer.Option()] = "default",
+           environ: Annotated[str, typer.Option(help="programming environment")] = "default",
+           campaign: Annotated[str, typer.Option()] = "manual",
+           check_name: Annotated[str, typer.Option(help="name of the check that ran commbench")] = "commbench",
+           run_key: Annotated[Optional[str], typer.Option(
+               help="unique key of this run [default: manual:<sha256 of the file>]")] = None,
+           param: Annotated[Optional[list[str]], typer.Option(help="run parameter KEY=VALUE (repeatable)")] = None,
+           num_nodes: Annotated[Optional[int], typer.Option(help="[default: largest 'nodes' of the records]")] = None,
+           num_tasks: Annotated[Optional[int], typer.Option(help="[default: largest 'ranks' of the records]")] = None,
+           status: Annotated[Optional[RunStatus], typer.Option(
+               help="[default: pass when every record is valid, else fail]")] = None,
+           reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
+           job_id: Annotated[Optional[str], typer.Option(help="Slurm job id")] = None,
+           replace: Annotated[bool, typer.Option(help="replace a stored run with the same key")] = False,
+           allow_duplicate: Annotated[bool, typer.Option(
+               "--allow-duplicate", help="store records although the same records are stored (as test data)")] = False,
+           fmt: Annotated[str, typer.Option("--format", help=(
+               "commbench (JSON Lines), nccl-tests (its printed table), nccl-tests-json (-J file, "
+               "per-iteration data with -I) or osu (an osu_* benchmark's printed output)"))] = "commbench",
+           hosts: Annotated[Optional[str], typer.Option(help=(
+               "comma-separated host of each rank, for outputs that do not name them (osu)"))] = None,
+           mpi_library: Annotated[str, typer.Option(help="MPI library of a foreign output (osu, nccl-tests)")] = "",
+           db: DbOption = None) -> None:
+    """Store a benchmark output produced outside commcamp (a site's own commbench, nccl-tests or OSU run,
+    a reference result): each measurement becomes a record the store, health and report read like
+    commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
+    unless --allow-duplicate."""
+    from campaigns.model.site import SiteError, load_site
+    from campaigns.store import RunInfo, open_store, records_digest
+
+    parameters = _parameters(param or [])
+    with expected_errors():
+        try:
+            load_site(site).system(system)
+        except SiteError as exc:
+            raise ValueError(f"--site: {exc}") from None
+        except KeyError:
+            raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
+        records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
+        if not records:
+            raise ValueError(f"{file} holds no commbench records")
+        invalid = sum(not record["valid"] for record in records)
+        if status is None:
+            status = RunStatus.passed if invalid == 0 else RunStatus.failed
+            if invalid and reason is None:
+                reason = f"{invalid} of {len(records)} records not valid"
+        stamps = [datetime.fromisoformat(record["timestamp"]) for record in records]
+        run = RunInfo(run_key=run_key or f"manual:{hashlib.sha256(file.read_bytes()).hexdigest()[:16]}",
+                      campaign=campaign, site=site, system=system, partition=partition, environ=environ,
+                      check_name=check_name, parameters=parameters,
+                      num_nodes=num_nodes or max(record["nodes"] for record in records),
+                      num_tasks=num_tasks or max(record["ranks"] for record in records),
+                      status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
+                      job_id=job_id)
+        with open_store(db) as store:
+            same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
+                                               if not (replace and stored.run_key == run.run_key)]
+            if same:
+                _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
+                                 f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
+                return
+            run_id = store.ingest(run, records, replace=replace, validated=True)
+    _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
+               f"from {file} in {store.url}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `results` command group to the commcamp CLI."""
+    results = typer.Typer(help="Query, export, ingest stored benchmark results; prune old run directories.",
+                          no_args_is_help=True)
+    results.command("runs")(list_runs)
+    results.command("list")(list_measurements)
+    results.command("export")(export)
+    results.command("ingest")(ingest)
+    results.command("prune")(prune)
+    app.add_typer(results, name="results")

@@ -1,0 +1,151 @@
+"""`commcamp site ...`: the sites under site_configs/: list them, check their files, show their data.
+campaigns/cli/app.py mounts it with register(app).
+
+`commcamp site check SITE` (or `--all`) validates site.yaml, the ReFrame configuration it produces, the
+knob overrides against the catalog, env.sh and the Spack environment (campaigns.model.site.check_site) and
+prints every problem as `FILE: key: message`. Exit codes: 0 sound, 1 problems found, 2 unknown site or
+bad usage.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from campaigns import paths
+from campaigns.exit_codes import ExitCode
+
+if TYPE_CHECKING:  # site.yaml's models (pydantic) load when a command runs: `commcamp --help` stays fast
+    from campaigns.model.site import Bandwidth
+
+
+
+def _gbs(bandwidth: Bandwidth | None) -> str:
+    if bandwidth is None:
+        return "-"
+    value = f"{bandwidth.gbs:g}" if bandwidth.gbs is not None else f"{bandwidth.min_gbs:g}-{bandwidth.max_gbs:g}"
+    return value + ("" if bandwidth.verified else " (unverified)")
+
+
+def list_sites() -> None:
+    """The sites, their partitions and what the suite runs there."""
+    from campaigns.model.site import SiteError, available_sites, load_site
+
+    table = Table(title="Sites (<site>/site.yaml on the search path: `commcamp paths`)", title_justify="left")
+    for column in ("site", "partition", "scheduler", "nodes", "GPUs/node", "backend", "transports", "facts"):
+        table.add_column(column)
+    for name in available_sites():
+        try:
+            site = load_site(name)
+        except SiteError as exc:
+            table.add_row(name, f"[red]invalid: {escape(str(exc).splitlines()[0])}[/]", *[""] * 6)
+            continue
+        for system in site.systems:
+            for part in system.partitions:
+                commbench = part.commbench
+                table.add_row(name, f"{system.name}:{part.name}", part.scheduler, str(part.nodes), str(part.node.gpus),
+                              commbench.backend if commbench else "-",
+                              ", ".join(commbench.transports) if commbench else "-",
+                              "verified" if part.node.verified else "unverified")
+    Console().print(table)
+
+
+def show(site_name: Annotated[str, typer.Argument(help="a directory under site_configs/")]) -> None:
+    """A site's nominal bandwidths, libraries and references: what a measurement is compared with."""
+    from campaigns.model.site import SiteError, load_site
+
+    try:
+        site = load_site(site_name)
+    except SiteError as exc:
+        Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    console = Console()
+    console.print(f"[bold]{site.name}[/]: {escape(site.description)}")
+    if site.network:
+        net = site.network
+        state = "verified" if net.verified else "unverified"
+        console.print(f"network: {escape(net.fabric)}; {escape(net.topology)}; location by {net.location}: "
+                      f"{escape(net.location_how)} ({state}; {escape(net.source)})")
+    for system in site.systems:
+        for part in system.partitions:
+            links = part.links
+            console.print(f"\n[bold]{system.name}:{part.name}[/] {part.nodes} node(s) x {part.node.gpus} GPU(s) "
+                          f"{escape(part.node.gpu_model)}; nominal GB/s per direction: GPU pair "
+                          f"{_gbs(links.gpu_pair if links else None)}, NIC {_gbs(links.nic if links else None)}, "
+                          f"host<->device {_gbs(links.host_device if links else None)}")
+            for lib in part.libraries:
+                console.print(f"  {lib.name} {escape(lib.version)} ({'verified' if lib.verified else 'unverified'}: "
+                              f"{escape(lib.source)})")
+            references = part.commbench.references if part.commbench else []
+            console.print(f"  commbench references: {len(references)}; reference benchmarks: "
+                          f"{', '.join(b.package for b in part.reference_benchmarks.values()) or 'none'}")
+
+
+def check(
+    site_name: Annotated[Optional[str], typer.Argument(metavar="SITE", help="a directory under site_configs/")] = None,
+    all_sites: Annotated[bool, typer.Option("--all", help="check every site")] = False,
+) -> None:
+    """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment."""
+    from campaigns.model.site import SiteError, available_sites, check_site, site_file
+
+    errors = Console(stderr=True)
+    if all_sites == (site_name is not None):
+        errors.print("give a SITE or --all (one of them)")
+        raise typer.Exit(ExitCode.USAGE)
+    names = available_sites() if all_sites else [site_name]
+    if site_name is not None:
+        try:
+            site_file(site_name)
+        except SiteError as exc:
+            errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+            raise typer.Exit(ExitCode.USAGE) from None
+    failed = 0
+    for name in names:
+        assert name is not None
+        problems = check_site(name)
+        if problems:
+            failed += 1
+            errors.print(f"[bold red]site {name}: {len(problems)} problem(s)[/]")
+            for problem in problems:
+                errors.print(f"  {escape(problem)}", soft_wrap=True, highlight=False)
+        else:
+            Console().print(f"site {name}: ok")
+    if failed:
+        raise typer.Exit(ExitCode.FAILED)
+
+
+def new(
+    site_name: Annotated[str, typer.Argument(metavar="NAME", help="the new site's name (its directory's name)")],
+    template: Annotated[str, typer.Option("--from", help="the site to start from")] = "generic-slurm",
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", help="where NAME/ goes [default: the first directory of $COMMCAMP_SITE_PATH, else .]")] = None,
+) -> None:
+    """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
+    env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
+    from campaigns.model.site import SiteError, new_site, site_search_path
+
+    parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
+    try:
+        target = new_site(site_name, template, parent.resolve())
+    except SiteError as exc:
+        Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
+        raise typer.Exit(ExitCode.USAGE) from None
+    print(target)
+    if target.parent not in [p.resolve() for p in site_search_path()]:
+        Console(stderr=True).print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
+                                   f"site {site_name}", soft_wrap=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `site` command group to the commcamp CLI."""
+    sites = typer.Typer(help="The sites ($COMMCAMP_SITE_PATH, then the shipped site_configs/): list, check, show, "
+                             "new.", no_args_is_help=True)
+    sites.command("list")(list_sites)
+    sites.command("check")(check)
+    sites.command("show")(show)
+    sites.command("new")(new)
+    app.add_typer(sites, name="site")

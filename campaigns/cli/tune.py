@@ -1,0 +1,453 @@
+"""`commcamp tune`, `commcamp pretune`, `commcamp recommend` (and the hidden `tune-worker`).
+
+    commcamp tune SPEC.yaml [--trials N] [--workers N --db postgresql+psycopg://...]
+    commcamp tune --site localslurm --system localslurm:debug --library openmpi --op allreduce \\
+        --nodes 2 --tasks-per-node 1 --sizes 64K,1M --knobs OMPI_MCA_btl_tcp_sndbuf,OMPI_MCA_btl_tcp_rcvbuf
+    commcamp pretune --budget 10m --site localslurm ... --env-file tuned.env     (inside salloc/sbatch)
+    commcamp recommend --site S --system X --op allreduce --nodes 8 --size 64M
+
+Exit codes: 0 done; 1 a run or the study failed; 2 bad spec or usage; 3 (recommend) nothing measured
+for that context.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from campaigns import paths
+from campaigns.cli.console import make_console
+from campaigns.exit_codes import ExitCode
+
+if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
+    from campaigns.tuning.session import TuningOutcome, TuningSetup
+    from campaigns.tuning.spec import TuningSpec
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """'10m' -> 600.0; plain numbers are seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 90s, 10m, 1h)")
+    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _fail(console: Console, message: str, code: int = ExitCode.USAGE) -> typer.Exit:
+    console.print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+@contextmanager
+def _setup_errors(console: Console) -> Iterator[None]:
+    """A spec, site, knob or database problem found while setting up, before any trial: one message, exit 2."""
+    from tuners.evaluation import EvaluationAborted
+    from tuners.study import StorageUnavailable
+
+    try:
+        yield
+    except StorageUnavailable as exc:
+        raise _fail(console, f"cannot use the {exc}") from None
+    except (ValueError, EvaluationAborted) as exc:
+        raise _fail(console, str(exc)) from None
+
+
+@contextmanager
+def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = ()) -> Iterator[None]:
+    """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
+    written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
+    one clear message instead of a traceback. What Optuna committed stays committed."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.study import StorageUnavailable, storage_problem
+
+    previous_hook = threading.excepthook
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        cause = _stopping_cause(args.exc_value)
+        if cause is None:  # Optuna's heartbeat thread ends when the database is gone: one line, no traceback
+            previous_hook(args)
+            return
+        name = args.thread.name if args.thread else "a thread"
+        console.print(f"[yellow]{escape(name)} stopped: {escape(str(storage_problem(url, cause)))}[/]",
+                      highlight=False, soft_wrap=True)
+
+    threading.excepthook = thread_hook
+    try:
+        yield
+    except StorageUnavailable as exc:
+        raise _fail(console, f"cannot use the {exc}") from None
+    except ValueError as exc:  # the stored study was set up differently (knobs, buckets, baseline)
+        raise _fail(console, str(exc)) from None
+    except OSError as exc:
+        where = exc.filename or " or ".join(str(path) for path in outputs if path is not None) or "a file"
+        raise _fail(console, f"cannot write {where}: {exc.strerror or exc}; files written earlier are unchanged",
+                    ExitCode.FAILED) from None
+    except Exception as exc:
+        cause = _stopping_cause(exc)
+        if cause is None:
+            raise
+        reason = storage_problem(url, cause) if isinstance(cause, SQLAlchemyError) else cause
+        raise _fail(console, f"study stopped: {reason}. Every finished trial is stored; run the same command "
+                             "again once the database answers (a trial that was running is queued again).",
+                    ExitCode.FAILED) from None
+    finally:
+        threading.excepthook = previous_hook
+
+
+def _stopping_cause(exc: BaseException | None) -> BaseException | None:
+    """The database error or aborted evaluation behind `exc`, if any. Optuna 5.0 can hide a database error
+    that hit its own bookkeeping behind an UnboundLocalError (optuna/study/_optimize.py, _run_trial)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from tuners.evaluation import EvaluationAborted
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (SQLAlchemyError, EvaluationAborted)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# Options shared by tune and pretune: None = keep the spec's value (or the model default).
+SpecOpt = Annotated[Optional[Path], typer.Argument(help="tuning spec (YAML); options override its fields")]
+SiteOpt = Annotated[Optional[str], typer.Option(help="site (site_configs/<site>/)")]
+SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition, or a system of one partition")]
+EnvironOpt = Annotated[Optional[str], typer.Option(help="programming environment / MPI (openmpi, mpich)")]
+LibraryOpt = Annotated[Optional[str], typer.Option(help="library whose knobs are tuned: nccl, openmpi, mpich, ...")]
+LibVersionOpt = Annotated[Optional[str], typer.Option(help="its version (default: read from a probe run)")]
+OpOpt = Annotated[Optional[str], typer.Option(help="commbench op, e.g. allreduce")]
+TransportOpt = Annotated[Optional[str], typer.Option(help="commbench transport: mpi or ccl")]
+NodesOpt = Annotated[Optional[int], typer.Option(help="node count of the scope")]
+TpnOpt = Annotated[Optional[int], typer.Option(help="ranks per node")]
+GpusOpt = Annotated[Optional[int], typer.Option(help="GPUs per node of the scope")]
+SizesOpt = Annotated[Optional[str], typer.Option(help="message sizes, e.g. 64K,1M,4M")]
+KnobsOpt = Annotated[Optional[str], typer.Option(help="comma-separated knobs to search (default: all that apply)")]
+OverridesOpt = Annotated[Optional[list[Path]], typer.Option(
+    "--knob-overrides", help="knob override file (defaults/pinned/forbidden/restrict); repeatable")]
+TrialsOpt = Annotated[Optional[int], typer.Option(help="trial budget (trials counted across workers/restarts)")]
+SamplerOpt = Annotated[Optional[str], typer.Option(help="tpe (default), gp or random")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="sampler seed")]
+ExecutorOpt = Annotated[Optional[str], typer.Option(help="reframe (campaign executor) or launcher")]
+LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor command, e.g. 'mpirun -np 4'")]
+CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
+DbOpt = Annotated[Optional[str], typer.Option(
+    help="Optuna storage URL (default: the results database; PostgreSQL for parallel workers)")]
+PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (<workspace>/recommendations)")]
+PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
+RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
+StudyOpt = Annotated[Optional[str], typer.Option(
+    help="study name (default: the scope + executor + a digest of the knobs and knob files)")]
+
+
+def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
+    """The spec file with the given fields replaced, or a spec from the fields alone; ValueError with
+    every problem otherwise."""
+    from pydantic import ValidationError
+
+    from campaigns.tuning.spec import TuningSpec, load_spec
+
+    given = {k: v for k, v in fields.items() if v is not None}
+    for key in ("knobs", "launcher"):
+        if isinstance(given.get(key), str):
+            given[key] = [k for k in re.split(r"[,\s]+", given[key]) if k] if key == "knobs" \
+                else shlex.split(given[key])
+    try:
+        if spec_path is not None:
+            base = load_spec(spec_path).model_dump()
+            return TuningSpec.model_validate({**base, **given})
+        return TuningSpec.model_validate(given)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+        raise ValueError(f"invalid tuning spec: {problems}") from None
+
+
+def _fields(**kwargs: Any) -> dict[str, Any]:
+    return kwargs
+
+
+def describe(setup: TuningSetup) -> list[str]:
+    space = ", ".join(setup.space.knob_names)
+    return [f"scope: {setup.scope.describe()}",
+            f"study: {setup.study_name}",
+            f"knobs searched: {space}",
+            f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
+            "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
+            f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}"]
+
+
+def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
+    """What a dry run can tell before the probe run that reads the library's version."""
+    from campaigns.tuning.session import executor_label
+    from tuners.evaluation import format_bytes
+
+    return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
+            f"when the study runs; give --library-version to see the study and its search space) op={spec.op} "
+            f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node}",
+            f"study: {spec.study or 'the scope + ' + executor_label(spec) + ' + a digest of the knob setup'}",
+            f"knobs asked for: {', '.join(spec.knobs) if spec.knobs else 'every catalog knob that applies'}",
+            f"knob files: {', '.join(knob_files) or 'none'}",
+            f"sizes: {', '.join(format_bytes(size) for size in spec.sizes)}; budget: "
+            + ", ".join(part for part in (f"{spec.trials} trials" if spec.trials else "",
+                                          f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part)]
+
+
+def report_lines(outcome: TuningOutcome) -> list[str]:
+    from tuners.study import study_progress
+
+    progress = study_progress(outcome.study)
+    lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
+    if progress.best_speedup is not None:
+        lines.append(f"best trial: {(progress.best_speedup - 1) * 100:+.1f}% vs the defaults (single measurement)")
+    rec = outcome.recommendation
+    if rec is None:
+        return lines
+    lines.append(f"decision: {rec.decision}" + (f" -- {rec.gain.describe()}" if rec.gain else
+                                                  " (no candidate passed the test)"))
+    lines.append("export: " + (" ".join(f"{k}={v}" for k, v in rec.env.items()) or "(nothing)")
+                 + ("; unset: " + " ".join(rec.unset) if rec.unset else ""))
+    for size in rec.per_size:
+        lines.append(f"  {size.bucket:>16} {size.metric:8} {size.decision}"
+                     + (f" {size.gain.median:+.1%}" if size.gain else ""))
+    lines.extend(f"note: {n}" for n in [*rec.evidence.notes, *rec.plugin_notes])
+    if outcome.published is not None:
+        lines.append(f"published: {outcome.published.recommendations} ({outcome.published.env_file.name}, "
+                     f"module {outcome.published.module_name}"
+                     + (f", {outcome.published.tuner_config}" if outcome.published.tuner_config else "") + ")")
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def tune(
+        spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
+        library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
+        transport: TransportOpt = None, nodes: NodesOpt = None, tasks_per_node: TpnOpt = None,
+        gpus_per_node: GpusOpt = None, sizes: SizesOpt = None, knobs: KnobsOpt = None,
+        knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
+        budget: Annotated[Optional[str], typer.Option(help="wall-time budget of the trials, e.g. 10m")] = None,
+        sampler: SamplerOpt = None, seed: SeedOpt = None, executor: ExecutorOpt = None,
+        launcher: LauncherOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
+        finalize: Annotated[Optional[bool], typer.Option(
+            "--finalize/--no-finalize", help="re-measure the best candidates and decide (default on)")] = None,
+        publish_dir: PublishOpt = None,
+        no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
+        plugin_library: PluginOpt = None, runs_dir: RunsOpt = None, study: StudyOpt = None,
+        workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
+        dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
+        summary: Annotated[Optional[Path], typer.Option(
+            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
+    ) -> None:
+        """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
+        finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
+        from campaigns.tuning.session import TuningSession, check_spec, make_tuner, prepare, study_name
+        from campaigns.slurm.workers import submit_workers, wait_for_jobs, worker_spec
+        from tuners.study import study_progress
+
+        console, errors = make_console(), make_console(stderr=True)
+        fields = _fields(site=site, system=system, environ=environ, library=library,
+                         library_version=library_version, op=op, transport=transport, nodes=nodes,
+                         tasks_per_node=tasks_per_node, gpus_per_node=gpus_per_node, sizes=sizes, knobs=knobs,
+                         knob_overrides=knob_overrides, trials=trials,
+                         budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
+                         executor=executor, launcher=launcher, commbench=commbench, db=db,
+                         plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir, study=study)
+        with _setup_errors(errors):
+            spec_obj = build_spec(spec, fields)
+            if finalize is not None:
+                spec_obj = spec_obj.model_copy(update={"finalize": spec_obj.finalize.model_copy(
+                    update={"enabled": finalize})})
+            if no_publish:
+                spec_obj = spec_obj.model_copy(update={"publish_dir": None})
+            if workers and spec_obj.storage_url().startswith("sqlite"):
+                raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
+                                 "SQLite takes one writer process at a time")
+            if dry_run and spec_obj.library_version is None:  # the version needs a probe run: not in a dry run
+                _, knob_files = check_spec(spec_obj)
+                for line in plan_lines(spec_obj, knob_files):
+                    console.print(escape(line), highlight=False, soft_wrap=True)
+                return
+            setup = prepare(spec_obj)
+            if workers:  # the workers run the trials (srun steps): the study is named for them
+                spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
+                                                                           setup.knob_files)})
+                setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
+        for line in describe(setup):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        if dry_run:
+            return
+        with _study_errors(errors, spec_obj.storage_url(), [spec_obj.publish_dir, summary]):
+            session = TuningSession(setup)
+            if workers:
+                tuner = make_tuner(setup)
+                tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
+                directory = Path(spec_obj.runs_dir) / f"tune-workers-{time.strftime('%Y%m%dT%H%M%S')}"
+                ids = submit_workers(spec_obj, workers, directory, os.environ)
+                console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
+                              f"(output in {directory})")
+                wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
+                session.collect(tuner)
+            else:
+                session.trials()
+            outcome = session.finish()
+            session.summary(summary)
+        for line in report_lines(outcome):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        if study_progress(outcome.study).complete == 0:
+            raise _fail(errors, "no trial completed (see the trials' fail_reason)", ExitCode.FAILED)
+
+    @app.command("tune-worker", hidden=True)
+    def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
+        """One tuning worker (a Slurm job of `commcamp tune --workers N`): trials until the study's budget is met."""
+        from campaigns.tuning.spec import TuningSpec
+        from campaigns.tuning.session import make_tuner, prepare
+        from tuners.evaluation import EvaluationAborted
+        from tuners.study import study_progress
+
+        try:
+            spec_obj = TuningSpec.model_validate_json(spec.read_text())
+            setup = prepare(spec_obj)
+        except (OSError, ValueError, EvaluationAborted) as exc:
+            raise _fail(make_console(stderr=True), str(exc)) from None
+        with _study_errors(make_console(stderr=True), spec_obj.storage_url()):
+            study = make_tuner(setup).run()
+        progress = study_progress(study)
+        print(f"worker done: study {setup.study_name}: {progress.counted} counted trials, "
+              f"{len(setup.evaluator.durations_s)} run here", flush=True)
+
+    @app.command()
+    def pretune(
+        budget: Annotated[str, typer.Option(help="total wall time: trials, then finalization (e.g. 10m)")],
+        env_file: Annotated[Path, typer.Option(help="sourceable file to write (export/unset lines)")],
+        spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
+        library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
+        transport: TransportOpt = None, gpus_per_node: GpusOpt = None, sizes: SizesOpt = None,
+        knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
+        sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
+        publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
+        study: Annotated[Optional[str], typer.Option(help=(
+            "name stem of this run's study (default: the scope + srun + a digest of the knob setup); each "
+            "pretune makes a study of its own, <stem>/job<SLURM_JOB_ID>-<UTC time>, seeded with the best "
+            "settings of earlier studies of that stem"))] = None,
+        trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
+        summary: Annotated[Optional[Path], typer.Option(
+            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
+    ) -> None:
+        """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
+        with srun in this allocation, finalization, then an env file for the job script to source."""
+        from campaigns.tuning.session import TuningSession, UntestedDecision, make_tuner, prepare, write_env_file
+        from campaigns.slurm.workers import slurm_launcher
+        from tuners.study import best_envs_of_studies, open_storage, study_progress
+
+        console, errors = make_console(), make_console(stderr=True)
+        if not os.environ.get("SLURM_JOB_ID"):
+            raise _fail(errors, "pretune runs inside a Slurm allocation (salloc or an sbatch script): "
+                                "SLURM_JOB_ID is not set")
+        total = parse_duration(budget)
+        if not 0.1 <= trial_share <= 0.9:
+            raise _fail(errors, f"--trial-share {trial_share} must be within 0.1 .. 0.9")
+        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
+        tasks = int(os.environ.get("SLURM_NTASKS") or nodes)
+        fields = _fields(site=site, system=system, environ=environ, library=library,
+                         library_version=library_version, op=op, transport=transport, nodes=nodes,
+                         tasks_per_node=max(1, tasks // nodes), gpus_per_node=gpus_per_node, sizes=sizes,
+                         knobs=knobs, knob_overrides=knob_overrides, trials=trials, budget_s=total * trial_share,
+                         sampler=sampler, seed=seed, executor="launcher", launcher="srun", commbench=commbench,
+                         db=db, runs_dir=runs_dir, publish_dir=publish_dir)
+        started = time.monotonic()
+        with _setup_errors(errors):
+            spec_obj = build_spec(spec, fields)
+            # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
+            spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
+                                                   "publish_dir": publish_dir,
+                                                   "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
+            setup = prepare(spec_obj)
+            # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
+            stem = study or setup.study_name
+            setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"
+                                                          f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        for line in describe(setup):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
+            storage = open_storage(spec_obj.storage_url(), heartbeat_interval=spec_obj.heartbeat_s,
+                                   grace_period=2 * spec_obj.heartbeat_s)
+            seeds = best_envs_of_studies(storage, stem, setup.space)
+            if seeds:
+                console.print(f"seeded with {len(seeds)} setting(s) of earlier studies {escape(stem)}*",
+                              highlight=False, soft_wrap=True)
+            session = TuningSession(setup)
+            outcome = session.trials(make_tuner(setup, storage=storage, progress=True,
+                                                timeout_s=total * trial_share, seed_envs=seeds))
+            durations = setup.evaluator.durations_s
+            if not durations:
+                raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
+                                    f"{env_file} not written", ExitCode.FAILED)
+            per_run = sum(durations) / len(durations)
+            left = total - (time.monotonic() - started)
+            try:
+                recommendation = session.finalize(max_evaluations=int(left // per_run))
+            except UntestedDecision as exc:
+                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", ExitCode.FAILED) from None
+            assert outcome.report is not None
+            if outcome.report.rounds_used == 0 and study_progress(outcome.study).counted < 2:
+                raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
+                                    f"untested; {env_file} not written (give a larger --budget)", ExitCode.FAILED)
+            session.publish()
+            write_env_file(env_file, recommendation, setup.catalog)
+            session.summary(summary)
+        for line in report_lines(outcome):
+            console.print(escape(line), highlight=False, soft_wrap=True)
+        console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "
+                      f"(source it before the application's srun)")
+
+    @app.command()
+    def recommend(
+        site: Annotated[str, typer.Option(help="site")],
+        system: Annotated[str, typer.Option(help="system, or system:partition (as tune takes it)")],
+        op: Annotated[str, typer.Option(help="commbench op, e.g. allreduce")],
+        nodes: Annotated[int, typer.Option(help="node count of the job")],
+        size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
+        gpus_per_node: GpusOpt = None,
+        partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
+        transport: TransportOpt = None, library: LibraryOpt = None,
+        root: Annotated[Optional[Path], typer.Option(
+            help="recommendations root [default: <workspace>/recommendations]")] = None,
+    ) -> None:
+        """Print the published settings for a job context and the measured scope they come from. A node
+        count, GPU count or size that was not measured is said so; nothing is extrapolated."""
+        from campaigns.model.sizes import parse_size
+        from tuners.evaluation import format_bytes
+        from tuners.recommend import format_lookup, lookup
+
+        errors = make_console(stderr=True)
+        system, _, named = system.partition(":")
+        if named and partition not in (None, named):
+            raise _fail(errors, f"--system {system}:{named} and --partition {partition} name two partitions")
+        partition = partition or named or None
+        try:
+            size_bytes = None if size is None else parse_size(size)
+            result = lookup(root or paths.recommendations_dir(), site, system, op=op, nodes=nodes,
+                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
+                            size=size_bytes)
+        except ValueError as exc:
+            raise _fail(errors, str(exc)) from None
+        print(format_lookup(result))
+        if size_bytes is not None and result.size_result is not None:
+            print(f"# size {format_bytes(size_bytes)}: bucket {result.size_result.bucket} -> "
+                  f"{result.size_result.decision}")
+        if not result.measured:
+            raise typer.Exit(ExitCode.NOT_JUDGED)

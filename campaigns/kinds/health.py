@@ -1,0 +1,765 @@
+"""Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
+the node or link behind a degraded multi-node test, and write a verdict.
+
+Metrics of a run: the commbench checks' performance variables, defined once in campaigns/model/vocabulary.py
+(small_latency: latency_us at the smallest size that moves data, lower is better; large_goodput and
+large_busbw: GB/s at the largest size, higher is better). Each is judged
+
+- against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
+  the bounds is `failed`;
+- against what the site's links can give (site.yaml `links`, multi-node runs): a latency above
+  implausible_latency_factor x links.nic_latency, or a bandwidth above implausible_bandwidth_factor x
+  the node's NICs, is `failed`, with or without history;
+- against its own history: the same series (run key without the tag) on the last `history_nights`
+  nights; with median m and robust spread s = max(1.4826 MAD, min_spread |m|, and for 2-4 nights the
+  range / d2(n): robust_spread), a value worse than m by z = |x - m| / s >= degraded_z (failed_z) AND by
+  a relative change >= degraded_change (failed_change) is `degraded` (`failed`); the evidence says what
+  was compared. Fewer than `min_history` nights: not judged on history.
+- A metric with neither a reference nor enough history is `not_judged` (its own status, counted in the
+  summary, exit code 3 when nothing is worse): an unjudged value is not a healthy one.
+
+A run that failed (commbench error, data validation, Slurm job failure) is `failed` with its reason.
+
+Isolation (health.isolate): the hosts of degraded/failed multi-node runs are suspects. Pingpong between
+two nodes (Slurm --nodelist) is run first over a ring of all nodes involved, then between each remaining
+suspect and a node a good pair cleared. A pair is bad when its metrics are degraded/failed as above
+(reference and the history of earlier pair tests) or when it is `peer_factor` times worse than the best
+pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
+nodes is a culprit link.
+
+Fail-slow (find_slow_nodes): a node can stay inside its reference, degrade no multi-node metric, and still
+be slowing down. commbench's schema 2 records every rank's median time; a node's time in a record is the
+median over its ranks (attribution.node_times). Per (node, record: the series, op, transport, size,
+direction and the hosts in rank order, so the node keeps its role) with >= min_history earlier nights, the
+node is `degraded: slow` (node verdict reason "slow", a row of its own in the table) when BOTH
+(a) its time is worse than its own history: judge() against the median and robust spread of its earlier
+    nights, >= z spreads and >= degraded_change worse; and
+(b) its time over the median of its peers' times in the same record tonight (>= MIN_PEERS other nodes) is
+    above 1 (it is slower than its peers) and worse, by the same test, than that ratio on its earlier nights.
+(b) is what a whole-night shift (load, a switch, a library update) cannot pass: it moves every node alike,
+so every ratio stays; (a) keeps a node whose peers got faster (its ratio rises, its time does not) from
+being called slow; the ratio's own history absorbs a role that is always slower. "Above 1":
+a slow node's peers change roles too (alltoall at 64 KiB, one node's link throttled: the node that waited
+100 us against its peers' 20-26 ms on clean nights waited 1.9 ms, a ratio 20x its history but still 11x
+faster than its peers); a node faster than its peers is not called slow, even one that slowed. A node the
+other rules already call degraded or failed keeps that verdict. The evidence: its time, its history's
+median and spread, its peers' times, the ratio and that ratio's history.
+False alarms: z = max(degraded_z, the normal quantile 1 - slow_alpha / m), m = the (node, record) pairs
+judged that night (Bonferroni over the night; slow_alpha 0.05): with normal noise a healthy pair passes (b)
+alone with probability <= slow_alpha / m, so a healthy night raises a false alarm with probability <=
+slow_alpha (3 nodes x 2 sizes: z 3 (the Bonferroni 2.39 is lower); 2,000 nodes x 4 records: z 4.37).
+Timing noise has heavier tails than a normal one; the guards are the AND of (a) and (b), the >= 10 %
+(degraded_change) on both, and the spread floors (2 % of the median; range/d2 for 2-4 nights). Power: a
+drift shows when it is >= max(z spreads, 10 %) on both, so >= 10 % for a node whose nightly noise is below
+10 % / z; a noisier node needs more. Two-node runs cannot say which end slowed: they are not judged.
+
+Exit status of `commcamp run` for a health campaign (EXIT_CODES): 0 healthy, 3 not judged (nothing bad,
+some metric had nothing to compare with), 4 degraded, 5 failed; distinct from commcamp's 1 (a case
+could not be stored) and 2 (bad usage, database unusable). The verdict JSON (written atomically) holds
+every metric with its evidence, the per-node verdicts and the isolation's pair tests.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from campaigns.slurm.placement import Placer
+from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
+from campaigns.model.site import Reference
+from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
+from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
+from campaigns.store import RunRow, Store
+from campaigns.model.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
+from campaigns.exit_codes import ExitCode
+from tuners.writers import write_atomic
+
+STATUSES = ("ok", "not_judged", "degraded", "failed")  # in order of severity
+BAD = ("degraded", "failed")
+# Distinct from commcamp's 1 (a case could not be stored) and 2 (bad usage, database unusable): cli.py.
+# The size up to which a message's time is its latency (the plausibility bound of small_latency without a
+# nominal NIC bandwidth to add the transfer time).
+SMALL_MESSAGE_BYTES = 4096
+EXIT_CODES = {"ok": ExitCode.OK, "not_judged": ExitCode.NOT_JUDGED, "degraded": ExitCode.DEGRADED,
+              "failed": ExitCode.UNHEALTHY}
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
+PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
+
+
+def worst(statuses: Iterable[str]) -> str:
+    return max(statuses, key=STATUSES.index, default="ok")
+
+
+@dataclass
+class Judgement:
+    status: str
+    evidence: list[str]
+    reference: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The largest value of a metric the site's hardware can plausibly give, and where it comes from."""
+
+    value: float
+    what: str
+
+
+# Tippett's d2(n): the expected range of n normal values in standard deviations (range / d2 estimates sigma).
+RANGE_D2 = {2: 1.128, 3: 1.693, 4: 2.059}
+
+
+def robust_spread(history: list[float], median: float, min_spread: float) -> tuple[float, str]:
+    """The spread a new value is compared with, and how it was found: 1.4826 x MAD, at least min_spread x the
+    median, and for a tiny history (<= 4 nights) at least range / d2(n). The MAD of 3 values is the smaller
+    of the two deviations from the median, so one noisy night of three is not seen at all (an idle cluster
+    was called degraded at 39% below such a median); the range sees every night."""
+    mad_sigma = MAD_TO_SIGMA * statistics.median(abs(v - median) for v in history)
+    floor = min_spread * abs(median)
+    parts = [(mad_sigma, f"1.4826 MAD {mad_sigma:.3g}"), (floor, f"{min_spread:.0%} of the median {floor:.3g}")]
+    if len(history) in RANGE_D2:
+        by_range = (max(history) - min(history)) / RANGE_D2[len(history)]
+        parts.append((by_range, f"range/{RANGE_D2[len(history)]} {by_range:.3g} (tiny history)"))
+    spread, how = max(parts)
+    return spread, f"largest of {', '.join(text for _, text in parts)}: {how.split(' ')[0]}"
+
+
+def judge(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
+          settings: HealthSettings, ceiling: Ceiling | None = None) -> Judgement:
+    """One metric value against its reference, the site's plausible range and its history (see the module
+    docstring). Neither a reference nor enough history: `not_judged`, whatever the value."""
+    status, evidence, judged = "ok", [], reference is not None
+    ref_info = None
+    if reference is not None:
+        low = reference.value * (1 + reference.lower) if reference.lower is not None else None
+        high = reference.value * (1 + reference.upper) if reference.upper is not None else None
+        ref_info = {"value": reference.value, "lower": reference.lower, "upper": reference.upper,
+                    "low_bound": low, "high_bound": high, "note": reference.note}
+        if low is not None and value < low:
+            status = "failed"
+            evidence.append(f"{value:.4g} below the reference bound {low:.4g} (reference {reference.value:.4g})")
+        elif high is not None and value > high:
+            status = "failed"
+            evidence.append(f"{value:.4g} above the reference bound {high:.4g} (reference {reference.value:.4g})")
+    if ceiling is not None and value > ceiling.value:
+        status = "failed"
+        evidence.append(f"{value:.4g} is not plausible on this site: above {ceiling.value:.4g}, {ceiling.what}")
+    hist_info = None
+    nights = len(history)
+    if nights >= max(settings.min_history, 2):  # a spread needs two values
+        judged = True
+        median = statistics.median(history)
+        spread, spread_how = robust_spread(history, median, settings.min_spread)
+        worse_by = (median - value) if higher_is_better else (value - median)
+        z = worse_by / spread if spread > 0 else (float("inf") if worse_by > 0 else 0.0)
+        change = worse_by / abs(median) if median else 0.0
+        hist_info = {"nights": nights, "median": median, "spread": spread, "z": z, "change": change}
+        verdict = ("failed" if z >= settings.failed_z and change >= settings.failed_change
+                   else "degraded" if z >= settings.degraded_z and change >= settings.degraded_change else "ok")
+        word = "worse" if worse_by > 0 else "better"
+        evidence.append(f"{value:.4g} is {abs(change):.0%} {word} than the median {median:.4g} of {nights} earlier "
+                        f"nights, {z:.1f} robust sigma (sigma: {spread_how}); degraded needs >= "
+                        f"{settings.degraded_z:g} sigma and >= {settings.degraded_change:.0%} worse, failed >= "
+                        f"{settings.failed_z:g} sigma and >= {settings.failed_change:.0%}")
+        status = worst([status, verdict])
+    else:
+        evidence.append(f"history of {nights} night(s) is below min_history {max(settings.min_history, 2)}: "
+                        f"not judged on history")
+    if not judged and status == "ok":
+        status = "not_judged"
+        evidence.append("no reference and too little history: nothing to judge the value against")
+    return Judgement(status, evidence, ref_info, hist_info)
+
+
+def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
+    """(metric, bytes) -> value from the valid result records of one run."""
+    results = records[(records["kind"] == "result") & records["valid"]]
+    if results.empty or results["op"].iloc[0] in MATRIX_OPS:  # several records per size: no single value
+        return {}
+    rows = results.to_dict("records")
+    return {(name, size): value for name in METRICS
+            if (taken := metric_value(name, rows)) is not None for value, size in [taken]}
+
+
+class ReferenceKey(Protocol):
+    """What a reference is matched on (a TestCase has all of it)."""
+
+    op: str
+    num_nodes: int
+    num_tasks: int
+    environ: str
+    transport: str
+
+
+def find_reference(references: list[Reference], case: ReferenceKey, metric: str, size: int) -> Reference | None:
+    """The first reference for this op, metric and size whose optional fields (nodes, environ, transport,
+    ranks) are unset or match, as the check applies them."""
+    wanted = {"op": case.op, "bytes": size, "nodes": case.num_nodes, "ranks": case.num_tasks,
+              "environ": case.environ, "transport": case.transport}
+    return next((ref for ref in references if reference_matches(ref.model_dump(), metric, wanted)), None)
+
+
+def measured(run: RunRow) -> bool:
+    """A run whose records are judged: passed, or failed only ReFrame's performance check (valid records)."""
+    return run.status == "pass" or (run.reason or "").startswith(PERFORMANCE_FAILURE)
+
+
+def _record_dicts(frame: pandas.DataFrame) -> list[dict[str, Any]]:
+    """Stored records with the fields attribution reads (schema 2's land in `extra`)."""
+    return [{**(row.get("extra") or {}), **{k: row[k] for k in ("kind", "op", "transport", "bytes", "direction",
+                                                                 "hostnames", "valid")}}
+            for row in frame.to_dict("records")]
+
+
+# (series key, record key: op, transport, bytes, direction, hosts in rank order) -> node -> its ranks' median
+# time in us (campaigns.kinds.attribution.node_times), for one night.
+NodeTimes = dict[tuple[Any, ...], dict[str, float]]
+# A node needs two peers: with one, the two ends of a pair see the same exchange and neither stands apart.
+MIN_PEERS = 2
+
+
+@dataclass
+class SlowNode:
+    """Fail-slow: a node slower than its own history AND than its peers of the same night (module docstring)."""
+
+    node: str
+    series_key: str
+    op: str
+    bytes: int
+    value_us: float  # its ranks' median time tonight
+    peers_us: dict[str, float]  # the other nodes of the same record tonight
+    history: dict[str, Any]  # its own time on earlier nights: nights, median, spread, z, change (judge())
+    peer_ratio: float  # value_us / the median of peers_us
+    ratio_history: dict[str, Any]  # the same ratio on earlier nights, judged alike
+    evidence: list[str]
+
+
+def _peer_ratio(times: dict[str, float], node: str) -> tuple[float, float] | None:
+    """A node's time over the median of its peers' in one record, and that median; None without MIN_PEERS."""
+    peers = [value for host, value in times.items() if host != node]
+    centre = statistics.median(peers) if len(peers) >= MIN_PEERS else 0.0
+    return (times[node] / centre, centre) if centre > 0 else None
+
+
+def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: HealthSettings) -> list[SlowNode]:
+    """The fail-slow rule (module docstring): per (node, record) with >= min_history earlier nights, its time
+    judged against its own history AND its time over its peers' median judged against that ratio's history,
+    both with judge() at the family's z (Bonferroni over every (node, record) judged tonight)."""
+    candidates = []
+    for key, times in tonight.items():
+        for node, value in times.items():
+            past = [night[key] for night in earlier if node in night.get(key, {})]
+            ratio = _peer_ratio(times, node)
+            ratios = [r[0] for t in past if (r := _peer_ratio(t, node)) is not None]
+            if ratio is not None and min(len(past), len(ratios)) >= max(settings.min_history, 2):
+                candidates.append((key, node, value, ratio, [t[node] for t in past], ratios))
+    if not candidates:
+        return []
+    family_z = statistics.NormalDist().inv_cdf(1 - settings.slow_alpha / len(candidates))
+    z = max(settings.degraded_z, family_z)
+    strict = settings.model_copy(update={"degraded_z": z, "failed_z": max(z, settings.failed_z)})
+    slow = []
+    for key, node, value, (ratio, centre), own, ratios in candidates:
+        drift, apart = judge(value, False, None, own, strict), judge(ratio, False, None, ratios, strict)
+        if drift.status not in BAD or apart.status not in BAD or ratio <= 1:
+            continue
+        series_key, op, _transport, size, *_ = key
+        peers = {host: v for host, v in tonight[key].items() if host != node}
+        slow.append(SlowNode(node, series_key, op, size, value, peers, drift.history or {}, ratio,
+                             apart.history or {}, [
+            f"{op}@{size}: its ranks' median time {drift.evidence[0]}",
+            f"{ratio:.3g}x the median {centre:.4g} us of its peers tonight "
+            f"({', '.join(f'{h} {v:.4g}' for h, v in sorted(peers.items()))}); that ratio {apart.evidence[0]}",
+            f"z {z:.2f} = max(degraded_z {settings.degraded_z:g}, Bonferroni z {family_z:.2f} for slow_alpha "
+            f"{settings.slow_alpha:g} over {len(candidates)} (node, record) pairs judged)"]))
+    return slow
+
+
+@dataclass
+class MetricVerdict:
+    run_key: str
+    series_key: str
+    op: str
+    environ: str
+    transport: str
+    num_nodes: int
+    hosts: list[str]
+    metric: str
+    bytes: int | None
+    value: float | None
+    unit: str
+    status: str
+    evidence: list[str]
+    reference: dict[str, Any] | None = None
+    history: dict[str, Any] | None = None
+
+
+@dataclass
+class PairTest:
+    nodes: tuple[str, str]
+    run_key: str
+    status: str
+    evidence: list[str]
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Isolation:
+    suspects: list[str]
+    pairs: list[PairTest] = field(default_factory=list)
+    culprit_nodes: list[str] = field(default_factory=list)
+    culprit_links: list[tuple[str, str]] = field(default_factory=list)
+    cleared: list[str] = field(default_factory=list)
+    unresolved: list[str] = field(default_factory=list)
+    note: str = ""
+    # How the culprit was looked for: "attribution" (the degraded run's per-rank times named a suspect and
+    # one pair test confirmed it) or "pairs" (pair tests between every node involved); the pair jobs it cost.
+    path: str = "pairs"
+    attribution: str = ""
+    extra_jobs: int = 0
+
+
+@dataclass
+class Verdict:
+    campaign: str
+    site: str
+    system: str
+    tag: str
+    status: str
+    metrics: list[MetricVerdict]
+    nodes: dict[str, dict[str, Any]]
+    isolation: Isolation | None
+    db: str
+    run_dirs: list[str]
+    # "node" (a culprit node or link explains what degraded), "fabric-wide" (degraded metrics on node sets
+    # that share no node: not one node's fault) or "" (nothing degraded on several nodes)
+    scope: str = ""
+    slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
+    slow_nodes: list[SlowNode] = field(default_factory=list)  # fail-slow, reported as `degraded: slow`
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+
+    @property
+    def exit_code(self) -> int:
+        return int(EXIT_CODES[self.status])
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "exit_code": self.exit_code}
+
+
+class HealthCheck:
+    """Judges tonight's runs of a health campaign (stored under `tag`) and isolates culprits."""
+
+    def __init__(self, campaign: Campaign, store: Store, tag: str, *, console: Console, runs_dir: Path,
+                 placer: Placer) -> None:
+        self.campaign = campaign
+        self.store = store
+        self.tag = tag
+        self.settings = campaign.spec.health_settings
+        self.console = console
+        self.runs_dir = runs_dir
+        self.placer = placer
+        self.run_dirs: list[Path] = []
+        self._invocations = 0
+        self._runs: dict[str, RunRow | None] = {}  # tonight's runs looked up so far, by run key
+
+    # --- data ---------------------------------------------------------------------------------------
+    # Runs are looked up by key and series in the database, never all read: a site's store grows by every
+    # night's runs, and a scan of all of them per judged case made judging O(cases x stored runs).
+    def _where(self) -> dict[str, str]:
+        return {"campaign": self.campaign.name, "site": self.campaign.site.name, "system": self.campaign.system.name}
+
+    def _refresh(self) -> None:
+        self._runs.clear()
+
+    def _run(self, run_key: str) -> RunRow | None:
+        if run_key not in self._runs:
+            found = self.store.runs(run_key=run_key, **self._where())
+            self._runs[run_key] = found[-1] if found else None  # the latest attempt (runs: oldest first)
+        return self._runs[run_key]
+
+    def _earlier_runs(self, series_key: str) -> list[RunRow]:
+        """The passed runs of a series on the last history_nights nights before tonight, oldest first."""
+        earlier = [run for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where())
+                   if run.parameters.get("tag") not in (None, self.tag)]
+        nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
+        return [run for run in earlier if run.parameters["tag"] in nights]
+
+    def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
+        """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
+        ids = [run.id for run in self._earlier_runs(case.series_key)]
+        history: dict[tuple[str, int], list[float]] = {}
+        if ids:
+            frame = self.store.measurements(run_id=ids)
+            for _run_id, records in frame.groupby("run_id"):
+                for key, value in run_metrics(records).items():
+                    history.setdefault(key, []).append(value)
+        return history
+
+    def judge_case(self, case: TestCase) -> list[MetricVerdict]:
+        run = self._run(case.run_key)
+        base = dict(run_key=case.run_key, series_key=case.series_key, op=case.op, environ=case.environ,
+                    transport=case.transport, num_nodes=case.num_nodes)
+        if run is None:
+            return [MetricVerdict(**base, hosts=[], metric="run", bytes=None, value=None, unit="", status="failed",
+                                  evidence=["no run stored for tonight: the test case did not run"])]
+        hosts = list(run.parameters.get("hosts", []))
+        if not measured(run):
+            return [MetricVerdict(**base, hosts=hosts, metric="run", bytes=None, value=None, unit="",
+                                  status="failed", evidence=[f"run {run.status}: {run.reason}"])]
+        values = run_metrics(self.store.measurements(run_id=run.id))
+        history = self._history(case)
+        verdicts = []
+        for (metric, size), value in sorted(values.items()):
+            unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
+            judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
+                              history.get((metric, size), []), self.settings, self._ceiling(case, metric, size))
+            verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
+                                          status=judgement.status, evidence=judgement.evidence,
+                                          reference=judgement.reference, history=judgement.history))
+        return verdicts
+
+    def _ceiling(self, case: TestCase, metric: str, size: int) -> Ceiling | None:
+        """What a multi-node run can plausibly reach over the site's nominal links (site.yaml `links`): a
+        time far above the nominal inter-node latency plus the message at the nominal NIC bandwidth, a
+        bandwidth above what a node's NICs carry."""
+        partition = next((p for p in self.campaign.partitions if p.name == case.partition), None)
+        if partition is None or partition.links is None or case.num_nodes < 2:
+            return None
+        links = partition.links
+        if metric == "small_latency" and links.nic_latency is not None:
+            factor = self.settings.implausible_latency_factor
+            per_nic = (links.nic.gbs or links.nic.max_gbs or 0.0) if links.nic is not None else 0.0
+            if size > SMALL_MESSAGE_BYTES and not per_nic:
+                return None  # a large message's time is not bounded by a latency alone
+            transfer_us = size / (per_nic * 1e3) if per_nic else 0.0
+            return Ceiling(factor * (links.nic_latency.us + transfer_us),
+                           f"{factor:g} x (the nominal inter-node latency {links.nic_latency.us:g} us "
+                           f"({links.nic_latency.source})" + (f" + {size} B at {per_nic:g} GB/s)" if per_nic else ")"))
+        if metric in ("large_goodput", "large_busbw") and links.nic is not None:
+            nics = partition.node.nics or 1
+            per_nic = links.nic.gbs or links.nic.max_gbs or 0.0
+            factor = self.settings.implausible_bandwidth_factor
+            return Ceiling(factor * nics * per_nic, f"{factor:g} x the nominal bandwidth of a node's {nics} NIC(s) "
+                                                    f"of {per_nic:g} GB/s ({links.nic.source})")
+        return None
+
+    # --- isolation ----------------------------------------------------------------------------------
+    def _pair_campaign(self, template: TestCase) -> tuple[Campaign, int]:
+        iso = self.settings.isolation
+        base = self.campaign.spec.checks[template.check_index]
+        check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
+                                   iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
+                                   transports=[template.transport], env=base.env, check_data=base.check_data)
+        spec = self.campaign.spec.model_copy(update={"checks": [*self.campaign.spec.checks, check]})
+        return dataclasses.replace(self.campaign, spec=spec), len(spec.checks) - 1
+
+    def _pair_case(self, template: TestCase, campaign: Campaign, index: int, pair: tuple[str, str]) -> TestCase:
+        check = campaign.spec.checks[index]
+        return TestCase(campaign=self.campaign.name, site=template.site, system=template.system,
+                        partition=template.partition,
+                        environ=self.settings.isolation.environ or template.environ, check=check.check,
+                        check_index=index, op="pingpong", num_nodes=PAIR_RANKS, tasks_per_node=1,
+                        variables=tuple(check.variables(template.transport).items()),
+                        env=tuple(sorted(check.env.items())), tag=self.tag, nodelist=pair)
+
+    def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
+        campaign, index = self._pair_campaign(template)
+        cases = [self._pair_case(template, campaign, index, pair) for pair in pairs]
+        cases = [c for c in cases if not self.store.has_run(c.run_key)]  # resumable within the night
+        if not cases:
+            return
+        if not self.run_dirs:
+            self.run_dirs.append(new_run_dir(self.campaign, self.runs_dir))
+        self.console.print(f"Isolation: pingpong between {', '.join('+'.join(c.nodelist) for c in cases)}")
+        run_cases(campaign, cases, self.store, console=self.console, run_dir=self.run_dirs[-1], placer=self.placer,
+                  first_invocation=self._next_invocation())
+        self._refresh()
+
+    def _next_invocation(self) -> int:
+        existing = [int(p.name.split("-")[1]) for p in self.run_dirs[-1].glob("rfm-*")]
+        return max(existing, default=0) + 1
+
+    def _judge_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> list[PairTest]:
+        campaign, index = self._pair_campaign(template)
+        tests = []
+        for pair in pairs:
+            case = self._pair_case(template, campaign, index, pair)
+            verdicts = self.judge_case(case)
+            tests.append(PairTest(pair, case.run_key, worst(v.status for v in verdicts),
+                                  [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status in BAD],
+                                  {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None}))
+        # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
+        factor = self.settings.isolation.peer_factor
+        for name in {name for test in tests for name in test.values}:
+            higher = METRICS[name.split("@")[0]].higher_is_better
+            measured = [t.values[name] for t in tests if name in t.values]
+            best = max(measured) if higher else min(measured)
+            for test in tests:
+                value = test.values.get(name)
+                if value is None or best <= 0:
+                    continue
+                ratio = best / value if higher else value / best
+                if ratio >= factor:
+                    test.status = worst([test.status, "degraded"])
+                    test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
+        return tests
+
+    def _records(self, run: RunRow) -> list[dict[str, Any]]:
+        """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
+        return _record_dicts(self.store.measurements(run_id=run.id))
+
+    def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
+        """The suspect named by the degraded run itself, against the last passed run of its series
+        (campaigns/kinds/attribution.py); None when there is no such baseline."""
+        worst_case = max(bad, key=lambda v: v.num_nodes)
+        tonight = self._run(worst_case.run_key)
+        earlier = self._earlier_runs(worst_case.series_key)
+        if tonight is None or not earlier:
+            return None
+        sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
+        pick = [r for r in self._records(tonight) if r["bytes"] in sizes]
+        base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
+        return rank_suspects(pick, base)
+
+    def _confirm(self, template: TestCase, suspect: str, attributed: Suspects, nodes: list[str],
+                 good_multi_hosts: set[str], isolation: Isolation) -> bool:
+        """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
+        the node that slowed down least, else any other): the suspect is the culprit if that pair is bad."""
+        calm = [g.node for g in reversed(attributed.ranked) if g.node not in attributed.leaders]
+        partners = sorted(good_multi_hosts - {suspect}) or calm or [n for n in nodes if n != suspect]
+        pair = (partners[0], suspect)
+        self._run_pairs(template, [pair])
+        [test] = self._judge_pairs(template, [pair])
+        isolation.pairs.append(test)
+        isolation.extra_jobs += 1
+        return test.status in BAD
+
+    def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
+        suspects = sorted({host for v in bad for host in v.hosts})
+        isolation = Isolation(suspects=suspects)
+        template_key = max(bad, key=lambda v: v.num_nodes).run_key
+        template = next(c for c in self.campaign.cases(self.tag) if c.run_key == template_key)
+        nodes = sorted(set(suspects) | good_multi_hosts)
+        if len(nodes) < 2:
+            isolation.note = "fewer than two nodes involved: nothing to isolate"
+            return isolation
+        attributed = self._attribute(bad)
+        if attributed is not None:
+            isolation.attribution = attributed.reason
+        for leader in attributed.leaders if attributed is not None else []:
+            if self._confirm(template, leader, attributed, nodes, good_multi_hosts, isolation):
+                isolation.path = "attribution"
+                isolation.culprit_nodes = [leader]
+                isolation.unresolved = [s for s in suspects if s != leader]
+                return isolation
+        if attributed is not None and attributed.leaders:
+            isolation.note = (f"the run named {' and '.join(attributed.leaders)}, but the pair test(s) were "
+                              f"healthy: pair tests between every node follow")
+        ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+        if len(nodes) % 2:
+            ring.append((nodes[-1], nodes[0]))
+        tested: list[tuple[str, str]] = ring[:self.settings.isolation.max_pairs]
+        self._run_pairs(template, tested)
+        results = self._judge_pairs(template, tested)
+        isolation.extra_jobs += len(tested)
+        cleared = {node for test in results if test.status not in BAD for node in test.nodes}
+        remaining = [s for s in suspects if s not in cleared
+                     and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
+        if remaining and cleared:
+            partner = sorted(cleared - set(suspects)) or sorted(cleared)
+            extra = [(partner[0], s) for s in remaining][:max(0, self.settings.isolation.max_pairs - len(tested))]
+            self._run_pairs(template, extra)
+            isolation.extra_jobs += len(extra)
+            tested += extra
+            results = self._judge_pairs(template, tested)
+            cleared = {node for test in results if test.status not in BAD for node in test.nodes}
+        isolation.pairs = [*isolation.pairs, *results]  # a refuted attribution's pair test first
+        isolation.cleared = sorted(cleared)
+        for test in results:
+            if test.status not in BAD:
+                continue
+            a, b = test.nodes
+            if a in cleared and b in cleared:
+                isolation.culprit_links.append(test.nodes)
+            for node, other in ((a, b), (b, a)):
+                if other in cleared and node not in cleared and node not in isolation.culprit_nodes:
+                    isolation.culprit_nodes.append(node)
+        named = set(isolation.culprit_nodes) | cleared
+        isolation.unresolved = [s for s in suspects if s not in named]
+        if not cleared:
+            isolation.note = ("no pair of nodes tested healthy: a system-wide problem, or bad nodes on every "
+                              "pair tested")
+        elif not isolation.culprit_nodes and not isolation.culprit_links:
+            isolation.note = "every pair test was healthy: the multi-node problem did not show between two nodes"
+        return isolation
+
+    # --- verdict ------------------------------------------------------------------------------------
+    def evaluate(self, result: CampaignResult) -> Verdict:
+        if result.run_dir is not None:
+            self.run_dirs.append(result.run_dir)
+        self._refresh()
+        metrics: list[MetricVerdict] = []
+        # An unplaceable case: the topology cannot give this placement tonight, nothing was measured.
+        cases = [item.case for item in result.results if item.status != "unplaceable"]
+        for case in cases:
+            metrics += self.judge_case(case)
+        bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
+        bad_runs = {m.run_key for m in bad_multi}
+        good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
+        snapshot = self._snapshot()
+        scope = ""
+        if bad_multi and fabric_wide([set(m.hosts) for m in {m.run_key: m for m in bad_multi}.values()]):
+            scope, isolation = "fabric-wide", Isolation(suspects=[], note=(
+                "degraded multi-node runs on node sets that share no node: no single node explains them "
+                "(fabric-wide: contention or a switch); read them against the partition's load in `slurm`"))
+        else:
+            isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+            if isolation is not None and (isolation.culprit_nodes or isolation.culprit_links):
+                scope = "node"
+        nodes = self._node_verdicts(metrics, isolation)
+        # Fail-slow only where nothing else blamed the node: a degraded or failed node is reported already.
+        slow = [s for s in find_slow_nodes(*self._node_times(cases), self.settings)
+                if nodes.get(s.node, {}).get("status") not in BAD]
+        for s in slow:
+            node = nodes.setdefault(s.node, {"status": "ok", "evidence": []})
+            node.update(status="degraded", reason="slow")
+            node["evidence"] += s.evidence
+        return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
+                       tag=self.tag, status=worst([*(m.status for m in metrics), *("degraded" for _ in slow)]),
+                       metrics=metrics, nodes=nodes, isolation=isolation, db=self.store.url,
+                       run_dirs=[str(d) for d in self.run_dirs], scope=scope, slurm=snapshot, slow_nodes=slow)
+
+    def _node_times(self, cases: list[TestCase]) -> tuple[NodeTimes, list[NodeTimes]]:
+        """Tonight's and each earlier night's per-node times of the cases' series (oldest night first)."""
+        tonight: NodeTimes = {}
+        earlier: dict[str, NodeTimes] = {}
+        for case in cases:
+            run = self._run(case.run_key)
+            if run is None or not measured(run):
+                continue
+            tonight |= {(case.series_key, *key): times for key, times in node_times(self._records(run)).items()}
+            night_of = {r.id: r.parameters["tag"] for r in self._earlier_runs(case.series_key)}
+            if not night_of:
+                continue
+            # run ids ascend: of a night run twice, the latest run's times are kept
+            for run_id, records in self.store.measurements(run_id=list(night_of)).groupby("run_id"):
+                for key, times in node_times(_record_dicts(records)).items():
+                    earlier.setdefault(night_of[run_id], {})[(case.series_key, *key)] = times
+        return tonight, [earlier[night] for night in sorted(earlier)]
+
+    def _snapshot(self) -> SlurmSnapshot | None:
+        """The Slurm partition's jobs and node states now (Slurm partitions only)."""
+        partitions = sorted({slurm_partition(p.access, p.name) for p in self.campaign.partitions
+                             if p.scheduler in SLURM_SCHEDULERS})
+        return take_snapshot(partitions[0]) if partitions else None
+
+    @staticmethod
+    def _node_verdicts(metrics: list[MetricVerdict], isolation: Isolation | None) -> dict[str, dict[str, Any]]:
+        nodes: dict[str, dict[str, Any]] = {}
+        for metric in metrics:
+            for host in metric.hosts:
+                nodes.setdefault(host, {"status": "ok", "evidence": []})
+        for metric in metrics:
+            if metric.status not in BAD or metric.num_nodes > 1:
+                continue
+            for host in metric.hosts:  # a single-node run names its node directly
+                nodes[host]["status"] = worst([nodes[host]["status"], metric.status])
+                nodes[host]["evidence"].append(f"{metric.op} on 1 node, {metric.metric}: {metric.status}")
+        unisolated = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
+        if isolation is None:
+            for metric in unisolated:
+                for host in metric.hosts:
+                    nodes[host]["status"] = worst([nodes[host]["status"], metric.status])
+                    nodes[host]["evidence"].append(f"in {metric.op} on {metric.num_nodes} nodes ({metric.status}); "
+                                                   f"not isolated")
+            return nodes
+        for test in isolation.pairs:
+            for host in test.nodes:
+                nodes.setdefault(host, {"status": "ok", "evidence": []})
+        for host in isolation.culprit_nodes:
+            bad_pairs = [t for t in isolation.pairs if host in t.nodes and t.status in BAD]
+            nodes[host]["status"] = worst([nodes[host]["status"], *(t.status for t in bad_pairs)])
+            nodes[host]["evidence"] += [f"pair {'+'.join(t.nodes)} {t.status}: {'; '.join(t.evidence)}"
+                                        for t in bad_pairs]
+        status_of_suspects = worst(m.status for m in unisolated)
+        for host in isolation.unresolved:
+            nodes[host]["status"] = worst([nodes[host]["status"], status_of_suspects])
+            nodes[host]["evidence"].append("in a bad multi-node test; the pair tests could not clear it")
+        for a, b in isolation.culprit_links:
+            for host in (a, b):
+                nodes[host]["evidence"].append(f"link {a}<->{b} bad while both nodes are healthy with others")
+        return nodes
+
+
+def write_verdict(verdict: Verdict, path: Path) -> None:
+    write_atomic(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
+
+
+_STYLE = {"ok": "green", "not_judged": "cyan", "degraded": "bold yellow", "failed": "bold red"}
+
+
+def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_rows: int = 12) -> None:
+    """One screen: the overall verdict, the metrics that are not ok, the nodes, the isolation outcome."""
+    counts = {s: sum(m.status == s for m in verdict.metrics) for s in STATUSES}
+    console.print(f"[{_STYLE[verdict.status]}]HEALTH {verdict.status.replace('_', ' ').upper()}[/] "
+                  f"{escape(verdict.campaign)} on {verdict.site}:{verdict.system}, night {verdict.tag}: "
+                  f"{counts['ok']} ok, {counts['not_judged']} not judged, {counts['degraded']} degraded, "
+                  f"{counts['failed']} failed metric(s)"
+                  + (f", {len({s.node for s in verdict.slow_nodes})} slow node(s)" if verdict.slow_nodes else "")
+                  + f"; exit code {verdict.exit_code}")
+    bad = sorted((m for m in verdict.metrics if m.status != "ok"), key=lambda m: -STATUSES.index(m.status))
+    rows = [(f"[{_STYLE[m.status]}]{m.status.replace('_', ' ')}[/]", m.environ, m.op, str(m.num_nodes),
+             f"{m.metric}{'' if m.bytes is None else f'@{m.bytes}'}",
+             "-" if m.value is None else f"{m.value:.4g} {m.unit}", escape("; ".join(m.evidence))) for m in bad]
+    # fail-slow: the node in the nodes column, its own time as the value
+    rows += [(f"[{_STYLE['degraded']}]degraded: slow[/]", "", s.op, escape(s.node), f"node time@{s.bytes}",
+              f"{s.value_us:.4g} us", escape("; ".join(s.evidence))) for s in verdict.slow_nodes]
+    if rows:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+        for column in ("status", "env", "op", "nodes", "metric", "value", "evidence"):
+            table.add_column(column, overflow="fold")
+        for row in rows[:max_rows]:
+            table.add_row(*row)
+        console.print(table)
+        if len(rows) > max_rows:
+            console.print(f"... and {len(rows) - max_rows} more in the verdict file")
+    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}"
+                          f"{': ' + v['reason'] if 'reason' in v else ''}[/]" for n, v in sorted(verdict.nodes.items()))
+    console.print(f"nodes: {node_text or '-'}")
+    if verdict.scope == "fabric-wide":
+        console.print("[bold red]fabric-wide: degraded multi-node runs on node sets that share no node[/]")
+    if verdict.slurm is not None:
+        snap = verdict.slurm
+        others = ", ".join(f"{job['id']} {job['name']} ({job['user']}, {job['state']}, {len(job['nodes'])} node(s))"
+                           for job in snap.jobs)
+        console.print(f"partition {snap.partition} at {snap.taken_at}: "
+                      + escape(snap.problem or f"{len(snap.jobs)} job(s) {others or ''}".strip()))
+    iso = verdict.isolation
+    if iso is not None:
+        pairs = ", ".join(f"{'+'.join(t.nodes)} {t.status}" for t in iso.pairs)
+        console.print(f"isolation: pairs {pairs or '-'}")
+        if iso.attribution:
+            console.print(f"attribution: {escape(iso.attribution)}")
+        how = ("named by the run's per-rank times, confirmed by one pair test" if iso.path == "attribution"
+               else "pair tests between the nodes involved")
+        console.print(f"isolation path: {how}; {iso.extra_jobs} extra pair job(s)")
+        if iso.culprit_nodes:
+            console.print(f"[bold red]culprit node(s): {', '.join(iso.culprit_nodes)}[/]")
+        if iso.culprit_links:
+            console.print(f"[bold red]culprit link(s): {', '.join(a + '<->' + b for a, b in iso.culprit_links)}[/]")
+        if iso.note:
+            console.print(f"isolation: {escape(iso.note)}")
+    console.print(f"verdict: {verdict_path}")

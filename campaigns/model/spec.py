@@ -1,0 +1,427 @@
+"""Campaign specs: which ReFrame checks to run where, validated before anything runs.
+
+A spec is a YAML file (campaigns/smoke.yaml is the example):
+
+    name: smoke                      # campaign name; part of every run key
+    description: ...
+    site: local                      # a directory under site_configs/
+    system: local:cpu                # optional: system or system:partition (default: the site's
+                                     # only system, every partition of it that runs commbench)
+    environments: [openmpi, mpich]   # optional (default: every environment of the partition)
+    node_counts: [1]                 # each must fit the partition (site.yaml `nodes`)
+    checks:
+      - check: commbench_run         # the ReFrame test (reframe_checks/commbench_run.py)
+        ops: [pingpong, allreduce, alltoall]
+        min_bytes: 8                 # or `sizes: [8, 1K, 64K]` (K, M, G: powers of 1024)
+        max_bytes: 65536
+        step_factor: 8
+        warmup: 2
+        iters: 10
+        timeout_s: 60                # commbench's watchdog: the longest one step may take
+        time_limit_s: 120            # the job's time limit (Slurm rounds up to minutes)
+        tasks_per_node: 2            # collectives; default from the site (pingpong: 2 ranks)
+        env: {UCX_TLS: "tcp,self"}   # extra environment of the runs (knobs)
+        extra_args: [--peer, "1"]    # more commbench options (no commas)
+        transports: [mpi]            # commbench --transport values; one test case each (default mpi)
+
+Campaign kinds (`kind`, default `run`):
+
+- `characterize`: the full sweep of a system. `max_nodes: 8` stands for node_counts 1, 2, 4, 8, and
+  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1),
+  `different-switch` / `different-group` (a --nodelist spread over leaf switches / top-level groups of
+  the live Slurm topology). Every run is labelled with the network distance its ranks actually spanned.
+  `commcamp run` writes the HTML report afterwards (campaigns/report/html.py).
+- `health`: the nightly check (campaigns/kinds/health.py). Each night's runs have their own run keys (the run
+  tag, by default the UTC date); each metric is judged against its reference (`references` here, then
+  the site's) and against the same metric of earlier nights; multi-node failures are isolated to a node
+  or link with pairwise tests. Settings under `health:` (HealthSettings below).
+
+`references` (all kinds) use site.yaml's reference format and take precedence over the site's.
+
+`load_campaign` reads and validates it (every model forbids unknown keys) and checks it against the
+site; any problem raises SpecError naming the file, line, field path and what is wrong.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from campaigns.model.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
+                            load_site)
+from campaigns.model.records import MAX_MESSAGE_BYTES
+from campaigns.model.sizes import ByteCount
+from campaigns.model.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
+from campaigns.model.yamlio import Loc, YamlDocument, YamlModelError
+from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
+
+# The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
+COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
+PAIR_RANKS = 2
+SLURM_SCHEDULERS = ("slurm", "squeue")
+PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
+CAMPAIGN_KINDS = ("run", "characterize", "health")
+TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
+MessageSize = Annotated[ByteCount, Field(le=MAX_MESSAGE_BYTES)]
+
+
+class SpecError(ValueError):
+    """A campaign spec that cannot be used; the message names every problem."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    repeated = sorted({str(v) for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(f"repeated values {repeated}")
+    return values
+
+
+class CommbenchCheckSpec(_Model):
+    """Runs of reframe_checks/commbench_run.py's `commbench_run`: one test case per op, node count and
+    environment. The fields become its variables (`-S commbench_run.NAME=VALUE`)."""
+
+    check: Literal["commbench_run"]
+    ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
+    min_bytes: MessageSize = 8
+    max_bytes: MessageSize = 1 << 20
+    step_factor: int = Field(default=4, ge=2)
+    sizes: list[MessageSize] | None = Field(default=None, min_length=1)
+    warmup: int = Field(default=5, ge=0)
+    iters: int = Field(default=50, ge=1)
+    timeout_s: int = Field(default=120, ge=1)
+    time_limit_s: int = Field(default=600, ge=1)
+    check_data: bool = True
+    transports: list[TransportName] = Field(default=["mpi"], min_length=1)
+    tasks_per_node: int | None = Field(default=None, ge=1)
+    env: dict[EnvVarName, str] = {}
+    # ReFrame's list syntax for -S splits on ','; the words land unquoted on the job script's command line.
+    extra_args: list[Annotated[str, Field(pattern=r"^[^,]+$")]] = []
+
+    @field_validator("ops", "sizes", "transports")
+    @classmethod
+    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
+        return values if values is None else _unique(values)
+
+    @field_validator("env")
+    @classmethod
+    def _safe_env(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():  # what the tuner allows in a knob value: nothing a shell interprets
+            check_safe_value(value, name)
+        return env
+
+    @field_validator("extra_args")
+    @classmethod
+    def _safe_args(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            check_safe_value(arg, "extra_args")
+        return args
+
+    @model_validator(mode="after")
+    def _size_range(self) -> CommbenchCheckSpec:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes ({self.max_bytes}) is below min_bytes ({self.min_bytes})")
+        return self
+
+    def variables(self, transport: str) -> dict[str, Any]:
+        """The check's variables for one transport, as ReFrame gets them (`-S commbench_run.NAME=VALUE`)."""
+        values: dict[str, Any] = {"warmup": self.warmup, "iters": self.iters, "bench_timeout": self.timeout_s,
+                                  "time_limit": f"{self.time_limit_s}s",
+                                  "check_data": self.check_data, "transport": transport}
+        if self.extra_args:
+            values["extra_args"] = list(self.extra_args)
+        if self.sizes:
+            values["sizes"] = list(self.sizes)
+        else:
+            values.update(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor)
+        return values
+
+
+class IsolationSettings(_Model):
+    """The pairwise tests that name the node or link behind a degraded multi-node test: pingpong between
+    two nodes (Slurm --nodelist), judged like every health metric and against the other pairs."""
+
+    environ: Name | None = Field(default=None, description="default: the campaign's first environment")
+    sizes: list[MessageSize] = Field(default=[8, 65536], min_length=1)
+    warmup: int = Field(default=2, ge=0)
+    iters: int = Field(default=20, ge=1)
+    timeout_s: int = Field(default=60, ge=1)
+    time_limit_s: int = Field(default=120, ge=1)
+    peer_factor: float = Field(default=3.0, gt=1, description="a pair this many times worse than the best "
+                                                                "pair tested is bad, whatever its history")
+    max_pairs: int = Field(default=16, ge=1, description="most pair tests one isolation runs")
+
+
+class HealthSettings(_Model):
+    """How a health campaign judges each metric: against its reference, and against the median of the last
+    `history_nights` nights with a robust spread (1.4826 x MAD, at least `min_spread` x the median)."""
+
+    history_nights: int = Field(default=14, ge=1)
+    min_history: int = Field(default=3, ge=1, description="nights needed before history is judged")
+    degraded_z: float = Field(default=3.0, gt=0)
+    failed_z: float = Field(default=6.0, gt=0)
+    degraded_change: float = Field(default=0.10, ge=0, description="relative change needed for degraded")
+    failed_change: float = Field(default=0.50, ge=0, description="relative change needed for failed")
+    min_spread: float = Field(default=0.02, ge=0)
+    # Plausibility over the site's nominal links (site.yaml links), judged even without history.
+    implausible_latency_factor: float = Field(default=100.0, gt=1, description=(
+        "a multi-node latency above this many times links.nic_latency is failed"))
+    implausible_bandwidth_factor: float = Field(default=1.25, ge=1, description=(
+        "a multi-node bandwidth above this many times a node's NICs (links.nic x node.nics) is failed"))
+    slow_alpha: float = Field(default=0.05, gt=0, lt=1, description=(
+        "fail-slow: the false-alarm rate per night over every (node, record) judged (Bonferroni; campaigns/kinds/health.py)"))
+    isolate: bool = True
+    isolation: IsolationSettings = IsolationSettings()
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HealthSettings:
+        if self.failed_z < self.degraded_z or self.failed_change < self.degraded_change:
+            raise ValueError("failed_z / failed_change must not be below degraded_z / degraded_change")
+        return self
+
+
+class CampaignSpec(_Model):
+    name: Name
+    kind: Literal[CAMPAIGN_KINDS] = "run"  # type: ignore[valid-type]
+    description: str = ""
+    site: Name
+    system: str | None = Field(default=None, pattern=r"^[A-Za-z][A-Za-z0-9_-]*(:[A-Za-z][A-Za-z0-9_-]*)?$")
+    environments: list[Name] | None = Field(default=None, min_length=1)
+    node_counts: list[Literal[COMMBENCH_NODE_COUNTS]] | None = Field(  # type: ignore[valid-type]
+        default=None, min_length=1)
+    max_nodes: int | None = Field(default=None, ge=1, description="node_counts 1, 2, 4, ... up to this")
+    placements: list[Literal[PLACEMENTS]] = Field(default=["any"], min_length=1)  # type: ignore[valid-type]
+    references: list[Reference] = []
+    # False: ReFrame's performance stage is skipped (values still stored). For campaigns that test the
+    # pipeline on a host whose timings mean nothing (the local cluster's nodes share two cores).
+    check_performance: bool = True
+    health: HealthSettings | None = None
+    checks: list[CommbenchCheckSpec] = Field(min_length=1)
+
+    @field_validator("environments", "node_counts", "placements")
+    @classmethod
+    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
+        return values if values is None else _unique(values)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignSpec:
+        if (self.node_counts is None) == (self.max_nodes is None):
+            raise ValueError("give node_counts or max_nodes (one of them)")
+        if self.health is not None and self.kind != "health":
+            raise ValueError(f"'health' settings need kind: health (this is kind {self.kind})")
+        return self
+
+    @property
+    def nodes(self) -> list[int]:
+        if self.node_counts is not None:
+            return list(self.node_counts)
+        assert self.max_nodes is not None
+        return [n for n in COMMBENCH_NODE_COUNTS if n & (n - 1) == 0 and n <= self.max_nodes]
+
+    @property
+    def health_settings(self) -> HealthSettings:
+        return self.health or HealthSettings()
+
+
+@dataclass(frozen=True)
+class TestCase:
+    """One ReFrame test case the campaign runs: a check with its variables on one partition and
+    environment, one transport and placement; `run_key` identifies it in the results store.
+
+    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run
+    key but not of `series_key`, which names the same measurement across nights and pairs."""
+
+    campaign: str
+    site: str
+    system: str
+    partition: str
+    environ: str
+    check: str
+    check_index: int
+    op: str
+    num_nodes: int
+    tasks_per_node: int
+    variables: tuple[tuple[str, Any], ...]
+    env: tuple[tuple[str, str], ...]
+    placement: str = "any"
+    tag: str | None = None
+    nodelist: tuple[str, ...] = ()
+
+    @property
+    def num_tasks(self) -> int:
+        return self.num_nodes * self.tasks_per_node
+
+    @property
+    def transport(self) -> str:
+        return str(dict(self.variables)["transport"])
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        parameters = {"op": self.op, "num_nodes": self.num_nodes, "num_tasks_per_node": self.tasks_per_node,
+                      **dict(self.variables), "env": dict(self.env)}
+        if self.placement != "any":
+            parameters["placement"] = self.placement
+        return parameters
+
+    @property
+    def series_key(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
+        where = "pair/" if self.nodelist else ""
+        return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
+                f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/{where}{digest}")
+
+    @property
+    def run_key(self) -> str:
+        pair = f"/{'+'.join(self.nodelist)}" if self.nodelist else ""
+        return self.series_key + pair + (f"@{self.tag}" if self.tag else "")
+
+    @property
+    def reframe_name(self) -> str:
+        """Anchored regex for ReFrame's `-n`: the test's display name without spaces."""
+        return f"^{self.check}%op={self.op}%num_nodes={self.num_nodes}$"
+
+
+@dataclass(frozen=True)
+class Campaign:
+    spec: CampaignSpec
+    path: Path
+    site: Site
+    system: System
+    partitions: tuple[Partition, ...]
+    environments: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def references(self) -> list[Reference]:
+        """The campaign's own references first, then those of its partitions (first match wins)."""
+        return [*self.spec.references,
+                *(ref for p in self.partitions if p.commbench for ref in p.commbench.references)]
+
+    def cases(self, tag: str | None = None) -> list[TestCase]:
+        cases = []
+        for index, check in enumerate(self.spec.checks):
+            for partition in self.partitions:
+                assert partition.commbench is not None  # _resolve keeps only commbench partitions
+                for environ in self.environments:
+                    if environ not in partition.environments:
+                        continue
+                    for transport, op, nodes in itertools.product(check.transports, check.ops, self.spec.nodes):
+                        if op in PAIR_OPS and nodes > PAIR_RANKS:
+                            continue
+                        # one node has nothing to place: a single case, whatever the placements
+                        for placement in ["any"] if nodes == 1 else self.spec.placements:
+                            per_node = (PAIR_RANKS // nodes if op in PAIR_OPS
+                                        else check.tasks_per_node or partition.commbench.tasks_per_node)
+                            cases.append(TestCase(
+                                campaign=self.name, site=self.site.name, system=self.system.name,
+                                partition=partition.name, environ=environ, check=check.check,
+                                check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
+                                variables=tuple(check.variables(transport).items()),
+                                env=tuple(sorted(check.env.items())), placement=placement, tag=tag))
+        return cases
+
+
+def _resolve(spec: CampaignSpec, path: Path, site: Site,
+             site_loc: Loc) -> tuple[Campaign | None, list[tuple[Loc, str]]]:
+    system_name, _, partition_name = (spec.system or "").partition(":")
+    if not system_name:
+        if len(site.systems) > 1:
+            names = ", ".join(s.name for s in site.systems)
+            return None, [(("system",), f"site {site.name!r} has several systems ({names}); name one")]
+        system_name = site.systems[0].name
+    try:
+        system = site.system(system_name)
+    except KeyError:
+        names = ", ".join(s.name for s in site.systems)
+        return None, [(("system",), f"site {site.name!r} has no system {system_name!r} (it has: {names})")]
+    if partition_name:
+        try:
+            partitions = [system.partition(partition_name)]
+        except KeyError:
+            names = ", ".join(p.name for p in system.partitions)
+            return None, [(("system",), f"system {system.name!r} of site {site.name!r} has no partition "
+                                        f"{partition_name!r} (it has: {names})")]
+    else:
+        partitions = list(system.partitions)
+    problems: list[tuple[Loc, str]] = []
+    missing = [p.name for p in partitions if p.commbench is None]
+    if partition_name and missing:
+        problems.append((("system",), f"partition {system.name}:{partition_name} has no commbench data in "
+                                      f"site {site.name!r}"))
+    partitions = [p for p in partitions if p.commbench is not None]
+    if not partitions and not problems:
+        problems.append((site_loc, f"no partition of {site.name}:{system.name} runs commbench"))
+    offered = sorted({env for p in partitions for env in p.environments})
+    for index, env in enumerate(spec.environments or []):
+        if env not in offered:
+            problems.append((("environments", index), f"{env!r} is not an environment of "
+                                                      f"{site.name}:{system.name} (it has: {', '.join(offered)})"))
+    for index, nodes in enumerate(spec.node_counts or []):
+        for partition in partitions:
+            if nodes > partition.nodes:
+                problems.append((("node_counts", index),
+                                 f"{nodes} nodes requested, but partition {system.name}:{partition.name} of site "
+                                 f"{site.name!r} has {partition.nodes}"))
+    for partition in partitions:
+        if spec.max_nodes is not None and spec.max_nodes > partition.nodes:
+            problems.append((("max_nodes",), f"{spec.max_nodes} nodes requested, but partition "
+                                             f"{system.name}:{partition.name} of site {site.name!r} has "
+                                             f"{partition.nodes}"))
+        if spec.placements != ["any"] and partition.scheduler not in SLURM_SCHEDULERS:
+            problems.append((("placements",), f"placements other than 'any' need Slurm; partition "
+                                              f"{system.name}:{partition.name} uses {partition.scheduler!r}"))
+    for index, check in enumerate(spec.checks):
+        try:  # what the check would refuse in setup (reframe_checks/lib/commcamp_checks.py)
+            site.knob_catalog().check_job_env(check.env)
+        except (CatalogError, UnsafeValueError) as exc:
+            problems.append((("checks", index, "env"), str(exc)))
+        for partition in partitions:
+            offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
+            unknown = [t for t in check.transports if t not in offered_transports]
+            if unknown:
+                problems.append((("checks", index, "transports"),
+                                 f"{unknown} not offered by partition {system.name}:{partition.name} of site "
+                                 f"{site.name!r} (it has: {', '.join(offered_transports)})"))
+    isolation_env = spec.health.isolation.environ if spec.health else None
+    if isolation_env is not None and isolation_env not in (spec.environments or offered):
+        problems.append((("health", "isolation", "environ"), f"{isolation_env!r} is not an environment of "
+                                                             f"this campaign"))
+    if problems:
+        return None, problems
+    return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
+                    environments=tuple(spec.environments or offered)), []
+
+
+def load_campaign(path: Path, site_override: str | None = None) -> Campaign:
+    """Read, validate and resolve a campaign spec; `site_override` replaces its `site`.
+
+    Raises SpecError (every problem, each with file, line and field path). Reads only."""
+    try:
+        document = YamlDocument(Path(path))
+        spec = document.validate(CampaignSpec)
+    except YamlModelError as exc:
+        raise SpecError(str(exc)) from None
+    site_name = site_override or spec.site
+    site_loc: Loc = () if site_override else ("site",)
+    try:
+        site = load_site(site_name)
+    except SiteError as exc:
+        where = "--site" if site_override else document.problem(site_loc, "").rstrip(": ")
+        raise SpecError(f"{where}: {exc}") from None
+    if site_override:
+        spec = spec.model_copy(update={"site": site_override})
+    campaign, problems = _resolve(spec, Path(path), site, site_loc)
+    if campaign is None:
+        raise SpecError(str(document.error(problems)))
+    return campaign

@@ -1,0 +1,64 @@
+"""What commcamp asks Slurm about its nodes before and after a campaign: whether the site's Slurm answers
+from this host (preflight), and which nodes take no new jobs now."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Collection
+from pathlib import Path
+
+
+from campaigns.model.spec import Campaign
+
+
+# What ReFrame's Slurm backends need from this host, probed before anything runs.
+_SLURM_PROBES = {
+    "slurm": [(["sinfo", "-h", "-o", "%P"], "Slurm's controller is not reachable"),
+              (["sacct", "-n", "-X", "-j", "1", "-o", "jobid"],
+               "ReFrame's slurm scheduler polls sacct, which fails here")],
+    "squeue": [(["sinfo", "-h", "-o", "%P"], "Slurm's controller is not reachable")],
+}
+
+
+def preflight(campaign: Campaign) -> list[str]:
+    """Problems that would make every job of the campaign fail, e.g. a Slurm site used without its
+    environment (for localslurm: eval "$(site_configs/localslurm/cluster/cluster.sh env)")."""
+    schedulers = sorted({p.scheduler for p in campaign.partitions} & set(_SLURM_PROBES))
+    conf = os.environ.get("SLURM_CONF")
+    if schedulers and conf and not Path(conf).is_file():
+        return [f"SLURM_CONF={conf} does not exist (Slurm's commands would retry it for a minute)"]
+    problems = []
+    for scheduler in schedulers:
+        for cmd, what in _SLURM_PROBES[scheduler]:
+            try:
+                probe = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                problems.append(f"{what}: {shlex.join(cmd)}: {exc}")
+                continue
+            if probe.returncode != 0:
+                output = (probe.stderr or probe.stdout).strip()
+                problems.append(f"{what}: {shlex.join(cmd)} exited {probe.returncode}: {output}")
+    return problems
+
+
+# sinfo's short states of a node that takes no new jobs (a trailing * means "not responding").
+_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "unk", "pow_dn", "npc")
+
+
+def nodes_out_of_service(nodes: Collection[str]) -> list[str]:
+    """Those of `nodes` that Slurm runs no new jobs on now, each as 'NODE: STATE (REASON)'; [] when all are in
+    service or Slurm cannot be asked."""
+    if not nodes:
+        return []
+    try:
+        out = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(sorted(nodes)), "-o", "%N|%t|%E"],
+                             capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    found: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        if state.rstrip("*~#!%$@^-") in _OUT_OF_SERVICE or state.endswith("*"):
+            found[node] = f"{node}: {state}" + (f" ({reason})" if reason and reason != "none" else "")
+    return [found[node] for node in sorted(found)]

@@ -1,0 +1,66 @@
+"""What else the partition was doing while a health check measured it: a Slurm snapshot (jobs, nodes and
+their states) kept in the verdict, so a degraded night can be read against the load it ran under."""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+
+from campaigns.slurm.topology import expand_hostlist
+
+SNAPSHOT_TIMEOUT_S = 20
+
+
+@dataclass
+class SlurmSnapshot:
+    partition: str
+    taken_at: str = ""  # squeue's clock is the controller's; this is ours (UTC ISO 8601)
+    jobs: list[dict[str, object]] = field(default_factory=list)  # id, name, user, state, nodes
+    nodes: dict[str, str] = field(default_factory=dict)  # node -> state (sinfo %T)
+    problem: str = ""  # why the snapshot is missing or partial
+
+
+def slurm_partition(access: list[str], name: str) -> str:
+    """The Slurm partition a ReFrame partition submits to (`--partition=P` / `-p P` in its access options),
+    else its own name."""
+    for index, option in enumerate(access):
+        if option.startswith("--partition="):
+            return option.split("=", 1)[1]
+        if option in ("-p", "--partition") and index + 1 < len(access):
+            return access[index + 1]
+        if option.startswith("-p") and len(option) > 2:
+            return option[2:]
+    return name
+
+
+def take_snapshot(partition: str, *, exclude_jobs: set[str] | None = None) -> SlurmSnapshot:
+    """squeue and sinfo of `partition` now; the health check's own jobs can be left out."""
+    from datetime import UTC, datetime
+
+    snapshot = SlurmSnapshot(partition, datetime.now(UTC).isoformat(timespec="seconds"))
+    try:
+        jobs = subprocess.run(["squeue", "-h", "-p", partition, "-o", "%i|%j|%u|%T|%N"], capture_output=True,
+                              text=True, timeout=SNAPSHOT_TIMEOUT_S, check=True).stdout
+        nodes = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N|%T"], capture_output=True, text=True,
+                               timeout=SNAPSHOT_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        snapshot.problem = f"no Slurm snapshot: {exc}"
+        return snapshot
+    for line in jobs.splitlines():
+        job_id, name, user, state, hostlist = (line.split("|") + [""] * 5)[:5]
+        if job_id and job_id not in (exclude_jobs or set()):
+            snapshot.jobs.append({"id": job_id, "name": name, "user": user, "state": state,
+                                  "nodes": expand_hostlist(hostlist) if hostlist else []})
+    for line in nodes.splitlines():
+        node, _, state = line.partition("|")
+        if node:
+            snapshot.nodes[node] = state
+    return snapshot
+
+
+def fabric_wide(bad_host_sets: list[set[str]]) -> bool:
+    """Several degraded multi-node metrics on node sets that share no node: no single node explains them,
+    so the night is fabric-wide (contention, a switch) rather than one node's fault."""
+    sets = [hosts for hosts in bad_host_sets if hosts]
+    if len(sets) < 2:
+        return False
+    return all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1:])

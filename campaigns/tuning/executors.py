@@ -1,0 +1,357 @@
+"""Tuning campaigns: commbench runs as the tuner's evaluator (tuners/README.md, "The evaluator contract").
+
+A trial is one commbench sweep of the study's message sizes with the trial's knob environment applied,
+run by an executor:
+
+- `ReframeExecutor`: through the campaign runner (reframe_checks/commbench_run.py on a site's partition:
+  `local`, or Slurm on `localslurm`), one ReFrame invocation per trial, knobs via the check's env_vars.
+- `LauncherExecutor`: commbench started directly by a launcher command: `mpirun -np 4` on the GPU machine,
+  `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
+
+Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
+(an inherited NCCL_PROTO must not leak into a trial that leaves it unset), plus the trial's knobs, plus
+the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
+variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
+Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
+credited: the trial is INVALID with the names in its reason (a typo, a name this version does not know,
+or a code path this run does not take). Libraries without such a log (MPICH, UCX, ...) are recorded as
+unverified in the trial, never silently as read.
+
+Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
+wrong data (exit 1, a record with valid=false) or an unread knob = INVALID; anything else that is not a
+clean run = FAILED, with the reason from the records or the launcher's output.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shlex
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from campaigns import paths
+from campaigns.model.records import parse_record_lines
+from campaigns.subproc import die_with_this_process
+from tuners.catalog import KnobCatalog, Library
+from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
+
+RECORDS_FILE = "commbench.jsonl"
+OUTPUT_FILE = "output.txt"
+
+# How each library says which variables it took from the environment (None: it does not say).
+READ_LOG_ENV: dict[Library, dict[str, str]] = {
+    Library.NCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
+    Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
+    Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro"},
+}
+# NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
+_NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
+# Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
+_OMPI_READ = re.compile(r"^\[[^\]]*\] ([A-Za-z0-9_]+)=(.*) \(environment\)\s*$", re.MULTILINE)
+def knobs_read(library: Library, output: str) -> dict[str, str] | None:
+    """The variables the library reports it took, name -> value as printed; None if it has no such log."""
+    if library in (Library.NCCL, Library.RCCL):
+        return {name: value.rstrip(".") for name, value in _NCCL_READ.findall(output)}
+    if library is Library.OPENMPI:
+        return {f"OMPI_MCA_{name}": value for name, value in _OMPI_READ.findall(output)}
+    return None
+
+
+def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
+    """The caller's environment without any catalog knob or read-log switch."""
+    switches = set(READ_LOG_ENV.get(library, {}))
+    return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
+
+
+# What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T
+# only with dynamic rules on, which MPI_T cannot set (bench_src/README.md, "Selection sweep").
+SWEEP_ENV: dict[str, dict[str, str]] = {Library.OPENMPI: {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}}
+
+
+# ----------------------------------------------------------------------------------------------- runs
+@dataclasses.dataclass(frozen=True)
+class BenchRequest:
+    """What one trial measures: commbench's op, transport and sizes, and how long it may take."""
+
+    op: str
+    transport: str
+    sizes: tuple[int, ...]
+    warmup: int = 2
+    iters: int = 10
+    batch: int = 1
+    bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
+    time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
+    selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
+
+    def selection_args(self) -> list[str]:
+        return ["--selections", "all", "--rounds", str(self.selection_rounds)] if self.selection_rounds else []
+
+    def commbench_args(self, validate: bool, output: Path) -> list[str]:
+        return ["--op", self.op, "--transport", self.transport, "--sizes", ",".join(map(str, self.sizes)),
+                "--warmup", str(self.warmup), "--iters", str(self.iters), "--batch", str(self.batch),
+                "--timeout", str(self.bench_timeout_s), "--check" if validate else "--no-check",
+                "--output", str(output), *self.selection_args()]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What an executor saw of one commbench run."""
+
+    records: list[dict[str, Any]]
+    output: str  # launcher / job output: where the libraries' read logs are
+    exit_code: int | None  # commbench's exit code; None when unknown
+    timed_out: bool = False
+    failure: str | None = None  # the executor's own reason (launch error, ReFrame failure)
+    directory: Path | None = None
+
+
+class Executor(Protocol):
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome: ...
+
+
+def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    if not path.is_file():
+        return [], []
+    return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
+
+
+def _new_directory(parent: Path, label: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = parent / f"{label}-{stamp}-{uuid.uuid4().hex[:6]}"
+    try:
+        path.mkdir(parents=True)
+    except OSError as exc:  # a full or read-only runs directory is not the trial's setting's fault
+        raise EvaluationAborted(f"cannot create a run directory under {parent}: {exc.strerror or exc}") from exc
+    return path
+
+
+class LauncherExecutor:
+    """commbench under a launcher command (`mpirun -np 4`, `srun --mpi=pmix -N2 -n4`), in its own process
+    group so that the hard time limit kills the whole launch."""
+
+    def __init__(self, launcher: Sequence[str], commbench: Path, runs_dir: Path, base_env: Mapping[str, str]) -> None:
+        if not launcher:
+            raise ValueError("the launcher command is empty")
+        if not os.access(commbench, os.X_OK):
+            raise ValueError(f"commbench binary {commbench} does not exist or is not executable")
+        self.launcher = list(launcher)
+        self.commbench = Path(commbench)
+        self.runs_dir = runs_dir
+        self.base_env = dict(base_env)
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        directory = _new_directory(self.runs_dir, "run")
+        records_path = directory / RECORDS_FILE
+        cmd = [*self.launcher, str(self.commbench), *request.commbench_args(validate, records_path)]
+        (directory / "command.txt").write_text(
+            " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " " + shlex.join(cmd) + "\n")
+        timed_out = False
+        with open(directory / OUTPUT_FILE, "w+", encoding="utf-8", errors="replace") as log:
+            try:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**self.base_env, **env},
+                                        cwd=directory, start_new_session=True, preexec_fn=die_with_this_process())
+            except OSError as exc:
+                return RunOutcome([], "", None, failure=f"cannot start {shlex.join(self.launcher)}: {exc}",
+                                  directory=directory)
+            try:
+                code: int | None = proc.wait(timeout=request.time_limit_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(proc)
+                code = None
+            log.seek(0)
+            output = log.read()
+        records, problems = _read_records(records_path)
+        failure = f"{len(problems)} invalid record line(s), first: {problems[0]}" if problems else None
+        if timed_out:
+            failure = f"killed at the hard time limit of {request.time_limit_s} s"
+        return RunOutcome(records, output, code, timed_out, failure, directory)
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# commbench check sanity messages (reframe_checks/lib/commbench_tests.py) -> what happened.
+_RFM_EXIT = re.compile(r"commbench exited with code (\d+)")
+
+
+class ReframeExecutor:
+    """One ReFrame invocation of the commbench check per run, on one partition and environment of a
+    site, with the knobs as the check's env_vars (campaigns.reframe.runner builds the command and reads back
+    the test case's outcome and records). commbench is built once: the first passing run keeps its
+    stage files and later runs restore that build (ReFrame's --restore-session)."""
+
+    def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
+                 runs_dir: Path, base_env: Mapping[str, str]) -> None:
+        from campaigns.model.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
+
+        if nodes not in (1, 2):
+            raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
+        self.runs_dir = runs_dir
+        self.base_env = dict(base_env)
+        self.spec_text = yaml.safe_dump({
+            "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
+            "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]})
+        with tempfile.TemporaryDirectory() as scratch:  # checked now; the run directory is made by the first run
+            spec_path = Path(scratch) / "campaign.yaml"
+            spec_path.write_text(self.spec_text)
+            try:
+                self.campaign = load_campaign(spec_path)
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        self.directory: Path | None = None
+        self.count = 0
+        self.built: Path | None = None  # report of the run whose build later runs restore
+
+    def campaign_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
+        from campaigns.model.spec import Campaign
+
+        check = self.campaign.spec.checks[0]
+        extra = (["--batch", str(request.batch)] if request.batch > 1 else []) + request.selection_args()
+        check = check.model_copy(update={
+            "ops": [request.op], "sizes": list(request.sizes), "warmup": request.warmup, "iters": request.iters,
+            "timeout_s": request.bench_timeout_s, "time_limit_s": request.time_limit_s, "check_data": validate,
+            "transports": [request.transport], "env": dict(env), "extra_args": extra})
+        spec = self.campaign.spec.model_copy(update={"checks": [check]})
+        campaign: Campaign = dataclasses.replace(self.campaign, spec=spec)
+        return campaign
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        from campaigns.reframe.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
+
+        if self.directory is None:
+            self.directory = _new_directory(self.runs_dir, "reframe")
+            (self.directory / "campaign.yaml").write_text(self.spec_text)
+            self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
+        self.count += 1
+        campaign = self.campaign_for(env, request, validate)
+        (case,) = campaign.cases()
+        (invocation,) = plan_invocations([case])
+        prefix = self.directory / f"rfm-{self.count}"
+        prefix.mkdir()
+        cmd = invocation.command(campaign, prefix)
+        # The first run keeps its build (stage files); later runs restore it instead of building again.
+        extra = ["--restore-session", str(self.built)] if self.built else ["--keep-stage-files"]
+        with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
+            try:
+                rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
+                                    cwd=prefix, env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
+                                    timeout=request.time_limit_s + 120, check=False,
+                                    preexec_fn=die_with_this_process()).returncode
+            except subprocess.TimeoutExpired:
+                return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
+                                  prefix)
+        report = prefix / REPORT_FILE
+        if self.built and "could not restore" in (prefix / REFRAME_LOG).read_text(errors="replace"):
+            self.built = None  # the kept build is gone: build again
+            return self.run(env, request, validate)
+        result, records = case_outcome(case, report_testcases(report) if report.is_file() else [], rc, prefix)
+        if self.built is None and result.status == "pass":
+            self.built = report
+        output = ""
+        if result.directory is not None:
+            output = "".join(p.read_text(errors="replace") for p in sorted(result.directory.glob("rfm_job.*"))
+                             if p.suffix in (".out", ".err"))
+        if result.status == "pass":
+            return RunOutcome(records, output, 0, directory=result.directory)
+        reason = result.reason or f"ReFrame status {result.status}"
+        match = _RFM_EXIT.search(reason)
+        exit_code = int(match.group(1)) if match else None
+        timed_out = "hit its time limit" in reason or exit_code == 3
+        return RunOutcome(records, output, exit_code, timed_out, reason, result.directory or prefix)
+
+
+# ----------------------------------------------------------------------------------------- evaluator
+class CommbenchEvaluator:
+    """The tuner's evaluator: one commbench run per call through `executor`, judged as the module
+    docstring says. `exempt` knobs are not held to the read-log check (recorded as unverified)."""
+
+    def __init__(self, executor: Executor, request: BenchRequest, library: Library, catalog: KnobCatalog,
+                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None) -> None:
+        self.executor = executor
+        self.request = request
+        self.library = library
+        self.catalog = catalog
+        self.exempt = exempt
+        self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
+        self.durations_s: list[float] = []
+        self.run_done: Callable[[], None] | None = None  # called after each run (finalization's progress lines)
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        started = time.monotonic()
+        outcome = self.executor.run({**env, **READ_LOG_ENV.get(self.library, {})}, self.request, validate)
+        self.durations_s.append(time.monotonic() - started)
+        if self.run_done is not None:
+            self.run_done()
+        evaluation = self.judge(env, outcome, validate)
+        if self.ingest is not None:
+            ids = self.ingest(env, outcome, evaluation)
+            evaluation = dataclasses.replace(evaluation, record_ids=tuple(ids))
+        return evaluation
+
+    def unread(self, env: Mapping[str, str], output: str) -> list[str] | None:
+        """Knobs of this library set in env that its read log does not show; None = no read log."""
+        read = knobs_read(self.library, output)
+        if read is None:
+            return None
+        mine = [name for name in env if name in self.catalog and self.library in self.catalog[name].libraries]
+        return [name for name in mine if name not in read and name not in self.exempt]
+
+    def judge(self, env: Mapping[str, str], outcome: RunOutcome, validate: bool) -> Evaluation:
+        results = [r for r in outcome.records if r["kind"] == "result" and r["op"] == self.request.op]
+        errors = [r for r in outcome.records if r["kind"] == "error"]
+        tail = output_tail(outcome.output)
+        where = f" (run directory {outcome.directory})" if outcome.directory else ""
+        if outcome.timed_out or outcome.exit_code == 3 or any(r.get("reason") == "timeout" for r in errors):
+            detail = outcome.failure or next((r["error"] for r in errors), "commbench's watchdog fired (exit 3)")
+            return Evaluation.failed(FailureKind.TIMEOUT, f"hung: {detail}{where}")
+        wrong = [f"{r['bytes']} B: {r.get('wrong_elements')} wrong" for r in results if not r["valid"]]
+        if outcome.exit_code == 1 or wrong:
+            return Evaluation.failed(FailureKind.INVALID,
+                                     f"data validation failed ({'; '.join(wrong) or 'exit code 1'}){where}")
+        if errors:
+            first = errors[0]
+            return Evaluation.failed(FailureKind.FAILED,
+                                     f"commbench error record ({first.get('reason')}): {first.get('error')}{where}")
+        if outcome.failure or outcome.exit_code != 0:
+            reason = outcome.failure or f"exit code {outcome.exit_code}"
+            return Evaluation.failed(FailureKind.FAILED, f"{reason}{where}; output ends: {tail}")
+        unread = self.unread(env, outcome.output)
+        if unread:
+            return Evaluation.failed(
+                FailureKind.INVALID,
+                f"{self.library} did not report reading {', '.join(unread)} (read log "
+                f"{' '.join(f'{k}={v}' for k, v in READ_LOG_ENV[self.library].items())}): a name this version "
+                f"does not know, or a code path this run does not take; not credited{where}")
+        times = {int(r.get("requested_bytes", r["bytes"])): r["samples_us"] for r in results
+                 if r["bytes"] > 0 and min(r["samples_us"], default=0) > 0}
+        if not times:
+            return Evaluation.failed(FailureKind.FAILED, f"no result records for op {self.request.op}{where}")
+        checked = bool(results) and all(r.get("check") and r["valid"] for r in results)
+        return Evaluation(times_us=times, validated=validate and checked)
+
+
+def output_tail(text: str, limit: int = 1200) -> str:
+    """The end of a run's output for a failure reason (launchers add a box of their own after the
+    program's last words: keep enough lines to include those, drop the box's rules)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip().strip("-")][-15:]
+    return " | ".join(lines)[-limit:] or "(no output)"

@@ -1,0 +1,404 @@
+"""A tuning session: prepare (spec checked, executor, search space, evaluator), trials (tuners.study),
+finalization, the per-size stage, publishing, and the summary with provenance."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from campaigns import paths
+from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
+                                        ReframeExecutor, RunOutcome, strip_knobs, output_tail)
+from campaigns.tuning.spec import TuningSpec, site_catalog, site_env
+from tuners.catalog import KnobCatalog, Library
+from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
+from tuners.finalize import Candidate, FinalReport, finalize, planned_rounds
+from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
+from tuners.recommendation import Recommendation, build_recommendation, with_per_size
+from tuners.scope import StudyScope
+from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
+from tuners.study import Tuner, check_reachable, finalization_candidates, open_storage
+from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
+
+
+def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
+    """The version a run's records name for `library` (NCCL/RCCL from `versions`, MPIs from
+    `mpi_library`)."""
+    for record in records:
+        versions = record.get("versions") or {}
+        if library in (Library.NCCL, Library.RCCL) and versions.get(library.value):
+            return str(versions[library.value])
+        text = record.get("mpi_library") or ""
+        if library is Library.OPENMPI and "Open MPI" in text:
+            match = re.search(r"v(\d+\.\d+\.\d+)", text)
+            return match.group(1) if match else None
+        if library is Library.MPICH and "MPICH" in text:
+            match = re.search(r"Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+            return match.group(1) if match else None
+    return None
+
+
+# --------------------------------------------------------------------------------------- the workflow
+@dataclasses.dataclass
+class TuningSetup:
+    spec: TuningSpec
+    catalog: KnobCatalog
+    knob_files: list[str]
+    space: SearchSpace
+    scope: StudyScope
+    buckets: tuple[SizeBucket, ...]
+    evaluator: CommbenchEvaluator
+    versions: dict[str, str]
+    study_name: str
+
+
+def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
+    runs_dir = Path(spec.runs_dir)
+    if spec.executor == "reframe":
+        return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
+                               base_env)
+    assert spec.launcher is not None
+    commbench = spec.commbench or paths.commbench_build_dir() / f"cpu-{spec.environ}" / "commbench"
+    return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)
+
+
+def store_ingester(url: str, scope_label: str, spec: TuningSpec) -> Any:
+    """Each run goes into the results store as a run of campaign `tune` (status pass/fail, its valid
+    records); the trial keeps the run's id."""
+    from campaigns.store import RunInfo, StoreError, open_store
+
+    def ingest(env: Mapping[str, str], outcome: RunOutcome, evaluation: Evaluation) -> list[str]:
+        system, _, partition = spec.system.partition(":")
+        info = RunInfo(run_key=f"tune/{scope_label}/{uuid.uuid4().hex}", campaign="tune", site=spec.site,
+                       system=system, partition=partition, environ=spec.environ, check_name="commbench_run",
+                       parameters={"op": spec.op, "sizes": list(spec.sizes), "env": dict(env),
+                                   "transport": spec.transport, "batch": spec.batch, "iters": spec.iters},
+                       num_nodes=spec.nodes, num_tasks=spec.ranks,
+                       status="pass" if evaluation.ok else "fail",
+                       reason=None if evaluation.ok else f"{evaluation.failure}: {evaluation.reason}"[:2000])
+        try:
+            with open_store(url) as store:
+                return [f"run:{store.ingest(info, outcome.records, validated=True)}"]  # parse_record_lines checked them
+        except StoreError as exc:  # not the setting's fault: the study stops and measures it again later
+            raise EvaluationAborted(f"cannot store the run ({exc}); its records stay in {outcome.directory}") from exc
+
+    return ingest
+
+
+def executor_label(spec: TuningSpec) -> str:
+    """What runs the trials, as a study tells it apart: `reframe`, or the launcher's program (srun, mpirun)."""
+    return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
+
+
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -> str:
+    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for and the knob
+    files' content: trials of another executor or another knob setup go to a study of their own."""
+    if spec.study is not None:
+        return spec.study
+    setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
+             "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
+             "executor": executor_label(spec)}
+    digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+    return f"{scope.study_name}/{executor_label(spec)}-{digest}"
+
+
+def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """What can be checked before anything is submitted: the site, partition and environment, the knob
+    files, the knobs asked for (whatever the library version), the executor and the study database
+    (reached, nothing created). Returns the site's catalog and the knob files used; ValueError
+    (StorageUnavailable for the database) naming the problem."""
+    catalog, files = site_catalog(spec)
+    if spec.knobs:
+        try:
+            check_knob_names(catalog, Library(spec.library), spec.knobs, op=spec.op, transport=spec.transport)
+        except SpaceError as exc:
+            raise ValueError(f"knobs: {exc}") from None
+    site_env(spec)
+    if spec.executor == "launcher":
+        make_executor(spec, {})
+    check_reachable(spec.storage_url())
+    return catalog, files
+
+
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+    """Everything a study needs, checked before any trial runs (check_spec first). Without
+    `library_version` one probe run with the site's defaults at the smallest size reads it from
+    commbench's records."""
+    catalog, files = check_spec(spec)
+    library = Library(spec.library)
+    base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
+    executor = make_executor(spec, base_env)
+    request = spec.request()
+    version = spec.library_version
+    if version is None:
+        probe = executor.run({**catalog.default_env(), **READ_LOG_ENV.get(library, {})},
+                             dataclasses.replace(request, sizes=request.sizes[:1], iters=1, warmup=0), False)
+        version = library_version(probe.records, library)
+        if version is None:
+            raise ValueError(f"cannot tell the {library} version from the probe run "
+                             f"({outcome_summary(probe)}); give library_version")
+    space = build_space(catalog, {library: version}, knobs=spec.knobs, op=spec.op, transport=spec.transport)
+    system, _, partition = spec.system.partition(":")
+    scope = StudyScope(site=spec.site, system=system, partition=partition, library=library,
+                       library_version=version, op=spec.op, transport=spec.transport, nodes=spec.nodes,
+                       gpus_per_node=spec.gpus_per_node)
+    buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
+    ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
+    evaluator = CommbenchEvaluator(executor, request, library, catalog,
+                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
+    versions = {library.value: version, "commcamp": _git_commit()}
+    return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
+                       study_name(spec, scope, files))
+
+
+def outcome_summary(outcome: RunOutcome) -> str:
+    return (f"exit {outcome.exit_code}, {len(outcome.records)} records"
+            + (f", {outcome.failure}" if outcome.failure else "") + f"; output ends: {output_tail(outcome.output)}")
+
+
+def _git_commit() -> str:
+    try:
+        out = "" if paths.CHECKOUT is None else subprocess.run(
+            ["git", "-C", str(paths.CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+            timeout=10, check=False).stdout.strip()
+    except OSError:
+        out = ""
+    return out or "unknown"
+
+
+def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
+               timeout_s: float | None = None, n_trials: int | None = None,
+               seed_envs: Sequence[Mapping[str, str]] = ()) -> Tuner:
+    """The Tuner of the setup's study; `timeout_s` / `n_trials` replace the spec's budget; `seed_envs`
+    are enqueued after the defaults (and the library defaults) when the study is created."""
+    spec = setup.spec
+    seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
+    return Tuner(setup.scope, setup.space, setup.evaluator,
+                 storage if storage is not None else open_storage(
+                     spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
+                 setup.buckets,
+                 n_trials=n_trials if n_trials is not None else spec.trials,
+                 timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
+                 sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
+                 seed_envs=seeds, progress=progress, study_name=setup.study_name)
+
+
+@dataclasses.dataclass
+class TuningOutcome:
+    study: Any
+    baseline_env: dict[str, str]
+    report: FinalReport | None = None
+    recommendation: Recommendation | None = None
+    published: PublishedFiles | None = None
+
+
+class UntestedDecision(RuntimeError):
+    """Finalization could re-measure no candidate within its budget: no decision can be made."""
+
+
+class _FinalizationLog:
+    """Says how far finalization is (it has no progress bar): at the start, then at most every `every_s`."""
+
+    def __init__(self, planned: int, log: Callable[[str], None], every_s: float = 10.0) -> None:
+        self.planned, self.log, self.every_s = planned, log, every_s
+        self.done = 0
+        self.started = self.last = time.monotonic()
+
+    def run_done(self) -> None:
+        self.done += 1
+        now = time.monotonic()
+        if now - self.last >= self.every_s or self.done == self.planned:
+            self.last = now
+            self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
+
+
+def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
+                   max_evaluations: int | None = None,
+                   log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
+    """Re-measure the best candidates against the baseline (tuners.finalize) and build the
+    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits;
+    `log` gets a progress line at the start and then at most every 10 s."""
+    fin = setup.spec.finalize
+    thresholds = fin.thresholds()
+    found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
+    keep = len(found)
+    while max_evaluations is not None and keep > 0 and \
+            planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
+        keep -= 1
+    if keep == 0 < len(found):
+        raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
+                               f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
+                               "for one): a decision now would be untested")
+    candidates = [Candidate(env, number) for number, env in found[:keep]]
+    if log is not None and candidates:
+        planned = planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1)
+        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, {planned} runs planned")
+        setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
+    report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
+                      needs_validation=setup.space.unsafe_changes)
+    if keep < len(found):
+        report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
+                                                                   "candidates left out to fit the time budget"))
+    setup.evaluator.run_done = None
+    rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
+    return report, rec
+
+
+def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
+    """One selection sweep under the recommended environment, decided per size (tuners/per_size.py)."""
+    spec = setup.spec
+    thresholds = spec.finalize.thresholds()
+    rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
+    # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
+    request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
+                                  time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
+    outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, False)
+    if outcome.failure or outcome.exit_code != 0:
+        raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")
+    return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+
+
+def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> PublishedFiles | None:
+    spec = setup.spec
+    if spec.publish_dir is None:
+        return None
+    plugin = spec.plugin_library or (paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if rec.plugin_rules else None)
+    return publish(Path(spec.publish_dir), rec, setup.catalog,
+                   plugin_library=None if plugin is None else str(Path(plugin).resolve()))
+
+
+def print_progress(line: str) -> None:
+    """A progress line that reaches a log file or pipe at once."""
+    print(line, flush=True)
+
+
+@dataclasses.dataclass
+class TuningSession:
+    """One tuning run: trials -> finalize (-> the per-size stage) -> publish -> summary. `commcamp tune`
+    (trials here or in Slurm workers), `pretune` and the demonstrations (campaigns/tools/tuning_demo.py)
+    all go through it; they differ in who runs the trials and how many runs finalization may take."""
+
+    setup: TuningSetup
+    log: Callable[[str], None] | None = print_progress  # progress lines (None: quiet)
+    outcome: TuningOutcome | None = None  # set by trials() or collect()
+
+    def trials(self, tuner: Tuner | None = None) -> TuningOutcome:
+        """The study's trials, run here (resumed if the study exists); `tuner` for another budget."""
+        tuner = tuner or make_tuner(self.setup, progress=self.log is not None)
+        study = tuner.run()
+        self.outcome = TuningOutcome(study, dict(tuner.baseline_env))
+        return self.outcome
+
+    def collect(self, tuner: Tuner) -> TuningOutcome:
+        """The study whose trials others ran (Slurm workers, a demonstration's own loop)."""
+        self.outcome = TuningOutcome(tuner.load_study(), dict(tuner.baseline_env))
+        return self.outcome
+
+    def _trials_done(self) -> TuningOutcome:
+        if self.outcome is None:
+            raise RuntimeError("the session has no trials yet: trials() or collect() first")
+        return self.outcome
+
+    def finalize(self, max_evaluations: int | None = None) -> Recommendation:
+        """finalize_study on the trials (UntestedDecision when `max_evaluations` re-measures no candidate)."""
+        outcome = self._trials_done()
+        outcome.report, outcome.recommendation = finalize_study(
+            self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, log=self.log)
+        return outcome.recommendation
+
+    def per_size(self) -> Recommendation:
+        """The per-size stage under the recommended environment, merged into the recommendation."""
+        outcome = self._trials_done()
+        assert outcome.recommendation is not None, "finalize() first"
+        outcome.recommendation = with_per_size(outcome.recommendation,
+                                               per_size_stage(self.setup, outcome.recommendation))
+        return outcome.recommendation
+
+    def publish(self) -> PublishedFiles | None:
+        outcome = self._trials_done()
+        assert outcome.recommendation is not None, "finalize() first"
+        outcome.published = publish_recommendation(self.setup, outcome.recommendation)
+        return outcome.published
+
+    def finish(self) -> TuningOutcome:
+        """What the spec asks for after the trials: finalization, the per-size stage, publishing."""
+        outcome = self._trials_done()
+        if self.setup.spec.finalize.enabled:
+            self.finalize()
+            if self.setup.spec.per_size.enabled:
+                self.per_size()
+            self.publish()
+        return outcome
+
+    def summary(self, path: Path | None) -> None:
+        """The JSON summary (spec, trials, evidence, files, provenance) at `path`, if one is asked for."""
+        if path is not None:
+            write_summary(path, self.setup, self._trials_done())
+
+
+def _command_output(cmd: list[str]) -> str:
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unavailable: {exc}"
+    return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else ""
+
+
+def provenance() -> dict[str, Any]:
+    """Where and with what a tuning run ran: date, host, commit, tool versions."""
+    import platform
+
+    import optuna
+
+    dirty = 0 if paths.CHECKOUT is None else subprocess.run(
+        ["git", "-C", str(paths.CHECKOUT), "status", "--porcelain"], capture_output=True, text=True, timeout=20,
+        check=False).stdout.count("\n")
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
+            "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
+            "optuna": optuna.__version__, "command": sys.argv,
+            "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
+            "slurm": _command_output(["sinfo", "--version"]),
+            "open_mpi": _command_output(["ompi_info", "--version"])}
+
+
+def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str, Any]:
+    """Everything a committed result needs: spec, scope, every counted trial, the finalization evidence,
+    the files written, and the provenance."""
+    from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, is_counted, study_progress
+
+    trials = [{"number": t.number, "role": t.user_attrs.get(ROLE, ""), "outcome": t.user_attrs[OUTCOME],
+               "objective_us": t.value, "bucket_us": t.user_attrs.get(BUCKET_US), "env": t.user_attrs.get(ENV),
+               "fail_reason": t.user_attrs.get(FAIL_REASON, ""), "record_ids": t.user_attrs.get("record_ids", [])}
+              for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]
+    rec = outcome.recommendation
+    return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
+            "study": setup.study_name, "knob_files": setup.knob_files,
+            "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
+            "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
+            "recommendation": None if rec is None else rec.model_dump(mode="json"),
+            "files": None if outcome.published is None else {
+                k: str(v) for k, v in dataclasses.asdict(outcome.published).items()},
+            "provenance": provenance()}
+
+
+def write_summary(path: Path, setup: TuningSetup, outcome: TuningOutcome) -> None:
+    write_atomic(path, json.dumps(outcome_summary_data(setup, outcome), indent=2, default=str) + "\n")
+
+
+def recommendation_env_text(rec: Recommendation, catalog: KnobCatalog) -> str:
+    """The sourceable env file of a recommendation (pretune's output), values validated again."""
+    return env_file_text(rec, catalog.validate_env(rec.env), list(rec.unset))
+
+
+def write_env_file(path: Path, rec: Recommendation, catalog: KnobCatalog) -> None:
+    write_atomic(path, recommendation_env_text(rec, catalog))

@@ -1,0 +1,242 @@
+"""The tuning spec (`commcamp tune SPEC.yaml` or its options): scope, knobs, budget, finalization, the
+per-size stage, outputs; and what the spec's site says (its partition, environment variables, knob
+overrides)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from campaigns import paths
+from campaigns.model.records import MAX_MESSAGE_BYTES
+from campaigns.model.sizes import parse_size
+from campaigns.tuning.executors import BenchRequest
+from tuners.catalog import KnobCatalog, Library
+from tuners.finalize import Thresholds
+from tuners.study import SamplerName
+
+
+# ------------------------------------------------------------------------------------------- the spec
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FinalizeSpec(_Model):
+    """Finalization (tuners/finalize.py): re-measure the best candidates interleaved with the baseline."""
+
+    enabled: bool = True
+    candidates: int = Field(default=2, ge=1, le=6, description="k best distinct settings re-measured")
+    max_candidates: int | None = Field(default=None, ge=1, description=(
+        "cap on all candidates: the k best, then each size bucket's best, then the simplified best"))
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
+        "family-wise: Holm over all tests of a finalization (candidates x (overall + each size bucket))"))
+    min_effect: float = Field(default=0.03, ge=0)
+    rounds: int = Field(default=Thresholds().rounds, ge=2, description=(
+        "maximum of the group-sequential phase (tuners/finalize.py); raised to what the family needs"))
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)
+
+
+class PerSizeSpec(_Model):
+    """The per-size stage (tuners/per_size.py) after finalization, under the recommended environment."""
+
+    enabled: bool = False
+    top: int = Field(default=3, ge=1, description="candidates per size, picked on the sweep's even rounds")
+    rounds: int = Field(default=0, ge=0, description="sweep rounds; 0: the fewest with which a change is possible")
+    time_limit_s: int = Field(default=600, ge=10, description="the sweep run's hard limit")
+
+
+class TuningSpec(_Model):
+    """One tuning study: where and what commbench measures, which knobs, the budget, the outputs.
+    YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
+
+    site: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+    system: str = Field(description="system:partition, or a system of one partition (ReFrame executor: a "
+                                    "partition of the site)")
+    environ: str = Field(default="openmpi", description="programming environment (ReFrame) / MPI of the binary")
+    library: Library
+    library_version: str | None = Field(default=None, description="None: read from a probe run's records")
+    op: str
+    transport: Literal["mpi", "ccl"] = "mpi"
+    nodes: int = Field(default=1, ge=1)
+    tasks_per_node: int = Field(default=2, ge=1)
+    gpus_per_node: int = Field(default=1, ge=1, description="the scope's GPUs per node (1 on CPU partitions)")
+    sizes: list[int] = Field(min_length=1)
+    sizes_per_bucket: int = Field(default=2, ge=1)
+    warmup: int = Field(default=2, ge=0)
+    iters: int = Field(default=10, ge=1)
+    batch: int = Field(default=1, ge=1)
+    bench_timeout_s: int = Field(default=60, ge=1)
+    time_limit_s: int = Field(default=300, ge=10)
+    knobs: list[str] | None = Field(default=None, description="None: every catalog knob that applies")
+    knob_overrides: list[Path] = Field(default=[], description="more knob override files (defaults, pins)")
+    unverifiable_knobs: list[str] = Field(default=[], description="knobs exempt from the read-log check")
+    trials: int | None = Field(default=20, ge=1)
+    budget_s: float | None = Field(default=None, gt=0, description="wall-time budget of the trial phase")
+    sampler: SamplerName = SamplerName.TPE
+    seed: int | None = 0
+    n_startup_trials: int = Field(default=4, ge=1)
+    seed_library_defaults: bool = Field(default=True, description="trial 1 = every searched knob unset")
+    executor: Literal["reframe", "launcher"] = "reframe"
+    launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
+    commbench: Path | None = Field(default=None, description="launcher executor: the binary")
+    db: str | None = Field(default=None, description="Optuna storage URL (default: the results database)")
+    study: str | None = Field(default=None, min_length=1, description=(
+        "study name (default: the scope's name + the executor and a digest of the knobs and knob files)"))
+    heartbeat_s: int = Field(default=60, ge=1, description="a worker's trial is lost after 2 heartbeats of silence")
+    finalize: FinalizeSpec = FinalizeSpec()
+    per_size: PerSizeSpec = PerSizeSpec()
+    publish_dir: Path | None = Field(default_factory=paths.recommendations_dir, description="None: do not publish")
+    plugin_library: Path | None = None
+    runs_dir: Path = Field(default_factory=paths.runs_dir)
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _sizes(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list):
+            return value
+        sizes = sorted({parse_size(v) for v in value})
+        outside = [size for size in sizes if not 1 <= size <= MAX_MESSAGE_BYTES]
+        if outside:
+            raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
+        return sizes
+
+    @model_validator(mode="before")
+    @classmethod
+    def _partition(cls, data: Any) -> Any:
+        """`system` without `:partition` names the system's only partition (the site's site.yaml)."""
+        if isinstance(data, dict) and isinstance(data.get("system"), str) and ":" not in data["system"] \
+                and isinstance(data.get("site"), str):
+            return {**data, "system": only_partition(data["site"], data["system"])}
+        return data
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        from campaigns.model.site import ALL_OPS
+
+        if value not in ALL_OPS:
+            raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuningSpec:
+        if ":" not in self.system:
+            raise ValueError(f"system {self.system!r} must be system:partition (or a system of site.yaml with "
+                         "one partition)")
+        if self.trials is None and self.budget_s is None:
+            raise ValueError("give a budget: trials and/or budget_s")
+        if self.executor == "reframe" and self.transport != "mpi":
+            raise ValueError("the ReFrame commbench check runs transport mpi; use the launcher executor for ccl")
+        if self.executor == "launcher" and self.launcher is None:
+            raise ValueError("the launcher executor needs `launcher` (e.g. [mpirun, -np, '4'])")
+        return self
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def request(self) -> BenchRequest:
+        return BenchRequest(self.op, self.transport, tuple(self.sizes), self.warmup, self.iters, self.batch,
+                            self.bench_timeout_s, self.time_limit_s)
+
+    def storage_url(self) -> str:
+        from campaigns.store import default_url  # lazily: the store pulls in alembic
+
+        return self.db or default_url()
+
+
+def load_spec(path: Path, **overrides: Any) -> TuningSpec:
+    from campaigns.model.yamlio import YamlDocument, YamlModelError
+
+    try:
+        document = YamlDocument(Path(path))
+        spec = document.validate(TuningSpec)
+    except YamlModelError as exc:
+        raise ValueError(str(exc)) from None
+    return spec.model_copy(update={k: v for k, v in overrides.items() if v is not None}) if overrides else spec
+
+
+def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
+    site_configs/knobs/<site>.yaml for a site without one) and the spec's override files applied in
+    order; also the files used."""
+    site = _site(spec)
+    catalog = KnobCatalog.load() if site is None else site.knob_catalog()
+    files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
+    extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
+    for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
+        try:
+            overrides = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ValueError(f"{path}: cannot read knob overrides: {exc}") from exc
+        catalog = catalog.for_site(overrides, str(path))
+        files.append(str(path))
+    return catalog, files
+
+
+# --------------------------------------------------------------------------------------- the spec's site
+def _site(spec: TuningSpec) -> Any:
+    """The spec's site (campaigns.model.site.Site), or None for a site known only by its knob file
+    (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
+    from campaigns.model.site import SiteError, find_site_file, load_site
+
+    if find_site_file(spec.site) is None and (paths.KNOBS_DIR / f"{spec.site}.yaml").is_file():
+        return None
+    try:
+        return load_site(spec.site)
+    except SiteError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
+    """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
+    and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml.
+    ValueError when the site has no such system, partition or environment there, or (Slurm) fewer nodes."""
+    from campaigns.model.spec import SLURM_SCHEDULERS
+
+    site = _site(spec)
+    if site is None:
+        return None
+    system_name, _, partition_name = spec.system.partition(":")
+    try:
+        system = site.system(system_name)
+        partition = system.partition(partition_name)
+    except KeyError:
+        systems = ", ".join(f"{s.name}:{p.name}" for s in site.systems for p in s.partitions)
+        raise ValueError(f"site {site.name!r} has no system:partition {spec.system!r} (it has: {systems})") from None
+    if spec.environ not in partition.environments:
+        raise ValueError(f"environ {spec.environ!r} is not an environment of {spec.system} "
+                         f"(it has: {', '.join(partition.environments)})")
+    if partition.scheduler in SLURM_SCHEDULERS and spec.nodes > partition.nodes:
+        raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
+                         f"has {partition.nodes}")
+    return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def only_partition(site_name: str, system_name: str) -> str:
+    """system:partition for a system of one partition; `system_name` unchanged where the site or system
+    is unknown (reported later, with what there is); ValueError when the system has several partitions."""
+    from campaigns.model.site import SiteError, load_site
+
+    try:
+        system = load_site(site_name).system(system_name)
+    except (SiteError, KeyError):
+        return system_name
+    if len(system.partitions) > 1:
+        raise ValueError(f"system {system_name!r} of site {site_name!r} has partitions "
+                         f"{', '.join(p.name for p in system.partitions)}: give system:partition")
+    return f"{system_name}:{system.partitions[0].name}"
+
+
+def site_env(spec: TuningSpec) -> dict[str, str]:
+    """What the site environment exports for its jobs, minus commcamp's launcher selector."""
+    found = site_partition(spec)
+    env = {} if found is None else dict(found[1])
+    env.pop("COMMCAMP_MPIEXEC", None)
+    return env
