@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns.model.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
-                            load_site)
+                                  load_site)
 from campaigns.model.records import MAX_MESSAGE_BYTES
 from campaigns.model.sizes import ByteCount
 from campaigns.model.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
@@ -177,7 +177,8 @@ class HealthSettings(_Model):
     implausible_bandwidth_factor: float = Field(default=1.25, ge=1, description=(
         "a multi-node bandwidth above this many times a node's NICs (links.nic x node.nics) is failed"))
     slow_alpha: float = Field(default=0.05, gt=0, lt=1, description=(
-        "fail-slow: the false-alarm rate per night over every (node, record) judged (Bonferroni; campaigns/kinds/health.py)"))
+        "fail-slow: the false-alarm rate per night over every (node, record) judged "
+        "(Bonferroni; campaigns/kinds/health.py)"))
     isolate: bool = True
     isolation: IsolationSettings = IsolationSettings()
 
