@@ -45,7 +45,7 @@ demo: system-deps venv
 	$(VENV)/bin/commcamp run campaigns/smoke.yaml
 
 test: system-deps venv bench
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=25 tests
 
 clean:
 	rm -rf $(BUILD)
