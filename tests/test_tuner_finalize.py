@@ -14,7 +14,7 @@ from fixtures_tuner import TWO_BUCKETS, make_scope
 
 from campaigns.formats.packs import read_pack
 from campaigns.model.site import load_site
-from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, realistic_evaluator
+from tuners.bench_finalize import DriftingEvaluator, accepted_by_rule, measured_noise, realistic_evaluator
 from tuners.evaluation import (
     Evaluation,
     FailureKind,
@@ -430,3 +430,13 @@ def test_the_reported_gain_comes_from_rounds_after_the_choice() -> None:
     evaluate, _ = _knob_evaluator(4, {"P": 0.15})
     assert finalize(evaluate, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=4,
                     thresholds=Thresholds(holdout_rounds=0)).overall.holdout is None
+
+
+def test_the_benchmarks_noise_is_the_committed_measurement() -> None:
+    """bench_finalize's noise scales come from the packed 4x H200 A/A launches: the same numbers its
+    committed result recorded (the merge that packed the run folders had left it reading a folder that
+    was gone)."""
+    recorded = json.loads((REPO / "results" / "bench" / "finalize_error_rates.json").read_text())["measured_noise"]
+    measured = measured_noise().as_json()
+    assert measured["launches"] == 85 and measured["source"].endswith("aa/runs.jsonl")
+    assert {k: v for k, v in measured.items() if k != "source"} == {k: v for k, v in recorded.items() if k != "source"}

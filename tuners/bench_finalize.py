@@ -7,7 +7,7 @@ held-out rounds): a baseline and two candidates over five one-size buckets (8 Ki
 demo's sizes). Per run and size the time is divided by the setting's true speed-up and multiplied by a
 common slow drift (1 % log-normal random walk + 0.2 % steady trend per run: ASSUMED, not measured) and
 by per-launch noise of one of three shapes (`--noise`), whose scales are MEASURED (`measured_noise`:
-the committed 4x H200 A/A run, results/tuning/gpu-h200x4/aa/runs, launches of one environment on one
+the committed 4x H200 A/A run, results/tuning/gpu-h200x4/aa/runs.jsonl, launches of one environment on one
 GPU pair grouped, log(median time) per size around the group's median; recorded in the output):
 
 - gaussian: log-normal, per size the measured standard deviation;
@@ -187,7 +187,7 @@ def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_buc
     return speedups, one_bucket
 
 
-AA_RUNS = Path(__file__).resolve().parents[1] / "results" / "tuning" / "gpu-h200x4" / "aa" / "runs"
+AA_RUNS = Path(__file__).resolve().parents[1] / "results" / "tuning" / "gpu-h200x4" / "aa" / "runs.jsonl"
 NOT_KNOBS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_TESTS_DIR", "NCCL_VERSION")
 
 
@@ -209,12 +209,14 @@ class MeasuredNoise:
                 "robust_sd": {str(k): round(v, 5) for k, v in self.robust_sd.items()}}
 
 
-def measured_noise(runs_dir: Path = AA_RUNS) -> MeasuredNoise:
-    """The noise of the committed 4x H200 A/A run (results/tuning/gpu-h200x4/aa/runs: one directory per
-    launch, commbench.jsonl): launches grouped by GPU pair and NCCL_* knobs; groups of 3+ launches."""
+def measured_noise(runs_pack: Path = AA_RUNS) -> MeasuredNoise:
+    """The noise of the committed 4x H200 A/A run (results/tuning/gpu-h200x4/aa/runs.jsonl: one pack entry
+    per launch with its commbench.jsonl): launches grouped by GPU pair and NCCL_* knobs; groups of 3+."""
+    from campaigns.formats.packs import read_pack  # the evidence packs' one reader (a benchmark-only import)
+
     groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[dict[int, float]]] = {}
-    for directory in sorted(runs_dir.iterdir()):
-        records = [json.loads(line) for line in (directory / "commbench.jsonl").read_text().splitlines() if line]
+    for launch in sorted(read_pack(runs_pack), key=lambda entry: entry.id):
+        records = [json.loads(line) for line in launch.text("/commbench.jsonl").splitlines() if line]
         results = [r for r in records if r.get("kind") == "result"]
         env = results[0]["env"]
         knobs = tuple(sorted((k, v) for k, v in env.items() if k.startswith("NCCL_") and k not in NOT_KNOBS))
@@ -229,7 +231,7 @@ def measured_noise(runs_dir: Path = AA_RUNS) -> MeasuredNoise:
     spread = 1.4826 * float(np.median(np.abs(per_launch)))
     slow = per_launch[per_launch > 3 * spread]
     return MeasuredNoise(
-        source=str(runs_dir.relative_to(runs_dir.parents[4])) if len(runs_dir.parents) > 4 else str(runs_dir),
+        source=str(runs_pack.relative_to(runs_pack.parents[4])) if len(runs_pack.parents) > 4 else str(runs_pack),
         launches=len(residuals),
         groups=len(repeated),
         sd={s: float(residuals[:, j].std(ddof=1)) for j, s in enumerate(sizes)},
