@@ -122,7 +122,8 @@ static void set_selection(struct cb_selection *s, const struct cb_cvar *cvar, co
     if (item->value == 0)
         snprintf(s->name, sizeof s->name, "own");
     else if (segsize >= 0)
-        snprintf(s->name, sizeof s->name, "%s/seg%d", item->name, segsize);
+        /* %.48s: a name, "/seg" and any int fit the 64 bytes (gcc 13 -Wformat-truncation; names are < 30) */
+        snprintf(s->name, sizeof s->name, "%.48s/seg%d", item->name, segsize);
     else
         snprintf(s->name, sizeof s->name, "%s", item->name);
     s->mechanism = CB_MECH_MPI_T;
