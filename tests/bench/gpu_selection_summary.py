@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
