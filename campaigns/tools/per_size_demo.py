@@ -2,9 +2,13 @@
 
     python3 -m campaigns.tools.per_size_demo --out DIR [--libraries openmpi,mpich] [--ops ...] [--sizes ...]
         [--nodes 3] [--rounds R] [--validation-rounds V] [--iters I] [--validation-iters J] [--budget-s S]
+    python3 -m campaigns.tools.per_size_demo --out DIR --libraries nccl --launcher mpirun --ranks 2 \
+        --commbench BUILD/cuda/commbench --plugin BUILD/tuner/libnccl-tuner-commcamp.so [--env K=V ...]
 
-Runs where `srun` reaches a Slurm cluster (the local one: eval "$(site_configs/localslurm/cluster/
-cluster.sh env)"). Per library, one rank per node:
+MPI libraries run where `srun` reaches a Slurm cluster (the local one: eval "$(site_configs/localslurm/
+cluster/cluster.sh env)"), one rank per node, commbench's `mpi` transport. NCCL runs on one GPU machine
+under `mpirun -np RANKS` (one GPU per rank), commbench's `ccl` transport, forced selections through
+commcamp's tuner plugin; its rule file is the plugin's nccl_tuner.conf. Per library:
 1. sweep: ONE commbench process per library, `--selections all --rounds R`: every op and size, the
    library's own choice and every forced selection, interleaved round by round (DIR/<lib>/sweep.jsonl);
 2. per op, the per-size stage (tuners/per_size.py: candidates from the even rounds, decisions on the
@@ -23,6 +27,7 @@ provenance (command, date, commit, versions, hosts).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -40,27 +45,64 @@ from campaigns.model.records import parse_record_lines
 from campaigns.tuning.executors import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
-from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
+from tuners.per_size import PerSizeResult, decide_per_size, format_config, load_sweep, plugin_rows, rounds_for
 from tuners.writers import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
 OPS = ("allreduce", "alltoall", "allgather", "bcast", "reduce_scatter")
 SIZES = (8, 64, 512, 4096, 32768, 262144, 2097152, 16777216)  # 8 B .. 16 MiB, factor 8
 SRUN_MPI = {"openmpi": "pmix", "mpich": "pmi2"}
+LIBRARIES = ("openmpi", "mpich", "nccl")
 # MPICH across the netns "nodes" must use TCP, not shared memory (cluster.sh).
-BASE_ENV: dict[str, dict[str, str]] = {"openmpi": {}, "mpich": {"UCX_TLS": "tcp,self"}}
+BASE_ENV: dict[str, dict[str, str]] = {"openmpi": {}, "mpich": {"UCX_TLS": "tcp,self"}, "nccl": {}}
+# NVLink multicast can put a shared host's GPUs out of service: off in every NCCL process.
+NCCL_NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def commbench(library: str) -> Path:
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How one library's commbench processes start: srun across Slurm nodes (MPI libraries) or mpirun on
+    this machine (NCCL, one GPU per rank), and the environment every process of it gets."""
+
+    library: str
+    launcher: str  # "srun" | "mpirun"
+    nodes: int
+    ranks: int
+    commbench: Path
+    plugin: Path | None  # commcamp's NCCL tuner plugin (forced selections and the deployed rules)
+    extra_env: Mapping[str, str]
+
+    @property
+    def transport(self) -> str:
+        return "ccl" if self.library == "nccl" else "mpi"
+
+    def base_env(self) -> dict[str, str]:
+        env = {**BASE_ENV[self.library], **self.extra_env}
+        return {**NCCL_NO_MULTICAST, **env} if self.library == "nccl" else env
+
+    def sweep_env(self) -> dict[str, str]:
+        if self.library == "nccl":
+            return {**self.base_env(), "NCCL_TUNER_PLUGIN": str(self.plugin)}
+        return {**self.base_env(), **SWEEP_ENV.get(self.library, {})}
+
+    def argv(self, env: Mapping[str, str]) -> list[str]:
+        if self.launcher == "srun":
+            return ["srun", f"--mpi={SRUN_MPI[self.library]}", "-N", str(self.nodes), "-n", str(self.ranks),
+                    "--kill-on-bad-exit=1", str(self.commbench)]
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        exported = [arg for key in sorted(env) for arg in ("-x", key)]
+        return ["mpirun", *root, "-np", str(self.ranks), "--bind-to", "none", *exported, str(self.commbench)]
+
+
+def default_commbench(library: str) -> Path:
     return REPO / "build" / "bench" / f"cpu-{library}" / "commbench"
 
 
-def run_commbench(library: str, nodes: int, args: Sequence[str], output: Path, env: Mapping[str, str],
+def run_commbench(launch: Launch, args: Sequence[str], output: Path, env: Mapping[str, str],
                   timeout: float) -> list[dict[str, Any]]:
-    """One srun of commbench across `nodes` nodes, one rank each; its valid result records."""
+    """One launch of commbench (every rank); its valid result records."""
     output.unlink(missing_ok=True)
-    cmd = ["srun", f"--mpi={SRUN_MPI[library]}", "-N", str(nodes), "-n", str(nodes), "--kill-on-bad-exit=1",
-           str(commbench(library)), "--transport", "mpi", "--output", str(output), *args]
+    cmd = [*launch.argv(env), "--transport", launch.transport, "--output", str(output), *args]
     done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout,
                           check=False)
     if done.returncode != 0:
@@ -75,11 +117,16 @@ def sizes_arg(sizes: Sequence[int]) -> str:
     return ",".join(str(s) for s in sizes)
 
 
-def write_rules(library: str, results: Sequence[PerSizeResult], directory: Path,
+def write_rules(launch: Launch, results: Sequence[PerSizeResult], directory: Path,
                 evidence: Sequence[str]) -> tuple[Path | None, dict[str, str]]:
     """The library's rule file and the environment that deploys it (None, {}: nothing to deploy)."""
     if not any(r.selection is not None for result in results for r in result.ranges):
         return None, {}
+    library = launch.library
+    if library == "nccl":
+        path = directory / "nccl_tuner.conf"
+        write_atomic(path, format_config([(evidence, [row for result in results for row in plugin_rows(result)])]))
+        return path, {"NCCL_TUNER_PLUGIN": str(launch.plugin), "NCCL_TUNER_CONFIG_FILE": str(path.resolve())}
     if library == "openmpi":
         path = directory / "rules.coll_tuned"
         write_atomic(path, rule_files.ompi_rules_text(results, evidence))
@@ -89,25 +136,42 @@ def write_rules(library: str, results: Sequence[PerSizeResult], directory: Path,
     return path, {rule_files.MPICH_JSON_ENV: str(path.resolve())}
 
 
-def validate(library: str, nodes: int, ops: Sequence[str], sizes: Sequence[int], rules_env: Mapping[str, str],
+def validate(launch: Launch, ops: Sequence[str], sizes: Sequence[int], rules_env: Mapping[str, str],
              rounds: int, iters: int, warmup: int, directory: Path, deadline: float,
-             rng: np.random.Generator) -> dict[str, Any]:
-    """Defaults vs deployed rules, interleaved (step 4 of the module docstring); stops at `deadline`."""
+             rng: np.random.Generator, global_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Defaults vs deployed rules, interleaved (step 4 of the module docstring); stops at `deadline`.
+    With `global_env` (the best single environment for the scope) a third setting runs in every round and
+    the rules are also compared with it (its own Holm family)."""
     args = ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--iters", str(iters), "--warmup", str(warmup)]
-    settings = {"defaults": dict(BASE_ENV[library]), "rules": {**BASE_ENV[library], **rules_env}}
-    times: dict[str, list[dict[tuple[str, int], float]]] = {"defaults": [], "rules": []}
+    settings = {"defaults": launch.base_env(), "rules": {**launch.base_env(), **rules_env}}
+    if global_env:
+        settings["global"] = {**launch.base_env(), **global_env}
+    times: dict[str, list[dict[tuple[str, int], float]]] = {name: [] for name in settings}
     for round_index in range(rounds):
         if time.time() > deadline:
             break
         for name in rng.permutation(list(settings)):
-            records = run_commbench(library, nodes, args, directory / f"validation-{round_index}-{name}.jsonl",
+            records = run_commbench(launch, args, directory / f"validation-{round_index}-{name}.jsonl",
                                     settings[name],
                                     timeout=max(60.0, deadline - time.time() + 60))
             times[name].append({(r["op"], r["bytes"]): r["stats"]["median_us"] for r in records})
-    used = min(len(times["defaults"]), len(times["rules"]))
-    keys = sorted(set(times["defaults"][0]) if used else set())
+    used = min(len(runs) for runs in times.values())
+    result: dict[str, Any] = {
+        "rounds": used, "env": settings,
+        "test": "per op and size: paired per-round ratios t_reference / t_rules; median speed-up, 95 % percentile "
+                "bootstrap CI, one-sided exact Wilcoxon (faster at all: min_effect 0), Holm over all op x size tests"}
+    result.update(compare_rules(times, "defaults", used, rng))
+    if "global" in times:
+        result["against_global"] = compare_rules(times, "global", used, rng)
+    return result
+
+
+def compare_rules(times: Mapping[str, Sequence[Mapping[tuple[str, int], float]]], reference: str, used: int,
+                  rng: np.random.Generator) -> dict[str, Any]:
+    """The deployed rules against `reference` per op and size over the first `used` rounds."""
+    keys = sorted(set(times[reference][0]) if used else set())
     log_ratios = {
-        f"{op}/{size}": {0: np.log([times["defaults"][i][op, size] / times["rules"][i][op, size] for i in range(used)])}
+        f"{op}/{size}": {0: np.log([times[reference][i][op, size] / times["rules"][i][op, size] for i in range(used)])}
         for op, size in keys
     }
     candidate = [Candidate({"rules": "deployed"})]
@@ -119,10 +183,17 @@ def validate(library: str, nodes: int, ops: Sequence[str], sizes: Sequence[int],
         rows.append({"op": key.split("/")[0], "bytes": int(key.split("/")[1]), "speedup": comparison.gain,
                      "ci_low": comparison.ci_low, "ci_high": comparison.ci_high, "p_holm": comparison.p_adjusted,
                      "ratios": list(comparison.ratios)})
-    return {"rounds": used, "family_size": family, "env": {"defaults": settings["defaults"], "rules": settings["rules"]},
-            "test": "per op and size: paired per-round ratios t_defaults / t_rules; median speed-up, 95 % percentile "
-                    "bootstrap CI, one-sided exact Wilcoxon (faster at all: min_effect 0), Holm over all op x size tests",
-            "sizes": rows}
+    return {"reference": reference, "family_size": family, "sizes": rows}
+
+
+def key_values(items: Sequence[str], where: str) -> list[tuple[str, str]]:
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"{where}: {item!r} is not KEY=VALUE")
+        pairs.append((key, value))
+    return pairs
 
 
 def git_commit() -> str:
@@ -134,7 +205,9 @@ def summary_text(summary: Mapping[str, Any]) -> str:
     lines = [f"per-size demonstration {summary['date']} commit {summary['commit']} load average "
              f"{summary['load_avg_at_start']}", f"command: {summary['command']}"]
     for library, part in summary["libraries"].items():
-        lines.append(f"== {library}: {part['mpi_library']} on {part['nodes']} nodes {part['hosts']}")
+        versions = " ".join(f"{k} {v}" for k, v in part.get("versions", {}).items())
+        lines.append(f"== {library}: {part['mpi_library']} {versions} on {part['nodes']} nodes, "
+                     f"{part.get('ranks', part['nodes'])} ranks {part['hosts']}")
         lines.append(f"sweep: {part['sweep_rounds']} rounds, {part['sweep_s']:.0f} s; rule file: {part['rule_file']}")
         for op, result in part["decisions"].items():
             lines.append(f"  {op}: {result['test_short']}")
@@ -144,9 +217,11 @@ def summary_text(summary: Mapping[str, Any]) -> str:
                 lines.append(f"    {size['bytes']:>9} B: {size['winner'] or 'keep the library choice'}"
                              f" (candidates {', '.join(size['candidates']) or 'none'}{gain})")
         validation = part.get("validation")
-        if validation:
-            lines.append(f"  validation, {validation['rounds']} interleaved rounds (defaults vs rules):")
-            for row in validation["sizes"]:
+        comparisons = [validation, validation.get("against_global")] if validation else []
+        for comparison in filter(None, comparisons):
+            lines.append(f"  validation, {validation['rounds']} interleaved rounds ({comparison.get('reference', 'defaults')} "
+                         "vs rules):")
+            for row in comparison["sizes"]:
                 flag = "  SLOWER" if row["ci_high"] is not None and row["ci_high"] < 0 else ""
                 deployed = "rule" if row.get("deployed") else "    "
                 lines.append(f"    {row['op']:>14} {row['bytes']:>9} B {deployed} speed-up {row['speedup']:+.1%} "
@@ -168,6 +243,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--validation-iters", type=int, default=0, help="iterations per validation process (0: --iters)")
     parser.add_argument("--budget-s", type=float, default=600.0, help="per library")
+    parser.add_argument("--launcher", choices=("srun", "mpirun"), default="srun")
+    parser.add_argument("--ranks", type=int, default=0, help="ranks (0: one per node)")
+    parser.add_argument("--commbench", type=Path, help="commbench binary (default: the checkout's cpu-<library> build)")
+    parser.add_argument("--plugin", type=Path, help="nccl: commcamp's tuner plugin (libnccl-tuner-commcamp.so)")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="added to every process's environment (e.g. NCCL_P2P_DISABLE=1)")
+    parser.add_argument("--selections", default="all", help="commbench --selections of the sweep")
+    parser.add_argument("--global-env", type=Path,
+                        help="KEY=VALUE lines: the best single environment of the scope, validated as a third setting")
     args = parser.parse_args(argv)
     ops = args.ops.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -181,17 +265,25 @@ def main(argv: list[str] | None = None) -> int:
         "thresholds": {"alpha": thresholds.alpha, "min_effect": thresholds.min_effect, "top": args.top},
         "libraries": {},
     }
+    extra_env = dict(key_values(args.env, "--env"))
+    global_env = dict(key_values(args.global_env.read_text().split(), str(args.global_env))) if args.global_env else None
     for library in args.libraries.split(","):
+        if library not in LIBRARIES:
+            parser.error(f"--libraries: {library!r} is not one of {', '.join(LIBRARIES)}")
+        if library == "nccl" and (args.plugin is None or not args.plugin.is_file()):
+            parser.error(f"--plugin: nccl needs commcamp's built tuner plugin (got {args.plugin})")
+        nodes = args.nodes if args.launcher == "srun" else 1  # mpirun: this machine
+        launch = Launch(library, args.launcher, nodes, args.ranks or nodes,
+                        args.commbench or default_commbench(library), args.plugin, extra_env)
         directory = args.out / library
         directory.mkdir(parents=True, exist_ok=True)
         started = time.time()
         deadline = started + args.budget_s
         records = run_commbench(
-            library, args.nodes,
-            ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", "all", "--rounds", str(rounds),
-             "--iters", str(args.iters), "--warmup", str(args.warmup)],
-            directory / "sweep.jsonl", {**BASE_ENV[library], **SWEEP_ENV.get(library, {})},
-            timeout=max(60.0, deadline - time.time()))
+            launch,
+            ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", args.selections,
+             "--rounds", str(rounds), "--iters", str(args.iters), "--warmup", str(args.warmup)],
+            directory / "sweep.jsonl", launch.sweep_env(), timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
         results = [decide_per_size(load_sweep([r for r in records if r["op"] == op]), thresholds=thresholds,
                                    top=args.top) for op in ops]
@@ -201,9 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         write_atomic(directory / "decisions.json", json.dumps(decisions, indent=1) + "\n")
         evidence = [f"commcamp per-size demonstration {summary['date']} commit {summary['commit']}",
                     *(f"{r.op}: {r.test}" for r in results)]
-        rule_file, rules_env = write_rules(library, results, directory, evidence)
+        rule_file, rules_env = write_rules(launch, results, directory, evidence)
         part: dict[str, Any] = {
-            "mpi_library": records[0]["mpi_library"].splitlines()[0], "nodes": args.nodes,
+            "mpi_library": records[0]["mpi_library"].splitlines()[0], "nodes": nodes, "ranks": launch.ranks,
+            "versions": records[0].get("versions", {}), "launch": {key: str(value) if isinstance(value, Path) else value
+                       for key, value in dataclasses.asdict(launch).items()},
             "hosts": sorted(set(records[0]["hostnames"])),
             "sweep_rounds": rounds, "sweep_s": sweep_s, "rule_file": None if rule_file is None else str(rule_file),
             "rules_env": rules_env, "decisions": decisions,
@@ -211,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                                  for r in records},
         }
         if rule_file is not None:
-            validation = validate(library, args.nodes, ops, sizes, rules_env, args.validation_rounds,
+            validation = validate(launch, ops, sizes, rules_env, args.validation_rounds,
                                   args.validation_iters or args.iters,
-                                  args.warmup, directory, deadline, rng)
+                                  args.warmup, directory, deadline, rng, global_env)
             by_op = {r.op: r for r in results}
             for row in validation["sizes"]:
                 at = by_op[row["op"]].at(row["bytes"])
