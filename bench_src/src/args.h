@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #define CB_MAX_SIZES 256
-#define CB_MAX_NAMES 32
+#define CB_MAX_NAMES 256 /* a --selections list may name every forced selection (NCCL: 147) */
 #define CB_MAX_BYTES (1ull << 40) /* 1 TiB: anything larger is a typo */
 #define CB_MAX_ITERS 1000000
 #define CB_MAX_BATCH 100000
