@@ -5,6 +5,7 @@ the hash says which algorithm ran."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -289,3 +290,16 @@ def test_a_real_commbench_sweep_feeds_the_stage_and_the_rule_file(
     else:
         text = mpich_json_text([deployed], [])
         assert f"algorithm=MPIR_Allreduce_intra_{forced.name}" in text
+
+
+def test_the_real_h200_nccl_sweep_loads_and_gives_plugin_rows() -> None:
+    # Records of the 2x H200 sweep (commbench --transport ccl --selections all through commcamp's tuner plugin):
+    # their selections carry the plugin's algorithm/protocol/channels, which load_sweep refused before.
+    path = Path(__file__).resolve().parents[1] / "results/reference/h200x2-selection-sweep/2026-11-23/records/socket-allreduce.jsonl.gz"
+    records = [json.loads(line) for line in gzip.open(path, "rt")]
+    sweep = load_sweep([r for r in records if r["kind"] == "result"])
+    assert sweep.sizes == [8, 65536, 1 << 20, 16 << 20] and sweep.selections["tree/simple/4"].channels == 4
+    result = decide_per_size(sweep, thresholds=Thresholds(), top=1)
+    assert [d.bytes for d in result.sizes] == sweep.sizes
+    forced = result_with("allreduce", "tree/simple/4", 0, 65536, 65536, cvar="", mechanism="plugin")
+    assert plugin_rows(forced) == [TunerRule("allreduce", 65536, 65536, "tree", "simple", 4, 1, 4)]

@@ -168,6 +168,9 @@ class Selection(BaseModel):
     cvar: str | None = None
     value: int | None = None
     segsize: int | None = None  # Open MPI: written to <cvar>_segmentsize with value
+    algorithm: int | None = None  # NCCL tuner plugin: NCCL_ALGO_* index, protocol NCCL_PROTO_*, channel count
+    protocol: int | None = None
+    channels: int | None = None
     reported: dict[str, int | str] | None = None  # what the library reported it used (last round)
     available: bool = True
     reason: str | None = None
@@ -205,9 +208,9 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
             raise SweepError(f"{where}: mixes sweeps (expected op={op}, ranks={ranks}, nodes={nodes})")
         selection = Selection.model_validate(record["selection"])
         known = selections.setdefault(selection.name, selection)
-        if (known.mechanism, known.cvar, known.value, known.segsize) != (
-            selection.mechanism, selection.cvar, selection.value, selection.segsize
-        ):
+        if (known.mechanism, known.cvar, known.value, known.segsize, known.algorithm, known.protocol,
+                known.channels) != (selection.mechanism, selection.cvar, selection.value, selection.segsize,
+                                    selection.algorithm, selection.protocol, selection.channels):
             raise SweepError(f"{where}: selection {selection.name!r} is not the same selection as before")
         if not selection.available or not record.get("valid", True):
             continue
@@ -365,6 +368,13 @@ def merge_ranges(sweep: Sweep, sizes: Sequence[SizeDecision]) -> list[SizeRange]
     return ranges
 
 
+def plugin_name(names: Mapping[str, str], name: str) -> str:
+    """The plugin's spelling of an NCCL env name ("Ring") or of commbench's selection name ("ring")."""
+    if name in names.values():
+        return name
+    return names[name]
+
+
 def plugin_rows(result: PerSizeResult) -> list[TunerRule]:
     """Tuner-plugin rows for the ranges whose winner is a plugin selection ("Ring/Simple/8")."""
     collective = PLUGIN_COLLECTIVES.get(result.op)
@@ -378,8 +388,8 @@ def plugin_rows(result: PerSizeResult) -> list[TunerRule]:
         try:
             algorithm, protocol, channels = selection.name.split("/")
             row = TunerRule(
-                collective, size_range.min_bytes, size_range.max_bytes, PLUGIN_ALGORITHMS[algorithm],
-                PLUGIN_PROTOCOLS[protocol], int(channels), result.nodes, result.ranks,
+                collective, size_range.min_bytes, size_range.max_bytes, plugin_name(PLUGIN_ALGORITHMS, algorithm),
+                plugin_name(PLUGIN_PROTOCOLS, protocol), int(channels), result.nodes, result.ranks,
             )
         except (ValueError, KeyError) as exc:
             raise TunerConfigError(f"plugin selection {selection.name!r} is not algorithm/protocol/channels: {exc}") from exc

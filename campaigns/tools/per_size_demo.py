@@ -45,7 +45,7 @@ from campaigns.model.records import parse_record_lines
 from campaigns.tuning.executors import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
-from tuners.per_size import PerSizeResult, decide_per_size, format_config, load_sweep, plugin_rows, rounds_for
+from tuners.per_size import OWN, PerSizeResult, decide_per_size, format_config, load_sweep, plugin_rows, rounds_for
 from tuners.writers import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,9 +107,14 @@ def run_commbench(launch: Launch, args: Sequence[str], output: Path, env: Mappin
                           check=False)
     if done.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
-    records, problems = parse_record_lines(output.read_text(), str(output))
+    return read_results(output)
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """The valid result records of a commbench JSON Lines file."""
+    records, problems = parse_record_lines(path.read_text(), str(path))
     if problems:
-        raise RuntimeError(f"{output}: {problems[:3]}")
+        raise RuntimeError(f"{path}: {problems[:3]}")
     return [r for r in records if r["kind"] == "result"]
 
 
@@ -250,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="added to every process's environment (e.g. NCCL_P2P_DISABLE=1)")
     parser.add_argument("--selections", default="all", help="commbench --selections of the sweep")
+    parser.add_argument("--sweep-from", type=Path,
+                        help="take the sweep from DIR/<library>/sweep.jsonl of an earlier run instead of running it")
     parser.add_argument("--global-env", type=Path,
                         help="KEY=VALUE lines: the best single environment of the scope, validated as a third setting")
     args = parser.parse_args(argv)
@@ -279,12 +286,18 @@ def main(argv: list[str] | None = None) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         started = time.time()
         deadline = started + args.budget_s
-        records = run_commbench(
-            launch,
-            ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", args.selections,
-             "--rounds", str(rounds), "--iters", str(args.iters), "--warmup", str(args.warmup)],
-            directory / "sweep.jsonl", launch.sweep_env(), timeout=max(60.0, deadline - time.time()))
+        if args.sweep_from:
+            records = read_results(args.sweep_from / library / "sweep.jsonl")
+            rounds = len(records[0]["round_medians"])
+        else:
+            records = run_commbench(
+                launch,
+                ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", args.selections,
+                 "--rounds", str(rounds), "--iters", str(args.iters), "--warmup", str(args.warmup)],
+                directory / "sweep.jsonl", launch.sweep_env(), timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
+        if library == "nccl":  # a plugin row always names its channel count: "ring/ll" cannot be deployed
+            records = [r for r in records if r["selection"]["name"] == OWN or r["selection"]["name"].count("/") == 2]
         results = [decide_per_size(load_sweep([r for r in records if r["op"] == op]), thresholds=thresholds,
                                    top=args.top) for op in ops]
         decisions = {r.op: {**r.model_dump(mode="json"), "test_short": f"family {r.family_size} tests, "
