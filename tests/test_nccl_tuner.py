@@ -14,7 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "bench_src" / "nccl_tuner"
 BUILD = REPO / "build" / "nccl_tuner"
-EXPORTED = {f"ncclTunerPlugin_v{v}" for v in range(2, 8)} | {"commcampTunerForce", "commcampTunerStats"}
+EXPORTED = {f"ncclTunerPlugin_v{v}" for v in range(2, 8)} | {"commcampTunerForce", "commcampTunerStats", "commcampTunerScope"}
 
 
 def run(cmd: list[str | Path], **kwargs: object) -> subprocess.CompletedProcess[str]:

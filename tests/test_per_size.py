@@ -303,3 +303,16 @@ def test_the_real_h200_nccl_sweep_loads_and_gives_plugin_rows() -> None:
     assert [d.bytes for d in result.sizes] == sweep.sizes
     forced = result_with("allreduce", "tree/simple/4", 0, 65536, 65536, cvar="", mechanism="plugin")
     assert plugin_rows(forced) == [TunerRule("allreduce", 65536, 65536, "tree", "simple", 4, 1, 4)]
+
+
+def test_plugin_rows_name_the_node_count_nccl_reported() -> None:
+    # Two processes of one host on NCCL's socket transport: commbench counts 1 host, NCCL 2 nodes; a row
+    # naming 1 node never matched there (the 2x H200 validation ran NCCL's defaults, the example plugin's log
+    # said "nodes match=0").
+    result = result_with("allgather", "pat/simple/1", 0, 65536, 65536, cvar="", mechanism="plugin", ranks=2)
+    assert plugin_rows(result)[0].n_nodes == 1
+    chosen = result.ranges[1].selection
+    assert chosen is not None
+    reported = chosen.model_copy(update={"reported": {"plugin_applied_calls": 4, "nccl_nodes": 2, "nccl_ranks": 2}})
+    ranges = [result.ranges[0], result.ranges[1].model_copy(update={"selection": reported})]
+    assert plugin_rows(result.model_copy(update={"ranges": ranges}))[0].n_nodes == 2

@@ -387,9 +387,12 @@ def plugin_rows(result: PerSizeResult) -> list[TunerRule]:
             raise TunerConfigError(f"op {result.op} has no tuner-plugin collective")
         try:
             algorithm, protocol, channels = selection.name.split("/")
+            # NCCL's node count, which the rule must match, is not always the host count (socket transport
+            # between processes of one host: one per process); commbench records it when the plugin tells.
+            nodes = int((selection.reported or {}).get("nccl_nodes", result.nodes))
             row = TunerRule(
                 collective, size_range.min_bytes, size_range.max_bytes, plugin_name(PLUGIN_ALGORITHMS, algorithm),
-                plugin_name(PLUGIN_PROTOCOLS, protocol), int(channels), result.nodes, result.ranks,
+                plugin_name(PLUGIN_PROTOCOLS, protocol), int(channels), nodes, result.ranks,
             )
         except (ValueError, KeyError) as exc:
             raise TunerConfigError(f"plugin selection {selection.name!r} is not algorithm/protocol/channels: {exc}") from exc

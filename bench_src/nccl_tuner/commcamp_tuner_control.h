@@ -24,11 +24,17 @@ typedef int (*commcamp_tuner_force_fn)(int algorithm, int protocol, int channels
  * the last commcampTunerForce where the forced choice was applied / was disabled by NCCL. */
 #define COMMCAMP_TUNER_STATS_SYMBOL "commcampTunerStats"
 typedef int (*commcamp_tuner_stats_fn)(unsigned long long* applied, unsigned long long* unavailable);
+/* int commcampTunerScope(unsigned long long* nodes, unsigned long long* ranks): nNodes and nRanks NCCL
+ * gave the communicator of the last call the forced choice applied to (what a config rule must name);
+ * -1 when none applied since the last commcampTunerForce. Optional: NULL in plugins before it. */
+#define COMMCAMP_TUNER_SCOPE_SYMBOL "commcampTunerScope"
+typedef int (*commcamp_tuner_scope_fn)(unsigned long long* nodes, unsigned long long* ranks);
 
 struct commcamp_tuner_control {
   void* lib;
   commcamp_tuner_force_fn force;
   commcamp_tuner_stats_fn stats;
+  commcamp_tuner_scope_fn scope;
 };
 
 /*
@@ -58,6 +64,7 @@ static inline int commcamp_tuner_control_find(const char* plugin, struct commcam
   }
   out->force = (commcamp_tuner_force_fn)dlsym(out->lib, COMMCAMP_TUNER_FORCE_SYMBOL);
   out->stats = (commcamp_tuner_stats_fn)dlsym(out->lib, COMMCAMP_TUNER_STATS_SYMBOL);
+  out->scope = (commcamp_tuner_scope_fn)dlsym(out->lib, COMMCAMP_TUNER_SCOPE_SYMBOL);
   if (out->force == NULL || out->stats == NULL) {
     snprintf(err, errlen, "the loaded tuner plugin %.200s is not commcamp's (no %s)", names[0],
              COMMCAMP_TUNER_FORCE_SYMBOL);

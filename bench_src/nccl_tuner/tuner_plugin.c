@@ -39,6 +39,10 @@ struct cc_context {
  */
 static atomic_int forced = -1;
 static atomic_ullong forced_applied, forced_unavailable;
+/* nNodes and nRanks NCCL gave the context of the last call the forced choice applied to: a rule must
+ * name NCCL's node count, which is not the host count (NCCL's socket transport between two processes of
+ * one host counts 2 nodes; a multi-node NVLink domain counts 1). */
+static atomic_ullong forced_nodes, forced_ranks;
 
 CC_EXPORT int commcampTunerForce(int algorithm, int protocol, int channels) {
   if (algorithm < 0) {
@@ -51,6 +55,8 @@ CC_EXPORT int commcampTunerForce(int algorithm, int protocol, int channels) {
   atomic_store(&forced, -1);
   atomic_store(&forced_applied, 0);
   atomic_store(&forced_unavailable, 0);
+  atomic_store(&forced_nodes, 0);
+  atomic_store(&forced_ranks, 0);
   atomic_store(&forced, algorithm << 16 | protocol << 8 | (channels + 1));
   return 0;
 }
@@ -60,6 +66,13 @@ CC_EXPORT int commcampTunerStats(unsigned long long* applied, unsigned long long
   *applied = atomic_load(&forced_applied);
   *unavailable = atomic_load(&forced_unavailable);
   return 0;
+}
+
+CC_EXPORT int commcampTunerScope(unsigned long long* nodes, unsigned long long* ranks) {
+  if (nodes == NULL || ranks == NULL) return -1;
+  *nodes = atomic_load(&forced_nodes);
+  *ranks = atomic_load(&forced_ranks);
+  return *nodes > 0 ? 0 : -1;
 }
 
 /* "-1" fields print as a word; `text` must hold 24 bytes. */
@@ -160,6 +173,8 @@ static void apply_forced(struct cc_context* ctx, const struct cc_call* call, int
   if (entry != NULL) {
     *entry = 0.0f;
     if (choice.channels > 0) *n_channels = choice.channels;
+    atomic_store(&forced_nodes, ctx->n_nodes);
+    atomic_store(&forced_ranks, ctx->n_ranks);
     atomic_fetch_add(&forced_applied, 1);
   } else {
     atomic_fetch_add(&forced_unavailable, 1);

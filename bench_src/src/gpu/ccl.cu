@@ -307,11 +307,12 @@ static int ccl_refused(void *state)
 }
 
 /* The plugin's counters since select: calls NCCL let the forced choice apply to, and calls where
- * NCCL had it disabled (what the library reports it used). */
+ * NCCL had it disabled (what the library reports it used); and the node and rank counts NCCL gave
+ * the communicator (a deployed rule must name NCCL's node count, not the host count). */
 static int ccl_reported(void *state, struct cb_kv *out, int max)
 {
     struct ccl_state *st = (struct ccl_state *)state;
-    unsigned long long applied = 0, unavailable = 0;
+    unsigned long long applied = 0, unavailable = 0, nodes = 0, ranks = 0;
     if (!st->tuner.lib || max < 2)
         return 0;
     st->tuner.stats(&applied, &unavailable);
@@ -319,7 +320,13 @@ static int ccl_reported(void *state, struct cb_kv *out, int max)
     snprintf(out[0].value, sizeof out[0].value, "%llu", applied);
     snprintf(out[1].key, sizeof out[1].key, "plugin_unavailable_calls");
     snprintf(out[1].value, sizeof out[1].value, "%llu", unavailable);
-    return 2;
+    if (max < 4 || !st->tuner.scope || st->tuner.scope(&nodes, &ranks) != 0)
+        return 2;
+    snprintf(out[2].key, sizeof out[2].key, "nccl_nodes");
+    snprintf(out[2].value, sizeof out[2].value, "%llu", nodes);
+    snprintf(out[3].key, sizeof out[3].key, "nccl_ranks");
+    snprintf(out[3].value, sizeof out[3].value, "%llu", ranks);
+    return 4;
 }
 
 const char *cb_ccl_version(void)
