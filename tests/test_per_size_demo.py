@@ -42,3 +42,26 @@ def test_small_per_size_demo_runs_end_to_end(slurm_cluster: SlurmCluster, tmp_pa
             assert len(part["validation"]["sizes"]) == 4
     assert "per-size demonstration" in (out / "summary.txt").read_text()
     assert len(summary["load_avg_at_start"]) == 3  # provenance: how loaded the machine was
+
+
+def test_validation_deploys_the_rules_on_the_global_environment_under_mpirun(tmp_path: Path) -> None:
+    # The deployed set is the global environment + the rules when the sweep ran under it (--under-global);
+    # the global environment alone is the third setting. Real Open MPI, 2 ranks under mpirun on this machine.
+    import time
+
+    import numpy as np
+
+    from campaigns.tools.per_size_demo import Launch, default_commbench, validate
+
+    launch = Launch("openmpi", "mpirun", 1, 2, default_commbench("openmpi"), None, {"OMPI_MCA_btl": "self,tcp"})
+    global_env = {"OMPI_MCA_btl_tcp_sndbuf": "131072"}
+    rules = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"}
+    result = validate(launch, ["allreduce"], [64], rules, 2, 1, 1, tmp_path, time.time() + 60,
+                      np.random.default_rng(0), global_env, deploy_global=True)
+    assert result["env"]["rules"] == {**launch.base_env(), **global_env, **rules}
+    assert result["env"]["global"] == {**launch.base_env(), **global_env}
+    assert result["rounds"] == 2 and result["against_global"]["reference"] == "global"
+    assert [(row["op"], row["bytes"]) for row in result["sizes"]] == [("allreduce", 64)]
+    alone = validate(launch, ["allreduce"], [64], rules, 1, 1, 1, tmp_path, time.time() + 60,
+                     np.random.default_rng(0), global_env)
+    assert alone["env"]["rules"] == {**launch.base_env(), **rules}

@@ -143,12 +143,15 @@ def write_rules(launch: Launch, results: Sequence[PerSizeResult], directory: Pat
 
 def validate(launch: Launch, ops: Sequence[str], sizes: Sequence[int], rules_env: Mapping[str, str],
              rounds: int, iters: int, warmup: int, directory: Path, deadline: float,
-             rng: np.random.Generator, global_env: Mapping[str, str] | None = None) -> dict[str, Any]:
+             rng: np.random.Generator, global_env: Mapping[str, str] | None = None,
+             deploy_global: bool = False) -> dict[str, Any]:
     """Defaults vs deployed rules, interleaved (step 4 of the module docstring); stops at `deadline`.
     With `global_env` (the best single environment for the scope) a third setting runs in every round and
     the rules are also compared with it (its own Holm family)."""
     args = ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--iters", str(iters), "--warmup", str(warmup)]
-    settings = {"defaults": launch.base_env(), "rules": {**launch.base_env(), **rules_env}}
+    # What is deployed: the rules, on top of the global environment when the sweep ran under it.
+    deployed = {**launch.base_env(), **(global_env or {} if deploy_global else {}), **rules_env}
+    settings = {"defaults": launch.base_env(), "rules": deployed}
     if global_env:
         settings["global"] = {**launch.base_env(), **global_env}
     times: dict[str, list[dict[tuple[str, int], float]]] = {name: [] for name in settings}
@@ -259,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="take the sweep from DIR/<library>/sweep.jsonl of an earlier run instead of running it")
     parser.add_argument("--global-env", type=Path,
                         help="KEY=VALUE lines: the best single environment of the scope, validated as a third setting")
+    parser.add_argument("--under-global", action="store_true",
+                        help="sweep and deploy the rules under --global-env (deployed = that environment + the rules)")
     args = parser.parse_args(argv)
     ops = args.ops.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -272,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
         "thresholds": {"alpha": thresholds.alpha, "min_effect": thresholds.min_effect, "top": args.top},
         "libraries": {},
     }
+    if args.under_global and not args.global_env:
+        parser.error("--under-global needs --global-env")
     extra_env = dict(key_values(args.env, "--env"))
     global_env = dict(key_values(args.global_env.read_text().split(), str(args.global_env))) if args.global_env else None
     for library in args.libraries.split(","):
@@ -294,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                 launch,
                 ["--op", ",".join(ops), "--sizes", sizes_arg(sizes), "--selections", args.selections,
                  "--rounds", str(rounds), "--iters", str(args.iters), "--warmup", str(args.warmup)],
-                directory / "sweep.jsonl", launch.sweep_env(), timeout=max(60.0, deadline - time.time()))
+                directory / "sweep.jsonl", {**launch.sweep_env(), **(global_env if args.under_global else {})},
+                timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
         if library == "nccl":  # a plugin row always names its channel count: "ring/ll" cannot be deployed
             records = [r for r in records if r["selection"]["name"] == OWN or r["selection"]["name"].count("/") == 2]
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         if rule_file is not None:
             validation = validate(launch, ops, sizes, rules_env, args.validation_rounds,
                                   args.validation_iters or args.iters,
-                                  args.warmup, directory, deadline, rng, global_env)
+                                  args.warmup, directory, deadline, rng, global_env, args.under_global)
             by_op = {r.op: r for r in results}
             for row in validation["sizes"]:
                 at = by_op[row["op"]].at(row["bytes"])
