@@ -66,6 +66,7 @@ SCENARIOS: dict[str, tuple[str, Mapping[str, str] | None]] = {
     "cpu-openmpi-grid48": ("localslurm_openmpi_grid48", None),
     "h200-nvlink-demo2": ("h200_nvlink_demo2", None),
     "h200-socket-demo3": ("h200_socket_demo3", None),
+    "h200x2-socket-256": ("h200x2_socket_256", None),
 }
 
 
