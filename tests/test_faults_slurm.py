@@ -31,7 +31,7 @@ import yaml
 
 from campaigns.store import open_store
 from campaigns.tuning.spec import TuningSpec
-from campaigns.slurm.workers import slurm_launcher
+from campaigns.tuning.workers import slurm_launcher
 from fixtures_slurm import SlurmCluster, process_alive
 from fixtures_pg import socket_url
 from tuners.study import OUTCOME, RECORD_IDS, RETRY_OF, is_counted

@@ -255,7 +255,7 @@ def register(app: typer.Typer) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
         from campaigns.tuning.session import TuningSession, check_spec, make_tuner, prepare, study_name
-        from campaigns.slurm.workers import submit_workers, wait_for_jobs, worker_spec
+        from campaigns.tuning.workers import submit_workers, wait_for_jobs, worker_spec
         from tuners.study import study_progress
 
         console, errors = make_console(), make_console(stderr=True)
@@ -350,7 +350,7 @@ def register(app: typer.Typer) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
         from campaigns.tuning.session import TuningSession, UntestedDecision, make_tuner, prepare, write_env_file
-        from campaigns.slurm.workers import slurm_launcher
+        from campaigns.tuning.workers import slurm_launcher
         from tuners.study import best_envs_of_studies, open_storage, study_progress
 
         console, errors = make_console(), make_console(stderr=True)

@@ -67,7 +67,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pandas
 from rich import box
@@ -82,7 +82,8 @@ from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, Commben
 from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
-from campaigns.model.vocabulary import MATRIX_OPS, METRICS, metric_value, reference_matches
+from campaigns.model.references import find_reference, run_metrics
+from campaigns.model.vocabulary import METRICS
 from campaigns.exit_codes import ExitCode
 from tuners.writers import write_atomic
 
@@ -182,34 +183,6 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
         status = "not_judged"
         evidence.append("no reference and too little history: nothing to judge the value against")
     return Judgement(status, evidence, ref_info, hist_info)
-
-
-def run_metrics(records: pandas.DataFrame) -> dict[tuple[str, int], float]:
-    """(metric, bytes) -> value from the valid result records of one run."""
-    results = records[(records["kind"] == "result") & records["valid"]]
-    if results.empty or results["op"].iloc[0] in MATRIX_OPS:  # several records per size: no single value
-        return {}
-    rows = results.to_dict("records")
-    return {(name, size): value for name in METRICS
-            if (taken := metric_value(name, rows)) is not None for value, size in [taken]}
-
-
-class ReferenceKey(Protocol):
-    """What a reference is matched on (a TestCase has all of it)."""
-
-    op: str
-    num_nodes: int
-    num_tasks: int
-    environ: str
-    transport: str
-
-
-def find_reference(references: list[Reference], case: ReferenceKey, metric: str, size: int) -> Reference | None:
-    """The first reference for this op, metric and size whose optional fields (nodes, environ, transport,
-    ranks) are unset or match, as the check applies them."""
-    wanted = {"op": case.op, "bytes": size, "nodes": case.num_nodes, "ranks": case.num_tasks,
-              "environ": case.environ, "transport": case.transport}
-    return next((ref for ref in references if reference_matches(ref.model_dump(), metric, wanted)), None)
 
 
 def measured(run: RunRow) -> bool:

@@ -43,7 +43,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from campaigns.kinds.health import find_reference, run_metrics
+from campaigns.model.references import find_reference, run_metrics
 from campaigns.model.site import Reference, SiteError, load_site
 from campaigns.store import Store
 from campaigns.model.vocabulary import MATRIX_OPS, METRICS

@@ -172,7 +172,7 @@ def commbench_seconds(path: str, runs: Path) -> list[float]:
 def measure(path: str, trials: int, nodes: int, work: Path) -> dict[str, Any]:
     from campaigns.tuning.spec import TuningSpec
     from campaigns.tuning.session import make_tuner, prepare
-    from campaigns.slurm.workers import slurm_launcher
+    from campaigns.tuning.workers import slurm_launcher
     from tuners.study import is_counted
 
     document = spec_document(path, trials, nodes, work)

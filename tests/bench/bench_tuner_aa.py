@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
     args = parser.parse_args(argv[1:])
 
-    from campaigns.slurm.workers import slurm_launcher
+    from campaigns.tuning.workers import slurm_launcher
     from campaigns.tuning.session import prepare
     from campaigns.tuning.spec import TuningSpec
     from tuners.evaluation import EvaluationAborted

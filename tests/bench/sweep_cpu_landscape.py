@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
 
     from campaigns.tuning.spec import TuningSpec
     from campaigns.tuning.session import prepare
-    from campaigns.slurm.workers import slurm_launcher
+    from campaigns.tuning.workers import slurm_launcher
 
     started = time.monotonic()
     rng = np.random.default_rng(args.seed)
