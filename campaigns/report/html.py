@@ -353,17 +353,45 @@ def health_section(verdicts: list[dict[str, Any]], placements: dict[str, str]) -
         parts.append("<table><tr><th>status</th><th>env</th><th>op</th><th>nodes</th><th>placement</th>"
                      "<th>hosts</th><th>metric</th><th>value</th>"
                      f"<th>evidence</th></tr>{rows}</table>")
-        nodes = "".join(f"<tr><td>{html.escape(n)}</td><td class='{v['status']}'>{v['status']}</td>"
+        nodes = "".join(f"<tr><td>{html.escape(n)}</td><td class='{v['status']}'>{v['status']}"
+                        f"{': ' + html.escape(v['reason']) if v.get('reason') else ''}</td>"
                         f"<td>{html.escape('; '.join(v['evidence']))}</td></tr>"
                         for n, v in sorted(verdict["nodes"].items()))
         parts.append(f"<table><tr><th>node</th><th>status</th><th>evidence</th></tr>{nodes}</table>")
+        parts.append(slow_nodes_table(verdict.get("slow_nodes") or []))
         iso = verdict.get("isolation")
         if iso:
             culprits = ", ".join(iso["culprit_nodes"] + [f"{a}<->{b}" for a, b in iso["culprit_links"]]) or "none"
-            parts.append(f"<p>Isolation: culprit(s) {html.escape(culprits)}; pairs: "
+            path = ("named by the degraded run's per-rank times, confirmed by pair test(s)"
+                    if iso.get("path") == "attribution" else "pair tests between the nodes involved")
+            parts.append(f"<p>Isolation: culprit(s) {html.escape(culprits)}; path: {path}, "
+                         f"{iso.get('extra_jobs', len(iso['pairs']))} extra job(s)"
+                         + (f" ({html.escape(iso['attribution'])})" if iso.get("attribution") else "")
+                         + "; pairs: "
                          + html.escape(", ".join(f"{'+'.join(p['nodes'])} {p['status']}" for p in iso["pairs"]))
                          + (f"; {html.escape(iso['note'])}" if iso.get("note") else "") + "</p>")
     return "".join(parts)
+
+
+def slow_nodes_table(slow: list[dict[str, Any]]) -> str:
+    """Fail-slow nodes (`degraded: slow`) with their evidence: tonight's time against its own history and
+    against its peers of the same record, and that ratio's history."""
+    if not slow:
+        return ""
+
+    def history(h: dict[str, Any]) -> str:
+        return f"median {h['median']:.4g}, spread {h['spread']:.3g} over {h['nights']} night(s)" if h else "-"
+
+    rows = "".join(
+        f"<tr><td>{html.escape(s['node'])}</td><td class='degraded'>degraded: slow</td>"
+        f"<td>{html.escape(s['op'])}@{s['bytes']}</td><td>{s['value_us']:.4g} us</td>"
+        f"<td>{html.escape(history(s['history']))} us</td>"
+        f"<td>{html.escape(', '.join(f'{h} {v:.4g}' for h, v in sorted(s['peers_us'].items())))} us</td>"
+        f"<td>{s['peer_ratio']:.3g}x</td><td>{html.escape(history(s['ratio_history']))}</td>"
+        f"<td>{html.escape('; '.join(s['evidence']))}</td></tr>" for s in slow)
+    return ("<table><tr><th>node</th><th>status</th><th>record</th><th>its time tonight</th><th>its history</th>"
+            "<th>peers tonight</th><th>ratio to peers</th><th>ratio history</th><th>evidence</th></tr>"
+            f"{rows}</table>")
 
 
 def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
