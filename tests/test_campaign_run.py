@@ -98,7 +98,7 @@ def test_build_failure_is_the_reason_of_the_run(tmp_path: Path) -> None:
     (case,) = campaign.cases()
     (invocation,) = plan_invocations([case])
     prefix = tmp_path / "rfm"
-    cmd = invocation.command(campaign, prefix)
+    cmd = invocation.command(prefix)
     cmd[-1:-1] = ["-S", f"commbench_build.sourcesdir={broken}"]
     rc = subprocess.run(cmd, env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
                         timeout=300, check=False).returncode

@@ -93,7 +93,7 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     cases = campaign.cases()
     everything = plan_invocations(cases)
     assert len(everything) == 1 and set(everything[0].cases) == set(cases)
-    command = everything[0].command(campaign, tmp_path / "runs" / "t-20261123T000000Z" / "rfm-1")
+    command = everything[0].command(tmp_path / "runs" / "t-20261123T000000Z" / "rfm-1")
     assert command[command.index("-p") + 1] == "^(mpich|openmpi)$"
     # JSON (the values hold ',' and ':'), as they are: the check validates and shell-quotes them
     assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,sm,cuda_copy,cuda_ipc", "NCCL_PROTO": "^LL128"}) \
@@ -103,7 +103,7 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     assert "commbench_run.max_bytes=1024" in command
     assert "--skip-performance-check" not in command
     unjudged = load_campaign(write_spec(tmp_path, "check_performance: false\n" + VALID_SPEC))
-    assert "--skip-performance-check" in plan_invocations(unjudged.cases())[0].command(unjudged, tmp_path / "rfm-2")
+    assert "--skip-performance-check" in plan_invocations(unjudged.cases())[0].command(tmp_path / "rfm-2")
 
     # pingpong is stored for mpich only: pingpong runs on openmpi alone, allreduce on both
     pending = [c for c in cases if not (c.op == "pingpong" and c.environ == "mpich")]
@@ -233,3 +233,21 @@ def test_slurm_site_without_its_environment_is_refused(tmp_path: Path, slurm_con
     assert "site localslurm cannot run jobs from here" in result.stderr
     assert expected in result.stderr and "site_configs/localslurm/site.yaml" in result.stderr
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_the_reframe_command_comes_from_the_case_alone(tmp_path: Path) -> None:
+    # A case carries every -S variable, its env, the site configuration and the performance flag: a case
+    # changed after expansion (a tuner trial's knobs, a pair test) launches as changed, with no spec copy.
+    import dataclasses
+
+    campaign = load_campaign(write_spec(tmp_path, VALID_SPEC))
+    case = campaign.cases()[0]
+    assert case.reframe_config == campaign.site.reframe_config and case.check_performance
+    trial = dataclasses.replace(case, env=(("OMPI_MCA_btl_tcp_sndbuf", "4096"),), tasks_per_node_setting=3,
+                                check_performance=False)
+    (invocation,) = plan_invocations([trial])
+    command = invocation.command(tmp_path / "rfm-1")
+    assert command[command.index("-C") + 1] == str(campaign.site.reframe_config)
+    assert 'commbench_run.env_vars={"OMPI_MCA_btl_tcp_sndbuf": "4096"}' in command
+    assert "commbench_run.num_tasks_per_node=3" in command and "--skip-performance-check" in command
+    assert len(plan_invocations([case, trial])) == 2  # different launches never share an invocation

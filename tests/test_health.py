@@ -153,7 +153,7 @@ def test_characterize_cases_and_placements(tmp_path: Path) -> None:
     invocations = plan_invocations(placeable, placer.job_options)
     # one ReFrame run per distinct set of Slurm options (none, --switches=1, --nodelist=n1,n3)
     assert sorted(i.job_options for i in invocations) == [(), ("--nodelist=n1,n3",), ("--switches=1",)]
-    command = next(i for i in invocations if i.job_options).command(campaign, tmp_path / "rfm")
+    command = next(i for i in invocations if i.job_options).command(tmp_path / "rfm")
     assert any(arg.startswith("--job-option=--") for arg in command)
 
 

@@ -34,6 +34,8 @@ from tuners.finalize import (
     holm,
     min_rounds,
     nominal_levels,
+    planned_rounds,
+    planned_runs,
     rounds_needed,
 )
 from tuners.recommendation import build_recommendation
@@ -440,3 +442,14 @@ def test_the_benchmarks_noise_is_the_committed_measurement() -> None:
     measured = measured_noise().as_json()
     assert measured["launches"] == 85 and measured["source"].endswith("aa/runs.jsonl")
     assert {k: v for k, v in measured.items() if k != "source"} == {k: v for k, v in recorded.items() if k != "source"}
+
+
+def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_rounds() -> None:
+    """Budgets (finalize_study, the tuning demo) size finalization with planned_runs: it must cover the
+    ablation and held-out rounds, which the rounds x (candidates + 1) it replaced left out."""
+    evaluate, calls = _knob_evaluator(0, {"P": 0.1, "B": 0.1, "PB": 0.21})
+    thresholds = Thresholds(look_every=40)  # every round of the maximum: the most runs there can be
+    report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=0, thresholds=thresholds)
+    assert report.overall.ablation and report.overall.holdout is not None
+    main_rounds = planned_rounds(thresholds, 1, len(TWO_BUCKETS)) * 2
+    assert main_rounds < len(calls) <= planned_runs(thresholds, 1, len(TWO_BUCKETS), n_knobs=3)

@@ -117,7 +117,7 @@ def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str
     pending = [c for c in cases if c.run_key not in stored]
     for number, invocation in enumerate(plan_invocations(pending, planned_job_options), start=1):
         prefix = paths.runs_dir() / f"{campaign.name}-<time>" / f"rfm-{number}"
-        console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(campaign, prefix))),
+        console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(prefix))),
                       soft_wrap=True)
 
 

@@ -430,34 +430,28 @@ class HealthCheck:
         return None
 
     # --- isolation ----------------------------------------------------------------------------------
-    def _pair_campaign(self, template: TestCase) -> tuple[Campaign, int]:
+    def _pair_case(self, template: TestCase, pair: tuple[str, str]) -> TestCase:
+        """The pingpong between two nodes (Slurm --nodelist), made from the degraded test's own case: same
+        site, partition, transport, env and data check; the isolation settings' sizes and limits."""
         iso = self.settings.isolation
-        base = self.campaign.spec.checks[template.check_index]
         check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
                                    iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
-                                   transports=[template.transport], env=base.env, check_data=base.check_data)
-        spec = self.campaign.spec.model_copy(update={"checks": [*self.campaign.spec.checks, check]})
-        return dataclasses.replace(self.campaign, spec=spec), len(spec.checks) - 1
-
-    def _pair_case(self, template: TestCase, campaign: Campaign, index: int, pair: tuple[str, str]) -> TestCase:
-        check = campaign.spec.checks[index]
-        return TestCase(campaign=self.campaign.name, site=template.site, system=template.system,
-                        partition=template.partition,
-                        environ=self.settings.isolation.environ or template.environ, check=check.check,
-                        check_index=index, op="pingpong", num_nodes=PAIR_RANKS, tasks_per_node=1,
-                        variables=tuple(check.variables(template.transport).items()),
-                        env=tuple(sorted(check.env.items())), tag=self.tag, nodelist=pair)
+                                   transports=[template.transport],
+                                   check_data=bool(dict(template.variables)["check_data"]))
+        return dataclasses.replace(
+            template, environ=iso.environ or template.environ, check=check.check, op="pingpong",
+            num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(template.transport).items()),
+            placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None)
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
-        campaign, index = self._pair_campaign(template)
-        cases = [self._pair_case(template, campaign, index, pair) for pair in pairs]
+        cases = [self._pair_case(template, pair) for pair in pairs]
         cases = [c for c in cases if not self.store.has_run(c.run_key)]  # resumable within the night
         if not cases:
             return
         if not self.run_dirs:
             self.run_dirs.append(new_run_dir(self.campaign, self.runs_dir))
         self.console.print(f"Isolation: pingpong between {', '.join('+'.join(c.nodelist) for c in cases)}")
-        run_cases(campaign, cases, self.store, console=self.console, run_dir=self.run_dirs[-1], placer=self.placer,
+        run_cases(cases, self.store, console=self.console, run_dir=self.run_dirs[-1], placer=self.placer,
                   first_invocation=self._next_invocation())
         self._refresh()
 
@@ -466,10 +460,9 @@ class HealthCheck:
         return max(existing, default=0) + 1
 
     def _judge_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> list[PairTest]:
-        campaign, index = self._pair_campaign(template)
         tests = []
         for pair in pairs:
-            case = self._pair_case(template, campaign, index, pair)
+            case = self._pair_case(template, pair)
             verdicts = self.judge_case(case)
             tests.append(PairTest(pair, case.run_key, worst(v.status for v in verdicts),
                                   [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status in BAD],

@@ -238,7 +238,11 @@ class TestCase:
     environment, one transport and placement; `run_key` identifies it in the results store.
 
     `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run
-    key but not of `series_key`, which names the same measurement across nights and pairs."""
+    key but not of `series_key`, which names the same measurement across nights and pairs.
+
+    A case is self-contained: everything its ReFrame invocation needs (the site's ReFrame configuration,
+    every `-S` variable, the environment, the performance flag) is here, so campaigns, health's pair tests
+    and the tuner's trials all produce cases and share one launch path (campaigns.reframe.runner)."""
 
     campaign: str
     site: str
@@ -246,15 +250,17 @@ class TestCase:
     partition: str
     environ: str
     check: str
-    check_index: int
     op: str
     num_nodes: int
     tasks_per_node: int
     variables: tuple[tuple[str, Any], ...]
-    env: tuple[tuple[str, str], ...]
+    env: tuple[tuple[str, str], ...]  # in the spec's order (ReFrame's env_vars keep it); run keys sort it
     placement: str = "any"
     tag: str | None = None
     nodelist: tuple[str, ...] = ()
+    reframe_config: Path | None = None  # the site's ReFrame configuration (reframe -C)
+    tasks_per_node_setting: int | None = None  # -S num_tasks_per_node; None: the check decides (pair ops, partition)
+    check_performance: bool = True  # False: --skip-performance-check
 
     @property
     def num_tasks(self) -> int:
@@ -311,7 +317,7 @@ class Campaign:
 
     def cases(self, tag: str | None = None) -> list[TestCase]:
         cases = []
-        for index, check in enumerate(self.spec.checks):
+        for check in self.spec.checks:
             for partition in self.partitions:
                 assert partition.commbench is not None  # _resolve keeps only commbench partitions
                 for environ in self.environments:
@@ -327,9 +333,11 @@ class Campaign:
                             cases.append(TestCase(
                                 campaign=self.name, site=self.site.name, system=self.system.name,
                                 partition=partition.name, environ=environ, check=check.check,
-                                check_index=index, op=op, num_nodes=nodes, tasks_per_node=per_node,
+                                op=op, num_nodes=nodes, tasks_per_node=per_node,
                                 variables=tuple(check.variables(transport).items()),
-                                env=tuple(sorted(check.env.items())), placement=placement, tag=tag))
+                                env=tuple(check.env.items()), placement=placement, tag=tag,
+                                reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
+                                check_performance=self.spec.check_performance))
         return cases
 
 

@@ -101,33 +101,34 @@ class CampaignResult:
 
 @dataclass(frozen=True)
 class Invocation:
-    """One `reframe` run: test cases of one check entry on one partition that share environments."""
+    """One `reframe` run: test cases on one partition that differ only in op, node count and environment
+    (plan_invocations groups them so); the command comes from the cases alone."""
 
-    check_index: int
     partition: str
     environments: tuple[str, ...]
     cases: tuple[TestCase, ...]
     job_options: tuple[str, ...] = ()
 
-    def command(self, campaign: Campaign, prefix: Path) -> list[str]:
+    def command(self, prefix: Path) -> list[str]:
         reframe = paths.reframe_executable()
-        check = campaign.spec.checks[self.check_index]
-        variables = dict(self.cases[0].variables)  # one invocation: one set of variables
-        cmd = [str(reframe), "-C", str(campaign.site.reframe_config),
+        case = self.cases[0]  # one invocation: one check, one set of variables, env and settings
+        if case.reframe_config is None:
+            raise ValueError(f"test case {case.run_key} has no site ReFrame configuration")
+        cmd = [str(reframe), "-C", str(case.reframe_config),
                "-c", str(paths.CHECKS_DIR / "commbench_run.py"),
-               "--system", f"{campaign.system.name}:{self.partition}",
+               "--system", f"{case.system}:{self.partition}",
                "-p", "^(" + "|".join(re.escape(env) for env in self.environments) + ")$"]
-        for name in sorted({case.reframe_name for case in self.cases}):
+        for name in sorted({c.reframe_name for c in self.cases}):
             cmd += ["-n", name]
-        for name, value in variables.items():
-            cmd += ["-S", f"{check.check}.{name}={_reframe_value(value)}"]
+        for name, value in case.variables:
+            cmd += ["-S", f"{case.check}.{name}={_reframe_value(value)}"]
         # `--job-option=` form: argparse would take a bare `-J --nodelist=...` value for an option
         cmd += [f"--job-option={option}" for option in self.job_options]
-        if check.tasks_per_node is not None:
-            cmd += ["-S", f"{check.check}.num_tasks_per_node={check.tasks_per_node}"]
-        if check.env:
-            cmd += ["-S", env_vars_setting(check.check, check.env)]
-        if not campaign.spec.check_performance:
+        if case.tasks_per_node_setting is not None:
+            cmd += ["-S", f"{case.check}.num_tasks_per_node={case.tasks_per_node_setting}"]
+        if case.env:
+            cmd += ["-S", env_vars_setting(case.check, dict(case.env))]
+        if not case.check_performance:
             cmd += ["--skip-performance-check"]
         # One continuous perflog per system beside the runs directory (prefix: <runs dir>/<run dir>/rfm-N),
         # results/reframe/perflogs by default, where plain `reframe` writes too.
@@ -156,21 +157,25 @@ JobOptions = Callable[[TestCase], tuple[str, ...]]
 def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda case: ()) -> list[Invocation]:
     """Group test cases into as few ReFrame runs as the selection options allow: `-p` and `-n` select
     a product (environments x names), so test cases whose names want different environment sets go
-    into separate invocations; so do different check entries, variables (transports), Slurm job options
-    (placements) and partitions."""
-    def group_of(case: TestCase) -> tuple[int, str, str, tuple[str, ...]]:
-        return case.check_index, case.partition, json.dumps(case.variables), job_options(case)
+    into separate invocations; so does anything else the command takes from a case (check, site
+    configuration, partition, variables such as the transport, env, settings) and Slurm job options
+    (placements)."""
+    def group_of(case: TestCase) -> tuple[str, tuple[str, ...]]:
+        launch = (case.check, str(case.reframe_config), case.system, case.partition, case.variables, case.env,
+                  case.tasks_per_node_setting, case.check_performance)
+        return json.dumps(launch), job_options(case)
 
-    by_name: dict[tuple[tuple[int, str, str, tuple[str, ...]], str], set[str]] = defaultdict(set)
+    by_name: dict[tuple[tuple[str, tuple[str, ...]], str], set[str]] = defaultdict(set)
     for case in cases:
         by_name[group_of(case), case.reframe_name].add(case.environ)
-    groups: dict[tuple[tuple[int, str, str, tuple[str, ...]], tuple[str, ...]], set[str]] = defaultdict(set)
+    groups: dict[tuple[tuple[str, tuple[str, ...]], tuple[str, ...]], set[str]] = defaultdict(set)
     for (group, name), environs in by_name.items():
         groups[group, tuple(sorted(environs))].add(name)
-    return [Invocation(group[0], group[1], environs,
-                       tuple(c for c in cases if group_of(c) == group and c.environ in environs
-                             and c.reframe_name in names), job_options=group[3])
-            for (group, environs), names in groups.items()]
+    invocations = []
+    for (group, environs), names in groups.items():
+        members = tuple(c for c in cases if group_of(c) == group and c.environ in environs and c.reframe_name in names)
+        invocations.append(Invocation(members[0].partition, environs, members, job_options=group[1]))
+    return invocations
 
 
 def new_run_dir(campaign: Campaign, runs_dir: Path) -> Path:
@@ -423,7 +428,7 @@ def _matching_case(cases: tuple[TestCase, ...], test: dict[str, str]) -> TestCas
     return None
 
 
-def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, console: Console, run_dir: Path,
+def run_cases(cases: list[TestCase], store: Store, *, console: Console, run_dir: Path,
               placer: Placer, first_invocation: int = 1) -> list[CaseResult]:
     """Run test cases through ReFrame (invocations numbered from `first_invocation` under run_dir),
     storing each as it completes; their results in the order given."""
@@ -447,7 +452,7 @@ def run_cases(campaign: Campaign, cases: list[TestCase], store: Store, *, consol
                 ingest_case(store, result, records, topology)
                 results[case.run_key] = result
 
-        rc = stream_reframe(invocation.command(campaign, prefix), prefix, console, store_now)
+        rc = stream_reframe(invocation.command(prefix), prefix, console, store_now)
         report = prefix / REPORT_FILE
         testcases = report_testcases(report) if report.is_file() else []
         for case in invocation.cases:
@@ -480,7 +485,7 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
         console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
                       f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
                       f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
-        for result in run_cases(campaign, pending, store, console=console, run_dir=run_dir,
+        for result in run_cases(pending, store, console=console, run_dir=run_dir,
                                 placer=placer or Placer()):
             results[result.case.run_key] = result
     return CampaignResult(run_dir, store.url, [results[c.run_key] for c in cases])

@@ -45,7 +45,7 @@ from campaigns.tuning.session import TuningSession, TuningSetup, library_version
 from campaigns.tuning.spec import TuningSpec, site_catalog
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us
-from tuners.finalize import planned_rounds
+from tuners.finalize import planned_runs
 from tuners.study import BUCKET_US, ENV, FAIL_REASON, OUTCOME, ROLE, Tuner, is_counted, study_progress
 from tuners.writers import write_atomic
 
@@ -150,8 +150,8 @@ def busbw_gbs(op: str, ranks: int, size: int, time_us: float) -> float:
 
 def reserve_runs(setup: TuningSetup) -> int:
     """Runs to keep for finalizing one candidate: its rounds (for its family: overall + each bucket),
-    each baseline + candidate."""
-    return planned_rounds(setup.spec.finalize.thresholds(), 1, len(setup.buckets)) * 2
+    each baseline + candidate, and its ablation and held-out rounds."""
+    return planned_runs(setup.spec.finalize.thresholds(), 1, len(setup.buckets), len(setup.space.knob_names))
 
 
 def per_run_s(setup: TuningSetup, default: float) -> float:

@@ -222,18 +222,19 @@ class ReframeExecutor:
         self.count = 0
         self.built: Path | None = None  # report of the run whose build later runs restore
 
-    def campaign_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
-        from campaigns.model.spec import Campaign
+    def case_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
+        """The trial's test case: the site's case of this scope with the request's check variables and the
+        knobs as its env."""
+        from campaigns.model.spec import CommbenchCheckSpec
 
-        check = self.campaign.spec.checks[0]
+        (base,) = self.campaign.cases()
         extra = (["--batch", str(request.batch)] if request.batch > 1 else []) + request.selection_args()
-        check = check.model_copy(update={
-            "ops": [request.op], "sizes": list(request.sizes), "warmup": request.warmup, "iters": request.iters,
-            "timeout_s": request.bench_timeout_s, "time_limit_s": request.time_limit_s, "check_data": validate,
-            "transports": [request.transport], "env": dict(env), "extra_args": extra})
-        spec = self.campaign.spec.model_copy(update={"checks": [check]})
-        campaign: Campaign = dataclasses.replace(self.campaign, spec=spec)
-        return campaign
+        check = CommbenchCheckSpec(
+            check=base.check, ops=[request.op], sizes=list(request.sizes), warmup=request.warmup,
+            iters=request.iters, timeout_s=request.bench_timeout_s, time_limit_s=request.time_limit_s,
+            check_data=validate, transports=[request.transport], extra_args=extra)
+        return dataclasses.replace(base, op=request.op, variables=tuple(check.variables(request.transport).items()),
+                                   env=tuple(sorted(env.items())))
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         from campaigns.reframe.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
@@ -243,12 +244,11 @@ class ReframeExecutor:
             (self.directory / "campaign.yaml").write_text(self.spec_text)
             self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1
-        campaign = self.campaign_for(env, request, validate)
-        (case,) = campaign.cases()
+        case = self.case_for(env, request, validate)
         (invocation,) = plan_invocations([case])
         prefix = self.directory / f"rfm-{self.count}"
         prefix.mkdir()
-        cmd = invocation.command(campaign, prefix)
+        cmd = invocation.command(prefix)
         # The first run keeps its build (stage files); later runs restore it instead of building again.
         extra = ["--restore-session", str(self.built)] if self.built else ["--keep-stage-files"]
         with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:

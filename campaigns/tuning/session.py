@@ -22,7 +22,7 @@ from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvalua
 from campaigns.tuning.spec import TuningSpec, site_catalog, site_env
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
-from tuners.finalize import Candidate, FinalReport, finalize, planned_rounds
+from tuners.finalize import Candidate, FinalReport, finalize, planned_runs
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
@@ -232,17 +232,18 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     thresholds = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
     keep = len(found)
+    knobs = len(setup.space.knob_names)
     while max_evaluations is not None and keep > 0 and \
-            planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1) > max_evaluations:
+            planned_runs(thresholds, keep, len(setup.buckets), knobs) > max_evaluations:
         keep -= 1
     if keep == 0 < len(found):
         raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
-                               f"candidates ({planned_rounds(thresholds, 1, len(setup.buckets))} rounds x 2 runs "
-                               "for one): a decision now would be untested")
+                               f"candidates ({planned_runs(thresholds, 1, len(setup.buckets), knobs)} runs at most "
+                               "for one, with ablation and held-out rounds): a decision now would be untested")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     if log is not None and candidates:
-        planned = planned_rounds(thresholds, keep, len(setup.buckets)) * (keep + 1)
-        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, {planned} runs planned")
+        planned = planned_runs(thresholds, keep, len(setup.buckets), knobs)
+        log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, at most {planned} runs")
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
                       needs_validation=setup.space.unsafe_changes)

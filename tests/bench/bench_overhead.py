@@ -145,7 +145,7 @@ def reframe_startup(repeats: int, work: Path) -> dict[str, float]:
 
     campaign = load_campaign(spec)
     (invocation,) = plan_invocations(campaign.cases())
-    cmd = [a for a in invocation.command(campaign, work / "probe") if a != "-r"] + ["-l"]
+    cmd = [a for a in invocation.command(work / "probe") if a != "-r"] + ["-l"]
     probes = []
     for _ in range(repeats):
         done = subprocess.run([sys.executable, "-c", STARTUP_PROBE, *cmd[1:]], capture_output=True, text=True,
