@@ -154,6 +154,15 @@ def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) ->
     return max(thresholds.rounds, rounds_needed(family_size(n_candidates, n_buckets), thresholds.alpha))
 
 
+def planned_runs(thresholds: Thresholds, n_candidates: int, n_buckets: int, n_knobs: int) -> int:
+    """The most runs a finalization can take, for budgets: the rounds of the baseline and the candidates,
+    the ablation rounds (each candidate a winner somewhere, measured with and without each of its at most
+    `n_knobs` changed knobs) and the held-out rounds (the baseline and each candidate deployed)."""
+    rounds = planned_rounds(thresholds, n_candidates, n_buckets) * (n_candidates + 1)
+    ablation = thresholds.ablation_rounds * n_candidates * (1 + n_knobs) if n_knobs >= 2 else 0
+    return rounds + ablation + thresholds.holdout_rounds * (n_candidates + 1)
+
+
 def describe_family(n_candidates: int, n_buckets: int) -> str:
     decisions = "overall" if n_buckets <= 1 else f"(overall + {n_buckets} size buckets)"
     return f"{n_candidates} candidate(s) x {decisions}"
