@@ -264,3 +264,37 @@ def test_tuner_config_rows_are_validated() -> None:
     ):
         with pytest.raises(ValueError):
             parse_config(bad)
+
+
+def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
+        tmp_path: Path, catalog: KnobCatalog, sqlite_url: str) -> None:  # noqa: F811
+    """A tune for 3 nodes starts from what was published for 2 nodes of the same site, system, library, op
+    and transport (after the defaults and the seeds), marked with where it came from; another transport's
+    winner is not used; with no publish directory there is nothing to start from."""
+    from campaigns.tuning.session import warm_start_envs
+    from tuners.study import ROLE, WARM_START, WARM_START_FROM
+
+    root = tmp_path / "rec"
+    publish(root, mpi_recommendation(nodes=2), catalog)
+    publish(root, mpi_recommendation(nodes=4, transport="other"), catalog)
+    knobs = ["OMPI_MCA_coll_tuned_allreduce_algorithm", "OMPI_MCA_coll_tuned_use_dynamic_rules"]
+    space = build_space(catalog, {Library.OPENMPI: "4.1.4"}, knobs=knobs)
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=3)
+    warm = warm_start_envs(root, scope, space)
+    winner = {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    assert warm == [(winner, mpi_recommendation(nodes=2).scope.describe())]
+    assert warm_start_envs(None, scope, space) == []
+    assert warm_start_envs(root, make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=2),
+                           space) == []  # the scope's own node count is not a related scope
+
+    def evaluate(env, *, validate=False):  # noqa: ANN001, ANN202  (the trials' outcome does not matter here)
+        from tuners.evaluation import Evaluation
+        return Evaluation(times_us={size: [10.0] for size in (8, 1 << 20)}, validated=validate)
+
+    buckets = buckets_for_sizes([8, 1 << 20])
+    study = Tuner(scope, space, evaluate, sqlite_url, buckets, n_trials=3, seed=0,
+                  seed_envs=[{"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}], warm_starts=warm).run()
+    first = sorted(study.trials, key=lambda t: t.number)[:3]
+    assert [t.user_attrs.get(ROLE) for t in first] == ["defaults", "seeded", WARM_START]
+    assert first[2].user_attrs[WARM_START_FROM] == mpi_recommendation(nodes=2).scope.describe()
+    assert {k: v for k, v in first[2].user_attrs["env"].items() if k in knobs} == winner

@@ -59,8 +59,10 @@ FAIL_REASON = "fail_reason"
 BUCKET_US = "bucket_us"
 SIZE_US = "size_us"
 RECORD_IDS = "record_ids"
-ROLE = "role"  # "defaults" for trial 0, SEEDED for the trials enqueued after it
+ROLE = "role"  # "defaults" for trial 0, SEEDED or WARM_START for the trials enqueued after it
 SEEDED = "seeded"
+WARM_START = "warm_start"  # the winner of a related scope (WARM_START_FROM: which), enqueued after the seeds
+WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
 COMPLETE = "complete"
 LOST = "lost"
@@ -256,6 +258,7 @@ class Tuner:
         n_startup_trials: int = 8,
         baseline_env: Mapping[str, str] | None = None,
         seed_envs: Sequence[Mapping[str, str]] = (),
+        warm_starts: Sequence[tuple[Mapping[str, str], str]] = (),
         progress: bool = False,
         study_name: str | None = None,
     ) -> None:
@@ -286,6 +289,12 @@ class Tuner:
             if seed != self.baseline_env and seed not in seeds:
                 seeds.append(seed)
         self.seed_envs = seeds
+        self.warm_starts: list[tuple[dict[str, str], str]] = []
+        for env, source in warm_starts:
+            space.params_for_env(env)
+            warm = space.env_from_values({name: env.get(name) for name in space.knob_names})
+            if warm != self.baseline_env and warm not in seeds and warm not in [w for w, _ in self.warm_starts]:
+                self.warm_starts.append((warm, source))
         self.progress = progress
 
     def load_study(self) -> optuna.Study:
@@ -324,6 +333,9 @@ class Tuner:
                 )
                 for env in self.seed_envs:
                     study.enqueue_trial(self.space.params_for_env(env), user_attrs={ROLE: SEEDED}, skip_if_exists=True)
+                for env, source in self.warm_starts:
+                    study.enqueue_trial(self.space.params_for_env(env),
+                                        user_attrs={ROLE: WARM_START, WARM_START_FROM: source}, skip_if_exists=True)
         else:
             for key in ("knobs", "buckets", "baseline_env"):
                 if study.user_attrs.get(key) != setup[key]:

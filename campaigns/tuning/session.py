@@ -28,7 +28,8 @@ from tuners.recommendation import Recommendation, build_recommendation, with_per
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import Tuner, check_reachable, finalization_candidates, open_storage
-from tuners.writers import PublishedFiles, env_file_text, publish, write_atomic
+from tuners.writers import (RECOMMENDATIONS_FILE, PublishedFiles, env_file_text, load_recommendations, publish,
+                            system_dir, write_atomic)
 
 
 def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
@@ -183,6 +184,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
     are enqueued after the defaults (and the library defaults) when the study is created."""
     spec = setup.spec
     seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
+    warm = warm_start_envs(spec.publish_dir, setup.scope, setup.space) if spec.warm_start else []
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(
                      spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
@@ -190,7 +192,32 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
-                 seed_envs=seeds, progress=progress, study_name=setup.study_name)
+                 seed_envs=seeds, warm_starts=warm, progress=progress, study_name=setup.study_name)
+
+
+def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
+    """Winners published in `publish_dir` for the same site, system:partition, library, op, transport and GPUs
+    per node at other node counts (a related scope: its winner is a good first guess, and is measured here
+    like any trial), restricted to the searched knobs; with the scope each came from. A winner whose values
+    this space does not offer is left out."""
+    if publish_dir is None:
+        return []
+    path = system_dir(publish_dir, scope.site, scope.system) / RECOMMENDATIONS_FILE
+    if not path.exists():
+        return []
+    same = ("partition", "library", "op", "transport", "gpus_per_node")
+    found = []
+    for rec in load_recommendations(path).recommendations:
+        if rec.decision != "change" or rec.scope.nodes == scope.nodes or \
+                any(getattr(rec.scope, field) != getattr(scope, field) for field in same):
+            continue
+        env = {k: v for k, v in rec.env.items() if k in space.knob_names}
+        try:
+            space.params_for_env(env)
+        except ValueError:
+            continue
+        found.append((env, rec.scope.describe()))
+    return found
 
 
 @dataclasses.dataclass

@@ -80,6 +80,9 @@ class TuningSpec(_Model):
     seed: int | None = 0
     n_startup_trials: int = Field(default=4, ge=1)
     seed_library_defaults: bool = Field(default=True, description="trial 1 = every searched knob unset")
+    warm_start: bool = Field(default=True, description=(
+        "enqueue the winners published for the same site, system, library, op, transport and GPUs per node "
+        "at other node counts (marked warm_start) after the seeds"))
     executor: Literal["reframe", "launcher"] = "reframe"
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
