@@ -125,13 +125,13 @@ def tune_all(args: argparse.Namespace, argv: list[str], document: dict[str, Any]
         document = {**document, "library_version": setups[0].scope.library_version}
     tunes: list[dict[str, Any]] = []
     summary = "no tune ran"
-    next_tune = 0
+    next_tune = args.first_tune
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.workers) as pool:
         running: dict[concurrent.futures.Future[dict[str, Any]], int] = {}
         free = list(range(args.workers))
-        while next_tune < args.tunes or running:
+        while next_tune < args.first_tune + args.tunes or running:
             longest = max((t.get("seconds", 0.0) for t in tunes), default=0.0)
-            while (free and next_tune < args.tunes
+            while (free and next_tune < args.first_tune + args.tunes
                    and (args.until is None or time.time() + longest < args.until)):
                 worker = free.pop()
                 running[pool.submit(run_tune, setups[worker], next_tune, args.candidates)] = worker
@@ -143,7 +143,7 @@ def tune_all(args: argparse.Namespace, argv: list[str], document: dict[str, Any]
                 free.append(running.pop(future))
                 result = future.result()
                 tunes.append(result)
-                print(f"tune {result['tune'] + 1}/{args.tunes}: " + (
+                print(f"tune {result['tune'] + 1}: " + (
                     f"aborted ({result['aborted']})" if "aborted" in result else
                     f"rounds {result['rounds_used']}, changes {result['changes'] or 'none'}"), flush=True)
                 summary = write_summary(args, argv, setups[0], baseline_env(setups[0]),
@@ -161,6 +161,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="--spec: a field of the spec replaced (e.g. commbench=build/gpu/cuda/commbench)")
     parser.add_argument("--workers", type=int, default=1, help="tunes run at once")
+    parser.add_argument("--first-tune", type=int, default=0, help="number (and seed) of the first tune: runs "
+                                                                   "whose results are read together differ")
     parser.add_argument("--until", type=float, help="unix time after which no tune starts that would not end "
                                                     "before it (judged by the longest tune so far)")
     parser.add_argument("--output", type=Path, default=REPO / "results" / "bench" / "tuner_aa_localslurm.json")
