@@ -173,6 +173,24 @@ def test_plugin_rows_from_plugin_selections() -> None:
         plugin_rows(result_with("allreduce", "Ring/Simple", 0, 64, 128, cvar="", mechanism="plugin"))
 
 
+def test_a_plugin_selection_without_a_channel_count_is_never_a_candidate() -> None:
+    # "ring/ll" (NCCL picks the channels) is measured for comparison, but no plugin row can carry it: were it a
+    # candidate, the tuner's per-size stage would win with it and plugin_rows would refuse the result.
+    rounds = rounds_for(len(SIZES), 3, 0.01)
+    records = sweep_records({"ring/ll/8": {65536: [1.3]}}, rounds)
+    undeployable = [dict(r, selection={"name": "ring/ll", "mechanism": "plugin", "available": True},
+                         round_medians=[t / 1.6 for t in r["round_medians"]])
+                    for r in records if r["selection"]["name"] == OWN]
+    plugin = [dict(r, selection={"name": "ring/ll/8", "mechanism": "plugin", "algorithm": 1, "protocol": 0,
+                                 "channels": 8, "available": True}) for r in records if r["selection"]["name"] != OWN]
+    sweep = load_sweep([r for r in records if r["selection"]["name"] == OWN] + plugin + undeployable)
+    assert not sweep.selections["ring/ll"].deployable and sweep.selections["ring/ll/8"].deployable
+    result = decide_per_size(sweep, top=3)
+    assert all("ring/ll" not in d.candidates for d in result.sizes)
+    assert {d.bytes: d.winner for d in result.sizes if d.winner} == {65536: "ring/ll/8"}
+    assert [(r.min_bytes, r.channels) for r in plugin_rows(result)] == [(65536, 8)]
+
+
 # ---- the real libraries honour the files ---------------------------------------------------------
 
 

@@ -175,6 +175,13 @@ class Selection(BaseModel):
     available: bool = True
     reason: str | None = None
 
+    @property
+    def deployable(self) -> bool:
+        """Whether a rule can carry it: a tuner-plugin row always names algorithm, protocol and channel count,
+        so a plugin selection without a channel count ("ring/ll", NCCL choosing the channels) is measured
+        for comparison but never a candidate."""
+        return self.mechanism != "plugin" or self.name.count("/") == 2
+
 
 @dataclass(frozen=True)
 class Sweep:
@@ -303,7 +310,8 @@ def decide_per_size(
         if len(own) != n_rounds:
             raise SweepError(f"size {size}: {len(own)} rounds, other sizes {n_rounds}")
         scored = sorted(
-            ((float(np.median(_log_ratios(own, times, picking))), name) for name, times in measured.items() if name != OWN),
+            ((float(np.median(_log_ratios(own, times, picking))), name) for name, times in measured.items()
+             if name != OWN and sweep.selections[name].deployable),
             reverse=True,
         )
         picked = [name for score, name in scored[:top] if score > 0]

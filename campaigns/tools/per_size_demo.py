@@ -45,7 +45,7 @@ from campaigns.model.records import parse_record_lines
 from campaigns.tuning.executors import SWEEP_ENV
 from tuners import rule_files
 from tuners.finalize import Candidate, Thresholds, decide_paired
-from tuners.per_size import OWN, PerSizeResult, decide_per_size, format_config, load_sweep, plugin_rows, rounds_for
+from tuners.per_size import PerSizeResult, decide_per_size, format_config, load_sweep, plugin_rows, rounds_for
 from tuners.writers import write_atomic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,8 +304,6 @@ def main(argv: list[str] | None = None) -> int:
                 directory / "sweep.jsonl", {**launch.sweep_env(), **(global_env if args.under_global else {})},
                 timeout=max(60.0, deadline - time.time()))
         sweep_s = time.time() - started
-        if library == "nccl":  # a plugin row always names its channel count: "ring/ll" cannot be deployed
-            records = [r for r in records if r["selection"]["name"] == OWN or r["selection"]["name"].count("/") == 2]
         results = [decide_per_size(load_sweep([r for r in records if r["op"] == op]), thresholds=thresholds,
                                    top=args.top) for op in ops]
         decisions = {r.op: {**r.model_dump(mode="json"), "test_short": f"family {r.family_size} tests, "
