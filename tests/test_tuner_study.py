@@ -24,6 +24,7 @@ from tuners.catalog import KnobCatalog
 from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
 from tuners.space import build_space
 from tuners.study import (
+    DROPPED_KNOBS,
     BUCKET_US,
     DEFAULT_SAMPLER,
     ENV,
@@ -136,6 +137,33 @@ def test_failed_hung_and_invalid_trials_are_recorded_and_the_study_goes_on(sqlit
     assert all(t.state is optuna.trial.TrialState.COMPLETE for t in trials[5:])
     progress = study_progress(study)
     assert (progress.complete, progress.failed) == (4, 4)
+
+
+class UnreadKnob:
+    """The synthetic landscape, except that the library does not read `knob`: a run that sets it is INVALID
+    with the knob named as unread (what campaigns/tuning/executors.py reports from the read log)."""
+
+    def __init__(self, knob: str) -> None:
+        self.knob = knob
+        self.inner = SyntheticEvaluator(SCENARIO)
+        self.envs: list[dict[str, str]] = []
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.envs.append(dict(env))
+        if self.knob in env:
+            return Evaluation.failed(FailureKind.INVALID, f"did not report reading {self.knob}", unread=[self.knob])
+        return self.inner(env, validate=validate)
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random"])
+def test_a_knob_the_library_did_not_read_leaves_the_search(sqlite_url: str, sampler: str) -> None:
+    evaluator = UnreadKnob("NCCL_SOCKET_NTHREADS")
+    study = make_tuner(sqlite_url, evaluator, n_trials=16, sampler=sampler).run()
+    setting = [i for i, env in enumerate(evaluator.envs) if evaluator.knob in env]
+    assert len(setting) == 1, f"calls that set the unread knob: {setting}"  # the first one shows it, then never
+    assert study.user_attrs[DROPPED_KNOBS] == {
+        evaluator.knob: f"not read by the library in trial {counted(study)[setting[0]].number}"}
+    assert study_progress(study).complete == 15
 
 
 def test_evaluation_missing_a_bucket_is_invalid(sqlite_url: str) -> None:

@@ -79,6 +79,7 @@ def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, c
     unread = evaluator(tmp_path, fake)({"OMPI_MCA_coll_tuned_no_such_param": "1"})
     assert unread.failure is FailureKind.INVALID
     assert "did not report reading OMPI_MCA_coll_tuned_no_such_param" in unread.reason
+    assert unread.unread == ("OMPI_MCA_coll_tuned_no_such_param",)  # the tuner drops it from the search
     exempt = evaluator(tmp_path, fake)
     exempt.exempt = frozenset({"OMPI_MCA_coll_tuned_no_such_param"})
     assert exempt({"OMPI_MCA_coll_tuned_no_such_param": "1"}).ok

@@ -43,6 +43,7 @@ class Evaluation:
     reason: str = ""
     validated: bool = False
     record_ids: tuple[str, ...] = ()
+    unread: tuple[str, ...] = ()  # knobs set that the library's read log did not show (an INVALID run)
 
     def __post_init__(self) -> None:
         if self.failure is None:
@@ -57,8 +58,9 @@ class Evaluation:
             raise ValueError("a failed Evaluation needs a reason")
 
     @classmethod
-    def failed(cls, kind: FailureKind, reason: str, record_ids: Sequence[str] = ()) -> Evaluation:
-        return cls(failure=kind, reason=reason, record_ids=tuple(record_ids))
+    def failed(cls, kind: FailureKind, reason: str, record_ids: Sequence[str] = (),
+               unread: Sequence[str] = ()) -> Evaluation:
+        return cls(failure=kind, reason=reason, record_ids=tuple(record_ids), unread=tuple(unread))
 
     @property
     def ok(self) -> bool:

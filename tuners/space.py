@@ -97,13 +97,17 @@ class SearchSpace:
     def knob_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
 
-    def suggest(self, trial: optuna.Trial) -> dict[str, str]:
+    def suggest(self, trial: optuna.Trial, fixed: Mapping[str, str | None] | None = None) -> dict[str, str]:
         """Samples every knob (in order: a knob in a catalog constraint, e.g. socket threads x sockets
         per thread <= 64, gets its range cut to what the knobs before it leave) and returns the
-        validated environment of the trial."""
+        validated environment of the trial. A knob in `fixed` is not sampled: it takes that value (None =
+        unset), e.g. one the library showed it does not read."""
         values: dict[str, str | None] = {}
         for dimension in self.dimensions:
-            values[dimension.name] = dimension.suggest(trial, self.catalog.cap(dimension.name, values))
+            if fixed is not None and dimension.name in fixed:
+                values[dimension.name] = fixed[dimension.name]
+            else:
+                values[dimension.name] = dimension.suggest(trial, self.catalog.cap(dimension.name, values))
         return self.env_from_values(values)
 
     def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:

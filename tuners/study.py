@@ -64,6 +64,9 @@ SEEDED = "seeded"
 WARM_START = "warm_start"  # the winner of a related scope (WARM_START_FROM: which), enqueued after the seeds
 WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
+# Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
+# trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing.
+DROPPED_KNOBS = "dropped_knobs"
 COMPLETE = "complete"
 LOST = "lost"
 CONNECT_TIMEOUT_S = 10  # a PostgreSQL server that does not answer (firewalled, down host)
@@ -394,7 +397,8 @@ class Tuner:
         if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
             trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
             raise optuna.TrialPruned()
-        env = self.space.suggest(trial)
+        dropped = dict(trial.study.user_attrs.get(DROPPED_KNOBS, {}))
+        env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
         trial.set_user_attr(ENV, env)
         try:
             evaluation = self.evaluator(env, validate=False)
@@ -413,6 +417,8 @@ class Tuner:
                 buckets = bucket_times_us(medians, self.buckets)
             except ValueError as exc:
                 evaluation = Evaluation.failed(FailureKind.INVALID, str(exc), evaluation.record_ids)
+        if evaluation.unread:
+            self._drop_knobs(trial, evaluation.unread)
         if not evaluation.ok:
             assert evaluation.failure is not None
             trial.set_user_attr(OUTCOME, evaluation.failure.value)
@@ -422,6 +428,18 @@ class Tuner:
         trial.set_user_attr(BUCKET_US, buckets)
         trial.set_user_attr(OUTCOME, COMPLETE)
         return overall_time_us(buckets)
+
+
+    def _drop_knobs(self, trial: optuna.Trial, unread: Sequence[str]) -> None:
+        """Takes the searched knobs the library did not read out of the search for every later trial (read
+        again from storage just before: another worker may have dropped some meanwhile)."""
+        dropped = dict(trial.study.user_attrs.get(DROPPED_KNOBS, {}))
+        new = {name: f"not read by the library in trial {trial.number}" for name in unread
+               if name in self.space.knob_names and name not in dropped}
+        if new:
+            logger.warning("%s: %s leave the search (the library did not read them in trial %d)",
+                           self.study_name, ", ".join(new), trial.number)
+            trial.study.set_user_attr(DROPPED_KNOBS, {**dropped, **new})
 
 
 class _ProgressDisplay:

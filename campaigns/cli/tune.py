@@ -207,10 +207,12 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
-    from tuners.study import study_progress
+    from tuners.study import DROPPED_KNOBS, study_progress
 
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
+    lines.extend(f"left the search: {name} ({why})"
+                 for name, why in outcome.study.user_attrs.get(DROPPED_KNOBS, {}).items())
     if progress.best_speedup is not None:
         lines.append(f"best trial: {(progress.best_speedup - 1) * 100:+.1f}% vs the defaults (single measurement)")
     rec = outcome.recommendation

@@ -341,7 +341,7 @@ class CommbenchEvaluator:
                 FailureKind.INVALID,
                 f"{self.library} did not report reading {', '.join(unread)} (read log "
                 f"{' '.join(f'{k}={v}' for k, v in READ_LOG_ENV[self.library].items())}): a name this version "
-                f"does not know, or a code path this run does not take; not credited{where}")
+                f"does not know, or a code path this run does not take; not credited{where}", unread=unread)
         times = {int(r.get("requested_bytes", r["bytes"])): r["samples_us"] for r in results
                  if r["bytes"] > 0 and min(r["samples_us"], default=0) > 0}
         if not times:
