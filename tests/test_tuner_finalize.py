@@ -124,6 +124,22 @@ def test_a_ten_percent_gain_in_one_bucket_changes_that_bucket_and_its_plugin_row
     assert all(len(line) <= 202 for line in text.splitlines())
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_change_faster_overall_but_slower_at_small_sizes_is_refused(seed: int) -> None:
+    # What the 2x H200 socket path showed (results/reference/h200x2-aa-global/): a process-wide setting
+    # +80 % at large sizes, -15 % at small ones: the geometric mean over the buckets says +24 %, and it
+    # would win over OTHER's +8 % everywhere; the small sizes would lose. OTHER wins instead.
+    speedups = {"LL128": {64: -0.15, 1024: -0.15, 1 << 20: 0.8, 1 << 26: 0.8}, "LL": 0.08}
+    report, _ = run(speedups, seed)
+    refused = report.overall.comparisons[0]
+    assert not refused.accepted and "slower in bucket small" in refused.reason, refused.reason
+    assert report.overall.verdict == "change" and report.overall.winner is not None
+    assert report.overall.winner.candidate.env == OTHER
+    assert any("slower in bucket" in note for note in report.notes)
+    alone, _ = run(speedups, seed, candidates=(FASTER,))
+    assert alone.overall.verdict == "keep-defaults"
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_real_ten_percent_gain_with_three_percent_noise_is_a_change(seed: int) -> None:
     report, evaluator = run({"LL128": 0.10}, seed)

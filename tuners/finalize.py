@@ -30,6 +30,9 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    reaches the CI lower bound of the largest, the one changing the fewest variables) or when all its
    tests stopped. `Comparison.p_adjusted` = p x alpha / (the level it was compared with), < alpha
    iff it passed.
+   An overall winner must not be slower than the baseline in any size bucket: one whose bucket speed-up
+   has a bootstrap CI wholly below 0 (same rounds) is refused with the bucket named, and the next
+   accepted candidate, if any, wins (refusing a change cannot raise the false-change rate).
 5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
    winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
    slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped, all at
@@ -726,6 +729,11 @@ def finalize(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
             for i in range(len(candidates))
         )
+        if name == OVERALL and len(buckets) > 1:
+            # its own generator: the check leaves the rounds' shuffling and later bootstraps as they were
+            check_rng = np.random.default_rng([seed, len(rounds_data)])
+            ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, check_rng, notes)
+                            for i, c in enumerate(ordered))
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
@@ -761,6 +769,30 @@ def finalize(
         looks=looks,
         evaluations=evaluations + ablation_runs + holdout_runs,
     )
+
+
+def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequence[Measured],
+                             buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
+                             notes: list[str]) -> Comparison:
+    """An accepted overall comparison, refused when its candidate is slower than the baseline in some size
+    bucket beyond noise (the bootstrap CI of the bucket's median per-round speed-up wholly below 0): an
+    environment is process-wide, so a faster geometric mean must not hide a size it makes slower."""
+    if not comparison.accepted:
+        return comparison
+    for bucket in buckets:
+        ratios = np.exp(_log_ratios(rounds, -1, index, bucket.name))
+        if len(ratios) < 2:
+            continue
+        low, high = (bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+                     if np.ptp(ratios) > 0 else (float(ratios[0]), float(ratios[0])))
+        if high < 1.0:
+            reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {bucket.name}: "
+                      f"{float(np.median(ratios)) - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] over {len(ratios)} "
+                      "rounds; a change must not be slower than the defaults at any size")
+            number = comparison.candidate.trial_number
+            notes.append(f"{f'trial {number}' if number is not None else f'candidate {index + 1}'}: {reason}")
+            return replace(comparison, accepted=False, reason=reason)
+    return comparison
 
 
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
