@@ -138,6 +138,8 @@ def test_a_change_faster_overall_but_slower_at_small_sizes_is_refused(seed: int)
     assert any("slower in bucket" in note for note in report.notes)
     alone, _ = run(speedups, seed, candidates=(FASTER,))
     assert alone.overall.verdict == "keep-defaults"
+    unguarded, _ = run(speedups, seed, thresholds=Thresholds(never_slower=False))
+    assert unguarded.overall.winner is not None and unguarded.overall.winner.candidate.env == FASTER
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -78,6 +78,8 @@ class Thresholds:
     ablation_rounds: int = 8  # rounds measuring a multi-knob winner without each of its knobs
     ablation_alpha: float = 0.05  # a knob is kept when removing it loses at this one-sided level
     holdout_rounds: int = 6  # rounds, after the choice, that measure the deployed set's gain
+    never_slower: bool = True  # refuse a global winner slower than the baseline in any bucket (step 3);
+    # off only where per-size rules deployed with the environment restore those sizes
     n_resamples: int = 9999
 
 
@@ -729,7 +731,7 @@ def finalize(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
             for i in range(len(candidates))
         )
-        if name == OVERALL and len(buckets) > 1:
+        if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
             # its own generator: the check leaves the rounds' shuffling and later bootstraps as they were
             check_rng = np.random.default_rng([seed, len(rounds_data)])
             ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, check_rng, notes)

@@ -36,8 +36,13 @@ class FinalizeSpec(_Model):
     rounds: int = Field(default=Thresholds().rounds, ge=2, description=(
         "maximum of the group-sequential phase (tuners/finalize.py); raised to what the family needs"))
 
+    never_slower: bool = Field(default=True, description=(
+        "refuse a global winner that is slower than the site's defaults in any size bucket (the environment is "
+        "process-wide); off only when per-size rules deployed with it restore those sizes"))
+
     def thresholds(self) -> Thresholds:
-        return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds)
+        return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds,
+                          never_slower=self.never_slower)
 
 
 class PerSizeSpec(_Model):
