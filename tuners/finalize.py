@@ -351,7 +351,10 @@ def signed_rank_p(x: np.ndarray) -> tuple[float, float]:
 
 def bootstrap_median_ci(ratios: np.ndarray, confidence: float, n_resamples: int,
                         rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (as scipy.stats.bootstrap(method="percentile"))."""
+    """Percentile bootstrap interval of the median (as scipy.stats.bootstrap(method="percentile")); equal
+    ratios are their own interval (no resampling: the generator is left as it is)."""
+    if np.ptp(ratios) == 0:
+        return float(ratios[0]), float(ratios[0])
     resampled = np.median(ratios[rng.integers(0, len(ratios), (n_resamples, len(ratios)))], axis=1)
     tail = (1 - confidence) / 2
     low, high = np.quantile(resampled, [tail, 1 - tail])
@@ -368,7 +371,7 @@ def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.r
     if np.all(above_margin == 0):
         return _Measured(log_ratios, 1.0, gain, gain, gain)
     p_value = signed_rank_p(above_margin)[0]
-    if np.ptp(ratios) == 0 or not interval:
+    if not interval:
         return _Measured(log_ratios, p_value, gain, gain, gain)
     low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
     return _Measured(log_ratios, p_value, gain, low - 1, high - 1)
@@ -785,8 +788,7 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
         ratios = np.exp(_log_ratios(rounds, -1, index, bucket.name))
         if len(ratios) < 2:
             continue
-        low, high = (bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
-                     if np.ptp(ratios) > 0 else (float(ratios[0]), float(ratios[0])))
+        low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
         if high < 1.0:
             reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {bucket.name}: "
                       f"{float(np.median(ratios)) - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] over {len(ratios)} "
@@ -870,8 +872,7 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
         if len(log_ratios) == 0:
             continue
         ratios = np.exp(log_ratios)
-        low, high = (bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
-                     if np.ptp(ratios) > 0 else (float(ratios[0]), float(ratios[0])))
+        low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
         result[name] = replace(d, holdout=Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios),
                                                   tuple(float(r) for r in ratios)))
     return result, thresholds.holdout_rounds * (len(envs) + 1)

@@ -397,7 +397,7 @@ class Tuner:
         if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
             trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
             raise optuna.TrialPruned()
-        dropped = dict(trial.study.user_attrs.get(DROPPED_KNOBS, {}))
+        dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
         env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
         trial.set_user_attr(ENV, env)
         try:
@@ -428,7 +428,6 @@ class Tuner:
         trial.set_user_attr(BUCKET_US, buckets)
         trial.set_user_attr(OUTCOME, COMPLETE)
         return overall_time_us(buckets)
-
 
     def _drop_knobs(self, trial: optuna.Trial, unread: Sequence[str]) -> None:
         """Takes the searched knobs the library did not read out of the search for every later trial (read

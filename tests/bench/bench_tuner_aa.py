@@ -55,10 +55,12 @@ def spec_document(library: str, work: Path) -> dict[str, Any]:
             "publish_dir": None, "runs_dir": str(work / "runs")}
 
 
-def write_summary(args: argparse.Namespace, argv: list[str], setup: Any, baseline: dict[str, str],
-                  thresholds: Any, tunes: list[dict[str, Any]], load_at_start: list[float], started: float) -> str:
+def write_summary(args: argparse.Namespace, argv: list[str], setup: Any, tunes: list[dict[str, Any]],
+                  load_at_start: list[float], started: float) -> str:
     """Writes the result so far (all tunes, finished or aborted) and returns its one-line summary."""
     from tuners.bench_finalize import clopper_pearson
+
+    thresholds = setup.spec.finalize.thresholds()
 
     finished = [t for t in tunes if "aborted" not in t]
     false_changes = sum(bool(t["changes"]) for t in finished)
@@ -71,7 +73,7 @@ def write_summary(args: argparse.Namespace, argv: list[str], setup: Any, baselin
         "complete": len(tunes) == args.tunes, "workers": args.workers, "load_avg_at_start": load_at_start,
         "load_avg_at_end": [round(x, 2) for x in os.getloadavg()],
         "library": args.library, "library_version": setup.versions.get(args.library), "spec": setup.spec.model_dump(
-            mode="json"), "baseline_env": baseline, "candidates_per_tune": args.candidates,
+            mode="json"), "baseline_env": baseline_env(setup), "candidates_per_tune": args.candidates,
         "alpha": thresholds.alpha, "min_effect": thresholds.min_effect,
         "tunes": len(finished), "tunes_aborted": len(tunes) - len(finished), "tunes_with_a_false_change": false_changes,
         "false_change_rate_ci95": interval, "rounds_used_per_tune": rounds,
@@ -146,8 +148,7 @@ def tune_all(args: argparse.Namespace, argv: list[str], document: dict[str, Any]
                 print(f"tune {result['tune'] + 1}: " + (
                     f"aborted ({result['aborted']})" if "aborted" in result else
                     f"rounds {result['rounds_used']}, changes {result['changes'] or 'none'}"), flush=True)
-                summary = write_summary(args, argv, setups[0], baseline_env(setups[0]),
-                                        setups[0].spec.finalize.thresholds(), tunes, load_at_start, started)
+                summary = write_summary(args, argv, setups[0], tunes, load_at_start, started)
     return summary
 
 
