@@ -34,8 +34,9 @@ SBATCH_EXAMPLE = """#!/bin/bash
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
 #SBATCH --time=5
-# Autotune in this allocation first (here 80 s), then run the application with the result.
-{commcamp} pretune --budget 80s {scope} --db {db} --runs-dir {runs} --env-file tuned-$SLURM_JOB_ID.env
+# Autotune in this allocation first (here 80 s, 40 % for trials: 20 trials take ~15 s, and finalizing one
+# candidate with ablation and held-out rounds needs up to 116 runs of ~0.37 s), then run the application.
+{commcamp} pretune --budget 80s --trial-share 0.4 {scope} --db {db} --runs-dir {runs} --env-file tuned-$SLURM_JOB_ID.env
 source tuned-$SLURM_JOB_ID.env
 srun --mpi=pmix {commbench} --op allreduce --sizes 1M --iters 5 --output app-$SLURM_JOB_ID.jsonl
 """
