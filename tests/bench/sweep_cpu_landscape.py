@@ -5,22 +5,27 @@ all alike), failures recorded as they happen. The raw material of the replay lan
 benchmark (tuners/landscape.py, tuners/bench_sampler.py; issue 14): per grid point the per-size median time
 of every launch, so run-level noise (launch to launch) and failure rates are as measured, never modelled.
 
-    .venv/bin/python tests/bench/sweep_cpu_landscape.py [--library openmpi|mpich] [--repeats 3]
+    .venv/bin/python tests/bench/sweep_cpu_landscape.py [--grid openmpi|openmpi-wide|mpich] [--repeats 3]
                                                         [--budget-s 420] [--seed 0]
-                                                        [--output results/bench/landscapes/localslurm_LIBRARY.json]
+                                                        [--output results/bench/landscapes/localslurm_GRID.json]
 
-Grid (GRID below; None = unset): Open MPI OMPI_MCA_btl_tcp_sndbuf x OMPI_MCA_btl_tcp_rcvbuf (unset = the
-kernel's autotuning, and powers of two from the catalog's 4 KiB .. 16 MiB) x
-OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and three of its algorithms):
-5 x 5 x 4 = 100 points (one launch took ~1 s on the 2-core machine: 3 passes ~5 minutes);
-MPICH MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM (unset and every choice). Sizes 64 KiB, 1 MiB and 4 MiB,
-5 iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x slower: the sweep must stay short).
+Grids (GRIDS below; None = unset): `openmpi`: OMPI_MCA_btl_tcp_sndbuf x OMPI_MCA_btl_tcp_rcvbuf (unset = the
+kernel's autotuning, and every 16x of the catalog's 4 KiB .. 16 MiB) x OMPI_MCA_coll_tuned_allreduce_algorithm
+(unset = coll/tuned's fixed rules, and three of its algorithms): 5 x 5 x 4 = 100 points (one launch took ~1 s on
+the 2-core machine: 3 passes ~5 minutes). `openmpi-wide`: the same knobs, buffers every 4x and all six
+algorithms: 8 x 8 x 7 = 448 points. `mpich` (Debian's 4.0.2 is ch4:ucx):
+MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM x MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE (read only by the automatic selection):
+5 x 6 = 30 points.
+Sizes 64 KiB, 1 MiB and 4 MiB, 5 iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x
+slower: the sweep must stay short).
 
 Without a running cluster in the environment (SLURM_CONF) the script starts one (fixtures_slurm), 3 nodes.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
 import tempfile
@@ -31,22 +36,33 @@ from typing import Any
 import itertools
 
 import numpy as np
-from common import REPO, slurm_cluster_env, write_result
+from common import REPO, provenance, slurm_cluster_env, write_result
 
 _BUFFERS = [None, "4096", "65536", "1048576", "16777216"]  # unset = the kernel's autotuning; every 16x of the catalog
-GRID: dict[str, dict[str, list[str | None]]] = {
-    "openmpi": {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
-                "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring", "rabenseifner"]},
-    "mpich": {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
-                                                       "reduce_scatter_allgather"]}}
-KNOBS = {library: list(grid) for library, grid in GRID.items()}
+_BUFFERS_4X = [None, *(str(4**e) for e in range(6, 13))]  # unset and 4 KiB .. 16 MiB, every 4x
+# name: (library, grid). "openmpi" is the grid of the 2026-11-23 landscapes (kept so that they can be re-made).
+GRIDS: dict[str, tuple[str, dict[str, list[str | None]]]] = {
+    "openmpi": ("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
+                            "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring",
+                                                                        "rabenseifner"]}),
+    # every algorithm the catalog offers, socket buffers every 4x: 8 x 8 x 7 = 448 points
+    "openmpi-wide": ("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_4X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_4X,
+                                 "OMPI_MCA_coll_tuned_allreduce_algorithm": [
+                                     None, "basic_linear", "nonoverlapping", "recursive_doubling", "ring",
+                                     "segmented_ring", "rabenseifner"]}),
+    # algorithm x the automatic selection's short-message threshold (read only under "auto"): 5 x 6 = 30
+    "mpich": ("mpich", {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
+                                                                "reduce_scatter_allgather"],
+                        "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": [None, "256", "4096", "65536", "1048576",
+                                                               "16777216"]}),
+}
 SIZES = [65536, 1048576, 4194304]
 
 
-def spec_document(library: str, work: Path) -> dict[str, Any]:
+def spec_document(library: str, knobs: list[str], work: Path) -> dict[str, Any]:
     return {"site": "localslurm", "system": "localslurm:debug", "environ": library, "library": library,
             "op": "allreduce", "nodes": 2, "tasks_per_node": 1, "sizes": SIZES, "sizes_per_bucket": 1,
-            "iters": 5, "warmup": 1, "bench_timeout_s": 60, "time_limit_s": 120, "knobs": KNOBS[library],
+            "iters": 5, "warmup": 1, "bench_timeout_s": 60, "time_limit_s": 120, "knobs": knobs,
             "executor": "launcher", "launcher": ["srun"], "db": f"sqlite:///{work / 'study.db'}",
             "publish_dir": None, "runs_dir": str(work / "runs")}
 
@@ -57,56 +73,103 @@ def design(space: Any, grid: dict[str, list[str | None]]) -> list[dict[str, str]
             for values in itertools.product(*grid.values())]
 
 
+def launch_time_us(run: dict[str, Any]) -> float:
+    """One launch's time: the geometric mean of its per-size medians (the study objective with one size per
+    bucket); a failed launch is infinitely slow."""
+    if "median_us" not in run:
+        return math.inf
+    return float(np.exp(np.mean(np.log(list(run["median_us"].values())))))
+
+
+def top_points(runs: list[list[dict[str, Any]]], count: int) -> list[int]:
+    """The `count` points with the lowest median launch time."""
+    medians = [float(np.median([launch_time_us(r) for r in rs])) if rs else math.inf for rs in runs]
+    return [int(i) for i in np.argsort(medians)[:count]]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--library", choices=sorted(KNOBS), default="openmpi")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="openmpi")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--confirm-top", type=int, default=0,
+                        help="then measure the N fastest points --confirm-repeats more times each")
+    parser.add_argument("--confirm-repeats", type=int, default=10)
+    parser.add_argument("--extend", action="store_true",
+                        help="read --output's landscape and run only the confirmation launches, adding them to it")
     parser.add_argument("--budget-s", type=float, default=420.0, help="no run starts after this many seconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv[1:])
-    output = args.output or REPO / "results" / "bench" / "landscapes" / f"localslurm_{args.library}.json"
+    library, grid = GRIDS[args.grid]
+    output = args.output or REPO / "results" / "bench" / "landscapes" / f"localslurm_{args.grid.replace('-', '_')}.json"
+    earlier = json.loads(output.read_text()) if args.extend else None
+    if earlier is not None and earlier.get("grid_name", args.grid) != args.grid:
+        parser.error(f"--extend: {output} holds grid {earlier.get('grid_name')!r}, not {args.grid!r}")
 
     from campaigns.tuning.spec import TuningSpec
     from campaigns.tuning.session import prepare
     from campaigns.tuning.workers import slurm_launcher
 
     started = time.monotonic()
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed + (1000 if earlier is not None else 0))
     with slurm_cluster_env() as env, tempfile.TemporaryDirectory() as scratch:
         os.environ.update(env)  # srun and sinfo of the executor find this cluster
-        document = spec_document(args.library, Path(scratch))
+        document = spec_document(library, list(grid), Path(scratch))
         # srun -N 2 -n 2 with the site's MPI plugin (a bare srun would start one singleton rank)
         document["launcher"] = slurm_launcher(TuningSpec.model_validate(document), inside_allocation=False)
         setup = prepare(TuningSpec.model_validate(document), environ=env, ingest=False)
-        configs = design(setup.space, GRID[args.library])
+        configs = design(setup.space, grid)
         runs: list[list[dict[str, Any]]] = [[] for _ in configs]
-        passes = 0
-        for _ in range(args.repeats):
-            if time.monotonic() - started > args.budget_s:
-                break
-            for index in rng.permutation(len(configs)):
+        if earlier is not None:
+            if [c["env"] for c in earlier["configs"]] != configs:
+                parser.error(f"--extend: the points of {output} are not those of grid {args.grid}")
+            runs = [c["runs"] for c in earlier["configs"]]
+
+        def measure(indices: list[int], label: int | str) -> None:
+            for index in rng.permutation(indices):
                 if time.monotonic() - started > args.budget_s:
                     break
                 begun = time.monotonic()
                 evaluation = setup.evaluator(configs[index])
-                run: dict[str, Any] = {"pass": passes, "wall_s": round(time.monotonic() - begun, 3)}
+                run: dict[str, Any] = {"pass": label, "wall_s": round(time.monotonic() - begun, 3)}
                 if evaluation.ok:
                     run["median_us"] = {str(size): t for size, t in evaluation.median_us().items()}
                 else:
                     run["failure"] = str(evaluation.failure)
                     run["reason"] = evaluation.reason[:300]
                 runs[int(index)].append(run)
+            print(f"pass {label}: {sum(map(len, runs))} runs, {time.monotonic() - started:.0f} s", flush=True)
+
+        passes = 0 if earlier is None else earlier["passes"]
+        for _ in range(args.repeats if earlier is None else 0):
+            measure(list(range(len(configs))), passes)
             passes += 1
-            print(f"pass {passes}: {sum(map(len, runs))} runs, {time.monotonic() - started:.0f} s", flush=True)
+        confirmed = top_points(runs, args.confirm_top)
+        for repeat in range(args.confirm_repeats if confirmed else 0):
+            measure(confirmed, f"confirm-{repeat}")
     measured = [{"config": i, "env": config, "runs": runs[i]} for i, config in enumerate(configs)]
-    write_result(output, argv, {
+    confirmation = ({"top": args.confirm_top, "repeats": args.confirm_repeats, "points": confirmed,
+                     "why": "the fastest points measured again so that the landscape's best and the points within "
+                            "95 % of it are not a few lucky launches (winner's curse)"} if confirmed else None)
+    fields = {
         "what": "measured allreduce landscape on the local Slurm cluster (2 nodes x 1 rank), full grid: per grid "
                 "point and launch the per-size median time (us) or the failure; configuration 0 = library defaults",
-        "library": args.library, "library_version": setup.versions.get(args.library), "knobs": KNOBS[args.library], "grid": GRID[args.library],
+        "grid_name": args.grid, "library": library, "library_version": setup.versions.get(library), "knobs": list(grid),
+        "grid": grid,
         "sizes": SIZES, "spec": setup.spec.model_dump(mode="json"), "seed": args.seed, "passes": passes,
         "runs": sum(map(len, runs)), "failures": sum("failure" in r for rs in runs for r in rs),
-        "seconds": round(time.monotonic() - started, 1), "configs": measured})
+        "seconds": round(time.monotonic() - started, 1), "confirmation": confirmation, "configs": measured}
+    if earlier is not None:  # the sweep's own provenance stays; the confirmation gets its own
+        fields = {**{k: v for k, v in earlier.items() if k not in fields}, **fields,
+                  "seconds": earlier["seconds"], "confirmation": {**(confirmation or {}), **provenance(argv),
+                                                                  "seconds": round(time.monotonic() - started, 1)}}
+        for key in ("date", "host", "cpus", "command", "commit", "load_avg_at_start", "load_avg_at_end"):
+            fields[key] = earlier[key]
+        from tuners.writers import write_atomic
+
+        write_atomic(output, json.dumps(fields, indent=1) + "\n")
+    else:
+        write_result(output, argv, fields)
     print(f"{len(configs)} configurations, {sum(map(len, runs))} runs -> {output}")
     return 0
 
