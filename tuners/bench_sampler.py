@@ -56,6 +56,10 @@ from tuners.study import ENV, ROLE, Tuner, is_counted
 from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
+# Also counted: on the fully measured CPU grids the points next to the best are within one or two standard errors
+# of its median (results/bench/landscapes: the fastest 40 points of localslurm_openmpi_wide measured 10 more
+# times), so whether a point clears 95 % is partly launch noise; 90 % is what tells the strategies apart there.
+SECOND_QUALITY = 0.90
 LANDSCAPE_DIR = Path("results/bench/landscapes")
 STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
 # name: (landscape file stem, site defaults of the scenario (trial 0); None = the file's own)
@@ -67,6 +71,8 @@ SCENARIOS: dict[str, tuple[str, Mapping[str, str] | None]] = {
     "h200-nvlink-demo2": ("h200_nvlink_demo2", None),
     "h200-socket-demo3": ("h200_socket_demo3", None),
     "h200x2-socket-256": ("h200x2_socket_256", None),
+    "cpu-openmpi-wide": ("localslurm_openmpi_wide", None),
+    "cpu-mpich": ("localslurm_mpich", None),
 }
 
 
@@ -199,12 +205,13 @@ def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[T
 class Outcome:
     hit: int | None
     hit_unseeded: int | None
+    hit_second: int | None  # trials to SECOND_QUALITY
     final_quality: float
     cpu_s: float
 
 
 def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Outcome:
-    hit = hit_unseeded = None
+    hit = hit_unseeded = hit_second = None
     incumbent, incumbent_quality = math.inf, 0.0
     for number, trial in enumerate(history, start=1):
         if trial.observed_us is None:
@@ -212,11 +219,13 @@ def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Out
         quality = landscape.quality(trial.env)
         if trial.observed_us < incumbent:
             incumbent, incumbent_quality = trial.observed_us, quality
+        if quality >= SECOND_QUALITY:
+            hit_second = hit_second or number
         if quality >= TARGET_QUALITY:
             hit = hit or number
             if not trial.seeded:
                 hit_unseeded = hit_unseeded or number
-    return Outcome(hit, hit_unseeded, incumbent_quality, cpu_s / max(len(history), 1))
+    return Outcome(hit, hit_unseeded, hit_second, incumbent_quality, cpu_s / max(len(history), 1))
 
 
 def run_cell(directory: Path, scenario: str, strategy: str, seeds: int, trials: int) -> dict[str, Any]:
@@ -251,6 +260,7 @@ def summarize(outcomes: list[Outcome], trials: int) -> dict[str, Any]:
     finals = np.array([o.final_quality for o in outcomes])
     return {"seeds": len(outcomes), "trials_to_95pct": _stats([o.hit for o in outcomes], trials),
             "trials_to_95pct_unseeded": _stats([o.hit_unseeded for o in outcomes], trials),
+            "trials_to_90pct": _stats([o.hit_second for o in outcomes], trials),
             "final_quality_mean": round(float(finals.mean()), 4), "final_quality_min": round(float(finals.min()), 4),
             "cpu_ms_per_trial": round(1e3 * float(np.mean([o.cpu_s for o in outcomes])), 2)}
 
@@ -258,40 +268,56 @@ def summarize(outcomes: list[Outcome], trials: int) -> dict[str, Any]:
 def describe(scenario: str, directory: Path) -> dict[str, Any]:
     landscape, document = load_scenario(scenario, directory)
     baseline = landscape.space.catalog.default_env(landscape.space.knob_names)
-    good = [i for i, t in enumerate(landscape.true_us) if landscape.best_us / t >= TARGET_QUALITY]
+    qualities = landscape.best_us / landscape.true_us
     runs = [r for p in landscape.points for r in p.runs]
     return {"file": str(directory / f"{SCENARIOS[scenario][0]}.json"), "what": document.get("what"),
             "points": len(landscape.points), "launches": len(runs),
             "failed_launches": sum(r.medians_us is None for r in runs),
             "best_true_objective_us": round(landscape.best_us, 3),
             "best_env": dict(landscape.points[int(np.argmin(landscape.true_us))].env),
-            "points_within_95pct": len(good), "site_defaults": baseline,
+            "points_within_95pct": int((qualities >= TARGET_QUALITY).sum()),
+            "points_within_90pct": int((qualities >= SECOND_QUALITY).sum()), "site_defaults": baseline,
             "site_defaults_quality": round(landscape.quality(baseline), 4),
             "library_defaults_quality": round(landscape.quality({}), 4)}
+
+
+def target_verdict(cells: Mapping[str, Any], trials: int) -> str:
+    """Issue 14's target for one landscape: the shipped configuration's median trials to 95 % at most half of
+    random's and at most 15 (a search that never got there counts as budget + 1)."""
+    if "trials_to_95pct" not in cells.get("shipped", {}) or "trials_to_95pct" not in cells.get("random", {}):
+        return "Target: not judged (needs the shipped and random cells)."
+    shipped, random = cells["shipped"]["trials_to_95pct"]["median"], cells["random"]["trials_to_95pct"]["median"]
+    met = shipped <= 15 and shipped <= random / 2 and shipped <= trials
+    return (f"Target (median trials to 95 % <= half of random's and <= 15): **{'met' if met else 'not met'}** "
+            f"(shipped {shipped:g}, random {random:g}; {trials + 1:g} = never within {trials} trials).")
 
 
 def markdown(document: Mapping[str, Any]) -> str:
     lines = [f"# Sampler benchmark on measured replay landscapes ({document['date']}, commit {document['commit']})",
              "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
-             "95 % of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
+             "95 % (and 90 %) of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
              "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded. "
              f"Shipped = {document['shipped']}. Written by `{document['command']}`.", ""]
     for scenario, info in document["landscapes"].items():
         lines += [f"## {scenario}", "", f"{info['points']} points, {info['launches']} launches "
                   f"({info['failed_launches']} failed); {info['points_within_95pct']} point(s) within 95 % of the best "
-                  f"({info['best_env'] or 'library defaults'}); quality of the site defaults {info['site_defaults_quality']}, "
+                  f"({info['best_env'] or 'library defaults'}), {info.get('points_within_90pct', '?')} within 90 %; "
+                  f"quality of the site defaults {info['site_defaults_quality']}, "
                   f"of the library defaults {info['library_defaults_quality']}.", "",
-                  "| strategy | trials to 95 % | reached | unseeded | reached | final quality mean (min) |",
-                  "|---|---|---|---|---|---|"]
-        for strategy, cell in document["results"][scenario].items():
+                  "| strategy | trials to 95 % | reached | unseeded | reached | trials to 90 % | reached "
+                  "| final quality mean (min) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        cells = document["results"][scenario]
+        for strategy, cell in cells.items():
             if "skipped" in cell:
-                lines.append(f"| {strategy} | skipped: {cell['skipped']} | | | | |")
+                lines.append(f"| {strategy} | skipped: {cell['skipped']} | | | | | | |")
                 continue
-            a, b = cell["trials_to_95pct"], cell["trials_to_95pct_unseeded"]
+            a, b, c = cell["trials_to_95pct"], cell["trials_to_95pct_unseeded"], cell["trials_to_90pct"]
             lines.append(f"| {strategy} | {a['median']:g} [{a['q1']:g}-{a['q3']:g}] | {a['reached']}/{cell['seeds']} | "
                          f"{b['median']:g} [{b['q1']:g}-{b['q3']:g}] | {b['reached']}/{cell['seeds']} | "
+                         f"{c['median']:g} [{c['q1']:g}-{c['q3']:g}] | {c['reached']}/{cell['seeds']} | "
                          f"{cell['final_quality_mean']} ({cell['final_quality_min']}) |")
-        lines.append("")
+        lines += ["", target_verdict(cells, document["trials"]), ""]
     return "\n".join(lines)
 
 
