@@ -78,10 +78,10 @@ class SamplerName(enum.StrEnum):
     RANDOM = "random"
 
 
-# Kept, not chosen on evidence of a win: on the measured replay landscapes of tuners/bench_sampler.py
-# (results/bench/sampler_benchmark.md, 50 seeds x 30 trials) TPE needed a median of 10.5 trials to 95 %
-# on the CPU grid vs random 12 and Sobol 8.5, and on the H200 NVLink trials only the library-defaults
-# seed reached it early; no sampler needed <= half of random's trials. GP needs torch (not installed).
+# Kept for lack of a strategy ahead everywhere (results/bench/sampler_benchmark.md, 8 measured landscapes, 50 seeds
+# x 30 trials): on the full 448-point Open MPI grid TPE reaches 90 % of the best in a median of 17 trials vs
+# random 31 (never, in the median), coordinate descent 16.5, GP 19.5; no strategy reaches 95 % there, and on the
+# small landscapes none needs <= half of random's trials. GP needs torch (not a site dependency).
 DEFAULT_SAMPLER = SamplerName.TPE
 
 
