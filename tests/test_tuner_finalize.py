@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -471,3 +472,19 @@ def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_ro
     assert report.overall.ablation and report.overall.holdout is not None
     main_rounds = planned_rounds(thresholds, 1, len(TWO_BUCKETS)) * 2
     assert main_rounds < len(calls) <= planned_runs(thresholds, 1, len(TWO_BUCKETS), n_knobs=3)
+
+
+def test_the_report_counts_every_run_and_the_allocations_they_ran_in() -> None:
+    """`evaluations` is every evaluator call (validation, rounds, ablation, held-out) and `allocations` the
+    distinct batch allocations the runs reported (a run without one, e.g. outside Slurm, adds none)."""
+    evaluate, calls = _knob_evaluator(0, {"P": 0.1, "B": 0.1, "PB": 0.21})
+
+    def in_jobs(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        evaluation = evaluate(env, validate=validate)
+        job = len(calls) % 3  # two allocations, and every third run reports none
+        return evaluation if job == 0 else replace(evaluation, allocation=f"{100 + job}")
+
+    report = finalize(in_jobs, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=0)
+    assert report.overall.ablation and report.overall.holdout is not None  # every phase ran
+    assert report.evaluations == len(calls)
+    assert report.allocations == ("101", "102")

@@ -36,6 +36,8 @@ def test_ci_demo_recovers_a_planted_bad_default_on_localslurm(slurm_cluster: Slu
     rec = data["recommendation"]
     assert rec["decision"] == "change", result.stdout[-3000:]
     assert rec["gain"]["median"] > 1.0  # more than 2x: the planted buffers cost far more than noise
+    # Each ReFrame run is a Slurm job of its own: the finalization's rounds ran in many allocations.
+    assert rec["evidence"]["allocations"] >= 2
     assert {name: rec["env"].get(name) for name in PLANTED} != PLANTED  # at least one planted buffer goes
     one_mib = next(s for s in rec["per_size"] if s["bucket"] == "1MiB-1MiB")
     assert one_mib["decision"] == "change"

@@ -44,6 +44,7 @@ class Evaluation:
     validated: bool = False
     record_ids: tuple[str, ...] = ()
     unread: tuple[str, ...] = ()  # knobs set that the library's read log did not show (an INVALID run)
+    allocation: str | None = None  # the batch allocation (Slurm job id) the run ran in, when known
 
     def __post_init__(self) -> None:
         if self.failure is None:

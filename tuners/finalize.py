@@ -60,7 +60,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tuners.evaluation import Evaluator, SizeBucket, bucket_times_us, overall_time_us
+from tuners.evaluation import Evaluation, Evaluator, SizeBucket, bucket_times_us, overall_time_us
 
 OVERALL = "overall"
 ROUNDS_MARGIN = 2  # rounds planned beyond the fewest that can give a change (module docstring)
@@ -280,6 +280,7 @@ class FinalReport:
     max_rounds: int = 0  # the sequential phase's maximum
     looks: tuple[int, ...] = ()  # rounds after which it looked
     evaluations: int = 0  # evaluator calls of the whole finalization (validation, rounds, ablation, held-out)
+    allocations: tuple[str, ...] = ()  # the batch allocations (Slurm job ids) its runs ran in, where known
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -654,6 +655,22 @@ def _without(env: Mapping[str, str], baseline_env: Mapping[str, str], knob: str)
     return reverted
 
 
+class _Runs:
+    """The evaluator as finalization calls it: counts the runs and the batch allocations they ran in."""
+
+    def __init__(self, evaluator: Evaluator) -> None:
+        self.evaluator = evaluator
+        self.calls = 0
+        self.allocations: set[str] = set()
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.calls += 1
+        evaluation = self.evaluator(env, validate=validate)
+        if evaluation.allocation is not None:
+            self.allocations.add(evaluation.allocation)
+        return evaluation
+
+
 def finalize(
     evaluator: Evaluator,
     baseline_env: Mapping[str, str],
@@ -671,13 +688,12 @@ def finalize(
     rng = np.random.default_rng(seed)
     notes: list[str] = []
     rejected: dict[int, str] = {}
-    evaluations = 0
+    evaluator = runs = _Runs(evaluator)
     for i, candidate in enumerate(candidates):
         risky = needs_validation(baseline_env, candidate.env)
         if not risky:
             continue
         check = evaluator(candidate.env, validate=True)
-        evaluations += 1
         what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
         unchecked = [b.name for b in buckets if check.ok and not any(b.contains(s) for s in check.times_us)]
         if not check.ok:
@@ -707,7 +723,6 @@ def finalize(
             rounds_run += 1
             envs = {-1: baseline_env, **{i: candidates[i].env for i in sorted(state.measuring)}}
             measured, failures = _run_round(evaluator, envs, buckets, rng)
-            evaluations += len(envs)
             for i, reason in failures.items():
                 if i == -1:
                     notes.append(f"round {rounds_run}: baseline failed ({reason}); round dropped")
@@ -743,8 +758,8 @@ def finalize(
     if tested and rounds_run < max_rounds:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
-    decisions, ablation_runs = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
-    decisions, holdout_runs = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
     overall = decisions[OVERALL]
     if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
         per_bucket = {
@@ -772,7 +787,8 @@ def finalize(
         notes=tuple(notes),
         max_rounds=max_rounds,
         looks=looks,
-        evaluations=evaluations + ablation_runs + holdout_runs,
+        evaluations=runs.calls,
+        allocations=tuple(sorted(runs.allocations)),
     )
 
 
@@ -801,13 +817,13 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
 
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
-                    notes: list[str]) -> tuple[dict[str, Decision], int]:
+                    notes: list[str]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; each decision deploys its winner less the knobs whose removal does not lose."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
-        return decisions, 0
+        return decisions
     envs: list[dict[str, str]] = []
 
     def key_of(env: Mapping[str, str]) -> int:
@@ -837,17 +853,17 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
             notes.append(f"{name}: ablation dropped {', '.join(dropped)} (removal does not lose at one-sided "
                          f"p < {thresholds.ablation_alpha}, {thresholds.ablation_rounds} rounds)")
         result[name] = replace(decisions[name], env=dict(ablated.env), ablation=ablated.ablation)
-    return result, thresholds.ablation_rounds * len(envs)
+    return result
 
 
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                    buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
-                   notes: list[str]) -> tuple[dict[str, Decision], int]:
+                   notes: list[str]) -> dict[str, Decision]:
     """`holdout_rounds` rounds of the baseline and every deployed set, shuffled, after the choice: the
     gain each decision reports. A deployed set that fails in them is withdrawn (keep defaults)."""
     changed = {name: d for name, d in decisions.items() if d.change}
     if not changed or thresholds.holdout_rounds <= 0:
-        return decisions, 0
+        return decisions
     envs: list[dict[str, str]] = []
     for d in changed.values():
         if dict(d.env) not in envs:
@@ -875,4 +891,4 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
         low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
         result[name] = replace(d, holdout=Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios),
                                                   tuple(float(r) for r in ratios)))
-    return result, thresholds.holdout_rounds * (len(envs) + 1)
+    return result

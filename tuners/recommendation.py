@@ -112,6 +112,8 @@ class Evidence(_Model):
     # Tests Holm-corrected together and what they are (None: written before the family-wide correction).
     family_size: int | None = None
     family: str | None = None
+    # Distinct batch allocations (Slurm jobs) the finalization's runs ran in; None: not known (no Slurm).
+    allocations: int | None = None
 
 
 class Recommendation(_Model):
@@ -199,6 +201,7 @@ def build_recommendation(
             rounds_used=report.rounds_used,
             family_size=report.family_size,
             family=report.family,
+            allocations=len(report.allocations) or None,
             notes=list(report.notes),
             study=study.study_name,
             trials_counted=progress.counted,

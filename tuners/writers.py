@@ -115,7 +115,8 @@ def evidence_lines(rec: Recommendation) -> list[str]:
         f"thresholds: Holm-adjusted p < {ev.alpha}, minimum effect {ev.min_effect:.0%} median speed-up, "
         f"{ev.confidence:.0%} CI lower bound > 0",
         f"trials: {ev.trials_counted} ({ev.trials_complete} complete, {ev.trials_failed} failed); "
-        f"re-measurement rounds used {ev.rounds_used}/{ev.rounds_run}; study {ev.study}",
+        f"re-measurement rounds used {ev.rounds_used}/{ev.rounds_run}"
+        + ("" if ev.allocations is None else f" in {ev.allocations} batch allocation(s)") + f"; study {ev.study}",
         f"date: {rec.date}; versions: " + ", ".join(f"{k}={v}" for k, v in sorted(rec.versions.items())),
     ]
     for size in rec.per_size:

@@ -23,7 +23,8 @@ static struct cb_kv current_reported[CB_MAX_REPORTED];
 static char current_reason[CB_TEXT_MAX];
 /* Serialised once: "hostnames", "mpi_library", "devices", "gpu_sharing" (GPU backends only),
  * "versions", "env" values. */
-static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json;
+static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json,
+    *slurm_job_json;
 
 static const char *const env_prefixes[] = {"NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_",
                                            "FI_",   "HSA_",  "OMPI_",  "CUDA_",      "HIP_"};
@@ -253,6 +254,14 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
     versions_json = take(&j);
 
     env_json = serialise_env();
+
+    /* The batch allocation the run belongs to (rank 0's view): which rounds of a comparison shared one. */
+    const char *job = getenv("SLURM_JOB_ID");
+    if (job && *job) {
+        cb_json_init(&j);
+        cb_json_string(&j, job);
+        slurm_job_json = take(&j);
+    }
 }
 
 int cb_output_open(const char *path)
@@ -442,6 +451,8 @@ static void end_record(struct cb_json *j)
         cb_json_kraw(j, "gpu_sharing", gpu_sharing_json);
     cb_json_kraw(j, "versions", versions_json);
     cb_json_kraw(j, "env", env_json);
+    if (slurm_job_json)
+        cb_json_kraw(j, "slurm_job_id", slurm_job_json);
     cb_json_end_object(j);
 }
 

@@ -303,6 +303,9 @@ class CommbenchEvaluator:
         if self.run_done is not None:
             self.run_done()
         evaluation = self.judge(env, outcome, validate)
+        jobs = {r["slurm_job_id"] for r in outcome.records if r.get("slurm_job_id")}
+        if len(jobs) == 1:
+            evaluation = dataclasses.replace(evaluation, allocation=jobs.pop())
         if self.ingest is not None:
             ids = self.ingest(env, outcome, evaluation)
             evaluation = dataclasses.replace(evaluation, record_ids=tuple(ids))
