@@ -186,3 +186,23 @@ def test_degraded_runs_on_disjoint_node_sets_are_fabric_wide_not_a_node() -> Non
     assert slurm_partition(["--partition=debug"], "x") == "debug"
     assert slurm_partition(["-p", "gpu", "--exclusive"], "x") == "gpu"
     assert slurm_partition(["--exclusive"], "normal") == "normal"
+
+
+def test_each_switch_runs_once_under_every_leaf_switch_that_has_enough_nodes(tmp_path: Path) -> None:
+    """`each-switch`: one run per leaf switch, on that switch's first nodes (node sets that share no node);
+    a switch with too few nodes gets none; no switch with enough nodes makes the case unplaceable."""
+    spec = _spec(tmp_path, CHARACTERIZE.replace("placements: [any, same-switch, different-switch, different-group]",
+                                                "placements: [each-switch]"))
+    four = Topology(leaf_of={"n1": "leaf1", "n2": "leaf1", "n3": "leaf2", "n4": "leaf2", "n5": "leaf3"},
+                    group_of=dict.fromkeys(("n1", "n2", "n3", "n4", "n5"), "top"))
+    (case,) = [c for c in load_campaign(spec).cases() if c.op == "pingpong" and c.num_nodes == 2]
+    runs = Placer(four).expand(case)
+    assert [r.nodelist for r in runs] == [("n1", "n2"), ("n3", "n4")]
+    assert [Placer(four).job_options(r) for r in runs] == [("--nodelist=n1,n2",), ("--nodelist=n3,n4",)]
+    assert len({r.run_key for r in runs}) == 2 and {r.series_key for r in runs} == {case.series_key}
+    with pytest.raises(PlacementError, match="runs as its per-switch cases"):
+        Placer(four).job_options(case)
+    with pytest.raises(PlacementError, match="no leaf switch has 2 nodes"):
+        Placer(parse_topology(TWO_LEVEL.replace("Nodes=n[1-2]", "Nodes=n1"))).expand(case)
+    (single,) = [c for c in load_campaign(spec).cases() if c.op == "pingpong" and c.num_nodes == 1]
+    assert Placer(four).expand(single) == [single]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,95 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
     assert isolation["culprit_nodes"] == [bad], output
     assert [bad in pair["nodes"] for pair in isolation["pairs"]][-1] and len(isolation["pairs"]) == isolation["extra_jobs"]
     assert f"{isolation['extra_jobs']} extra pair job(s)" in output and f"culprit node(s): {bad}" in output
+
+
+# Four nodes under two leaf switches (c?n1-2, c?n3-4); `each-switch` runs the pingpong once under each, so
+# every night has two runs on node pairs that share no node. Every node's link is a 100 Mbit/s token bucket
+# (tc tbf on its veth, 50 ms of queue): a fabric of finite capacity, which another job's traffic can fill.
+# The site copy's references are those of such links (32 KiB: 0.013 GB/s, 8 B: ~20 us measured); the nights
+# before are the history.
+FABRIC_SPEC = """\
+name: health-fabric
+kind: health
+site: localslurm
+system: localslurm:debug
+environments: [openmpi]
+node_counts: [2]
+placements: [each-switch]
+checks:
+  - check: commbench_run
+    ops: [pingpong]
+    sizes: [8, 32768]
+    warmup: 2
+    iters: 20
+    timeout_s: 60
+    time_limit_s: 120
+health:
+  min_history: 2
+  implausible_latency_factor: 100000  # this test is about scope, not plausibility
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: Path) -> None:
+    """Two quiet nights, then a night during which another job's alltoall (1 MiB, all 4 nodes) fills the
+    links: both switches' runs degrade, on node pairs that share no node, so the verdict says fabric-wide
+    instead of blaming a node (no pair job), and its Slurm snapshot shows the other job."""
+    from fixtures_sites import copy_site
+    from fixtures_slurm import local_slurm_cluster
+
+    def four_nodes_slow_links(data: dict) -> None:
+        partition = data["systems"][0]["partitions"][0]
+        partition["nodes"] = 4
+        partition["commbench"]["references"] = [  # ReFrame's performance check and health read these
+            {"op": "pingpong", "metric": "large_goodput", "bytes": 32768, "nodes": 2, "value": 0.0125, "lower": -0.9},
+            {"op": "pingpong", "metric": "small_latency", "bytes": 8, "nodes": 2, "value": 20.0, "upper": 999.0}]
+
+    sites = tmp_path / "sites"
+    copy_site(tmp_path, "localslurm", four_nodes_slow_links, site_dir=sites / "localslurm")
+    spec = tmp_path / "health.yaml"
+    spec.write_text(FABRIC_SPEC)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    commbench = Path(__file__).resolve().parents[1] / "build" / "bench" / "cpu-openmpi" / "commbench"
+    with local_slurm_cluster(nnodes=4) as cluster:
+        env = {**cluster.env, "COMMCAMP_SITE_PATH": str(sites), "COLUMNS": "200"}
+
+        def night(tag: str) -> tuple[str, dict]:
+            verdict = tmp_path / f"verdict-{tag}.json"
+            result = subprocess.run(
+                [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", tag,
+                 "--verdict", str(verdict)], env=env, capture_output=True, text=True, timeout=600, check=False)
+            return result.stdout + result.stderr, json.loads(verdict.read_text())
+
+        veths = list(cluster.veths.values())
+        try:
+            for veth in veths:
+                subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "100mbit", "burst",
+                                "32kbit", "latency", "50ms"], check=True, capture_output=True, text=True)
+            for tag in ("night-1", "night-2"):
+                output, verdict = night(tag)
+                assert verdict["status"] in ("ok", "not_judged"), output
+                assert sorted(frozenset(m["hosts"]) for m in verdict["metrics"]) == sorted(
+                    [frozenset(cluster.nodes[:2])] * 3 + [frozenset(cluster.nodes[2:])] * 3), output
+            other = cluster.sbatch("-N4", "--ntasks-per-node=1", "-J", "competing-traffic", "-o", "/dev/null",
+                                   "--wrap", f"srun --mpi=pmix {commbench} --op alltoall --sizes 1M --warmup 0 "
+                                   "--iters 1000000 --no-check --timeout 600")
+            try:
+                deadline = time.monotonic() + 60
+                while cluster.run(["squeue", "-h", "-j", str(other), "-o", "%T"]).stdout.strip() != "RUNNING":
+                    assert time.monotonic() < deadline, "the competing job did not start"
+                    time.sleep(0.5)
+                output, verdict = night("night-3")
+            finally:
+                cluster.run(["scancel", str(other)])
+        finally:
+            for veth in veths:
+                subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True, check=False)
+    assert verdict["scope"] == "fabric-wide" and verdict["status"] in ("degraded", "failed"), output
+    bad = [m for m in verdict["metrics"] if m["status"] in ("degraded", "failed")]
+    assert {frozenset(m["hosts"]) for m in bad} == {frozenset(cluster.nodes[:2]), frozenset(cluster.nodes[2:])}
+    assert any("earlier nights" in m["evidence"][0] for m in bad), output  # judged against the history
+    assert verdict["isolation"]["extra_jobs"] == 0 and not verdict["isolation"]["culprit_nodes"], output
+    assert "fabric-wide: degraded multi-node runs on node sets that share no node" in output
+    assert any(job["name"] == "competing-traffic" for job in verdict["slurm"]["jobs"]), verdict["slurm"]

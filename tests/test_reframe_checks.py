@@ -16,10 +16,10 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-import yaml
 
 from campaigns.model.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
 from campaigns.model.spec import COMMBENCH_NODE_COUNTS
+from fixtures_sites import copy_site
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,21 +64,6 @@ def load_file(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-def copy_site(tmp_path: Path, name: str, edit: Any = None, source: str | None = None) -> Path:
-    """A copy of site_configs/<source or name> (site.yaml edited by `edit(data)`) whose reframe_config.py
-    loads it; returns the copy's reframe_config.py."""
-    site_dir = tmp_path / f"site-{name}"
-    site_dir.mkdir()
-    data = yaml.safe_load((SITE_CONFIGS / (source or name) / "site.yaml").read_text())
-    if edit:
-        edit(data)
-    (site_dir / "site.yaml").write_text(yaml.safe_dump(data))
-    (site_dir / "reframe_config.py").write_text(
-        f"import sys\nsys.path.insert(0, {str(SITE_CONFIGS)!r})\n"
-        "from reframe_site import site_configuration_for\nsite_configuration = site_configuration_for(__file__)\n")
-    return site_dir / "reframe_config.py"
 
 
 def local_partition(data: dict[str, Any]) -> dict[str, Any]:

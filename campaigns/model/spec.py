@@ -27,7 +27,8 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
 Campaign kinds (`kind`, default `run`):
 
 - `characterize`: the full sweep of a system. `max_nodes: 8` stands for node_counts 1, 2, 4, 8, and
-  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1),
+  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1), `each-switch`
+  (one run under every leaf switch that has enough nodes, a --nodelist each: node sets that share no node),
   `different-switch` / `different-group` (a --nodelist spread over leaf switches / top-level groups of
   the live Slurm topology). Every run is labelled with the network distance its ranks actually spanned.
   `commcamp run` writes the HTML report afterwards (campaigns/report/html.py).
@@ -64,7 +65,7 @@ from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 PAIR_RANKS = 2
 SLURM_SCHEDULERS = ("slurm", "squeue")
-PLACEMENTS = ("any", "same-switch", "different-switch", "different-group")
+PLACEMENTS = ("any", "same-switch", "different-switch", "different-group", "each-switch")
 CAMPAIGN_KINDS = ("run", "characterize", "health")
 TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
 MessageSize = Annotated[ByteCount, Field(le=MAX_MESSAGE_BYTES)]
@@ -237,8 +238,9 @@ class TestCase:
     """One ReFrame test case the campaign runs: a check with its variables on one partition and
     environment, one transport and placement; `run_key` identifies it in the results store.
 
-    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run
-    key but not of `series_key`, which names the same measurement across nights and pairs.
+    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test; each-switch: the nodes
+    under one switch) are part of the run key but not of `series_key`, which names the same measurement across
+    nights, pairs and switches.
 
     A case is self-contained: everything its ReFrame invocation needs (the site's ReFrame configuration,
     every `-S` variable, the environment, the performance flag) is here, so campaigns, health's pair tests
@@ -281,7 +283,8 @@ class TestCase:
     @property
     def series_key(self) -> str:
         digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
-        where = "pair/" if self.nodelist else ""
+        # a pair test's nodes are its own series; an each-switch run's switch is one run of its case's series
+        where = "pair/" if self.nodelist and self.placement != "each-switch" else ""
         return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
                 f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/{where}{digest}")
 

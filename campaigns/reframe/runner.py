@@ -469,10 +469,20 @@ def run_cases(cases: list[TestCase], store: Store, *, console: Console, run_dir:
     return [results[c.run_key] for c in cases]
 
 
+def _runs_of(case: TestCase, placer: Placer) -> list[TestCase]:
+    """The case's runs (an each-switch case: one per leaf switch); itself when it cannot be placed, which
+    run_cases then reports as unplaceable."""
+    try:
+        return placer.expand(case)
+    except PlacementError:
+        return [case]
+
+
 def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Console,
                  runs_dir: Path | None = None, tag: str | None = None,
                  placer: Placer | None = None) -> CampaignResult:
-    cases = campaign.cases(tag)
+    placer = placer or Placer()
+    cases = [run for case in campaign.cases(tag) for run in _runs_of(case, placer)]
     pending = [c for c in cases if force or not store.has_run(c.run_key)]
     results = {c.run_key: CaseResult(c, "stored", "a passed run with this key is stored")
                for c in cases if c not in pending}
@@ -485,7 +495,6 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
         console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
                       f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
                       f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
-        for result in run_cases(pending, store, console=console, run_dir=run_dir,
-                                placer=placer or Placer()):
+        for result in run_cases(pending, store, console=console, run_dir=run_dir, placer=placer):
             results[result.case.run_key] = result
     return CampaignResult(run_dir, store.url, [results[c.run_key] for c in cases])

@@ -10,6 +10,9 @@ Placements of a multi-node test case (spec `placements`):
   same-switch       every node under one leaf switch (`--switches=1`)
   different-switch  nodes spread round-robin over leaf switches (`--nodelist`), at least two switches
   different-group   nodes spread over groups (`--nodelist`), at least two groups
+  each-switch       one run under every leaf switch that has enough nodes (`--nodelist`, the switch's first
+                    nodes): node sets that share no node, so a night that degrades several of them is
+                    fabric-wide (campaigns/kinds/health.py) and one that degrades one names its switch
 A placement the topology cannot give (one leaf switch only, too few nodes under one switch) is a
 PlacementError: the test case is reported as not runnable, nothing is stored for it.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from campaigns.model.spec import SLURM_SCHEDULERS, Campaign, TestCase
 from campaigns.slurm.topology import PlacementError, Topology, slurm_topology
@@ -48,11 +51,27 @@ class Placer:
             self.topology = slurm_topology(self.env)
         return self.topology
 
+    def expand(self, case: TestCase) -> list[TestCase]:
+        """The runs of a case: an `each-switch` case becomes one case per leaf switch with enough nodes (its
+        first nodes as the nodelist); any other case is itself. PlacementError when no switch has enough."""
+        if case.placement != "each-switch" or case.nodelist or case.num_nodes == 1:
+            return [case]
+        under = self.load_topology().nodes_under(self.load_topology().leaf_of)
+        runs = [replace(case, nodelist=tuple(nodes[:case.num_nodes]))
+                for _, nodes in sorted(under.items()) if len(nodes) >= case.num_nodes]
+        if not runs:
+            raise PlacementError(f"no leaf switch has {case.num_nodes} nodes "
+                                 f"(at most {max(map(len, under.values()), default=0)})")
+        return runs
+
     def job_options(self, case: TestCase) -> tuple[str, ...]:
         if case.nodelist:
             return (f"--nodelist={','.join(case.nodelist)}",)
         if case.placement == "any" or case.num_nodes == 1:
             return ()
+        if case.placement == "each-switch":
+            self.expand(case)  # PlacementError if no switch can hold it
+            raise PlacementError("an each-switch case runs as its per-switch cases (Placer.expand)")
         topology = self.load_topology()
         if case.placement == "same-switch":
             largest = max(len(nodes) for nodes in topology.nodes_under(topology.leaf_of).values())
@@ -73,6 +92,8 @@ def planned_job_options(case: TestCase) -> tuple[str, ...]:
         return ()
     if case.placement == "same-switch":
         return ("--switches=1",)
+    if case.placement == "each-switch":
+        return (f"--nodelist=<{case.num_nodes} nodes under one leaf switch; one run per switch>",)
     return (f"--nodelist=<{case.num_nodes} nodes spread over "
             f"{'leaf switches' if case.placement == 'different-switch' else 'groups'}>",)
 
