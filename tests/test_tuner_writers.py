@@ -301,3 +301,43 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
     assert [t.user_attrs.get(ROLE) for t in first] == ["defaults", "seeded", WARM_START]
     assert first[2].user_attrs[WARM_START_FROM] == mpi_recommendation(nodes=2).scope.describe()
     assert {k: v for k, v in first[2].user_attrs["env"].items() if k in knobs} == winner
+
+
+def test_the_site_s_documented_settings_are_measured_after_the_seeds_with_their_source(
+        catalog: KnobCatalog, sqlite_url: str) -> None:  # noqa: F811
+    """site.yaml `knobs.documented`: each setting the space can measure is enqueued after the seeds, on top of
+    the site defaults, marked with where it is documented; one naming a knob the space does not search is
+    about another scope and is left out. Bad settings are refused with the site file's path."""
+    from campaigns.tuning.session import documented_envs
+    from tuners.catalog import CatalogError
+    from tuners.study import DOCUMENTED, DOCUMENTED_FROM, ENV, ROLE
+
+    aws = "NVIDIA/nccl src/transport/net_socket.cc: NCCL's own choice for AWS NICs (2 threads x 8 sockets)"
+    site = catalog.for_site({"defaults": {"NCCL_BUFFSIZE": "4194304"}, "documented": [
+        {"env": {"NCCL_SOCKET_NTHREADS": 2, "NCCL_NSOCKS_PERTHREAD": 8}, "source": aws},
+        {"env": {"NCCL_PROTO": "Simple"}, "source": "another scope's advice"}]}, "h200/site.yaml")
+    knobs = ["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE"]
+    space = build_space(site, {Library.NCCL: "2.28.3"}, knobs=knobs)
+    documented = documented_envs(site, space)
+    expected = {"NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8", "NCCL_BUFFSIZE": "4194304"}
+    assert documented == [(expected, aws)]
+
+    def evaluate(env, *, validate=False):  # noqa: ANN001, ANN202  (the trials' outcome does not matter here)
+        from tuners.evaluation import Evaluation
+        return Evaluation(times_us={size: [10.0] for size in (8, 1 << 20)}, validated=validate)
+
+    scope = make_scope(library="nccl", library_version="2.28.3", transport="ccl", nodes=2)
+    study = Tuner(scope, space, evaluate, sqlite_url, buckets_for_sizes([8, 1 << 20]), n_trials=3, seed=0,
+                  seed_envs=[{}], documented=documented).run()
+    first = sorted(study.trials, key=lambda t: t.number)[:3]
+    assert [t.user_attrs.get(ROLE) for t in first] == ["defaults", "seeded", DOCUMENTED]
+    assert first[2].user_attrs[DOCUMENTED_FROM] == aws and first[2].user_attrs[ENV] == expected
+
+    for bad, message in (
+            ({"env": {"NCCL_SOCKET_NTHREADS": 99}, "source": "x"}, r"documented\[0\]\.env\.NCCL_SOCKET_NTHREADS"),
+            ({"env": {"NCCL_NVLS_ENABLE": 1}, "source": "x"}, "forbidden or pinned"),
+            ({"env": {"NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 16}, "source": "x"}, "64"),
+            ({"env": {"NO_SUCH_KNOB": 1}, "source": "x"}, "not in the catalog"),
+            ({"env": {"NCCL_SOCKET_NTHREADS": 2}}, "source")):
+        with pytest.raises(CatalogError, match=message):
+            catalog.for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}, "documented": [bad]}, "h200/site.yaml")

@@ -300,9 +300,21 @@ class KnobRestriction(BaseModel):
     _value_strings = field_validator("choices", mode="before")(_as_value_strings)
 
 
+class DocumentedSetting(BaseModel):
+    """A setting the site's or a vendor's documentation recommends: the tuner measures it right after the
+    defaults (a knob it does not name keeps the site default)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    env: dict[str, str] = Field(min_length=1)
+    source: str = Field(min_length=1, description="where it is documented")
+
+    _value_strings = field_validator("env", mode="before")(_as_value_strings)
+
+
 class SiteKnobOverrides(BaseModel):
     """The `knobs:` section of a site.yaml: site defaults (trial 0), extra forbidden knobs, values
-    pinned in every trial and every recommendation, and narrowed domains."""
+    pinned in every trial and every recommendation, narrowed domains, and documented settings (seeds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -310,6 +322,7 @@ class SiteKnobOverrides(BaseModel):
     forbidden: tuple[str, ...] = ()
     pinned: dict[str, str] = Field(default_factory=dict)
     restrict: dict[str, KnobRestriction] = Field(default_factory=dict)
+    documented: tuple[DocumentedSetting, ...] = ()
 
     _value_strings = field_validator("defaults", "pinned", mode="before")(_as_value_strings)
 
@@ -323,11 +336,13 @@ class KnobCatalog:
         source: str,
         pinned: Mapping[str, str] | None = None,
         constraints: tuple[ProductConstraint, ...] = (),
+        documented: tuple[DocumentedSetting, ...] = (),
     ) -> None:
         self._knobs = dict(knobs)
         self.source = source
         self.pinned: dict[str, str] = dict(pinned or {})
         self.constraints = constraints
+        self.documented = documented  # the site's documented settings, checked against this catalog
 
     @classmethod
     def load(cls, path: Path | str = DEFAULT_CATALOG_PATH) -> KnobCatalog:
@@ -387,7 +402,7 @@ class KnobCatalog:
         """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
         defaults; they cannot un-forbid a knob the base catalog forbids."""
         if not isinstance(overrides, Mapping):  # e.g. an override file holding a list or a bare value
-            raise CatalogError(f"{source}: knobs: expected a mapping of defaults, forbidden, pinned and restrict, "
+            raise CatalogError(f"{source}: knobs: expected a mapping of defaults, forbidden, pinned, restrict and documented, "
                                f"not {type(overrides).__name__}")
         site = _build(SiteKnobOverrides, dict(overrides), source, "knobs")
         knobs = dict(self._knobs)
@@ -411,7 +426,20 @@ class KnobCatalog:
         pinned = dict(self.pinned)
         for name, value in site.pinned.items():
             pinned[name] = _validate_at(knob_of("pinned", name), value, source, f"knobs.pinned.{name}")
-        return KnobCatalog(knobs, f"{self.source} + {source}", pinned, self.constraints)
+        catalog = KnobCatalog(knobs, f"{self.source} + {source}", pinned, self.constraints)
+        for i, setting in enumerate(site.documented):
+            for name, value in setting.env.items():
+                knob = knob_of(f"documented[{i}].env", name)
+                if knob.safety is Safety.FORBIDDEN or name in pinned:
+                    raise CatalogError(f"{source}: knobs.documented[{i}].env.{name}: forbidden or pinned at this "
+                                       "site: a seed cannot set it")
+                _validate_at(knob, value, source, f"knobs.documented[{i}].env.{name}")
+            try:
+                catalog.validate_env(setting.env)
+            except UnsafeValueError as exc:
+                raise CatalogError(f"{source}: knobs.documented[{i}].env: {exc}") from exc
+        catalog.documented = (*self.documented, *site.documented)
+        return catalog
 
     def __getitem__(self, name: str) -> Knob:
         try:

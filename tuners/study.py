@@ -59,8 +59,10 @@ FAIL_REASON = "fail_reason"
 BUCKET_US = "bucket_us"
 SIZE_US = "size_us"
 RECORD_IDS = "record_ids"
-ROLE = "role"  # "defaults" for trial 0, SEEDED or WARM_START for the trials enqueued after it
+ROLE = "role"  # "defaults" for trial 0, SEEDED, DOCUMENTED or WARM_START for the trials enqueued after it
 SEEDED = "seeded"
+DOCUMENTED = "documented"  # a setting the site documents (DOCUMENTED_FROM: where), enqueued after the seeds
+DOCUMENTED_FROM = "documented_from"
 WARM_START = "warm_start"  # the winner of a related scope (WARM_START_FROM: which), enqueued after the seeds
 WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
@@ -261,6 +263,7 @@ class Tuner:
         n_startup_trials: int = 8,
         baseline_env: Mapping[str, str] | None = None,
         seed_envs: Sequence[Mapping[str, str]] = (),
+        documented: Sequence[tuple[Mapping[str, str], str]] = (),
         warm_starts: Sequence[tuple[Mapping[str, str], str]] = (),
         progress: bool = False,
         study_name: str | None = None,
@@ -292,13 +295,21 @@ class Tuner:
             if seed != self.baseline_env and seed not in seeds:
                 seeds.append(seed)
         self.seed_envs = seeds
-        self.warm_starts: list[tuple[dict[str, str], str]] = []
-        for env, source in warm_starts:
-            space.params_for_env(env)
-            warm = space.env_from_values({name: env.get(name) for name in space.knob_names})
-            if warm != self.baseline_env and warm not in seeds and warm not in [w for w, _ in self.warm_starts]:
-                self.warm_starts.append((warm, source))
+        self.documented = self._sourced(documented, seeds)
+        self.warm_starts = self._sourced(warm_starts, [*seeds, *(env for env, _ in self.documented)])
         self.progress = progress
+
+    def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
+                 ) -> list[tuple[dict[str, str], str]]:
+        """(env, where it comes from) in the space's form, leaving out the baseline, what `before` holds and
+        repeats."""
+        kept: list[tuple[dict[str, str], str]] = []
+        for env, source in envs:
+            self.space.params_for_env(env)
+            full = self.space.env_from_values({name: env.get(name) for name in self.space.knob_names})
+            if full != self.baseline_env and full not in before and full not in [k for k, _ in kept]:
+                kept.append((full, source))
+        return kept
 
     def load_study(self) -> optuna.Study:
         """Creates the study (enqueuing the defaults as trial 0) or loads it, checking that the
@@ -336,6 +347,9 @@ class Tuner:
                 )
                 for env in self.seed_envs:
                     study.enqueue_trial(self.space.params_for_env(env), user_attrs={ROLE: SEEDED}, skip_if_exists=True)
+                for env, source in self.documented:
+                    study.enqueue_trial(self.space.params_for_env(env),
+                                        user_attrs={ROLE: DOCUMENTED, DOCUMENTED_FROM: source}, skip_if_exists=True)
                 for env, source in self.warm_starts:
                     study.enqueue_trial(self.space.params_for_env(env),
                                         user_attrs={ROLE: WARM_START, WARM_START_FROM: source}, skip_if_exists=True)

@@ -397,7 +397,7 @@ class Site(_Model):
     network: Network | None = None
     knobs: dict[str, Any] = Field(
         default={}, description="overrides of the knob catalog (tuners.catalog.SiteKnobOverrides: defaults, "
-                                "forbidden, pinned, restrict); checked by `commcamp site check`")
+                                "forbidden, pinned, restrict, documented); checked by `commcamp site check`")
     systems: list[System] = Field(min_length=1)
     environments: list[Environment] = Field(min_length=1)
 

@@ -185,6 +185,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
     spec = setup.spec
     seeds = [*([{}] if spec.seed_library_defaults else []), *seed_envs]
     warm = warm_start_envs(spec.publish_dir, setup.scope, setup.space) if spec.warm_start else []
+    documented = documented_envs(setup.catalog, setup.space) if spec.documented_seeds else []
     return Tuner(setup.scope, setup.space, setup.evaluator,
                  storage if storage is not None else open_storage(
                      spec.storage_url(), heartbeat_interval=spec.heartbeat_s, grace_period=2 * spec.heartbeat_s),
@@ -192,7 +193,25 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
-                 seed_envs=seeds, warm_starts=warm, progress=progress, study_name=setup.study_name)
+                 seed_envs=seeds, documented=documented, warm_starts=warm, progress=progress,
+                 study_name=setup.study_name)
+
+
+def documented_envs(catalog: KnobCatalog, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
+    """The site's documented settings (site.yaml knobs.documented) this space can measure: each on top of the
+    site defaults, with its source. One that names a knob the space does not search, or a value the space
+    does not offer, is about another scope and is left out."""
+    found = []
+    for setting in catalog.documented:
+        if not set(setting.env) <= set(space.knob_names):
+            continue
+        env = {**catalog.default_env(space.knob_names), **setting.env}
+        try:
+            space.params_for_env({k: v for k, v in env.items() if k in space.knob_names})
+        except ValueError:
+            continue
+        found.append((env, setting.source))
+    return found
 
 
 def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
@@ -402,9 +421,11 @@ def provenance() -> dict[str, Any]:
 def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str, Any]:
     """Everything a committed result needs: spec, scope, every counted trial, the finalization evidence,
     the files written, and the provenance."""
-    from tuners.study import BUCKET_US, DROPPED_KNOBS, ENV, FAIL_REASON, OUTCOME, ROLE, is_counted, study_progress
+    from tuners.study import (BUCKET_US, DOCUMENTED_FROM, DROPPED_KNOBS, ENV, FAIL_REASON, OUTCOME, ROLE,
+                              WARM_START_FROM, is_counted, study_progress)
 
     trials = [{"number": t.number, "role": t.user_attrs.get(ROLE, ""), "outcome": t.user_attrs[OUTCOME],
+               "from": t.user_attrs.get(DOCUMENTED_FROM) or t.user_attrs.get(WARM_START_FROM),
                "objective_us": t.value, "bucket_us": t.user_attrs.get(BUCKET_US), "env": t.user_attrs.get(ENV),
                "fail_reason": t.user_attrs.get(FAIL_REASON, ""), "record_ids": t.user_attrs.get("record_ids", [])}
               for t in outcome.study.get_trials(deepcopy=False) if is_counted(t)]

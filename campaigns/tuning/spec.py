@@ -85,6 +85,8 @@ class TuningSpec(_Model):
     seed: int | None = 0
     n_startup_trials: int = Field(default=4, ge=1)
     seed_library_defaults: bool = Field(default=True, description="trial 1 = every searched knob unset")
+    documented_seeds: bool = Field(default=True, description=(
+        "measure the site's documented settings (site.yaml knobs.documented) after the seeds"))
     warm_start: bool = Field(default=True, description=(
         "enqueue the winners published for the same site, system, library, op, transport and GPUs per node "
         "at other node counts (marked warm_start) after the seeds"))
