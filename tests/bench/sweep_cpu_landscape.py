@@ -158,11 +158,12 @@ def main(argv: list[str]) -> int:
         "grid": grid,
         "sizes": SIZES, "spec": setup.spec.model_dump(mode="json"), "seed": args.seed, "passes": passes,
         "runs": sum(map(len, runs)), "failures": sum("failure" in r for rs in runs for r in rs),
-        "seconds": round(time.monotonic() - started, 1), "confirmation": confirmation, "configs": measured}
-    if earlier is not None:  # the sweep's own provenance stays; the confirmation gets its own
-        fields = {**{k: v for k, v in earlier.items() if k not in fields}, **fields,
-                  "seconds": earlier["seconds"], "confirmation": {**(confirmation or {}), **provenance(argv),
-                                                                  "seconds": round(time.monotonic() - started, 1)}}
+        "seconds": round(time.monotonic() - started, 1), "confirmations": [confirmation] if confirmation else [],
+        "configs": measured}
+    if earlier is not None:  # the sweep's provenance stays; each confirmation run adds its own
+        added = {**(confirmation or {}), **provenance(argv), "seconds": round(time.monotonic() - started, 1)}
+        fields = {**{k: v for k, v in earlier.items() if k not in fields}, **fields, "seconds": earlier["seconds"],
+                  "confirmations": [*earlier.get("confirmations", []), added]}
         for key in ("date", "host", "cpus", "command", "commit", "load_avg_at_start", "load_avg_at_end"):
             fields[key] = earlier[key]
         from tuners.writers import write_atomic
