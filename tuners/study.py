@@ -81,9 +81,9 @@ class SamplerName(enum.StrEnum):
 
 
 # Kept for lack of a strategy ahead everywhere (results/bench/sampler_benchmark.md, 8 measured landscapes, 50 seeds
-# x 30 trials): on the full 448-point Open MPI grid TPE reaches 90 % of the best in a median of 17 trials vs
-# random 31 (never, in the median), coordinate descent 16.5, GP 19.5; no strategy reaches 95 % there, and on the
-# small landscapes none needs <= half of random's trials. GP needs torch (not a site dependency).
+# x 30 trials): on the full 448-point Open MPI grid TPE reaches 95 % of the best in a median of 14.5 trials vs
+# random 23, coordinate descent 16.5, GP 17, Sobol 28.5; on the small landscapes no strategy needs <= half of
+# random's trials. GP needs torch (not a site dependency).
 DEFAULT_SAMPLER = SamplerName.TPE
 
 
