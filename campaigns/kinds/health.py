@@ -25,7 +25,9 @@ two nodes (Slurm --nodelist) is run first over a ring of all nodes involved, the
 suspect and a node a good pair cleared. A pair is bad when its metrics are degraded/failed as above
 (reference and the history of earlier pair tests) or when it is `peer_factor` times worse than the best
 pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
-nodes is a culprit link.
+nodes is a culprit link. First, though, the degraded run's own per-rank times may name the suspect
+(campaigns/kinds/attribution.py): one pair test confirms it, and the other nodes of the runs it explains
+(every bad run they were in holds it) are not blamed: `explained`, node status ok with that evidence.
 
 Fail-slow (find_slow_nodes): a node can stay inside its reference, degrade no multi-node metric, and still
 be slowing down. commbench's schema 2 records every rank's median time; a node's time in a record is the
@@ -297,6 +299,9 @@ class Isolation:
     culprit_links: list[tuple[str, str]] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    # Attribution path: nodes whose every bad run also holds the confirmed culprit, which slowed >= 2x more
+    # than they did: the culprit explains their runs, so they are not blamed (nor pair-tested).
+    explained: list[str] = field(default_factory=list)
     note: str = ""
     # How the culprit was looked for: "attribution" (the degraded run's per-rank times named a suspect and
     # one pair test confirmed it) or "pairs" (pair tests between every node involved); the pair jobs it cost.
@@ -529,7 +534,9 @@ class HealthCheck:
             if self._confirm(template, leader, attributed, nodes, good_multi_hosts, isolation):
                 isolation.path = "attribution"
                 isolation.culprit_nodes = [leader]
-                isolation.unresolved = [s for s in suspects if s != leader]
+                isolation.explained = [s for s in suspects if s != leader
+                                       and all(leader in v.hosts for v in bad if s in v.hosts)]
+                isolation.unresolved = [s for s in suspects if s != leader and s not in isolation.explained]
                 return isolation
         if attributed is not None and attributed.leaders:
             isolation.note = (f"the run named {' and '.join(attributed.leaders)}, but the pair test(s) were "
@@ -660,6 +667,9 @@ class HealthCheck:
             nodes[host]["status"] = worst([nodes[host]["status"], *(t.status for t in bad_pairs)])
             nodes[host]["evidence"] += [f"pair {'+'.join(t.nodes)} {t.status}: {'; '.join(t.evidence)}"
                                         for t in bad_pairs]
+        for host in isolation.explained:
+            nodes[host]["evidence"].append(f"in a bad multi-node test that {', '.join(isolation.culprit_nodes)} "
+                                           "explains (its ranks slowed most; a pair test confirmed it); not pair-tested")
         status_of_suspects = worst(m.status for m in unisolated)
         for host in isolation.unresolved:
             nodes[host]["status"] = worst([nodes[host]["status"], status_of_suspects])
