@@ -433,16 +433,23 @@ class HealthCheck:
 
     # --- isolation ----------------------------------------------------------------------------------
     def _pair_case(self, template: TestCase, pair: tuple[str, str]) -> TestCase:
-        """The pingpong between two nodes (Slurm --nodelist), made from the degraded test's own case: same
-        site, partition, transport, env and data check; the isolation settings' sizes and limits."""
+        """The commbench pingpong between two nodes (Slurm --nodelist), made from the degraded test's own
+        case: same site, partition, transport, env and data check (a reference check's case: the partition's
+        default transport, data checked); the isolation settings' sizes and limits."""
         iso = self.settings.isolation
+        variables = dict(template.variables)
+        if "transport" in variables:
+            transport = template.transport
+        else:
+            partition = next(p for p in self.campaign.partitions if p.name == template.partition)
+            assert partition.commbench is not None  # a campaign's partitions run commbench
+            transport = partition.commbench.default_transport
         check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
                                    iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
-                                   transports=[template.transport],
-                                   check_data=bool(dict(template.variables)["check_data"]))
+                                   transports=[transport], check_data=bool(variables.get("check_data", True)))
         return dataclasses.replace(
             template, environ=iso.environ or template.environ, check=check.check, op="pingpong",
-            num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(template.transport).items()),
+            num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(transport).items()),
             placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None)
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
