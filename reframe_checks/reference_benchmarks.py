@@ -16,18 +16,22 @@ When none has them the test case is skipped with the reason, naming what was tri
 nccl-tests run one process per GPU (`-g 1`) with data checking (`-c 1`) after the site's `args`
 (sizes, iterations). Sanity: exit code 0, no wrong elements, "Out of bounds values : 0 OK", one rank
 line per task on the expected number of hosts. Performance: `small_latency` (out-of-place time at the
-smallest size, us) and `large_busbw` (out-of-place bus bandwidth at the largest size, GB/s).
+smallest size that moves data, us) and `large_busbw` (out-of-place bus bandwidth at the largest size, GB/s).
 OSU: the site's `args` (e.g. `-d cuda D D`, `-m 8:1048576`); sanity: exit code 0 and the OSU table;
 performance: osu_latency `small_latency`, osu_bw `large_bandwidth` (GB/s), collectives
-`small_latency` and `large_latency` (us). References: the benchmark's `references` in site.yaml.
+`small_latency` and `large_latency` (us). Which benchmark reports which metric, and how each metric is
+taken from the records below, is the vocabulary's (bench_src/schema/vocabulary.json), as for commbench:
+the same number in a perflog, a health verdict and the report. References: the benchmark's `references`
+in site.yaml.
 Variables: extra_args (more benchmark options), knob_defaults, time_limit, and ReFrame's env_vars
 (`-S env_vars='{"NCCL_ALGO":"Ring"}'`), as for the commbench checks.
 
 Results: each check writes its output as commbench-schema records to commbench.jsonl (kept in its output
 directory) through campaigns.formats.foreign.parse, the path `commcamp results ingest --format
 nccl-tests|osu` reads the same output through; the hosts of OSU's ranks (OSU does not print them) are the
-job's nodes, num_tasks_per_node each, in Slurm's block order. `commcamp results ingest` (or a campaign's
-runner) stores that file like commbench's own.
+job's nodes, num_tasks_per_node each, in Slurm's block order. A campaign naming the check (`check:
+nccl_tests_run` / `osu_run` in its spec, campaigns/model/spec.py) stores that file like commbench's own, and
+so does `commcamp results ingest`.
 """
 import json
 import os
@@ -43,10 +47,11 @@ import reframe.utility.typecheck as typ
 from reframe.core.exceptions import SanityError
 
 from campaigns.formats import foreign, nccl_tests, osu  # the one parser of each format (checks, store, scripts)
+from campaigns.model.vocabulary import METRICS, REFERENCE_CHECKS
 
 # appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
 sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'lib'))
-from commbench_tests import RECORDS_FILE  # noqa: E402
+from commbench_tests import RECORDS_FILE, sweep_metric  # noqa: E402
 from commcamp_checks import (DATA_ROOT, NODE_COUNTS, apply_site_environment, assert_job_ended,  # noqa: E402
                              checked_words, offered, quoted, set_references, simple_test_if_offered)
 
@@ -61,7 +66,9 @@ def _find_binary(directory, binary):
 
 
 class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
-    '''A third-party benchmark binary the site provides, laid out like the commbench checks.'''
+    '''A third-party benchmark binary the site provides, laid out like the commbench checks. Its benchmarks,
+    the suite (site.yaml key, feature), which of them run on two ranks and the metrics each reports are the
+    vocabulary's (bench_src/schema/vocabulary.json `reference_checks`), which campaigns read too.'''
 
     valid_prog_environs = ['+mpi -gpu_aware_mpi']  # as CommbenchTest: not in GPU-aware MPI environments
     sourcesdir = None
@@ -73,20 +80,23 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     knob_defaults = variable(typ.Bool, value=True)
     #: Set by the check (perflog column): the message size each performance variable was taken at.
     metric_bytes = variable(str, value='')
-    #: reference_benchmarks key in site.yaml (and feature name).
-    SUITE = ''
     #: The format of the benchmark's printed output (campaigns.formats.foreign.FORMATS).
     FORMAT = ''
-    PAIR_BENCHMARKS = ()
+
+    @classmethod
+    def reference_check(cls):
+        '''The vocabulary's entry of this check (by class name: ReFrame may derive classes from it).'''
+        return next(REFERENCE_CHECKS[c.__name__] for c in cls.__mro__ if c.__name__ in REFERENCE_CHECKS)
 
     @run_after('init')
     def select(self):
-        self.valid_systems = [f'+{self.SUITE} +{self.SUITE}_nodes_{self.num_nodes}']
-        self.skip_if(self.benchmark in self.PAIR_BENCHMARKS and self.num_nodes > 2, 'a pair test: 1 or 2 nodes')
+        suite = self.reference_check().suite  # reference_benchmarks key in site.yaml (and feature name)
+        self.valid_systems = [f'+{suite} +{suite}_nodes_{self.num_nodes}']
+        self.skip_if(self.benchmark in self.reference_check().pair and self.num_nodes > 2, 'a pair test: 1 or 2 nodes')
 
     @property
     def site(self):
-        return self.current_partition.extras['reference_benchmarks'][self.SUITE]
+        return self.current_partition.extras['reference_benchmarks'][self.reference_check().suite]
 
     def fixed_args(self):
         '''Options the check itself needs (nccl-tests: one GPU per process, data check).'''
@@ -96,7 +106,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     def set_layout(self):
         extras = self.current_partition.extras
         commbench = extras.get('commbench', {})
-        if self.benchmark in self.PAIR_BENCHMARKS:
+        if self.benchmark in self.reference_check().pair:
             self.num_tasks_per_node = 2 // self.num_nodes
         else:
             self.num_tasks_per_node = (self.num_tasks_per_node or self.site.get('tasks_per_node')
@@ -149,26 +159,37 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         with open(path, encoding='utf-8', errors='replace') as stream:
             return stream.read()
 
+    def results(self):
+        '''The output as commbench-schema result records (module docstring; cached); SanityError if it does
+        not parse.'''
+        if not hasattr(self, '_records'):
+            hosts = [node for node in self.job.nodelist or [] for _ in range(self.num_tasks_per_node)]
+            try:
+                self._records = foreign.parse(self.FORMAT, self.output(), source=self.benchmark,
+                                              timestamp=datetime.now(timezone.utc), hostnames=hosts)
+            except (nccl_tests.NcclTestsError, osu.OsuError) as exc:
+                raise SanityError(str(exc)) from None
+        return self._records
+
     @run_before('sanity')
     def write_records(self):
-        '''The output as commbench-schema records in RECORDS_FILE (module docstring); an output that does not
-        parse writes none (sanity says why).'''
+        '''The records in RECORDS_FILE; an output that does not parse writes none (sanity says why).'''
         if self.is_dry_run():
             return
-        hosts = [node for node in self.job.nodelist or [] for _ in range(self.num_tasks_per_node)]
         try:
-            records = foreign.parse(self.FORMAT, self.output(), source=self.benchmark,
-                                    timestamp=datetime.now(timezone.utc), hostnames=hosts)
-        except (nccl_tests.NcclTestsError, osu.OsuError):
+            records = self.results()
+        except SanityError:
             return
         with open(os.path.join(self.stagedir, RECORDS_FILE), 'w', encoding='utf-8') as stream:
             stream.writelines(json.dumps(record) + '\n' for record in records)
 
-    def metric_at(self, name):
-        raise NotImplementedError
-
     def metrics(self):
-        raise NotImplementedError
+        '''Performance variable name -> unit: what the vocabulary says this benchmark reports.'''
+        return {name: METRICS[name].unit for name in self.reference_check().benchmarks[self.benchmark]}
+
+    def metric_at(self, name):
+        '''(value, message size) of `name`, taken from the records as commbench's (and health's) are.'''
+        return sweep_metric(self, name)
 
     def _metric(self, name):
         return self.metric_at(name)[0]
@@ -192,9 +213,8 @@ class nccl_tests_run(ReferenceBenchmarkTest):
     '''nccl-tests (or rccl-tests): one binary over the site's size range.'''
 
     descr = 'nccl-tests / rccl-tests reference benchmark'
-    benchmark = parameter(['all_reduce_perf', 'all_gather_perf', 'alltoall_perf', 'sendrecv_perf'])
+    benchmark = parameter(list(REFERENCE_CHECKS['nccl_tests_run'].benchmarks))
     num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'nccl_tests_nodes_{n}'))
-    SUITE = 'nccl_tests'
     FORMAT = 'nccl-tests'
 
     @run_after('init')
@@ -205,20 +225,11 @@ class nccl_tests_run(ReferenceBenchmarkTest):
     def fixed_args(self):
         return ['-g', '1', '-c', '1']
 
-    def metrics(self):
-        return {'small_latency': 'us', 'large_busbw': 'GB/s'}
-
     def parsed(self):
         try:
             return nccl_tests.parse_text(self.output(), self.benchmark)
         except nccl_tests.NcclTestsError as exc:
             raise SanityError(str(exc)) from None
-
-    def metric_at(self, name):
-        rows = [row for row in self.parsed().rows if row.out_of_place is not None]
-        moving = [r for r in rows if r.size > 0] or rows
-        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
-        return (row.out_of_place.time_us if name == 'small_latency' else row.out_of_place.busbw_gbs), row.size
 
     @sanity_function
     def validate_output(self):
@@ -240,35 +251,19 @@ class osu_run(ReferenceBenchmarkTest):
     '''OSU micro-benchmarks: latency and bandwidth between two ranks, two collectives.'''
 
     descr = 'OSU micro-benchmarks reference benchmark'
-    benchmark = parameter(['osu_latency', 'osu_bw', 'osu_allreduce', 'osu_alltoall'])
+    benchmark = parameter(list(REFERENCE_CHECKS['osu_run'].benchmarks))
     num_nodes = parameter(offered(NODE_COUNTS, lambda n: f'osu_nodes_{n}'))
-    SUITE = 'osu'
     FORMAT = 'osu'
-    PAIR_BENCHMARKS = ('osu_latency', 'osu_bw')
 
     @run_after('init')
     def set_tags(self):
-        self.tags = {'reference', 'p2p' if self.benchmark in self.PAIR_BENCHMARKS else 'collective'}
-
-    def metrics(self):
-        if self.benchmark == 'osu_bw':
-            return {'large_bandwidth': 'GB/s'}
-        if self.benchmark == 'osu_latency':
-            return {'small_latency': 'us'}
-        return {'small_latency': 'us', 'large_latency': 'us'}
+        self.tags = {'reference', 'p2p' if self.benchmark in self.reference_check().pair else 'collective'}
 
     def parsed(self):
         try:
             return osu.parse_text(self.output(), self.benchmark)
         except osu.OsuError as exc:
             raise SanityError(str(exc)) from None
-
-    def metric_at(self, name):
-        rows = self.parsed().rows
-        moving = [r for r in rows if r.size > 0] or rows
-        row = min(moving, key=lambda r: r.size) if name == 'small_latency' else max(rows, key=lambda r: r.size)
-        # osu_bw reports MB/s (1e6 bytes/s)
-        return (row.value / 1000 if name == 'large_bandwidth' else row.value), row.size
 
     @sanity_function
     def validate_output(self):

@@ -1,4 +1,5 @@
-"""Copies of the example sites with an edited site.yaml, for tests that need a site the shipped ones are not."""
+"""Sites written for a test (a shipped site's site.yaml, edited) and stand-ins for the reference benchmarks
+(nccl-tests and OSU cannot be installed here): scripts that print a committed real output on rank 0."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,21 +8,48 @@ from typing import Any
 
 import yaml
 
-SITE_CONFIGS = Path(__file__).resolve().parents[1] / "site_configs"
+REPO = Path(__file__).resolve().parents[1]
+SITE_CONFIGS = REPO / "site_configs"
+DATA = REPO / "tests" / "data"
+NCCL_TESTS_OUTPUT = DATA / "nt-outputs" / "all_reduce_perf.txt"  # nccl-tests 2.19.6, one H100, 1 rank
+OSU_LATENCY_OUTPUT = DATA / "osu" / "osu_latency.txt"  # OSU 7.0, 2 ranks
 
 
-def copy_site(tmp_path: Path, name: str, edit: Callable[[dict[str, Any]], None] | None = None,
-              source: str | None = None, site_dir: Path | None = None) -> Path:
-    """A copy of site_configs/<source or name> (site.yaml edited by `edit(data)`) in `site_dir` (default
-    tmp_path/site-<name>) whose reframe_config.py loads it; returns the copy's reframe_config.py. A copy in
-    a directory named after the site on $COMMCAMP_SITE_PATH stands in for the shipped site."""
-    site_dir = site_dir or tmp_path / f"site-{name}"
-    site_dir.mkdir(parents=True)
-    data = yaml.safe_load((SITE_CONFIGS / (source or name) / "site.yaml").read_text())
-    if edit:
-        edit(data)
-    (site_dir / "site.yaml").write_text(yaml.safe_dump(data))
-    (site_dir / "reframe_config.py").write_text(
+def write_site(directory: Path, data: dict[str, Any]) -> Path:
+    """site.yaml from `data` in `directory` and a reframe_config.py that loads it; returns the latter."""
+    directory.mkdir(parents=True)
+    (directory / "site.yaml").write_text(yaml.safe_dump(data))
+    (directory / "reframe_config.py").write_text(
         f"import sys\nsys.path.insert(0, {str(SITE_CONFIGS)!r})\n"
         "from reframe_site import site_configuration_for\nsite_configuration = site_configuration_for(__file__)\n")
-    return site_dir / "reframe_config.py"
+    return directory / "reframe_config.py"
+
+
+def site_data(source: str, edit: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """A shipped site's site.yaml as data, edited by `edit(data)`."""
+    data = yaml.safe_load((SITE_CONFIGS / source / "site.yaml").read_text())
+    if edit:
+        edit(data)
+    return data
+
+
+def stand_in(directory: Path, binary: str, output: Path) -> Path:
+    """An executable `binary` in `directory` that prints `output` on rank 0 (read when it runs) and exits 0."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / binary
+    path.write_text(f'#!/bin/sh\n[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] && cat {output}\nexit 0\n')
+    path.chmod(0o755)
+    return path
+
+
+def reference_site(parent: Path, name: str, source: str, reference_benchmarks: dict[str, Any]) -> Path:
+    """Site `name`: the shipped site `source` whose partitions offer `reference_benchmarks` (site.yaml's
+    block), in parent/name; put `parent` on COMMCAMP_SITE_PATH to use it."""
+    def edit(data: dict[str, Any]) -> None:
+        data["name"] = name
+        for system in data["systems"]:
+            for partition in system["partitions"]:
+                partition["reference_benchmarks"] = reference_benchmarks
+
+    write_site(parent / name, site_data(source, edit))
+    return parent

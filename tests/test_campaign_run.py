@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from campaigns.reframe.runner import case_outcome, plan_invocations, report_testcases
 from campaigns.model.spec import load_campaign
 from campaigns.store import open_store
@@ -106,3 +108,54 @@ def test_build_failure_is_the_reason_of_the_run(tmp_path: Path) -> None:
     result, records = case_outcome(case, report_testcases(prefix / "report.json"), rc, prefix)
     assert (result.status, records) == ("fail", [])
     assert "commbench_build ~local:cpu+openmpi failed in compile_wait: build error" in result.reason
+
+
+def test_reference_checks_of_a_campaign_are_stored_like_commbench(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec with commbench_run, osu_run and nccl_tests_run: `commcamp run` runs all three through ReFrame and
+    stores each as a run of its check (the benchmark in its parameters) with the records `commcamp results
+    ingest --format` makes of the same output on the same hosts. Stand-ins print the committed real outputs
+    on rank 0 (tests/data; nccl-tests and OSU are not installed here)."""
+    from campaigns.cli.results import ingest  # `commcamp results ingest`, in this process
+    from fixtures_sites import NCCL_TESTS_OUTPUT, OSU_LATENCY_OUTPUT, reference_site, stand_in
+
+    stand_in(tmp_path / "nccl-tests", "all_reduce_perf", NCCL_TESTS_OUTPUT)
+    stand_in(tmp_path / "osu", "osu_latency", OSU_LATENCY_OUTPUT)
+    sites = reference_site(tmp_path / "sites", "refsite", "local", {
+        "nccl_tests": {"package": "nccl-tests", "default_dir": str(tmp_path / "nccl-tests"), "tasks_per_node": 1,
+                       "node_counts": [1]},
+        "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1]}})
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
+    spec = tmp_path / "mixed.yaml"
+    spec.write_text("name: mixed\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
+                    "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    sizes: [8, 4096]\n    iters: 3\n"
+                    "    warmup: 1\n  - check: osu_run\n    benchmarks: [osu_latency]\n    time_limit_s: 120\n"
+                    "  - check: nccl_tests_run\n    benchmarks: [all_reduce_perf]\n")
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    code, out, err = commcamp("run", spec, "--db", db, "--runs-dir", tmp_path / "runs")
+    assert code == 0, out + err
+
+    with open_store(db) as store:
+        runs = {run.check_name: run for run in store.runs()}
+        frame = store.measurements()
+    assert set(runs) == {"commbench_run", "osu_run", "nccl_tests_run"}
+    assert all(run.status == "pass" for run in runs.values()), [(r.check_name, r.reason) for r in runs.values()]
+    assert runs["commbench_run"].parameters["op"] == "pingpong"
+    assert sorted(frame[frame["run_id"] == runs["commbench_run"].id]["bytes"]) == [8, 4096]
+    columns = ["op", "bytes", "latency_us", "busbw_gbs", "hostnames"]
+    for check, benchmark, fmt, output in (("osu_run", "osu_latency", "osu", OSU_LATENCY_OUTPUT),
+                                          ("nccl_tests_run", "all_reduce_perf", "nccl-tests", NCCL_TESTS_OUTPUT)):
+        run = runs[check]
+        assert run.parameters["benchmark"] == benchmark and run.campaign == "mixed"
+        stored = frame[frame["run_id"] == run.id]
+        hosts = list(stored["hostnames"].iloc[0])
+        assert len(hosts) == run.num_tasks == (2 if fmt == "osu" else 1)
+        assert run.parameters["hosts"] == sorted(set(hosts))
+        # the same output through `results ingest --format` (OSU prints no hosts: the job's, as the check names them)
+        direct = f"{db}-{check}"
+        ingest(output, site="refsite", system="local", check_name=benchmark, db=direct, fmt=fmt,
+               hosts=",".join(hosts) if fmt == "osu" else None)
+        with open_store(direct) as direct_store:
+            expected = direct_store.measurements()[columns].to_dict("records")
+        assert stored[columns].to_dict("records") == expected
+        assert len(expected) == {"osu": 17, "nccl-tests": 12}[fmt]  # a record per size of the output

@@ -160,6 +160,19 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    env: {OMPI_MCA_btl_tcp_sndbuf: '1000'}"),
                  ["checks[0].env: OMPI_MCA_btl_tcp_sndbuf: 1000 is outside [4096, 16777216]"],
                  id="knob-outside-its-domain"),
+    pytest.param(VALID_SPEC + "  - check: osu_run\n    benchmarks: [osu_latency, osu_lat]\n",
+                 ["spec.yaml:9: checks[1].benchmarks: 'osu_lat' is not a benchmark of osu_run (it has: osu_latency, "
+                  "osu_bw, osu_allreduce, osu_alltoall)"], id="unknown-benchmark"),
+    pytest.param(VALID_SPEC + "  - check: osu_run\n    benchmarks: [osu_latency]\n    ops: [pingpong]\n",
+                 ["spec.yaml:10: checks[1].ops: unknown field"], id="commbench-field-on-a-reference-check"),
+    pytest.param(VALID_SPEC + "  - check: nccl_tests_run\n    benchmarks: [all_reduce_perf]\n",
+                 ["spec.yaml:8: checks[1].check: nccl_tests_run runs the site's nccl_tests binaries, but partition(s) "
+                  "local:cpu of site 'local' have no reference_benchmarks.nccl_tests in site.yaml"],
+                 id="suite-not-offered"),
+    pytest.param(VALID_SPEC + "references:\n  - {benchmark: osu_latency, metric: large_busbw, bytes: 8, value: 1.0,"
+                              " upper: 1.0}\n",
+                 ["spec.yaml:9: references[0]: metric 'large_busbw' is not reported by osu_latency (it has: "
+                  "small_latency)"], id="benchmark-reference-of-a-metric-it-does-not-report"),
 ])
 def test_bad_spec_is_refused_and_nothing_is_written(tmp_path: Path, text: str, expected: list[str]) -> None:
     spec = write_spec(tmp_path, text)
@@ -251,3 +264,71 @@ def test_the_reframe_command_comes_from_the_case_alone(tmp_path: Path) -> None:
     assert 'commbench_run.env_vars={"OMPI_MCA_btl_tcp_sndbuf": "4096"}' in command
     assert "commbench_run.num_tasks_per_node=3" in command and "--skip-performance-check" in command
     assert len(plan_invocations([case, trial])) == 2  # different launches never share an invocation
+
+
+def test_reference_checks_expand_where_the_site_offers_their_suite(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One test case per benchmark, node count and environment where a partition offers the suite on that
+    many nodes (pair benchmarks on 1 or 2 nodes, one rank per node on 2); the ReFrame command selects each by
+    its `benchmark` parameter in reference_benchmarks.py; references are matched per benchmark."""
+    from campaigns.model.references import find_reference
+    from fixtures_sites import reference_site
+
+    sites = reference_site(tmp_path / "sites", "refslurm", "localslurm", {
+        "nccl_tests": {"package": "nccl-tests", "dir_variable": "NCCL_TESTS_DIR", "tasks_per_node": 4,
+                       "node_counts": [1, 2]},
+        "osu": {"package": "osu-micro-benchmarks", "dir_variable": "OSU_DIR", "node_counts": [2, 3], "references": [
+            {"benchmark": "osu_allreduce", "metric": "large_latency", "bytes": 1048576, "value": 900, "upper": 1.0}]}})
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
+    spec = write_spec(tmp_path, (
+        "name: refs\nsite: refslurm\nenvironments: [openmpi]\nnode_counts: [1, 2, 3]\n"
+        "references:\n  - {benchmark: osu_allreduce, metric: small_latency, bytes: 8, value: 20, upper: 1.0}\n"
+        "  - {op: allreduce, metric: small_latency, bytes: 8, value: 5, upper: 1.0}\n"
+        "checks:\n  - check: commbench_run\n    ops: [allreduce]\n"
+        "  - check: osu_run\n    benchmarks: [osu_latency, osu_allreduce]\n    time_limit_s: 300\n"
+        "    extra_args: [-m, '8:1048576']\n    env: {UCX_TLS: '^cuda_ipc'}\n"
+        "  - check: nccl_tests_run\n    benchmarks: [all_reduce_perf]\n"))
+    campaign = load_campaign(spec)
+    cases = campaign.cases()
+    assert sorted((c.check, c.op, c.num_nodes, c.tasks_per_node) for c in cases) == sorted(
+        [("commbench_run", "allreduce", n, 2) for n in (1, 2, 3)]
+        + [("osu_run", "osu_latency", 2, 1), ("osu_run", "osu_allreduce", 2, 2), ("osu_run", "osu_allreduce", 3, 2)]
+        + [("nccl_tests_run", "all_reduce_perf", n, 4) for n in (1, 2)])
+    assert len({c.run_key for c in cases}) == len(cases)
+    osu = next(c for c in cases if c.op == "osu_allreduce" and c.num_nodes == 2)
+    assert osu.parameters["benchmark"] == "osu_allreduce" and "op" not in osu.parameters
+    assert osu.transport == "mpi" and "/osu_run/osu_allreduce/mpi/2n/" in osu.run_key
+    nccl = next(c for c in cases if c.check == "nccl_tests_run")
+    assert nccl.transport == "ccl"
+
+    invocations = plan_invocations(cases)
+    assert len(invocations) == 3  # one per check: each loads its own file
+    (command,) = [i.command(tmp_path / "rfm-1") for i in invocations if i.cases[0].check == "osu_run"]
+    assert command[command.index("-c") + 1].endswith("reframe_checks/reference_benchmarks.py")
+    names = [command[i + 1] for i, word in enumerate(command) if word == "-n"]
+    assert names == ["^osu_run%benchmark=osu_allreduce%num_nodes=2$", "^osu_run%benchmark=osu_allreduce%num_nodes=3$",
+                     "^osu_run%benchmark=osu_latency%num_nodes=2$"]
+    assert {"osu_run.time_limit=300s", "osu_run.extra_args=-m,8:1048576",
+            'osu_run.env_vars={"UCX_TLS": "^cuda_ipc"}'} <= set(command)
+
+    # the campaign's references first, then the site's; a benchmark's never judge commbench, nor the reverse
+    references = campaign.references
+    assert find_reference(references, osu, "small_latency", 8).value == 20
+    assert find_reference(references, osu, "large_latency", 1048576).value == 900
+    assert find_reference(references, nccl, "small_latency", 8) is None
+    commbench = next(c for c in cases if c.check == "commbench_run" and c.num_nodes == 2)
+    assert find_reference(references, commbench, "small_latency", 8).value == 5
+
+    # a node count the suite does not offer for any benchmark: refused, naming the benchmark
+    narrow = write_spec(tmp_path, spec.read_text().replace("node_counts: [1, 2, 3]", "node_counts: [3]"))
+    with pytest.raises(SpecError) as raised:
+        load_campaign(narrow)
+    assert ("spec.yaml:12: checks[1].benchmarks[0]: osu_latency has no test case: site 'refslurm' runs osu on node "
+            "counts localslurm:debug [2, 3] (reference_benchmarks.osu.node_counts), the campaign asks for [3]; "
+            "osu_latency runs on 1 or 2 nodes only") in str(raised.value)
+    assert "checks[2].benchmarks[0]: all_reduce_perf has no test case" in str(raised.value)
+
+    # the shipped example: commbench's allreduce and nccl-tests' all_reduce_perf in one health campaign (h200)
+    example = load_campaign(REPO / "campaigns" / "health-h200.yaml")
+    assert sorted((c.check, c.op, c.num_tasks) for c in example.cases("night")) == [
+        ("commbench_run", "allreduce", 4), ("nccl_tests_run", "all_reduce_perf", 4)]

@@ -206,3 +206,58 @@ def test_each_switch_runs_once_under_every_leaf_switch_that_has_enough_nodes(tmp
         Placer(parse_topology(TWO_LEVEL.replace("Nodes=n[1-2]", "Nodes=n1"))).expand(case)
     (single,) = [c for c in load_campaign(spec).cases() if c.op == "pingpong" and c.num_nodes == 1]
     assert Placer(four).expand(single) == [single]
+
+
+def test_a_reference_check_metric_is_judged_against_its_reference_and_history(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A health campaign of osu_run (real ReFrame on a copy of site local, a stand-in printing the committed OSU
+    osu_latency output with tonight's 1-byte latency): small_latency at 1 B is judged against the site's
+    osu_latency reference and its own nights like commbench's metrics (ok, degraded, failed; exit code 0, 4,
+    5), no other metric is made up for it, and the report draws its nightly trend with the reference band."""
+    import json
+
+    from campaigns.report.html import build_report
+    from campaigns.store import open_store
+    from fixtures_cli import commcamp
+    from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
+
+    tonight = tmp_path / "osu_latency.txt"
+    stand_in(tmp_path / "osu", "osu_latency", tonight)
+    sites = reference_site(tmp_path / "sites", "refsite", "local", {
+        "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1],
+                "references": [{"benchmark": "osu_latency", "metric": "small_latency", "bytes": 1, "value": 47.46,
+                                "upper": 1.0, "note": "tests/data/osu/osu_latency.txt"}]}})
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
+    spec = _spec(tmp_path, "name: nightly\nkind: health\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
+                           "checks:\n  - check: osu_run\n    benchmarks: [osu_latency]\n"
+                           "health: {min_history: 2}\n")
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    real = OSU_LATENCY_OUTPUT.read_text()
+    assert "\n1                      47.46\n" in real
+
+    def night(tag: str, latency: float) -> tuple[int, dict]:
+        tonight.write_text(real.replace("\n1                      47.46\n", f"\n1                      {latency}\n"))
+        verdict = tmp_path / f"{tag}.json"
+        code, out, err = commcamp("run", spec, "--db", db, "--runs-dir", tmp_path / "runs", "--tag", tag,
+                                  "--verdict", verdict)
+        assert verdict.is_file(), out + err
+        (metric,) = json.loads(verdict.read_text())["metrics"]  # osu_latency reports small_latency only
+        assert (metric["op"], metric["metric"], metric["bytes"], metric["value"]) == (
+            "osu_latency", "small_latency", 1, latency), out
+        return code, metric
+
+    for tag in ("n1", "n2"):  # no history yet: the reference alone judges
+        code, metric = night(tag, 47.46)
+        assert (code, metric["status"]) == (0, "ok"), metric
+        assert metric["reference"]["value"] == 47.46 and metric["reference"]["high_bound"] == pytest.approx(94.92)
+    code, metric = night("n3", 60.0)  # inside the reference, 26 % above its two nights
+    assert (code, metric["status"]) == (4, "degraded"), metric
+    assert "60 is 26% worse than the median 47.46 of 2 earlier nights" in metric["evidence"][0]
+    code, metric = night("n4", 100.0)  # outside the reference (its run fails ReFrame's performance check too)
+    assert (code, metric["status"]) == (5, "failed"), metric
+    assert "100 above the reference bound 94.92 (reference 47.46)" in metric["evidence"][0]
+
+    with open_store(db) as store:
+        html = build_report(store, title="nightly", nominal=[], verdicts=[])
+    assert "openmpi osu_latency 1n: small_latency @ 1 B" in html and "reference band" in html
+    assert "large_goodput" not in html and "large_busbw" not in html

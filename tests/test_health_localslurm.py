@@ -253,7 +253,7 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: P
     """Two quiet nights, then a night during which another job's alltoall (1 MiB, all 4 nodes) fills the
     links: both switches' runs degrade, on node pairs that share no node, so the verdict says fabric-wide
     instead of blaming a node (no pair job), and its Slurm snapshot shows the other job."""
-    from fixtures_sites import copy_site
+    from fixtures_sites import site_data, write_site
     from fixtures_slurm import local_slurm_cluster
 
     def four_nodes_slow_links(data: dict) -> None:
@@ -264,7 +264,7 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: P
             {"op": "pingpong", "metric": "small_latency", "bytes": 8, "nodes": 2, "value": 20.0, "upper": 999.0}]
 
     sites = tmp_path / "sites"
-    copy_site(tmp_path, "localslurm", four_nodes_slow_links, site_dir=sites / "localslurm")
+    write_site(sites / "localslurm", site_data("localslurm", four_nodes_slow_links))
     spec = tmp_path / "health.yaml"
     spec.write_text(FABRIC_SPEC)
     db = f"sqlite:///{tmp_path / 'results.db'}"

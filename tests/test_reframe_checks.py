@@ -19,7 +19,7 @@ import pytest
 
 from campaigns.model.site import COMMBENCH_OPS, NODE_COUNTS, available_sites, load_site
 from campaigns.model.spec import COMMBENCH_NODE_COUNTS
-from fixtures_sites import copy_site
+from fixtures_sites import site_data, stand_in, write_site
 from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +64,12 @@ def load_file(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def copy_site(tmp_path: Path, name: str, edit: Any = None, source: str | None = None) -> Path:
+    """A copy of site_configs/<source or name> (site.yaml edited by `edit(data)`) whose reframe_config.py
+    loads it; returns the copy's reframe_config.py."""
+    return write_site(tmp_path / f"site-{name}", site_data(source or name, edit))
 
 
 def local_partition(data: dict[str, Any]) -> dict[str, Any]:
@@ -213,11 +219,7 @@ def test_reference_benchmarks_run_from_the_site_directory_or_skip_with_the_reaso
     """nccl-tests found through NCCL_TESTS_DIR run under the site's launcher and are judged like commbench
     (stand-in: a script that prints the real 4-rank all_reduce_perf output of the H200 machine, rank 0
     only, since no GPU is here); OSU where the site's directory has no binaries is skipped, saying so."""
-    stand_in = tmp_path / "nccl-tests" / "build"
-    stand_in.mkdir(parents=True)
-    binary = stand_in / "all_reduce_perf"
-    binary.write_text(f'#!/bin/sh\n[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] && cat {NCCL_TESTS_OUTPUT}\nexit 0\n')
-    binary.chmod(0o755)
+    binary = stand_in(tmp_path / "nccl-tests" / "build", "all_reduce_perf", NCCL_TESTS_OUTPUT)
 
     def edit(data: dict[str, Any]) -> None:
         local_partition(data)["reference_benchmarks"] = {
@@ -231,7 +233,7 @@ def test_reference_benchmarks_run_from_the_site_directory_or_skip_with_the_reaso
     prefix = tmp_path / "rfm"
     result = reframe(copy_site(tmp_path, "local", edit), "-n", "nccl_tests_run%benchmark=all_reduce_perf", "-n",
                      "osu_run%benchmark=osu_latency", "-p", "openmpi", "-r", prefix=prefix,
-                     env={**os.environ, "NCCL_TESTS_DIR": str(stand_in.parent)})
+                     env={**os.environ, "NCCL_TESTS_DIR": str(binary.parent.parent)})
     # 23.58 us at 8 B (nccl-tests' first-size warm-up) misses the 8.3 us reference by more than 50%
     assert result.returncode == 1, result.stdout + result.stderr
     cases = {tc["display_name"].split()[0]: tc for tc in report_cases(prefix)}
@@ -261,10 +263,7 @@ def test_reference_benchmarks_store_their_output_as_results_ingest_reads_it(tmp_
     outputs = {"all_reduce_perf": DATA / "nt-outputs" / "all_reduce_perf.txt",
                "osu_latency": DATA / "osu" / "osu_latency.txt"}
     for binary, output in outputs.items():
-        stand_in = tmp_path / binary.split("_")[0] / binary
-        stand_in.parent.mkdir()
-        stand_in.write_text(f'#!/bin/sh\n[ "${{OMPI_COMM_WORLD_RANK:-0}}" = 0 ] && cat {output}\nexit 0\n')
-        stand_in.chmod(0o755)
+        stand_in(tmp_path / binary.split("_")[0], binary, output)
 
     def edit(data: dict[str, Any]) -> None:
         local_partition(data)["reference_benchmarks"] = {

@@ -44,7 +44,7 @@ def test_commbench_tables_match_the_vocabulary() -> None:
 def test_campaigns_use_the_vocabulary() -> None:
     assert set(site.TRANSPORTS) == set(vocabulary.TRANSPORTS)
     assert set(site.ALL_OPS) == set(vocabulary.OPS)
-    assert set(site.COMMBENCH_METRICS) == set(vocabulary.METRICS)
+    assert set(site.COMMBENCH_METRICS) == set(vocabulary.SWEEP_METRICS) <= set(vocabulary.METRICS)
 
 
 def test_small_latency_is_one_number_for_reframe_and_health(commbench_builds: dict[str, CommbenchBuild],
@@ -76,6 +76,26 @@ def test_one_reference_rule_for_checks_and_health(case: dict, matches: bool) -> 
     assert not vocabulary.reference_matches(reference.model_dump(), "large_busbw", case)
 
     class Case:
+        check = "commbench_run"
         op, num_nodes, num_tasks, environ, transport = (case["op"], case["nodes"], case["ranks"], case["environ"],
                                                         case["transport"])
     assert (health.find_reference([reference], Case, "small_latency", case["bytes"]) is reference) is matches
+
+
+@pytest.mark.parametrize("output, benchmark, expected", [
+    ("osu_latency.txt", "osu_latency", {("small_latency", 1): 47.46}),
+    ("osu_bw.txt", "osu_bw", {("large_bandwidth", 65536): 97.25 / 1000}),  # MB/s -> GB/s
+    ("osu_allreduce.txt", "osu_allreduce", {("small_latency", 4): 0.31, ("large_latency", 65536): 25.69})])
+def test_reference_benchmark_metrics_are_the_vocabularys(output: str, benchmark: str, expected: dict) -> None:
+    """A reference check's metrics are taken from the records it writes (campaigns.formats.foreign) by the
+    vocabulary's definitions, as commbench's are: what its perflog says (reframe_checks/reference_benchmarks.py:
+    sweep_metric) is what health and the report judge, and only the metrics its benchmark reports."""
+    from datetime import datetime, timezone
+
+    from campaigns.formats import foreign
+
+    records = foreign.parse("osu", (REPO / "tests" / "data" / "osu" / output).read_text(), source=benchmark,
+                            timestamp=datetime.now(timezone.utc), hostnames=["n1", "n2"])
+    taken = health.run_metrics(pandas.DataFrame(records), vocabulary.reported_metrics("osu_run", benchmark))
+    assert taken == pytest.approx(expected)
+    assert set(vocabulary.BENCHMARK_METRICS[benchmark]) <= set(vocabulary.METRICS)

@@ -68,8 +68,8 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
 
     targets = sorted({f"{r.case.system}:{r.case.partition}" for r in result.results})
     table = Table(title=f"{campaign.name} on {campaign.site.name} ({', '.join(targets)})", title_justify="left",
-                  caption="lat: latency (us) at the smallest size; goodput, busbw (GB/s) at the largest; "
-                          "recs: records stored",
+                  caption="lat: latency (us) at the smallest size; goodput (osu_bw: its bandwidth), busbw (GB/s) "
+                          "at the largest; recs: records stored",
                   caption_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     columns = (["partition"] if len(targets) > 1 else []) + ["env", "op", "nodes", "ranks", "lat",
                                                               "goodput", "busbw", "recs", "result"]
@@ -82,7 +82,7 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
         perf = {name: value for name, (value, _) in item.perf.items()}
         row = ([f"{case.system}:{case.partition}"] if len(targets) > 1 else []) + [
             case.environ, case.op, str(case.num_nodes), str(case.num_tasks), _fmt(perf.get("small_latency")),
-            _fmt(perf.get("large_goodput")), _fmt(perf.get("large_busbw")),
+            _fmt(perf.get("large_goodput", perf.get("large_bandwidth"))), _fmt(perf.get("large_busbw")),
             str(item.num_records) if item.status != "stored" else "-", f"[{style[item.status]}]{item.status}[/]"]
         table.add_row(*row)
     console.print(table)

@@ -1,9 +1,11 @@
 """Nightly health checks: run a `kind: health` campaign under tonight's run tag, judge every metric, name
 the node or link behind a degraded multi-node test, and write a verdict.
 
-Metrics of a run: the commbench checks' performance variables, defined once in campaigns/model/vocabulary.py
+Metrics of a run: its check's performance variables, defined once in campaigns/model/vocabulary.py
 (small_latency: latency_us at the smallest size that moves data, lower is better; large_goodput and
-large_busbw: GB/s at the largest size, higher is better). Each is judged
+large_busbw: GB/s at the largest size, higher is better); a reference check's run (nccl_tests_run,
+osu_run) those its benchmark reports (large_bandwidth, large_latency too), against the references of
+that benchmark. Each is judged
 
 - against its reference (the campaign's `references`, then the site's; ReFrame's thresholds): outside
   the bounds is `failed`;
@@ -85,7 +87,7 @@ from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
 from campaigns.model.references import find_reference, run_metrics
-from campaigns.model.vocabulary import METRICS
+from campaigns.model.vocabulary import METRICS, reported_metrics
 from campaigns.exit_codes import ExitCode
 from tuners.writers import write_atomic
 
@@ -382,7 +384,7 @@ class HealthCheck:
         if ids:
             frame = self.store.measurements(run_id=ids)
             for _run_id, records in frame.groupby("run_id"):
-                for key, value in run_metrics(records).items():
+                for key, value in run_metrics(records, reported_metrics(case.check, case.op)).items():
                     history.setdefault(key, []).append(value)
         return history
 
@@ -397,7 +399,7 @@ class HealthCheck:
         if not measured(run):
             return [MetricVerdict(**base, hosts=hosts, metric="run", bytes=None, value=None, unit="",
                                   status="failed", evidence=[f"run {run.status}: {run.reason}"])]
-        values = run_metrics(self.store.measurements(run_id=run.id))
+        values = run_metrics(self.store.measurements(run_id=run.id), reported_metrics(case.check, case.op))
         history = self._history(case)
         verdicts = []
         for (metric, size), value in sorted(values.items()):
@@ -426,7 +428,7 @@ class HealthCheck:
             return Ceiling(factor * (links.nic_latency.us + transfer_us),
                            f"{factor:g} x (the nominal inter-node latency {links.nic_latency.us:g} us "
                            f"({links.nic_latency.source})" + (f" + {size} B at {per_nic:g} GB/s)" if per_nic else ")"))
-        if metric in ("large_goodput", "large_busbw") and links.nic is not None:
+        if METRICS[metric].higher_is_better and links.nic is not None:  # a bandwidth
             nics = partition.node.nics or 1
             per_nic = links.nic.gbs or links.nic.max_gbs or 0.0
             factor = self.settings.implausible_bandwidth_factor
@@ -436,16 +438,23 @@ class HealthCheck:
 
     # --- isolation ----------------------------------------------------------------------------------
     def _pair_case(self, template: TestCase, pair: tuple[str, str]) -> TestCase:
-        """The pingpong between two nodes (Slurm --nodelist), made from the degraded test's own case: same
-        site, partition, transport, env and data check; the isolation settings' sizes and limits."""
+        """The commbench pingpong between two nodes (Slurm --nodelist), made from the degraded test's own
+        case: same site, partition, transport, env and data check (a reference check's case: the partition's
+        default transport, data checked); the isolation settings' sizes and limits."""
         iso = self.settings.isolation
+        variables = dict(template.variables)
+        if "transport" in variables:
+            transport = template.transport
+        else:
+            partition = next(p for p in self.campaign.partitions if p.name == template.partition)
+            assert partition.commbench is not None  # a campaign's partitions run commbench
+            transport = partition.commbench.default_transport
         check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
                                    iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
-                                   transports=[template.transport],
-                                   check_data=bool(dict(template.variables)["check_data"]))
+                                   transports=[transport], check_data=bool(variables.get("check_data", True)))
         return dataclasses.replace(
             template, environ=iso.environ or template.environ, check=check.check, op="pingpong",
-            num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(template.transport).items()),
+            num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(transport).items()),
             placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None)
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:

@@ -47,10 +47,15 @@ TRANSPORTS = vocabulary.TRANSPORTS
 # The node counts the checks are parameterized with (reframe_checks: NODE_COUNTS; campaigns/model/spec.py).
 NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
 # Metrics the checks report, by the ops they are taken for.
-COMMBENCH_METRICS = tuple(vocabulary.METRICS)
+COMMBENCH_METRICS = vocabulary.SWEEP_METRICS
 PAIRMATRIX_METRICS = ("worst_pair_latency", "worst_pair_goodput", "worst_pair_bi_goodput")
 HOSTDEVICE_METRICS = ("small_latency", "pinned_goodput", "pageable_goodput")
 ALL_METRICS = tuple(dict.fromkeys((*COMMBENCH_METRICS, *PAIRMATRIX_METRICS, *HOSTDEVICE_METRICS)))
+# The site.yaml reference_benchmarks keys: the suites of the reference checks (nccl-tests, OSU); their
+# benchmarks and every metric one of them reports.
+REFERENCE_SUITES = tuple(check.suite for check in vocabulary.REFERENCE_CHECKS.values())
+REFERENCE_BENCHMARKS = tuple(vocabulary.BENCHMARK_METRICS)
+REFERENCE_METRICS = tuple(dict.fromkeys(m for metrics in vocabulary.BENCHMARK_METRICS.values() for m in metrics))
 # Message-size sets of site.yaml `commbench.sizes` (which check uses which: site_configs/README.md).
 SIZE_SETS = ("health", "small", "large", "matrix", "hostdevice")
 # NVLink multicast (NVLS) can take a shared host's GPUs out of service (shared/notes/gpu-device.md):
@@ -261,8 +266,8 @@ class CommbenchPartition(_Model):
 class BenchReference(_Model):
     """Expected value of a third-party benchmark's metric (see reframe_checks/reference_benchmarks.py)."""
 
-    benchmark: str = Field(pattern=r"^[a-z0-9_]+$", description="e.g. all_reduce_perf, osu_latency")
-    metric: Literal["small_latency", "large_busbw", "large_bandwidth", "large_latency"]
+    benchmark: Literal[REFERENCE_BENCHMARKS] = Field(description="e.g. all_reduce_perf")  # type: ignore[valid-type]
+    metric: Literal[REFERENCE_METRICS]  # type: ignore[valid-type]
     bytes: int = Field(ge=0)
     nodes: int | None = Field(default=None, ge=1)
     ranks: int | None = Field(default=None, ge=1)
@@ -276,6 +281,10 @@ class BenchReference(_Model):
     def _bounded(self) -> BenchReference:
         if self.lower is None and self.upper is None:
             raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
+        wanted = vocabulary.BENCHMARK_METRICS[self.benchmark]
+        if self.metric not in wanted:
+            raise ValueError(f"metric {self.metric!r} is not reported by {self.benchmark} "
+                             f"(it has: {', '.join(wanted)})")
         return self
 
 
@@ -319,13 +328,19 @@ class Partition(_Model):
     links: Links | None = None
     libraries: list[LibraryVersion] = []
     commbench: CommbenchPartition | None = None
-    reference_benchmarks: dict[Literal["nccl_tests", "osu"], ReferenceBenchmark] = {}
+    reference_benchmarks: dict[Literal[REFERENCE_SUITES], ReferenceBenchmark] = {}  # type: ignore[valid-type]
 
     @field_validator("environments")
     @classmethod
     def _unique_environments(cls, names: list[str]) -> list[str]:
         _require_unique(names, "environment")
         return names
+
+    @property
+    def references(self) -> list[Reference | BenchReference]:
+        """Every reference of the partition: commbench's, then each reference benchmark's."""
+        return [*(self.commbench.references if self.commbench else []),
+                *(ref for bench in self.reference_benchmarks.values() for ref in bench.references)]
 
     @model_validator(mode="after")
     def _consistent(self) -> Partition:
@@ -336,9 +351,14 @@ class Partition(_Model):
         if too_many:
             raise ValueError(f"node counts {too_many} exceed the partition's {self.nodes} node(s)")
         expected = {"nccl_tests": ("nccl-tests", "rccl-tests"), "osu": ("osu-micro-benchmarks",)}
+        checks = {check.suite: check for check in vocabulary.REFERENCE_CHECKS.values()}
         for key, bench in self.reference_benchmarks.items():
             if bench.package not in expected[key]:
                 raise ValueError(f"reference_benchmarks.{key} cannot be package {bench.package!r}")
+            for ref in bench.references:
+                if ref.benchmark not in checks[key].benchmarks:
+                    raise ValueError(f"reference_benchmarks.{key} has a reference for {ref.benchmark}, which is not "
+                                     f"one of its benchmarks ({', '.join(checks[key].benchmarks)})")
         if self.node.nvlink_multicast:
             missing = {k: v for k, v in NVLINK_MULTICAST_OFF.items() if self.env_vars.get(k) != v}
             if missing:
@@ -413,10 +433,7 @@ class Site(_Model):
                 if unknown:
                     raise ValueError(f"partition {where} lists environments {unknown} that are not defined "
                                      f"under 'environments'")
-                references: list[Reference | BenchReference] = [
-                    *(partition.commbench.references if partition.commbench else []),
-                    *(ref for bench in partition.reference_benchmarks.values() for ref in bench.references)]
-                for ref in references:
+                for ref in partition.references:
                     if ref.environ is not None and ref.environ not in partition.environments:
                         raise ValueError(f"a reference of {where} names environment {ref.environ!r}, which the "
                                          f"partition does not offer")

@@ -23,6 +23,17 @@ A spec is a YAML file (campaigns/smoke.yaml is the example):
         env: {UCX_TLS: "tcp,self"}   # extra environment of the runs (knobs)
         extra_args: [--peer, "1"]    # more commbench options (no commas)
         transports: [mpi]            # commbench --transport values; one test case each (default mpi)
+      - check: osu_run               # or nccl_tests_run: the site's binaries (reframe_checks/reference_benchmarks.py)
+        benchmarks: [osu_latency, osu_allreduce]   # its `benchmark` parameter's values (vocabulary.json)
+        time_limit_s: 300            # also tasks_per_node, env and extra_args (after the site's `args`)
+
+Reference checks (`nccl_tests_run`, `osu_run`; their benchmarks and the metrics each reports: the
+`reference_checks` of bench_src/schema/vocabulary.json) run where a partition offers the suite (site.yaml
+`reference_benchmarks.nccl_tests` / `.osu`): one test case per benchmark, node count and environment, on
+the campaign's node counts that the suite lists (`node_counts`); pair benchmarks (osu_latency, osu_bw) on
+1 or 2 nodes only. Their output is stored as records like commbench's (the run names the check and the
+`benchmark`) and judged alike, against the references of its benchmark (site.yaml
+`reference_benchmarks.<suite>.references`, or `references` here with `benchmark:` instead of `op:`).
 
 Campaign kinds (`kind`, default `run`):
 
@@ -37,7 +48,8 @@ Campaign kinds (`kind`, default `run`):
   the site's) and against the same metric of earlier nights; multi-node failures are isolated to a node
   or link with pairwise tests. Settings under `health:` (HealthSettings below).
 
-`references` (all kinds) use site.yaml's reference format and take precedence over the site's.
+`references` (all kinds) use site.yaml's reference formats (commbench's with `op`, a reference benchmark's
+with `benchmark`) and take precedence over the site's.
 
 `load_campaign` reads and validates it (every model forbids unknown keys) and checks it against the
 site; any problem raises SpecError naming the file, line, field path and what is wrong.
@@ -47,17 +59,19 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
+                      model_validator)
 
-from campaigns.model.site import (COMMBENCH_OPS, EnvVarName, Name, Partition, Reference, Site, SiteError, System,
-                                  load_site)
+from campaigns.model.site import (COMMBENCH_OPS, BenchReference, EnvVarName, Name, Partition, Reference, Site,
+                                  SiteError, System, load_site)
 from campaigns.model.records import MAX_MESSAGE_BYTES
 from campaigns.model.sizes import ByteCount
-from campaigns.model.vocabulary import PAIR_OPS  # rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
+from campaigns.model.vocabulary import BENCHMARK_PARAMETER, PAIR_OPS, REFERENCE_CHECKS  # pair: on 1 or 2 nodes
 from campaigns.model.yamlio import Loc, YamlDocument, YamlModelError
 from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
@@ -86,31 +100,17 @@ def _unique(values: list[Any]) -> list[Any]:
     return values
 
 
-class CommbenchCheckSpec(_Model):
-    """Runs of reframe_checks/commbench_run.py's `commbench_run`: one test case per op, node count and
-    environment. The fields become its variables (`-S commbench_run.NAME=VALUE`)."""
+# ReFrame's list syntax for -S splits on ','; the words land unquoted on the job script's command line.
+ExtraArg = Annotated[str, Field(pattern=r"^[^,]+$")]
 
-    check: Literal["commbench_run"]
-    ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
-    min_bytes: MessageSize = 8
-    max_bytes: MessageSize = 1 << 20
-    step_factor: int = Field(default=4, ge=2)
-    sizes: list[MessageSize] | None = Field(default=None, min_length=1)
-    warmup: int = Field(default=5, ge=0)
-    iters: int = Field(default=50, ge=1)
-    timeout_s: int = Field(default=120, ge=1)
+
+class _CheckSpec(_Model):
+    """What every check of a campaign takes: its job's time limit, ranks per node, knobs and options."""
+
     time_limit_s: int = Field(default=600, ge=1)
-    check_data: bool = True
-    transports: list[TransportName] = Field(default=["mpi"], min_length=1)
     tasks_per_node: int | None = Field(default=None, ge=1)
     env: dict[EnvVarName, str] = {}
-    # ReFrame's list syntax for -S splits on ','; the words land unquoted on the job script's command line.
-    extra_args: list[Annotated[str, Field(pattern=r"^[^,]+$")]] = []
-
-    @field_validator("ops", "sizes", "transports")
-    @classmethod
-    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
-        return values if values is None else _unique(values)
+    extra_args: list[ExtraArg] = []
 
     @field_validator("env")
     @classmethod
@@ -125,6 +125,28 @@ class CommbenchCheckSpec(_Model):
         for arg in args:
             check_safe_value(arg, "extra_args")
         return args
+
+
+class CommbenchCheckSpec(_CheckSpec):
+    """Runs of reframe_checks/commbench_run.py's `commbench_run`: one test case per op, node count and
+    environment. The fields become its variables (`-S commbench_run.NAME=VALUE`)."""
+
+    check: Literal["commbench_run"]
+    ops: list[Literal[COMMBENCH_OPS]] = Field(min_length=1)  # type: ignore[valid-type]
+    min_bytes: MessageSize = 8
+    max_bytes: MessageSize = 1 << 20
+    step_factor: int = Field(default=4, ge=2)
+    sizes: list[MessageSize] | None = Field(default=None, min_length=1)
+    warmup: int = Field(default=5, ge=0)
+    iters: int = Field(default=50, ge=1)
+    timeout_s: int = Field(default=120, ge=1)
+    check_data: bool = True
+    transports: list[TransportName] = Field(default=["mpi"], min_length=1)
+
+    @field_validator("ops", "sizes", "transports")
+    @classmethod
+    def _no_repeats(cls, values: list[Any] | None) -> list[Any] | None:
+        return values if values is None else _unique(values)
 
     @model_validator(mode="after")
     def _size_range(self) -> CommbenchCheckSpec:
@@ -144,6 +166,58 @@ class CommbenchCheckSpec(_Model):
         else:
             values.update(min_bytes=self.min_bytes, max_bytes=self.max_bytes, step_factor=self.step_factor)
         return values
+
+
+class ReferenceCheckSpec(_CheckSpec):
+    """Runs of reframe_checks/reference_benchmarks.py's `nccl_tests_run` or `osu_run`: the site's nccl-tests
+    or OSU binaries (site.yaml `reference_benchmarks`), one test case per benchmark, node count and
+    environment where a partition offers the suite on that many nodes. Their output is stored as records
+    like commbench's, its metrics judged alike (vocabulary.json `reference_checks`). Sizes and iterations
+    are the site's `args`; `extra_args` come after them."""
+
+    check: Literal[tuple(REFERENCE_CHECKS)]  # type: ignore[valid-type]
+    benchmarks: list[str] = Field(min_length=1)
+
+    @field_validator("benchmarks")
+    @classmethod
+    def _known(cls, benchmarks: list[str], info: ValidationInfo) -> list[str]:
+        check = info.data.get("check")  # absent when it is invalid: its own error says so
+        if check in REFERENCE_CHECKS:
+            offered = REFERENCE_CHECKS[check].benchmarks
+            unknown = [name for name in benchmarks if name not in offered]
+            if unknown:
+                raise ValueError(f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not a "
+                                 f"benchmark of {check} (it has: {', '.join(offered)})")
+        return _unique(benchmarks)
+
+    @property
+    def suite(self) -> str:
+        return REFERENCE_CHECKS[self.check].suite
+
+    def variables(self) -> dict[str, Any]:
+        """The check's variables, as ReFrame gets them (`-S CHECK.NAME=VALUE`)."""
+        values: dict[str, Any] = {"time_limit": f"{self.time_limit_s}s"}
+        if self.extra_args:
+            values["extra_args"] = list(self.extra_args)
+        return values
+
+
+def _reference_kind(value: Any) -> str | None:
+    """A reference benchmark's reference names its benchmark, commbench's its op; None: not a reference."""
+    if isinstance(value, dict):
+        return "benchmark-reference" if "benchmark" in value else "commbench-reference"
+    if isinstance(value, (Reference, BenchReference)):
+        return "benchmark-reference" if isinstance(value, BenchReference) else "commbench-reference"
+    return None
+
+
+CheckSpec = Annotated[CommbenchCheckSpec | ReferenceCheckSpec, Field(discriminator="check")]
+# The tags are no keys of a reference: campaigns.model.yamlio drops them from the field paths of errors.
+AnyReference = Annotated[
+    Annotated[Reference, Tag("commbench-reference")] | Annotated[BenchReference, Tag("benchmark-reference")],
+    Discriminator(_reference_kind, custom_error_type="reference_type", custom_error_message=(
+        "a reference is a mapping with op, metric, bytes and value (commbench) or benchmark, metric, bytes "
+        "and value (a reference benchmark)"))]
 
 
 class IsolationSettings(_Model):
@@ -201,12 +275,12 @@ class CampaignSpec(_Model):
         default=None, min_length=1)
     max_nodes: int | None = Field(default=None, ge=1, description="node_counts 1, 2, 4, ... up to this")
     placements: list[Literal[PLACEMENTS]] = Field(default=["any"], min_length=1)  # type: ignore[valid-type]
-    references: list[Reference] = []
+    references: list[AnyReference] = []
     # False: ReFrame's performance stage is skipped (values still stored). For campaigns that test the
     # pipeline on a host whose timings mean nothing (the local cluster's nodes share two cores).
     check_performance: bool = True
     health: HealthSettings | None = None
-    checks: list[CommbenchCheckSpec] = Field(min_length=1)
+    checks: list[CheckSpec] = Field(min_length=1)
 
     @field_validator("environments", "node_counts", "placements")
     @classmethod
@@ -236,7 +310,8 @@ class CampaignSpec(_Model):
 @dataclass(frozen=True)
 class TestCase:
     """One ReFrame test case the campaign runs: a check with its variables on one partition and
-    environment, one transport and placement; `run_key` identifies it in the results store.
+    environment, one transport and placement; `run_key` identifies it in the results store. `op` is the
+    value of the check's first parameter: commbench_run's op, a reference check's benchmark.
 
     `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test; each-switch: the nodes
     under one switch) are part of the run key but not of `series_key`, which names the same measurement across
@@ -269,13 +344,21 @@ class TestCase:
         return self.num_nodes * self.tasks_per_node
 
     @property
+    def op_parameter(self) -> str:
+        """The check's ReFrame parameter that `op` is a value of."""
+        return BENCHMARK_PARAMETER if self.check in REFERENCE_CHECKS else "op"
+
+    @property
     def transport(self) -> str:
+        """commbench's --transport; a reference check's: the one its records name."""
+        if self.check in REFERENCE_CHECKS:
+            return REFERENCE_CHECKS[self.check].transport
         return str(dict(self.variables)["transport"])
 
     @property
     def parameters(self) -> dict[str, Any]:
-        parameters = {"op": self.op, "num_nodes": self.num_nodes, "num_tasks_per_node": self.tasks_per_node,
-                      **dict(self.variables), "env": dict(self.env)}
+        parameters = {self.op_parameter: self.op, "num_nodes": self.num_nodes,
+                      "num_tasks_per_node": self.tasks_per_node, **dict(self.variables), "env": dict(self.env)}
         if self.placement != "any":
             parameters["placement"] = self.placement
         return parameters
@@ -296,7 +379,7 @@ class TestCase:
     @property
     def reframe_name(self) -> str:
         """Anchored regex for ReFrame's `-n`: the test's display name without spaces."""
-        return f"^{self.check}%op={self.op}%num_nodes={self.num_nodes}$"
+        return f"^{self.check}%{self.op_parameter}={self.op}%num_nodes={self.num_nodes}$"
 
 
 @dataclass(frozen=True)
@@ -313,35 +396,59 @@ class Campaign:
         return self.spec.name
 
     @property
-    def references(self) -> list[Reference]:
+    def references(self) -> list[Reference | BenchReference]:
         """The campaign's own references first, then those of its partitions (first match wins)."""
-        return [*self.spec.references,
-                *(ref for p in self.partitions if p.commbench for ref in p.commbench.references)]
+        return [*self.spec.references, *(ref for p in self.partitions for ref in p.references)]
 
     def cases(self, tag: str | None = None) -> list[TestCase]:
         cases = []
         for check in self.spec.checks:
             for partition in self.partitions:
-                assert partition.commbench is not None  # _resolve keeps only commbench partitions
                 for environ in self.environments:
                     if environ not in partition.environments:
                         continue
-                    for transport, op, nodes in itertools.product(check.transports, check.ops, self.spec.nodes):
-                        if op in PAIR_OPS and nodes > PAIR_RANKS:
-                            continue
+                    for op, nodes, per_node, variables in _runs(check, partition, self.spec.nodes):
                         # one node has nothing to place: a single case, whatever the placements
                         for placement in ["any"] if nodes == 1 else self.spec.placements:
-                            per_node = (PAIR_RANKS // nodes if op in PAIR_OPS
-                                        else check.tasks_per_node or partition.commbench.tasks_per_node)
                             cases.append(TestCase(
                                 campaign=self.name, site=self.site.name, system=self.system.name,
                                 partition=partition.name, environ=environ, check=check.check,
                                 op=op, num_nodes=nodes, tasks_per_node=per_node,
-                                variables=tuple(check.variables(transport).items()),
+                                variables=tuple(variables.items()),
                                 env=tuple(check.env.items()), placement=placement, tag=tag,
                                 reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
                                 check_performance=self.spec.check_performance))
         return cases
+
+
+# One run of a check on a partition: its op (a reference check's benchmark), node count, tasks per node and
+# the check's variables.
+Run = tuple[str, int, int, dict[str, Any]]
+
+
+def _runs(check: CommbenchCheckSpec | ReferenceCheckSpec, partition: Partition, node_counts: list[int]
+          ) -> Iterator[Run]:
+    """What `check` runs on `partition` at the campaign's node counts: commbench's ops on each of them,
+    a reference check's benchmarks where the partition offers its suite on that many nodes (site.yaml
+    reference_benchmarks.<suite>.node_counts); pair ops and benchmarks on 1 or 2 nodes only. Tasks per
+    node as the check sets them."""
+    assert partition.commbench is not None  # _resolve keeps only commbench partitions
+    if isinstance(check, ReferenceCheckSpec):
+        suite = partition.reference_benchmarks.get(check.suite)
+        pair = REFERENCE_CHECKS[check.check].pair
+        for benchmark, nodes in itertools.product(check.benchmarks, node_counts):
+            if suite is None or nodes not in suite.node_counts or (benchmark in pair and nodes > PAIR_RANKS):
+                continue
+            # as reframe_checks/reference_benchmarks.py's set_layout
+            per_node = (PAIR_RANKS // nodes if benchmark in pair
+                        else check.tasks_per_node or suite.tasks_per_node or partition.commbench.tasks_per_node)
+            yield benchmark, nodes, per_node, check.variables()
+        return
+    for transport, op, nodes in itertools.product(check.transports, check.ops, node_counts):
+        if op in PAIR_OPS and nodes > PAIR_RANKS:
+            continue
+        per_node = PAIR_RANKS // nodes if op in PAIR_OPS else check.tasks_per_node or partition.commbench.tasks_per_node
+        yield op, nodes, per_node, check.variables(transport)
 
 
 def _resolve(spec: CampaignSpec, path: Path, site: Site,
@@ -398,6 +505,9 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
             site.knob_catalog().check_job_env(check.env)
         except (CatalogError, UnsafeValueError) as exc:
             problems.append((("checks", index, "env"), str(exc)))
+        if isinstance(check, ReferenceCheckSpec):
+            problems += _reference_problems(check, index, partitions, spec.nodes, system, site)
+            continue
         for partition in partitions:
             offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
             unknown = [t for t in check.transports if t not in offered_transports]
@@ -413,6 +523,29 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
         return None, problems
     return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
                     environments=tuple(spec.environments or offered)), []
+
+
+def _reference_problems(check: ReferenceCheckSpec, index: int, partitions: list[Partition], nodes: list[int],
+                        system: System, site: Site) -> list[tuple[Loc, str]]:
+    """A reference check whose suite no partition of the campaign offers, a benchmark of it that would
+    run nowhere (no offered node count among the campaign's)."""
+    suite = check.suite
+    offering = [p for p in partitions if suite in p.reference_benchmarks]
+    if not partitions:  # said already: no partition runs commbench
+        return []
+    if not offering:
+        names = ", ".join(f"{system.name}:{p.name}" for p in partitions)
+        return [(("checks", index, "check"), f"{check.check} runs the site's {suite} binaries, but partition(s) "
+                                             f"{names} of site {site.name!r} have no reference_benchmarks.{suite} "
+                                             f"in site.yaml")]
+    runs = {run[0] for partition in offering for run in _runs(check, partition, nodes)}
+    offered = "; ".join(f"{system.name}:{p.name} {p.reference_benchmarks[suite].node_counts}" for p in offering)
+    pair = REFERENCE_CHECKS[check.check].pair
+    return [(("checks", index, "benchmarks", number),
+             f"{benchmark} has no test case: site {site.name!r} runs {suite} on node counts {offered} "
+             f"(reference_benchmarks.{suite}.node_counts), the campaign asks for {nodes}"
+             + (f"; {benchmark} runs on 1 or 2 nodes only" if benchmark in pair else ""))
+            for number, benchmark in enumerate(check.benchmarks) if benchmark not in runs]
 
 
 def load_campaign(path: Path, site_override: str | None = None) -> Campaign:

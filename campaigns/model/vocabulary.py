@@ -1,4 +1,5 @@
-"""commbench's vocabulary (bench_src/schema/vocabulary.json): ops, transports and metric definitions.
+"""commbench's vocabulary (bench_src/schema/vocabulary.json): ops, transports and metric definitions, and
+the reference checks (nccl-tests, OSU): their benchmarks and the metrics each reports.
 
 The one home of these facts for everything in Python: the ReFrame checks (reframe_checks/lib), campaigns,
 health and the tuner. tests/test_vocabulary.py holds commbench's C tables (`commbench --list`) to the same
@@ -46,6 +47,36 @@ MATRIX_OPS = tuple(name for name, op in _DOCUMENT["ops"].items() if op["kind"] =
 COPY_OPS = tuple(name for name, op in _DOCUMENT["ops"].items() if op["kind"] == "copy")
 METRICS: dict[str, Metric] = {name: Metric(name, m["field"], m["at"], m["unit"], m["higher_is_better"])
                               for name, m in _DOCUMENT["metrics"].items()}
+# What commbench's sweeps report (commbench_run, the suite's sweeps); pair matrix and copies have their own.
+SWEEP_METRICS: tuple[str, ...] = tuple(_DOCUMENT["sweep_metrics"])
+
+
+@dataclass(frozen=True)
+class ReferenceCheck:
+    """A ReFrame check of reframe_checks/reference_benchmarks.py: a third-party benchmark the site provides."""
+
+    name: str  # the check (nccl_tests_run, osu_run)
+    suite: str  # its site.yaml reference_benchmarks key and ReFrame feature
+    transport: str  # what its records say moved the data
+    benchmarks: dict[str, tuple[str, ...]]  # its `benchmark` parameter's values -> the metrics each reports
+    pair: tuple[str, ...]  # benchmarks of rank 0 and one peer: 2 ranks, so on 1 or 2 nodes only
+
+
+# The reference checks' ReFrame parameter that names the benchmark (commbench_run's is `op`).
+BENCHMARK_PARAMETER = "benchmark"
+REFERENCE_CHECKS: dict[str, ReferenceCheck] = {
+    name: ReferenceCheck(name, c["suite"], c["transport"],
+                         {bench: tuple(b["metrics"]) for bench, b in c["benchmarks"].items()},
+                         tuple(bench for bench, b in c["benchmarks"].items() if b.get("pair")))
+    for name, c in _DOCUMENT["reference_checks"].items()}
+BENCHMARK_METRICS: dict[str, tuple[str, ...]] = {bench: metrics for check in REFERENCE_CHECKS.values()
+                                                 for bench, metrics in check.benchmarks.items()}
+
+
+def reported_metrics(check: str, op: str) -> tuple[str, ...]:
+    """The metrics a run of `check` reports for `op` (a reference check's: its benchmark): a reference
+    benchmark's own, else commbench's sweep metrics."""
+    return REFERENCE_CHECKS[check].benchmarks.get(op, ()) if check in REFERENCE_CHECKS else SWEEP_METRICS
 
 
 def op_kind(op: str) -> str:

@@ -98,21 +98,43 @@ class YamlDocument:
         try:
             return model.model_validate(self.data)
         except ValidationError as exc:
-            raise self.error(_pydantic_problems(exc)) from None
+            raise self.error(_pydantic_problems(exc, self.data)) from None
 
 
-def _pydantic_problems(exc: ValidationError) -> list[tuple[Loc, str]]:
+def _document_loc(data: Any, loc: Loc, missing: bool) -> list[str | int]:
+    """`loc` as a path in the document: without the tags pydantic adds for a discriminated union
+    (checks[0].osu_run.benchmarks -> checks[0].benchmarks), each a name that is not a key of the mapping it
+    would be in; but the last part of a `missing` error is the missing field."""
+    path: list[str | int] = []
+    node = data
+    for index, part in enumerate(loc):
+        if isinstance(node, dict) and part not in node and not (missing and index == len(loc) - 1):
+            continue  # a union's tag
+        path.append(part)
+        inside = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node))
+        node = node[part] if inside else None
+    return path
+
+
+def _pydantic_problems(exc: ValidationError, data: Any) -> list[tuple[Loc, str]]:
     problems = []
     for error in exc.errors(include_url=False):
+        loc = _document_loc(data, error["loc"], missing=error["type"] == "missing")
         # A model-level validator's message has its own field path; pydantic prefixes "Value error, ".
         message = error["msg"].removeprefix("Value error, ")
         if error["type"] == "extra_forbidden":
             message = "unknown field"
         elif error["type"] == "missing":
             message = "required field is missing"
+        elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the field that picks the model
+            context = error.get("ctx", {})
+            loc.append(str(context.get("discriminator", "")).strip("'"))
+            message = (f"Input should be {context.get('expected_tags')} (got {context.get('tag')!r})"
+                       if error["type"] == "union_tag_invalid" else "required field is missing")
         elif "input" in error and error["type"] not in ("value_error", "assertion_error"):
             message = f"{message} (got {error['input']!r})"
-        problems.append((tuple(error["loc"]), message))
+        problems.append((tuple(loc), message))
     return problems
 
 

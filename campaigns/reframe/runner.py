@@ -2,15 +2,19 @@
 
 For the test cases of a campaign that the store does not hold yet (all of them with `force`), the
 runner starts the `reframe` of this Python environment with the site's configuration
-(site_configs/<site>/reframe_config.py) and reframe_checks/, selecting test cases with `-n`
-(op and node count), `-p` (environments) and `--system`, and setting the check's variables with
-`-S`. Each invocation gets its own prefix under the run directory (<workspace>/runs/<campaign>-<UTC
-time>/rfm-<n>/: stage, output, perflogs, report.json, reframe.out, ReFrame's debug log), and its
-output streams to the terminal while it runs.
+(site_configs/<site>/reframe_config.py) and the check's file of reframe_checks/ (CHECK_FILES:
+commbench_run.py, or reference_benchmarks.py for the reference checks nccl_tests_run and osu_run),
+selecting test cases with `-n` (op, a reference check's benchmark, and node count), `-p`
+(environments) and `--system`, and setting the check's variables with `-S`. Each invocation gets its
+own prefix under the run directory (<workspace>/runs/<campaign>-<UTC time>/rfm-<n>/: stage, output,
+perflogs, report.json, reframe.out, ReFrame's debug log), and its output streams to the terminal while
+it runs.
 
 Every test case becomes one run in the store, whatever its outcome: status `pass` or `fail` (with
 ReFrame's failure phase and reason), or `error` when ReFrame never ran it; with it go the records of its
-commbench.jsonl that are valid (a failed run keeps those it produced). A test case is stored as soon as
+commbench.jsonl that are valid (a failed run keeps those it produced). The reference checks write their
+benchmark's output there as commbench-schema records (campaigns.formats.foreign), stored alike under
+the check's name. A test case is stored as soon as
 ReFrame prints its result line (its records are then in ReFrame's output or stage directory), so an
 interrupted campaign keeps every case that finished; when the invocation ends, its run report adds the
 job id, times and ReFrame's exact failure reason (the run is replaced in one transaction). A run key
@@ -46,18 +50,22 @@ from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology
 from campaigns.model.records import parse_record_lines
 from campaigns.model.spec import Campaign, TestCase
+from campaigns.model.vocabulary import BENCHMARK_PARAMETER, REFERENCE_CHECKS
 from campaigns.store import RunInfo, Store, StoreError
 from campaigns.subproc import die_with_this_process
 
 RECORDS_FILE = "commbench.jsonl"
 REPORT_FILE = "report.json"
 REFRAME_LOG = "reframe.out"
+# The file of each check a campaign runs (reframe_checks/): `-c` loads only that one.
+CHECK_FILES = {"commbench_run": "commbench_run.py", **dict.fromkeys(REFERENCE_CHECKS, "reference_benchmarks.py")}
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # ReFrame colours failed performance values even with --nocolor
-# "[       OK ] ( 3/14) commbench_run %op=pingpong %num_nodes=1 /b72462f8 @local:cpu+openmpi"
+# "[       OK ] ( 3/14) commbench_run %op=pingpong %num_nodes=1 /b72462f8 @local:cpu+openmpi"; a reference
+# check's first parameter is its benchmark: "osu_run %benchmark=osu_latency %num_nodes=1 /..."
 _RESULT_LINE = re.compile(r"^\[\s*(OK|FAIL|SKIP|ABORT|XFAIL|XPASS)\s*\] \(\s*(\d+)/(\d+)\) (.*)$")
-_TEST_NAME = re.compile(r"^(?P<check>\w+) %op=(?P<op>\w+) %num_nodes=(?P<nodes>\d+) /(?P<hash>[0-9a-f]+) "
-                        r"@(?P<system>[\w-]+):(?P<partition>[\w-]+)\+(?P<environ>[\w-]+)$")
+_TEST_NAME = re.compile(rf"^(?P<check>\w+) %(?:op|{BENCHMARK_PARAMETER})=(?P<op>\w+) %num_nodes=(?P<nodes>\d+) "
+                        r"/(?P<hash>[0-9a-f]+) @(?P<system>[\w-]+):(?P<partition>[\w-]+)\+(?P<environ>[\w-]+)$")
 _RESULT_STYLE = {"OK": "green", "FAIL": "bold red", "SKIP": "yellow", "ABORT": "bold red",
                  "XFAIL": "yellow", "XPASS": "red"}
 
@@ -115,7 +123,7 @@ class Invocation:
         if case.reframe_config is None:
             raise ValueError(f"test case {case.run_key} has no site ReFrame configuration")
         cmd = [str(reframe), "-C", str(case.reframe_config),
-               "-c", str(paths.CHECKS_DIR / "commbench_run.py"),
+               "-c", str(paths.CHECKS_DIR / CHECK_FILES[case.check]),
                "--system", f"{case.system}:{self.partition}",
                "-p", "^(" + "|".join(re.escape(env) for env in self.environments) + ")$"]
         for name in sorted({c.reframe_name for c in self.cases}):
@@ -252,7 +260,7 @@ def report_testcases(report_path: Path) -> list[dict[str, Any]]:
 def _matching(case: TestCase, testcases: list[dict[str, Any]]) -> dict[str, Any] | None:
     for tc in testcases:
         if (tc["name"].split()[0] == case.check and not tc.get("fixture") and tc["partition"] == case.partition
-                and tc["environ"] == case.environ and tc.get("op") == case.op
+                and tc["environ"] == case.environ and tc.get(case.op_parameter) == case.op
                 and tc.get("num_nodes") == case.num_nodes):
             return tc
     return None

@@ -44,9 +44,9 @@ import plotly.io as pio
 import plotly.offline
 
 from campaigns.model.references import find_reference, run_metrics
-from campaigns.model.site import Reference, SiteError, load_site
+from campaigns.model.site import BenchReference, Reference, SiteError, load_site
 from campaigns.store import Store
-from campaigns.model.vocabulary import MATRIX_OPS, METRICS
+from campaigns.model.vocabulary import BENCHMARK_PARAMETER, MATRIX_OPS, METRICS, reported_metrics
 from tuners.writers import write_atomic
 
 if TYPE_CHECKING:
@@ -275,17 +275,19 @@ def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]
             f"{pandas.DataFrame(table).to_html(index=False, border=0)}")
 
 
-def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: list[Reference]) -> str:
+def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame,
+                  references: list[Reference | BenchReference]) -> str:
     """One plot per health series and metric: its value night by night, the reference band."""
     tagged = runs[runs["tag"].notna() & (runs["status"] == "pass") & ~runs["pair"]]
     points = []
     for run in tagged.itertuples():
         records = frame[frame["run_id"] == run.id]
-        for (metric, size), value in run_metrics(records).items():
+        op = run.op if isinstance(run.op, str) else records["op"].iloc[0]  # a reference check's: its benchmark
+        for (metric, size), value in run_metrics(records, reported_metrics(run.check, op)).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
                            "placement": run.placement, "site": records["site"].iloc[0],
                            "system": f"{records['system'].iloc[0]}:{records['partition'].iloc[0]}",
-                           "op": records["op"].iloc[0], "nodes": run.num_nodes, "environ": run.environ,
+                           "check": run.check, "op": op, "nodes": run.num_nodes, "environ": run.environ,
                            "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0]})
     if not points:
         return ""
@@ -294,8 +296,9 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
         rows = rows.sort_values("tag")
         first = rows.iloc[0]
         fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
-        ref = find_reference(references, _CaseLike(first["op"], int(first["nodes"]), int(first["ranks"]),
-                                                   first["environ"], first["transport"]), metric, int(size))
+        ref = find_reference(references, _CaseLike(first["check"], first["op"], int(first["nodes"]),
+                                                   int(first["ranks"]), first["environ"], first["transport"]),
+                             metric, int(size))
         if ref is not None:  # an open side of the band reaches past the data (a log axis has no 0)
             open_low = ref.lower is None or ref.lower <= -1
             low = min(ref.value, rows["value"].min()) / 2 if open_low else ref.value * (1 + ref.lower)
@@ -321,6 +324,7 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: l
 class _CaseLike:
     """What find_reference reads of a test case."""
 
+    check: str
     op: str
     num_nodes: int
     num_tasks: int
@@ -399,22 +403,23 @@ def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
     runs = [run for run in store.runs() if run.id in wanted]
     return pandas.DataFrame([{
         "id": run.id, "run_key": run.run_key, "status": run.status, "environ": run.environ,
-        "num_nodes": run.num_nodes, "op": run.parameters.get("op"), "tag": run.parameters.get("tag"),
+        "num_nodes": run.num_nodes, "check": run.check_name,
+        "op": run.parameters.get("op", run.parameters.get(BENCHMARK_PARAMETER)), "tag": run.parameters.get("tag"),
         "pair": bool(run.parameters.get("nodelist")), "network_distance": run.parameters.get("network_distance"),
         "placement": run.parameters.get("placement", "any"), "series": run.run_key.rsplit("@", 1)[0]} for run in runs],
-        columns=["id", "run_key", "status", "environ", "num_nodes", "op", "tag", "pair", "network_distance",
+        columns=["id", "run_key", "status", "environ", "num_nodes", "check", "op", "tag", "pair", "network_distance",
                  "placement", "series"])
 
 
-def site_references(sites: list[str]) -> list[Reference]:
-    references: list[Reference] = []
+def site_references(sites: list[str]) -> list[Reference | BenchReference]:
+    references: list[Reference | BenchReference] = []
     for name in sites:
         try:
             site = load_site(name)
         except SiteError:
             continue  # measurements ingested under a site name without site data (e.g. reference runs)
         references += [ref for system in site.systems for partition in system.partitions
-                       if partition.commbench for ref in partition.commbench.references]
+                       for ref in partition.references]
     return references
 
 
