@@ -56,9 +56,10 @@ from tuners.study import ENV, ROLE, Tuner, is_counted
 from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
-# Also counted: on the fully measured CPU grids the points next to the best are within one or two standard errors
-# of its median (results/bench/landscapes: the fastest 40 points of localslurm_openmpi_wide measured 10 more
-# times), so whether a point clears 95 % is partly launch noise; 90 % is what tells the strategies apart there.
+# Also counted: on the fully measured Open MPI grid the points next to the best were within one or two standard
+# errors of its median, and its first "best" regressed when its fastest points were measured again
+# (results/bench/landscapes/localslurm_openmpi_wide.json, `confirmations`): whether a point clears 95 % is partly
+# launch noise, so 90 % is reported beside it.
 SECOND_QUALITY = 0.90
 LANDSCAPE_DIR = Path("results/bench/landscapes")
 STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
