@@ -249,10 +249,11 @@ health:
 
 @pytest.mark.slurm
 @pytest.mark.slow
-def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: Path) -> None:
+def test_competing_traffic_degrades_both_switches_and_is_fabric_wide_one_slow_node_is_not(tmp_path: Path) -> None:
     """Two quiet nights, then a night during which another job's alltoall (1 MiB, all 4 nodes) fills the
     links: both switches' runs degrade, on node pairs that share no node, so the verdict says fabric-wide
-    instead of blaming a node (no pair job), and its Slurm snapshot shows the other job."""
+    instead of blaming a node (no pair job), and its Slurm snapshot shows the other job. A fourth night with
+    one node's link throttled degrades its switch's run alone: isolation names that node."""
     from fixtures_sites import site_data, write_site
     from fixtures_slurm import local_slurm_cluster
 
@@ -277,7 +278,9 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: P
             result = subprocess.run(
                 [str(COMMCAMP), "run", str(spec), "--db", db, "--runs-dir", str(tmp_path / "runs"), "--tag", tag,
                  "--verdict", str(verdict)], env=env, capture_output=True, text=True, timeout=600, check=False)
-            return result.stdout + result.stderr, json.loads(verdict.read_text())
+            output = result.stdout + result.stderr
+            assert verdict.exists(), f"{tag}: exit code {result.returncode}, no verdict\n{output[-6000:]}"
+            return output, json.loads(verdict.read_text())
 
         veths = list(cluster.veths.values())
         try:
@@ -300,6 +303,11 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: P
                 output, verdict = night("night-3")
             finally:
                 cluster.run(["scancel", str(other)])
+            # the next night: no other job, but one node's link down to 1 Mbit/s: only its switch degrades
+            slow = cluster.nodes[3]
+            subprocess.run(["tc", "qdisc", "change", "dev", cluster.veths[slow], "root", "tbf", "rate", "1mbit",
+                            "burst", "32kbit", "latency", "2s"], check=True, capture_output=True, text=True)
+            node_output, node_verdict = night("night-4")
         finally:
             for veth in veths:
                 subprocess.run(["tc", "qdisc", "del", "dev", veth, "root"], capture_output=True, check=False)
@@ -310,3 +318,7 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide(tmp_path: P
     assert verdict["isolation"]["extra_jobs"] == 0 and not verdict["isolation"]["culprit_nodes"], output
     assert "fabric-wide: degraded multi-node runs on node sets that share no node" in output
     assert any(job["name"] == "competing-traffic" for job in verdict["slurm"]["jobs"]), verdict["slurm"]
+    # One switch's run degraded: not fabric-wide; isolation starts from that switch's run and names the node.
+    bad = [m for m in node_verdict["metrics"] if m["status"] in ("degraded", "failed")]
+    assert bad and {frozenset(m["hosts"]) for m in bad} == {frozenset(cluster.nodes[2:])}, node_output
+    assert node_verdict["scope"] == "node" and node_verdict["isolation"]["culprit_nodes"] == [slow], node_output

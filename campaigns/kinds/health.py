@@ -527,11 +527,12 @@ class HealthCheck:
         isolation.extra_jobs += 1
         return test.status in BAD
 
-    def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str]) -> Isolation:
+    def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str], cases: list[TestCase]) -> Isolation:
+        """`cases`: tonight's test cases as they ran (an each-switch case once per switch)."""
         suspects = sorted({host for v in bad for host in v.hosts})
         isolation = Isolation(suspects=suspects)
         template_key = max(bad, key=lambda v: v.num_nodes).run_key
-        template = next(c for c in self.campaign.cases(self.tag) if c.run_key == template_key)
+        template = next(c for c in cases if c.run_key == template_key)
         nodes = sorted(set(suspects) | good_multi_hosts)
         if len(nodes) < 2:
             isolation.note = "fewer than two nodes involved: nothing to isolate"
@@ -608,7 +609,8 @@ class HealthCheck:
                 "degraded multi-node runs on node sets that share no node: no single node explains them "
                 "(fabric-wide: contention or a switch); read them against the partition's load in `slurm`"))
         else:
-            isolation = self.isolate(bad_multi, good_multi_hosts) if bad_multi and self.settings.isolate else None
+            isolation = (self.isolate(bad_multi, good_multi_hosts, cases) if bad_multi and self.settings.isolate
+                         else None)
             if isolation is not None and (isolation.culprit_nodes or isolation.culprit_links):
                 scope = "node"
         nodes = self._node_verdicts(metrics, isolation)
