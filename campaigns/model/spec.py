@@ -313,9 +313,9 @@ class TestCase:
     environment, one transport and placement; `run_key` identifies it in the results store. `op` is the
     value of the check's first parameter: commbench_run's op, a reference check's benchmark.
 
-    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test; each-switch: the nodes
-    under one switch) are part of the run key but not of `series_key`, which names the same measurement across
-    nights, pairs and switches.
+    `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run key but
+    not of `series_key`, which names the same measurement across nights and pairs; an each-switch run's nodes
+    (the switch it tests) are part of both: each switch has a history of its own.
 
     A case is self-contained: everything its ReFrame invocation needs (the site's ReFrame configuration,
     every `-S` variable, the environment, the performance flag) is here, so campaigns, health's pair tests
@@ -366,14 +366,16 @@ class TestCase:
     @property
     def series_key(self) -> str:
         digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
-        # a pair test's nodes are its own series; an each-switch run's switch is one run of its case's series
-        where = "pair/" if self.nodelist and self.placement != "each-switch" else ""
-        return (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
-                f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/{where}{digest}")
+        base = (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
+                f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/")
+        if self.placement == "each-switch" and self.nodelist:  # each switch's nodes have a history of their own
+            return f"{base}{digest}/{'+'.join(self.nodelist)}"
+        # pair tests share one series whatever their nodes (judged against each other and earlier pairs)
+        return f"{base}{'pair/' if self.nodelist else ''}{digest}"
 
     @property
     def run_key(self) -> str:
-        pair = f"/{'+'.join(self.nodelist)}" if self.nodelist else ""
+        pair = f"/{'+'.join(self.nodelist)}" if self.nodelist and self.placement != "each-switch" else ""
         return self.series_key + pair + (f"@{self.tag}" if self.tag else "")
 
     @property
