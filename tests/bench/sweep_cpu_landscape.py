@@ -74,11 +74,13 @@ def design(space: Any, grid: dict[str, list[str | None]]) -> list[dict[str, str]
 
 
 def launch_time_us(run: dict[str, Any]) -> float:
-    """One launch's time: the geometric mean of its per-size medians (the study objective with one size per
-    bucket); a failed launch is infinitely slow."""
+    """One launch's study objective (the spec's one size per bucket); a failed launch is infinitely slow."""
+    from tuners.evaluation import bucket_times_us, buckets_for_sizes, overall_time_us
+
     if "median_us" not in run:
         return math.inf
-    return float(np.exp(np.mean(np.log(list(run["median_us"].values())))))
+    medians = {int(size): t for size, t in run["median_us"].items()}
+    return overall_time_us(bucket_times_us(medians, buckets_for_sizes(SIZES, 1)))
 
 
 def top_points(runs: list[list[dict[str, Any]]], count: int) -> list[int]:
