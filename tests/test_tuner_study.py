@@ -20,6 +20,7 @@ import optuna
 import pytest
 from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
+from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario
 from tuners.catalog import KnobCatalog
 from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
 from tuners.space import build_space
@@ -29,7 +30,9 @@ from tuners.study import (
     DEFAULT_SAMPLER,
     ENV,
     FAIL_REASON,
+    MAX_REPEATS,
     OUTCOME,
+    REPEAT_OF,
     RETRY_OF,
     ROLE,
     SEEDED,
@@ -164,6 +167,49 @@ def test_a_knob_the_library_did_not_read_leaves_the_search(sqlite_url: str, samp
     assert study.user_attrs[DROPPED_KNOBS] == {
         evaluator.knob: f"not read by the library in trial {counted(study)[setting[0]].number}"}
     assert study_progress(study).complete == 15
+
+
+class Recording:
+    """Delegates to `inner`, recording every environment it is asked to run."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.envs: list[dict[str, str]] = []
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.envs.append(dict(env))
+        return self.inner(env, validate=validate)
+
+
+def test_a_setting_already_measured_is_not_launched_again(sqlite_url: str) -> None:
+    """The measured Open MPI grid replayed (tuners/landscape.py): TPE converging there proposes settings it
+    measured before (at this seed 6 of 30 launches were repeats before this rule); each repeat takes the
+    earlier value uncounted, so 30 launches are 30 distinct settings."""
+    landscape, _ = load_scenario("cpu-openmpi-wide", REPO / LANDSCAPE_DIR)
+    evaluator = Recording(landscape.evaluator(0))
+    study = Tuner(make_scope(library="openmpi", library_version="4.1.4", transport="mpi"), landscape.space,
+                  evaluator, sqlite_url, landscape.buckets, n_trials=30, seed=2, n_startup_trials=4).run()
+    launched = [tuple(sorted(env.items())) for env in evaluator.envs]
+    assert len(launched) == 30 == len(set(launched)), f"{len(launched) - len(set(launched))} repeats launched"
+    repeats = [t for t in study.trials if REPEAT_OF in t.user_attrs]
+    assert repeats and not any(is_counted(t) for t in repeats)
+    for trial in repeats:
+        earlier = study.trials[trial.user_attrs[REPEAT_OF]]
+        assert earlier.user_attrs[ENV] == trial.user_attrs[ENV] and earlier.value == trial.value
+    assert study_progress(study).counted == 30
+
+
+def test_a_space_smaller_than_the_budget_is_measured_again_after_max_repeats(sqlite_url: str) -> None:
+    """NCCL_CROSS_NIC alone: 4 settings, a budget of 6. The first 4 launches cover the space; the 2 more the
+    budget asks for are launched after MAX_REPEATS proposals in a row found only measured settings."""
+    space = build_space(KnobCatalog.load(), {"nccl": "2.28.3"}, knobs=["NCCL_CROSS_NIC"], transport="ccl")
+    evaluator = Recording(SyntheticEvaluator(SCENARIO))
+    study = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=6, seed=0,
+                  sampler=SamplerName.RANDOM).run()
+    launched = [tuple(sorted(env.items())) for env in evaluator.envs]
+    assert len(launched) == 6 and len(set(launched[:4])) == 4 and set(launched[4:]) <= set(launched[:4])
+    assert sum(REPEAT_OF in t.user_attrs for t in study.trials) >= 2 * MAX_REPEATS
+    assert study_progress(study).counted == 6
 
 
 def test_evaluation_missing_a_bucket_is_invalid(sqlite_url: str) -> None:

@@ -4,6 +4,11 @@
   environments the caller names (e.g. the library's own defaults, every knob unset).
 - Failed, hung and invalid evaluations are FAIL trials with `outcome` and `fail_reason` user attrs;
   the study goes on.
+- A setting the study has already measured (counted, complete or failed) is not launched again: the
+  trial takes the earlier result (`repeat_of`), does not count, and the sampler proposes again.
+  Finalization re-measures candidates on its own; in the search a repeat is a launch spent on what is
+  known (on the measured landscapes TPE proposed 3-4 repeats in 30 trials: results/bench/). After
+  MAX_REPEATS repeats in a row (a space smaller than the budget) the proposal is measured anyway.
 - Budget: trials with an `outcome` (measured or failed by the evaluator) count; `run()` stops when
   they reach `n_trials` (also across restarts and across workers sharing the storage) or when its
   own wall-time budget is spent. While the rest of the budget is other workers' running trials, a
@@ -66,6 +71,8 @@ DOCUMENTED_FROM = "documented_from"
 WARM_START = "warm_start"  # the winner of a related scope (WARM_START_FROM: which), enqueued after the seeds
 WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
+REPEAT_OF = "repeat_of"  # the counted trial that already measured this trial's setting (it is not launched again)
+MAX_REPEATS = 20
 # Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
 # trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing.
 DROPPED_KNOBS = "dropped_knobs"
@@ -298,6 +305,7 @@ class Tuner:
         self.documented = self._sourced(documented, seeds)
         self.warm_starts = self._sourced(warm_starts, [*seeds, *(env for env, _ in self.documented)])
         self.progress = progress
+        self._repeats_in_a_row = 0
 
     def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
                  ) -> list[tuple[dict[str, str], str]]:
@@ -414,6 +422,10 @@ class Tuner:
         dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
         env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
         trial.set_user_attr(ENV, env)
+        earlier = self._measured_before(trial, env)
+        if earlier is not None:
+            return self._repeat(trial, earlier)
+        self._repeats_in_a_row = 0
         try:
             evaluation = self.evaluator(env, validate=False)
         except EvaluationAborted:
@@ -442,6 +454,22 @@ class Tuner:
         trial.set_user_attr(BUCKET_US, buckets)
         trial.set_user_attr(OUTCOME, COMPLETE)
         return overall_time_us(buckets)
+
+    def _measured_before(self, trial: optuna.Trial, env: Mapping[str, str]) -> FrozenTrial | None:
+        """The counted trial that already measured `env` (None if none, or after MAX_REPEATS repeats in a row)."""
+        if self._repeats_in_a_row >= MAX_REPEATS:
+            return None
+        return next((t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+                     if is_counted(t) and t.user_attrs.get(ENV) == env), None)
+
+    def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
+        """An uncounted trial with the earlier result: the sampler sees the value again (or, for a failure,
+        a FAIL it ignores), and no launch is spent."""
+        self._repeats_in_a_row += 1
+        trial.set_user_attr(REPEAT_OF, earlier.number)
+        if earlier.state is TrialState.FAIL:
+            raise _TrialFailed(f"repeat of failed trial {earlier.number}")
+        return float(earlier.values[0])
 
     def _drop_knobs(self, trial: optuna.Trial, unread: Sequence[str]) -> None:
         """Takes the searched knobs the library did not read out of the search for every later trial (read
