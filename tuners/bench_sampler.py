@@ -13,6 +13,11 @@ first). Strategies:
 - coordinate: one knob at a time from the site defaults (knob and value order shuffled per seed; every value
   of a knob, then keep the best observed; repeat), int knobs without listed values on a power-of-two ladder.
 
+Shipped vs random, per landscape: one-sided Mann-Whitney U test that the shipped configuration needs fewer trials
+to 95 % than random sampling (per-seed values, a search that never got there = budget + 1, a tie at the worst rank),
+Holm over the landscapes of the run at FAMILY_ALPHA; beside it the test's power against the target effect (random's
+own per-seed values halved, resampled), so a 'not shown' says whether the benchmark could have shown it.
+
 Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
 quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
 that never did counts as budget + 1. `unseeded` is the same counting only trials that are neither trial 0
@@ -44,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import optuna
+from scipy.stats import mannwhitneyu
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
 
@@ -61,6 +67,8 @@ TARGET_QUALITY = 0.95
 # (results/bench/landscapes/localslurm_openmpi_wide.json, `confirmations`): whether a point clears 95 % is partly
 # launch noise, so 90 % is reported beside it.
 SECOND_QUALITY = 0.90
+FAMILY_ALPHA = 0.05  # shipped vs random, Holm over the landscapes of one run
+POWER_REPLICATES = 1000
 LANDSCAPE_DIR = Path("results/bench/landscapes")
 STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
 # name: (landscape file stem, site defaults of the scenario (trial 0); None = the file's own)
@@ -260,6 +268,7 @@ def _stats(values: list[int | None], trials: int) -> dict[str, float | int]:
 def summarize(outcomes: list[Outcome], trials: int) -> dict[str, Any]:
     finals = np.array([o.final_quality for o in outcomes])
     return {"seeds": len(outcomes), "trials_to_95pct": _stats([o.hit for o in outcomes], trials),
+            "trials_to_95pct_per_seed": [o.hit if o.hit is not None else trials + 1 for o in outcomes],
             "trials_to_95pct_unseeded": _stats([o.hit_unseeded for o in outcomes], trials),
             "trials_to_90pct": _stats([o.hit_second for o in outcomes], trials),
             "final_quality_mean": round(float(finals.mean()), 4), "final_quality_min": round(float(finals.min()), 4),
@@ -293,6 +302,46 @@ def target_verdict(cells: Mapping[str, Any], trials: int) -> str:
             f"(shipped {shipped:g}, random {random:g}; {trials + 1:g} = never within {trials} trials).")
 
 
+def holm(p_values: Mapping[str, float]) -> dict[str, float]:
+    """Holm-adjusted p-values (step-down, monotone, capped at 1)."""
+    adjusted: dict[str, float] = {}
+    running = 0.0
+    for rank, (name, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
+        running = max(running, min(1.0, (len(p_values) - rank) * p))
+        adjusted[name] = running
+    return adjusted
+
+
+def shipped_vs_random(results: Mapping[str, Mapping[str, Any]], trials: int, seed: int = 0) -> dict[str, Any]:
+    """Per landscape: one-sided Mann-Whitney U p-value (shipped needs fewer trials to 95 % than random), Holm over
+    the landscapes, and the power at the Holm-strictest level (alpha / landscapes) against the target effect:
+    random's per-seed trials halved (rounded up) vs random's, both resampled with replacement."""
+    rng = np.random.default_rng(seed)
+    p_values, power = {}, {}
+    cells = {name: c for name, c in results.items()
+             if "trials_to_95pct_per_seed" in c.get("shipped", {}) and "trials_to_95pct_per_seed" in c.get("random", {})}
+    for name, c in cells.items():
+        shipped = np.array(c["shipped"]["trials_to_95pct_per_seed"], dtype=float)
+        random = np.array(c["random"]["trials_to_95pct_per_seed"], dtype=float)
+        identical = np.all(shipped == shipped[0]) and np.all(random == shipped[0])
+        p_values[name] = 1.0 if identical else float(mannwhitneyu(shipped, random, alternative="less").pvalue)
+        halved = np.ceil(random / 2)
+        strict = FAMILY_ALPHA / max(len(cells), 1)
+        hits = 0
+        for _ in range(POWER_REPLICATES):
+            a, b = rng.choice(halved, len(shipped)), rng.choice(random, len(random))
+            if not (np.all(a == a[0]) and np.all(b == a[0])) and mannwhitneyu(a, b, alternative="less").pvalue <= strict:
+                hits += 1
+        power[name] = hits / POWER_REPLICATES
+    adjusted = holm(p_values)
+    return {"test": "one-sided Mann-Whitney U, trials to 95 % per seed (never = budget + 1), shipped < random",
+            "family": f"the {len(cells)} landscapes of this run, Holm", "alpha": FAMILY_ALPHA,
+            "power_against": "random's per-seed trials halved (the target), at alpha / landscapes",
+            "landscapes": {name: {"p": round(p_values[name], 6), "p_holm": round(adjusted[name], 6),
+                                  "fewer_than_random": adjusted[name] <= FAMILY_ALPHA,
+                                  "power_at_half": power[name]} for name in cells}}
+
+
 def markdown(document: Mapping[str, Any]) -> str:
     lines = [f"# Sampler benchmark on measured replay landscapes ({document['date']}, commit {document['commit']})",
              "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
@@ -318,7 +367,14 @@ def markdown(document: Mapping[str, Any]) -> str:
                          f"{b['median']:g} [{b['q1']:g}-{b['q3']:g}] | {b['reached']}/{cell['seeds']} | "
                          f"{c['median']:g} [{c['q1']:g}-{c['q3']:g}] | {c['reached']}/{cell['seeds']} | "
                          f"{cell['final_quality_mean']} ({cell['final_quality_min']}) |")
-        lines += ["", target_verdict(cells, document["trials"]), ""]
+        lines += ["", target_verdict(cells, document["trials"])]
+        test = document.get("shipped_vs_random", {}).get("landscapes", {}).get(scenario)
+        if test is not None:
+            lines.append(f"Shipped vs random (one-sided Mann-Whitney U, Holm over {len(document['shipped_vs_random']['landscapes'])} "
+                         f"landscapes, alpha {document['shipped_vs_random']['alpha']}): p = {test['p']:.3g}, Holm "
+                         f"{test['p_holm']:.3g}: fewer trials than random **{'shown' if test['fewer_than_random'] else 'not shown'}**; "
+                         f"power against half of random's trials {test['power_at_half']:.2f}.")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -357,6 +413,7 @@ def main() -> None:
             result = future.result()
             document["results"].setdefault(scenario, {})[strategy] = result
             print(f"{scenario}/{strategy}: {json.dumps(result)}", flush=True)
+    document["shipped_vs_random"] = shipped_vs_random(document["results"], args.trials)
     write_atomic(args.out, json.dumps(document, indent=1) + "\n")
     write_atomic(args.out.with_suffix(".md"), markdown(document) + "\n")
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
