@@ -69,6 +69,7 @@ TARGET_QUALITY = 0.95
 SECOND_QUALITY = 0.90
 FAMILY_ALPHA = 0.05  # shipped vs random, Holm over the landscapes of one run
 POWER_REPLICATES = 1000
+SEEDS_PER_TASK = 5
 LANDSCAPE_DIR = Path("results/bench/landscapes")
 STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
 # name: (landscape file stem, site defaults of the scenario (trial 0); None = the file's own)
@@ -237,12 +238,13 @@ def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Out
     return Outcome(hit, hit_unseeded, hit_second, incumbent_quality, cpu_s / max(len(history), 1))
 
 
-def run_cell(directory: Path, scenario: str, strategy: str, seeds: int, trials: int) -> dict[str, Any]:
+def run_seeds(directory: Path, scenario: str, strategy: str, seeds: range, trials: int) -> list[Outcome] | str:
+    """The outcomes of one strategy on one landscape for `seeds` (a reason string when the strategy cannot run)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     landscape, document = load_scenario(scenario, directory)
     shipped = shipped_settings()
     if strategy == "gp" and importlib.util.find_spec("torch") is None:
-        return {"skipped": "optuna's GPSampler needs torch, which is not installed"}
+        return "optuna's GPSampler needs torch, which is not installed"
     runs: list[Callable[[int], list[Trial]]] = {
         "shipped": lambda s: run_tuner(landscape, document, str(shipped["sampler"]), s, trials,
                                        shipped["n_startup_trials"], shipped["seed_library_defaults"]),
@@ -252,11 +254,11 @@ def run_cell(directory: Path, scenario: str, strategy: str, seeds: int, trials: 
                                                   False)) for name in ("random", "tpe", "gp")},
     }[strategy]
     outcomes = []
-    for seed in range(seeds):
+    for seed in seeds:
         started = time.process_time()
         history = runs(seed)
         outcomes.append(score(landscape, history, time.process_time() - started))
-    return summarize(outcomes, trials)
+    return outcomes
 
 
 def _stats(values: list[int | None], trials: int) -> dict[str, float | int]:
@@ -407,10 +409,16 @@ def main() -> None:
                                                                            shipped_settings().items()},
         "landscapes": {name: describe(name, args.landscape_dir) for name in scenarios}, "results": {}}
     cells = list(itertools.product(scenarios, strategies))
+    # Each cell's seeds in chunks, so that the slow cells (GP) spread over every worker.
+    chunks = [range(start, min(start + SEEDS_PER_TASK, args.seeds)) for start in range(0, args.seeds, SEEDS_PER_TASK)]
     with ProcessPoolExecutor(args.jobs) as pool:
-        futures = {cell: pool.submit(run_cell, args.landscape_dir, *cell, args.seeds, args.trials) for cell in cells}
-        for (scenario, strategy), future in futures.items():
-            result = future.result()
+        futures = {cell: [pool.submit(run_seeds, args.landscape_dir, *cell, chunk, args.trials) for chunk in chunks]
+                   for cell in cells}
+        for (scenario, strategy), parts in futures.items():
+            done = [part.result() for part in parts]
+            skipped = next((reason for reason in done if isinstance(reason, str)), None)
+            result = {"skipped": skipped} if skipped is not None else summarize(
+                [outcome for part in done if not isinstance(part, str) for outcome in part], args.trials)
             document["results"].setdefault(scenario, {})[strategy] = result
             print(f"{scenario}/{strategy}: {json.dumps(result)}", flush=True)
     document["shipped_vs_random"] = shipped_vs_random(document["results"], args.trials)
