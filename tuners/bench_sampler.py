@@ -7,7 +7,8 @@ first). Strategies:
 
 - shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.spec.TuningSpec defaults:
   sampler, start-up trials, the library-defaults seed as trial 1);
-- tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials and NO seed;
+- tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials and NO seed (like shipped, none
+  launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
   back to its independent random sampler);
 - coordinate: one knob at a time from the site defaults (knob and value order shuffled per seed; every value
