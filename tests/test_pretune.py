@@ -15,7 +15,7 @@ import yaml
 
 from fixtures_pg import socket_url
 from fixtures_slurm import SlurmCluster
-from tuners.study import RETRY_OF, ROLE, SEEDED, is_counted, top_envs
+from tuners.study import ENV, REPEAT_OF, RETRY_OF, ROLE, SEEDED, is_counted, top_envs
 
 REPO = Path(__file__).resolve().parents[1]
 COMMCAMP = Path(sys.executable).with_name("commcamp")
@@ -140,11 +140,17 @@ def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, 
     study = optuna.load_study(study_name=name, storage=storage)
     counted = [t for t in study.trials if is_counted(t)]
     # Nothing lost, nothing counted twice: the killed worker's trial was failed (not counted) and
-    # queued again with the same parameters for the surviving worker.
+    # queued again with the same parameters for the surviving worker, which ran it -- or, when the other
+    # worker had measured that same setting meanwhile, took that result without a launch (a repeat).
     assert len(counted) == 12 and len({t.number for t in counted}) == 12
-    lost = [t for t in study.trials if t.state is optuna.trial.TrialState.FAIL and not is_counted(t)]
-    reruns = [t for t in counted if RETRY_OF in t.user_attrs]
+    lost = [t for t in study.trials if t.state is optuna.trial.TrialState.FAIL and not is_counted(t)
+            and REPEAT_OF not in t.user_attrs]
+    reruns = [t for t in study.trials if RETRY_OF in t.user_attrs]
     assert len(lost) == 1 and len(reruns) == 1
-    assert reruns[0].user_attrs[RETRY_OF] == [lost[0].number] and reruns[0].params == lost[0].params
+    rerun = reruns[0]
+    assert rerun.user_attrs[RETRY_OF] == [lost[0].number] and rerun.params == lost[0].params
+    if not is_counted(rerun):
+        measured = study.trials[rerun.user_attrs[REPEAT_OF]]
+        assert is_counted(measured) and measured.user_attrs[ENV] == rerun.user_attrs[ENV]
     survivor = (tmp_path / "runs").glob("tune-workers-*/worker-*.out")
     assert any("worker done" in path.read_text() for path in survivor)
