@@ -34,7 +34,7 @@ from campaigns.tuning.spec import TuningSpec
 from campaigns.tuning.workers import slurm_launcher
 from fixtures_slurm import SlurmCluster, process_alive
 from fixtures_pg import socket_url
-from tuners.study import OUTCOME, RECORD_IDS, RETRY_OF, is_counted
+from tuners.study import ENV, OUTCOME, RECORD_IDS, REPEAT_OF, RETRY_OF, is_counted
 
 pytestmark = pytest.mark.slurm
 
@@ -350,11 +350,13 @@ def test_sigkilled_study_leaves_no_orphan_and_resumes(slurm_cluster: SlurmCluste
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     study = optuna.load_study(study_name=STUDY, storage=url)
     counted = [t for t in study.trials if is_counted(t)]
-    lost = [t for t in study.trials if not is_counted(t)]
+    lost = [t for t in study.trials if not is_counted(t) and REPEAT_OF not in t.user_attrs]  # repeats: no launch
     assert len(counted) == trials and len({t.number for t in counted}) == trials
     assert len(lost) == 1 and lost[0].state.name == "FAIL"  # the killed trial: stale, failed, never counted
-    (retry,) = [t for t in counted if RETRY_OF in t.user_attrs]
+    (retry,) = [t for t in study.trials if RETRY_OF in t.user_attrs]
     assert retry.user_attrs[RETRY_OF] == [lost[0].number] and retry.params == lost[0].params
+    if not is_counted(retry):  # the setting was measured meanwhile: the re-queued trial took that result
+        assert study.trials[retry.user_attrs[REPEAT_OF]].user_attrs[ENV] == retry.user_attrs[ENV]
     ids = [i for t in counted for i in t.user_attrs[RECORD_IDS]]
     with open_store(url) as store:
         stored = [f"run:{r.id}" for r in store.runs()]
