@@ -161,7 +161,7 @@ def test_database_lost_mid_study_then_resumed(tmp_path: Path, postgres_url: str)
     counted = [t for t in study.trials if is_counted(t)]
     assert len(counted) == trials and all(t.state.name == "COMPLETE" for t in counted)
     # The trial the loss interrupted never counts; its setting was measured again (retry_of).
-    assert [t for t in study.trials if not is_counted(t)] and any(RETRY_OF in t.user_attrs for t in counted)
+    assert [t for t in study.trials if not is_counted(t)] and any(RETRY_OF in t.user_attrs for t in study.trials)
     ids = [i for t in counted for i in t.user_attrs[RECORD_IDS]]
     with open_store(postgres_url) as store:
         stored = {f"run:{run.id}" for run in store.runs()}

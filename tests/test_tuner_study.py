@@ -289,7 +289,8 @@ def start_worker(
 
 
 def assert_rerun_of_lost_trial(study: optuna.Study, killed_stdout: str) -> None:
-    lost = [t for t in study.trials if t.state is optuna.trial.TrialState.FAIL and not is_counted(t)]
+    lost = [t for t in study.trials if t.state is optuna.trial.TrialState.FAIL and not is_counted(t)
+            and REPEAT_OF not in t.user_attrs]
     reruns = [t for t in counted(study) if RETRY_OF in t.user_attrs]
     assert len(lost) == 1 and len(reruns) == 1
     assert reruns[0].user_attrs[RETRY_OF] == [lost[0].number] and reruns[0].params == lost[0].params
