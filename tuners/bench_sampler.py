@@ -50,12 +50,13 @@ from typing import Any
 
 import numpy as np
 import optuna
-from scipy.stats import mannwhitneyu
 from optuna.exceptions import ExperimentalWarning
 from optuna.trial import TrialState
+from scipy.stats import mannwhitneyu
 
 from tuners.catalog import KnobCatalog, KnobType, Library, UnsafeValueError
 from tuners.evaluation import Evaluation, buckets_for_sizes, bucket_times_us, overall_time_us
+from tuners.finalize import holm
 from tuners.landscape import ReplayLandscape
 from tuners.scope import StudyScope
 from tuners.space import KnobDimension, build_space
@@ -305,14 +306,11 @@ def target_verdict(cells: Mapping[str, Any], trials: int) -> str:
             f"(shipped {shipped:g}, random {random:g}; {trials + 1:g} = never within {trials} trials).")
 
 
-def holm(p_values: Mapping[str, float]) -> dict[str, float]:
-    """Holm-adjusted p-values (step-down, monotone, capped at 1)."""
-    adjusted: dict[str, float] = {}
-    running = 0.0
-    for rank, (name, p) in enumerate(sorted(p_values.items(), key=lambda item: item[1])):
-        running = max(running, min(1.0, (len(p_values) - rank) * p))
-        adjusted[name] = running
-    return adjusted
+def fewer_p(a: np.ndarray, b: np.ndarray) -> float:
+    """One-sided Mann-Whitney U p-value that `a` holds smaller values than `b` (1 when every value is the same)."""
+    if np.all(a == a[0]) and np.all(b == a[0]):
+        return 1.0
+    return float(mannwhitneyu(a, b, alternative="less").pvalue)
 
 
 def shipped_vs_random(results: Mapping[str, Mapping[str, Any]], trials: int, seed: int = 0) -> dict[str, Any]:
@@ -326,17 +324,12 @@ def shipped_vs_random(results: Mapping[str, Mapping[str, Any]], trials: int, see
     for name, c in cells.items():
         shipped = np.array(c["shipped"]["trials_to_95pct_per_seed"], dtype=float)
         random = np.array(c["random"]["trials_to_95pct_per_seed"], dtype=float)
-        identical = np.all(shipped == shipped[0]) and np.all(random == shipped[0])
-        p_values[name] = 1.0 if identical else float(mannwhitneyu(shipped, random, alternative="less").pvalue)
+        p_values[name] = fewer_p(shipped, random)
         halved = np.ceil(random / 2)
         strict = FAMILY_ALPHA / max(len(cells), 1)
-        hits = 0
-        for _ in range(POWER_REPLICATES):
-            a, b = rng.choice(halved, len(shipped)), rng.choice(random, len(random))
-            if not (np.all(a == a[0]) and np.all(b == a[0])) and mannwhitneyu(a, b, alternative="less").pvalue <= strict:
-                hits += 1
-        power[name] = hits / POWER_REPLICATES
-    adjusted = holm(p_values)
+        power[name] = sum(fewer_p(rng.choice(halved, len(shipped)), rng.choice(random, len(random))) <= strict
+                          for _ in range(POWER_REPLICATES)) / POWER_REPLICATES
+    adjusted = dict(zip(p_values, holm(list(p_values.values())), strict=True))
     return {"test": "one-sided Mann-Whitney U, trials to 95 % per seed (never = budget + 1), shipped < random",
             "family": f"the {len(cells)} landscapes of this run, Holm", "alpha": FAMILY_ALPHA,
             "power_against": "random's per-seed trials halved (the target), at alpha / landscapes",
