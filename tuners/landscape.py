@@ -1,7 +1,7 @@
 """Replay landscapes: the tuner's evaluator played back from MEASURED runs (issue 14), for benchmarking
 samplers on what real machines did instead of on an invented model (tuners/synthetic.py).
 
-A landscape file (written by tests/bench/sweep_cpu_landscape.py or tests/bench/gpu_landscapes.py) holds
+A landscape file (written by tests/bench/sweep_landscape.py or tests/bench/gpu_landscapes.py) holds
 measured points: a configuration (searched knobs only; none set = the library defaults) and every launch
 measured at it, each either the per-size median times (us) or a failure. A sampled configuration is
 answered by its nearest measured point (per knob: unset vs set or another category = 1, numeric values

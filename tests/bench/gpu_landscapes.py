@@ -1,4 +1,4 @@
-"""Landscape files (the format of sweep_cpu_landscape.py, read by tuners/landscape.py) from committed GPU
+"""Landscape files (the format of tests/bench/sweep_landscape.py, read by tuners/landscape.py) from committed GPU
 tuning trials: on 4x H200 (results/tuning/gpu-h200x4) every trial of demo 2 (NVLink path, tuner and random
 search, 26 trials) and of demo 3 (socket path, 5 trials); on 2x H200 (results/reference/h200x2-per-size) the
 45 trials of the three socket-path tunes with 256 MiB among the sizes. Trials are grouped by configuration:
