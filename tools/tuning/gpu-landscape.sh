@@ -12,7 +12,7 @@ set -euo pipefail
 source bench_src/scripts/common.sh  # NVLink multicast off for everything started here
 output=$1
 shift
-build=${LANDSCAPE_BUILD:-build/landscape}
+build=$(realpath -m "${LANDSCAPE_BUILD:-build/landscape}")  # absolute: the build runs in make -C bench_src
 mkdir -p "$build" "$(dirname "$output")"
 cb_environment > "${output%.json}.environment.txt" 2>&1
 JOBS=${JOBS:-16} cb_build_cuda "$build" "$build/build.log"
