@@ -61,8 +61,7 @@ def test_defaults_only_search_never_reaches_the_target() -> None:
                for i in range(30)]
     assert score(landscape, history, 0.0).hit is None
     shipped = shipped_settings()
-    outcome = score(landscape, run_tuner(landscape, document, str(shipped["sampler"]), 0, 6,
-                                         shipped["n_startup_trials"], shipped["seed_library_defaults"]), 0.0)
+    outcome = score(landscape, run_tuner(landscape, document, shipped, 0, 6), 0.0)
     assert outcome.hit == 2
     assert outcome.hit_unseeded is None or outcome.hit_unseeded > 2
 

@@ -61,6 +61,23 @@ class KnobDimension:
         high -= (high - knob.low) % knob.step
         return str(trial.suggest_int(knob.name, knob.low, high, step=knob.step, log=knob.log))
 
+    def ladder(self) -> list[str | None]:
+        """The values a one-knob-at-a-time search tries (None = unset): every choice; a power-of-two knob's every
+        power of two; an int knob's searched values, else its bounds and the powers of two between them."""
+        knob = self.knob
+        if not self.numeric:
+            assert self.choices is not None
+            return [None if c == UNSET else c for c in self.choices]
+        assert knob.low is not None and knob.high is not None
+        unset: list[str | None] = [None] if knob.allow_unset else []
+        if knob.type is KnobType.POW2:
+            values = [2**e for e in range(int(math.log2(knob.low)), int(math.log2(knob.high)) + 1)]
+        elif knob.search_values is not None:
+            values = list(knob.search_values)
+        else:
+            values = sorted({knob.low, knob.high, *(2**e for e in range(64) if knob.low < 2**e < knob.high)})
+        return unset + [str(v) for v in values]
+
     def params_for(self, value: str | None) -> dict[str, Any]:
         """The Optuna parameters that reproduce `value` (None = unset)."""
         knob = self.knob

@@ -53,6 +53,7 @@ from tuners.evaluation import (
     overall_time_us,
 )
 from tuners.scope import StudyScope
+from tuners.screen import OneKnobScreen
 from tuners.space import SearchSpace
 
 logger = logging.getLogger(__name__)
@@ -268,6 +269,7 @@ class Tuner:
         sampler: SamplerName | str = DEFAULT_SAMPLER,
         seed: int | None = None,
         n_startup_trials: int = 8,
+        screen_trials: int = 0,
         baseline_env: Mapping[str, str] | None = None,
         seed_envs: Sequence[Mapping[str, str]] = (),
         documented: Sequence[tuple[Mapping[str, str], str]] = (),
@@ -292,6 +294,9 @@ class Tuner:
         self.sampler_name = SamplerName(sampler)
         self.seed = seed
         self.n_startup_trials = n_startup_trials
+        if screen_trials < 0:
+            raise ValueError("screen_trials must be >= 0")
+        self.screen_trials = screen_trials
         baseline = space.catalog.default_env(space.knob_names) if baseline_env is None else baseline_env
         space.params_for_env(baseline)  # rejects knobs outside the space and values outside it
         self.baseline_env = space.env_from_values({name: baseline.get(name) for name in space.knob_names})
@@ -319,6 +324,13 @@ class Tuner:
                 kept.append((full, source))
         return kept
 
+    def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
+        sampler = make_sampler(self.sampler_name, seed, self.n_startup_trials)
+        if not self.screen_trials:
+            return sampler
+        return OneKnobScreen(sampler, self.space, self.screen_trials, seed, env_attr=ENV, role_attr=ROLE,
+                             dropped_attr=DROPPED_KNOBS)
+
     def load_study(self) -> optuna.Study:
         """Creates the study (enqueuing the defaults as trial 0) or loads it, checking that the
         stored study was set up with the same knobs and buckets."""
@@ -332,7 +344,7 @@ class Tuner:
             study_name=self.study_name,
             storage=self.storage,
             direction="minimize",
-            sampler=make_sampler(self.sampler_name, seed, self.n_startup_trials),
+            sampler=self._sampler(seed),
             load_if_exists=True,
         )
         setup = {

@@ -193,6 +193,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  n_trials=n_trials if n_trials is not None else spec.trials,
                  timeout_s=timeout_s if timeout_s is not None else spec.budget_s,
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
+                 screen_trials=spec.screen_trials,
                  seed_envs=seeds, documented=documented, warm_starts=warm, progress=progress,
                  study_name=setup.study_name)
 

@@ -1,0 +1,113 @@
+"""One-knob screen: the first proposals of a search are single-knob changes of the best starting point.
+
+On the fully measured landscapes (results/bench/landscapes/: the 2x H200 socket-path grid, the Open MPI grids) the
+fastest settings are one or two knob changes away from the defaults (2 socket threads instead of NCCL's auto, a 64 KiB
+TCP send buffer), and a model-based sampler's first proposals are random: TPE's first 4 proposals know nothing,
+and after them it models a few points. The screen spends those first proposals where the measurements say the gain
+usually is: it changes ONE knob of the best starting point (the fastest complete trial among the site defaults, the
+seeds, the documented settings and the warm starts) to one value of that knob's ladder (KnobDimension.ladder), knobs
+taken in turn, values in an order drawn from the seed; a change the study has already measured or the catalog's
+constraints reject is passed over. The centre stays: following each noisy new best instead (tried on the same
+landscapes) walked the screen away from the defaults on one lucky launch. Then the wrapped
+sampler (TPE) goes on with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
+
+Optuna's sampler interface, like its GridSampler: the plan of a trial is made in `before_trial` and marked in the
+trial's system attributes (SCREEN_ATTR), so a resumed study or another worker counts the screen's trials from storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from tuners.catalog import UnsafeValueError
+from tuners.space import SearchSpace, SpaceError
+
+SCREEN_ATTR = "commcamp:screen"  # system attribute: the screen's step that planned this trial
+
+
+class OneKnobScreen(optuna.samplers.BaseSampler):
+    def __init__(self, base: optuna.samplers.BaseSampler, space: SearchSpace, n_screen: int, seed: int | None,
+                 env_attr: str, role_attr: str, dropped_attr: str) -> None:
+        self.base = base
+        self.space = space
+        self.n_screen = n_screen
+        self.env_attr = env_attr  # user attribute holding a trial's environment
+        self.role_attr = role_attr  # user attribute of the starting points (defaults, seeds, ...)
+        self.dropped_attr = dropped_attr  # study user attribute: knobs that left the search
+        rng = np.random.default_rng(seed)
+        self.knob_order = [int(i) for i in rng.permutation(len(space.dimensions))]
+        self.values = [[ladder[int(i)] for i in rng.permutation(len(ladder))]
+                       for ladder in (d.ladder() for d in space.dimensions)]
+        self._plans: dict[int, dict[str, Any]] = {}
+
+    def reseed_rng(self) -> None:
+        self.base.reseed_rng()
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self.base.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if trial.number in self._plans:
+            return {}
+        return self.base.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        plan = self._plans.get(trial.number)
+        if plan is not None and param_name in plan:
+            return plan[param_name]
+        return self.base.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.base.before_trial(study, trial)
+        if "fixed_params" in trial.system_attrs:  # an enqueued trial (defaults, seeds, a re-queued one)
+            return
+        trials = study.get_trials(deepcopy=False)
+        steps = [t.system_attrs[SCREEN_ATTR] for t in trials if SCREEN_ATTR in t.system_attrs]
+        if len(steps) >= self.n_screen:
+            return
+        planned = self._next(trials, max(steps, default=-1) + 1, study.user_attrs.get(self.dropped_attr, {}))
+        if planned is not None:
+            step, params = planned
+            self._plans[trial.number] = params
+            study._storage.set_trial_system_attr(trial._trial_id, SCREEN_ATTR, step)
+
+    def _next(self, trials: Sequence[FrozenTrial], first_step: int, dropped: Mapping[str, Any]
+              ) -> tuple[int, dict[str, Any]] | None:
+        """(step, parameters) of the first step from `first_step` on whose change is new, or None."""
+        measured = [t for t in trials if self.env_attr in t.user_attrs]
+        starts = [t for t in measured if t.state is TrialState.COMPLETE and t.values and self.role_attr in t.user_attrs]
+        if not starts:
+            return None
+        centre = min(starts, key=lambda t: t.values[0]).user_attrs[self.env_attr]
+        known = [t.user_attrs[self.env_attr] for t in measured]
+        current = {name: centre.get(name) for name in self.space.knob_names}
+        searched = [i for i in self.knob_order if self.space.dimensions[i].name not in dropped]
+        longest = max((len(self.values[i]) for i in searched), default=0)
+        for step in range(first_step, first_step + len(searched) * longest):
+            index = searched[step % len(searched)]
+            values = self.values[index]
+            value = values[(step // len(searched)) % len(values)]
+            name = self.space.dimensions[index].name
+            if value == current[name]:
+                continue
+            try:
+                env = self.space.env_from_values({**current, name: value})
+                params = self.space.params_for_env(env)
+            except (UnsafeValueError, SpaceError):
+                continue  # e.g. socket threads x sockets per thread above NCCL's cap
+            if env not in known:
+                return step, params
+        return None
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self._plans.pop(trial.number, None)
+        self.base.after_trial(study, trial, state, values)
