@@ -16,9 +16,11 @@ from tuners.bench_sampler import (
     load_scenario,
     replay_objective_us,
     run_coordinate,
+    describe,
     run_tuner,
     score,
     shipped_settings,
+    target_verdict,
 )
 from tuners.evaluation import buckets_for_sizes
 from tuners.landscape import LandscapeError, ReplayLandscape
@@ -64,6 +66,19 @@ def test_defaults_only_search_never_reaches_the_target() -> None:
     outcome = score(landscape, run_tuner(landscape, document, shipped, 0, 6), 0.0)
     assert outcome.hit == 2
     assert outcome.hit_unseeded is None or outcome.hit_unseeded > 2
+
+
+def test_where_the_site_defaults_are_below_95_no_search_meets_half_of_a_random_median_of_3() -> None:
+    """MPICH grid: the site defaults (trial 1 of every search) are at 0.94 of the best and 15 of 30 points are within
+    95 %: random needs a median of 3 trials, half of it (1.5) is below what any search can do (2)."""
+    info = describe("cpu-mpich", REPO / LANDSCAPE_DIR)
+    assert info["site_defaults_quality"] < 0.95 and info["lowest_possible_median"] == 2
+    landscape, document = load_scenario("cpu-mpich", REPO / LANDSCAPE_DIR)
+    for seed in range(5):  # every search's first trial is the site defaults: none reaches 95 % at trial 1
+        assert score(landscape, run_tuner(landscape, document, shipped_settings(), seed, 5), 0.0).hit != 1
+    cells = {name: {"trials_to_95pct": {"median": median}} for name, median in (("shipped", 2.0), ("random", 3.0))}
+    assert "no search can meet it here" in target_verdict(cells, 30, info["lowest_possible_median"])
+    assert "no search can meet it" not in target_verdict(cells, 30, 1)
 
 
 def test_coordinate_descent_moves_away_from_a_bad_default() -> None:

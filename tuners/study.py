@@ -88,10 +88,10 @@ class SamplerName(enum.StrEnum):
     RANDOM = "random"
 
 
-# Kept for lack of a strategy ahead everywhere (results/bench/sampler_benchmark.md, 8 measured landscapes, 50 seeds
-# x 30 trials, repeats not launched): on the full 448-point Open MPI grid TPE reaches 95 % of the best in a median of
-# 13 trials vs random 20.5, coordinate descent 16.5, GP 16.5, Sobol 28.5; fewer trials than random is shown (Holm,
-# alpha 0.05) on 3 of 8 landscapes, half of random's on 1 (by the seed). GP needs torch (not a site dependency).
+# TPE after the one-knob screen (tuners/screen.py; TuningSpec.screen_trials) is what `commcamp tune` ships:
+# results/bench/sampler_benchmark.md, 9 measured landscapes, 50 seeds x 30 trials: trials to 95 % of the best on the
+# 2x H200 socket-path grid 9 vs random 31 (TPE alone 27.5, GP 24.5), on the 448-point Open MPI grid 11 vs 20.5 (TPE
+# alone 13, GP 16.5); fewer trials than random shown on 6 of 9 landscapes. GP needs torch (not a site dependency).
 DEFAULT_SAMPLER = SamplerName.TPE
 
 
