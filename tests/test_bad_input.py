@@ -126,7 +126,10 @@ CASES = [
                     "knobs:\n  defaults: {OMPI_MCA_btl_tcp_sndbuf: 1000}\nenvironments:\n  - name: openmpi")),
     # knob override files (the catalog's site-override format)
     Case("knobs-malformed-yaml", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),
-         ("knobs.yaml: cannot read knob overrides",), {"knobs.yaml": "defaults: {OMPI_MCA_btl_tcp_sndbuf: [4096\n"}),
+         ("knobs.yaml:2: malformed YAML",), {"knobs.yaml": "defaults: {OMPI_MCA_btl_tcp_sndbuf: [4096\n"}),
+    Case("knobs-duplicate-key", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),
+         ("knobs.yaml:2: malformed YAML: duplicate key 'defaults'",),
+         {"knobs.yaml": "defaults: {OMPI_MCA_btl_tcp_sndbuf: 4096}\ndefaults: {OMPI_MCA_btl_tcp_rcvbuf: 4096}\n"}),
     Case("knobs-unknown-knob", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),
          ("knobs.yaml", "NCCL_NO_SUCH_KNOB"), {"knobs.yaml": "defaults: {NCCL_NO_SUCH_KNOB: 1}\n"}),
     Case("knobs-out-of-domain", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),

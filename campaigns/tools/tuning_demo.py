@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from campaigns.model.yamlio import YamlModelError, load_yaml_model
 from campaigns.tuning.executors import READ_LOG_ENV, knobs_read, strip_knobs
 from campaigns.tuning.session import TuningSession, TuningSetup, library_version, make_executor, make_tuner, prepare
 from campaigns.tuning.spec import TuningSpec, site_catalog
@@ -398,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commbench", type=Path, help="the commbench binary (replaces common.commbench)")
     parser.add_argument("--plugin", type=Path, help="libnccl-tuner-commcamp.so for published recommendations")
     args = parser.parse_args(argv)
-    config = DemoConfig.model_validate(yaml.safe_load(args.config.read_text()))
+    try:
+        config = load_yaml_model(args.config, DemoConfig)
+    except YamlModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.commbench:
         config.common["commbench"] = str(args.commbench.resolve())
     if args.plugin:

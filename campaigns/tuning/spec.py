@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns import paths
@@ -178,15 +177,15 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
     site_configs/knobs/<site>.yaml for a site without one) and the spec's override files applied in
     order; also the files used."""
+    from campaigns.model.yamlio import YamlDocument
+
     site = _site(spec)
     catalog = KnobCatalog.load() if site is None else site.knob_catalog()
     files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
     extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
     for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
-        try:
-            overrides = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ValueError(f"{path}: cannot read knob overrides: {exc}") from exc
+        # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
+        overrides = YamlDocument(path).data or {}
         catalog = catalog.for_site(overrides, str(path))
         files.append(str(path))
     return catalog, files
