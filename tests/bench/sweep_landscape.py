@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -36,8 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-import itertools
 
 import numpy as np
 from common import REPO, provenance, slurm_cluster_env, write_result
