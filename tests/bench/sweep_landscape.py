@@ -1,27 +1,29 @@
-"""Measured knob landscape: commbench allreduce between 2 processes over the FULL GRID of a few knob values
+"""Measured knob landscape: commbench allreduce between 2 (or 3) processes over the FULL GRID of a few knob values
 (the library defaults, i.e. every knob unset, included), each grid point measured `--repeats` times in
 interleaved passes (every pass a fresh random order, so that drift hits all alike), failures recorded as they
 happen. The raw material of the replay landscapes of the sampler benchmark (tuners/landscape.py,
 tuners/bench_sampler.py; issue 14): per grid point the per-size median time of every launch, so run-level noise
 (launch to launch) and failure rates are as measured, never modelled.
 
-    .venv/bin/python tests/bench/sweep_landscape.py [--grid openmpi|openmpi-wide|mpich|nccl-socket]
+    .venv/bin/python tests/bench/sweep_landscape.py [--grid openmpi|openmpi-3node|openmpi-wide|...]
                                                     [--repeats 3] [--budget-s 420] [--seed 0] [--commbench BIN]
                                                     [--output results/bench/landscapes/localslurm_GRID.json]
     ... --extend [--more-passes N] [--confirm-top N --confirm-repeats R]   add launches to --output's landscape
 
-Grids (GRIDS below; None = unset). On the local Slurm cluster (2 nodes x 1 rank; without a running cluster in
+Grids (GRIDS below; None = unset). On the local Slurm cluster (2 nodes x 1 rank, `openmpi-3node` 3; without a running cluster in
 the environment, SLURM_CONF, the script starts one, fixtures_slurm, 3 nodes), sizes 64 KiB, 1 MiB and 4 MiB, 5
 iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x slower: the sweep must stay short):
 `openmpi`: OMPI_MCA_btl_tcp_sndbuf x OMPI_MCA_btl_tcp_rcvbuf (unset = the kernel's autotuning, and every 16x of
 the catalog's 4 KiB .. 16 MiB) x OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and
 three of its algorithms): 5 x 5 x 4 = 100 points (one launch took ~1 s on the 2-core machine: 3 passes ~5
-minutes). `openmpi-wide`: the same knobs, buffers every 4x and all six algorithms: 8 x 8 x 7 = 448 points.
+minutes; `openmpi-3node`: the same over 3 nodes). `openmpi-wide`: the same knobs, buffers every 4x and all six algorithms: 8 x 8 x 7 = 448 points.
 `mpich` (Debian's 4.0.2 is ch4:ucx): MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM x MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE
 (read only by the automatic selection): 5 x 6 = 30 points.
 On the GPU machine (`nccl-socket`, with --commbench, the CUDA build): the socket path of
 tools/tuning/gpu-socket-x2.yaml (its launcher, sizes 1/16/256 MiB, iterations and pinned P2P/SHM off), NCCL's
-socket threading x NCCL_BUFFSIZE within the planted domain (1..8 threads and sockets): 7 x 5 x 4 = 140 points.
+socket threading x NCCL_BUFFSIZE within the planted domain (1..8 threads and sockets): 7 x 5 x 4 = 140 points;
+`nccl-socket-demo3`: the same points on the launch of tools/tuning/gpu-demo.yaml's demo3 (sizes 1/16/64 MiB);
+`nccl-nvlink`: NCCL_ALGO x NCCL_PROTO x NCCL_MAX_CTAS over NVLink on gpu-demo.yaml's 4-GPU launch, 48 points.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from common import REPO, provenance, slurm_cluster_env, write_result
@@ -44,47 +46,68 @@ from common import REPO, provenance, slurm_cluster_env, write_result
 _BUFFERS = [None, "4096", "65536", "1048576", "16777216"]  # unset = the kernel's autotuning; every 16x of the catalog
 _BUFFERS_4X = [None, *(str(4**e) for e in range(6, 13))]  # unset and 4 KiB .. 16 MiB, every 4x
 LOCAL_SLURM = "localslurm"
-# name: (library, grid, where: LOCAL_SLURM or the tuning-demo config whose `common` spec is the launch). "openmpi"
-# is the grid of the 2026-11-23 landscapes (kept so that they can be re-made).
-GRIDS: dict[str, tuple[str, dict[str, list[str | None]], str]] = {
-    "openmpi": ("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
-                            "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring",
-                                                                        "rabenseifner"]}, LOCAL_SLURM),
+
+
+class Grid(NamedTuple):
+    library: str
+    knobs: dict[str, list[str | None]]
+    where: str  # LOCAL_SLURM, or the tuning-demo config whose `common` spec (+ `#phase`'s spec) is the launch
+    nodes: int = 2  # LOCAL_SLURM: nodes x 1 rank
+
+
+# "openmpi" is the grid of the 2026-11-23 landscapes (kept so that they can be re-made).
+_OPENMPI = {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
+            "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring", "rabenseifner"]}
+# NCCL's socket transport between 2 processes of one host: unset threads/sockets = NCCL's auto (1 x 1 on a NIC that
+# is not AWS's or GCP's), unset buffer = 4 MiB; every product threads x sockets <= 64 (NCCL's cap)
+_NCCL_SOCKET = {"NCCL_SOCKET_NTHREADS": [None, "1", "2", "3", "4", "6", "8"],
+                "NCCL_NSOCKS_PERTHREAD": [None, "1", "2", "4", "8"],
+                "NCCL_BUFFSIZE": [None, "1048576", "16777216", "67108864"]}
+GRIDS: dict[str, Grid] = {
+    "openmpi": Grid("openmpi", _OPENMPI, LOCAL_SLURM),
+    # the same grid over 3 nodes: a scope related to the 2-node one (other node count), measured after the screen's
+    # design was chosen (tuners/screen.py), so a held-out landscape
+    "openmpi-3node": Grid("openmpi", _OPENMPI, LOCAL_SLURM, nodes=3),
     # every algorithm the catalog offers, socket buffers every 4x: 8 x 8 x 7 = 448 points
-    "openmpi-wide": ("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_4X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_4X,
-                                 "OMPI_MCA_coll_tuned_allreduce_algorithm": [
-                                     None, "basic_linear", "nonoverlapping", "recursive_doubling", "ring",
-                                     "segmented_ring", "rabenseifner"]}, LOCAL_SLURM),
+    "openmpi-wide": Grid("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_4X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_4X,
+                                     "OMPI_MCA_coll_tuned_allreduce_algorithm": [
+                                         None, "basic_linear", "nonoverlapping", "recursive_doubling", "ring",
+                                         "segmented_ring", "rabenseifner"]}, LOCAL_SLURM),
     # algorithm x the automatic selection's short-message threshold (read only under "auto"): 5 x 6 = 30
-    "mpich": ("mpich", {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
-                                                                "reduce_scatter_allgather"],
-                        "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": [None, "256", "4096", "65536", "1048576",
-                                                               "16777216"]}, LOCAL_SLURM),
-    # NCCL's socket transport between 2 processes of one host: unset threads/sockets = NCCL's auto (1 x 1 on a
-    # NIC that is not AWS's or GCP's), unset buffer = 4 MiB; every product threads x sockets <= 64 (NCCL's cap)
-    "nccl-socket": ("nccl", {"NCCL_SOCKET_NTHREADS": [None, "1", "2", "3", "4", "6", "8"],
-                             "NCCL_NSOCKS_PERTHREAD": [None, "1", "2", "4", "8"],
-                             "NCCL_BUFFSIZE": [None, "1048576", "16777216", "67108864"]},
-                    "tools/tuning/gpu-socket-x2.yaml"),
+    "mpich": Grid("mpich", {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
+                                                                    "reduce_scatter_allgather"],
+                            "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": [None, "256", "4096", "65536", "1048576",
+                                                                   "16777216"]}, LOCAL_SLURM),
+    "nccl-socket": Grid("nccl", _NCCL_SOCKET, "tools/tuning/gpu-socket-x2.yaml"),
+    # the same knobs on the launch of the 4x H200 socket demo (demo3: sizes 1/16/64 MiB), whose committed trials
+    # are a 4-point replay (results/bench/landscapes/h200_socket_demo3.json)
+    "nccl-socket-demo3": Grid("nccl", _NCCL_SOCKET, "tools/tuning/gpu-demo.yaml#demo3"),
+    # NVLink between the 4 GPUs of the demo machine (gpu-demo.yaml's common launch: sizes 8 KiB .. 64 MiB; the site
+    # allows Ring and Tree for allreduce): algorithm x protocol x CTA cap, 3 x 4 x 4 = 48 points
+    "nccl-nvlink": Grid("nccl", {"NCCL_ALGO": [None, "Ring", "Tree"], "NCCL_PROTO": [None, "LL", "LL128", "Simple"],
+                                 "NCCL_MAX_CTAS": [None, "2", "8", "32"]}, "tools/tuning/gpu-demo.yaml"),
 }
 LOCAL_SLURM_SIZES = [65536, 1048576, 4194304]
 
 
 def spec_document(grid_name: str, work: Path, commbench: Path | None) -> tuple[dict[str, Any], dict[str, str]]:
     """The TuningSpec fields of the grid's launches and the extra environment of every launch."""
-    library, grid, where = GRIDS[grid_name]
+    library, grid, where, nodes = GRIDS[grid_name]
     local = {"db": f"sqlite:///{work / 'study.db'}", "publish_dir": None, "runs_dir": str(work / "runs"),
              "knobs": list(grid), **({"commbench": str(commbench.resolve())} if commbench else {})}
     if where == LOCAL_SLURM:
         return {"site": "localslurm", "system": "localslurm:debug", "environ": library, "library": library,
-                "op": "allreduce", "nodes": 2, "tasks_per_node": 1, "sizes": LOCAL_SLURM_SIZES,
+                "op": "allreduce", "nodes": nodes, "tasks_per_node": 1, "sizes": LOCAL_SLURM_SIZES,
                 "sizes_per_bucket": 1, "iters": 5, "warmup": 1, "bench_timeout_s": 60, "time_limit_s": 120,
                 "executor": "launcher", "launcher": ["srun"], **local}, {}
     from campaigns.model.yamlio import load_yaml_model
     from campaigns.tools.tuning_demo import DemoConfig
 
-    config = load_yaml_model(REPO / where, DemoConfig)
-    return {**config.common, **local}, dict(config.environment)
+    path, _, phase = where.partition("#")
+    config = load_yaml_model(REPO / path, DemoConfig)
+    if phase and phase not in config.phases:
+        raise SystemExit(f"{path}: no phase {phase!r} (grid {grid_name})")
+    return {**config.common, **(config.phases[phase].spec if phase else {}), **local}, dict(config.environment)
 
 
 def gpu_names() -> list[str]:
@@ -134,7 +157,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--commbench", type=Path, help="the commbench binary (default: the spec's)")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv[1:])
-    library, grid, where = GRIDS[args.grid]
+    library, grid, where, nodes = GRIDS[args.grid]
     if args.more_passes and not args.extend:
         parser.error("--more-passes needs --extend (a new landscape takes --repeats)")
     output = args.output or REPO / "results" / "bench" / "landscapes" / f"{where}_{args.grid.replace('-', '_')}.json"
@@ -156,7 +179,7 @@ def main(argv: list[str]) -> int:
         document, launch_env = spec_document(args.grid, Path(scratch), args.commbench)
         env = {**env, **launch_env}
         os.environ.update(env)  # srun and sinfo of the executor find the cluster
-        if where == LOCAL_SLURM:  # srun -N 2 -n 2 with the site's MPI plugin (a bare srun starts one singleton rank)
+        if where == LOCAL_SLURM:  # srun -N n -n n with the site's MPI plugin (a bare srun starts one singleton rank)
             document["launcher"] = slurm_launcher(TuningSpec.model_validate(document), inside_allocation=False)
         setup = prepare(TuningSpec.model_validate(document), environ=env, ingest=False)
         sizes = list(setup.spec.sizes)
@@ -194,7 +217,8 @@ def main(argv: list[str]) -> int:
                             "95 % of it are not a few lucky launches (winner's curse)"} if confirmed else None)
     machine = {"gpus": gpu_names()} if where != LOCAL_SLURM else {}
     fields = {
-        "what": f"measured allreduce landscape ({where}: 2 processes), full grid: per grid point and launch the "
+        "what": f"measured allreduce landscape ({where}: {setup.spec.nodes * setup.spec.tasks_per_node} "
+                "processes), full grid: per grid point and launch the "
                 "per-size median time (us) or the failure; configuration 0 = library defaults",
         **machine, "grid_name": args.grid, "library": library, "library_version": setup.versions.get(library),
         "knobs": list(grid), "grid": grid, "sizes": sizes, "spec": setup.spec.model_dump(mode="json"),
