@@ -1,5 +1,6 @@
 """The one-knob screen (tuners/screen.py) in the real Tuner, on the measured 2x H200 socket-path grid replayed
-(results/bench/landscapes/h200x2_socket_grid.json): what it proposes, that a resumed study does not screen again,
+(results/bench/landscapes/h200x2_socket_grid.json): what it proposes in its first and second round, that a resumed
+study does not screen again,
 and that it finds the grid's best settings sooner than the same TPE without it."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import optuna
 from fixtures_tuner import make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario, run_tuner, score, shipped_settings
-from tuners.screen import SCREEN_ATTR
+from tuners.screen import ROUND_TRIALS, SCREEN_ATTR
 from tuners.study import ENV, ROLE, Tuner, is_counted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,12 +44,29 @@ def single_knob_changes(study: optuna.Study, knobs: tuple[str, ...]) -> list[boo
 
 def test_the_screen_changes_one_knob_of_the_best_starting_point(sqlite_url: str) -> None:
     knobs = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)[0].space.knob_names
-    screened = run(sqlite_url, n_trials=10, screen_trials=8)
-    assert single_knob_changes(screened, knobs)[:8] == [True] * 8
+    screened = run(sqlite_url, n_trials=10, screen_trials=ROUND_TRIALS)
+    assert single_knob_changes(screened, knobs)[:ROUND_TRIALS] == [True] * ROUND_TRIALS
     assert sorted(t.system_attrs[SCREEN_ATTR] for t in screened.trials if SCREEN_ATTR in t.system_attrs)[:1] == [0]
     # without the screen, TPE's first proposals are random draws: most change two or three knobs at once
     plain = run(sqlite_url.replace(".db", "-plain.db"), n_trials=10, screen_trials=0)
-    assert single_knob_changes(plain, knobs).count(True) < 8
+    assert single_knob_changes(plain, knobs).count(True) < ROUND_TRIALS
+
+
+def test_a_second_round_changes_one_knob_of_the_fastest_point_of_the_first(sqlite_url: str) -> None:
+    """Screened trials 9-16 centre on the fastest trial among the starting points and the first round's 8 (on this
+    grid a round-1 change, e.g. 2 socket threads, beats NCCL's defaults), not on the starting point."""
+    knobs = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)[0].space.knob_names
+    study = run(sqlite_url, n_trials=2 + 2 * ROUND_TRIALS, screen_trials=2 * ROUND_TRIALS)
+    trials = [t for t in study.trials if is_counted(t)]
+    starts = [t for t in trials if ROLE in t.user_attrs]
+    first = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) in range(ROUND_TRIALS)]
+    second = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) >= ROUND_TRIALS]
+    assert len(first) == ROUND_TRIALS and second
+    centre = searched(min([*starts, *first], key=lambda t: t.values[0]).user_attrs[ENV], knobs)
+    assert centre != searched(min(starts, key=lambda t: t.values[0]).user_attrs[ENV], knobs)
+    for trial in second:
+        env = searched(trial.user_attrs[ENV], knobs)
+        assert sum(env.get(k) != centre.get(k) for k in knobs) == 1, (env, centre)
 
 
 def test_a_resumed_study_does_not_screen_again(sqlite_url: str) -> None:

@@ -1,4 +1,4 @@
-"""One-knob screen: the first proposals of a search are single-knob changes of the best starting point.
+"""One-knob screen: the first proposals of a search are single-knob changes of the best point so far.
 
 On the fully measured landscapes (results/bench/landscapes/: the 2x H200 socket-path grid, the Open MPI grids) the
 fastest settings are one or two knob changes away from the defaults (2 socket threads instead of NCCL's auto, a 64 KiB
@@ -7,9 +7,12 @@ and after them it models a few points. The screen spends those first proposals w
 usually is: it changes ONE knob of the best starting point (the fastest complete trial among the site defaults, the
 seeds, the documented settings and the warm starts) to one value of that knob's ladder (KnobDimension.ladder), knobs
 taken in turn, values in an order drawn from the seed; a change the study has already measured or the catalog's
-constraints reject is passed over. The centre stays: following each noisy new best instead (tried on the same
-landscapes) walked the screen away from the defaults on one lucky launch. Then the wrapped
-sampler (TPE) goes on with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
+constraints reject is passed over. The screen works in rounds of ROUND_TRIALS: a round's centre is the fastest
+complete trial among the starting points and the earlier rounds' trials, so the second round changes one more knob of
+the first round's best change (on the 3-node Open MPI grid the fast settings change both socket buffers: no single
+change reaches 95 % of the best). Within a round the centre stays: following each noisy new best instead (tried on the
+same landscapes) walked the screen away from the defaults on one lucky launch. Then the wrapped sampler (TPE) goes on
+with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
 
 Optuna's sampler interface, like its GridSampler: the plan of a trial is made in `before_trial` and marked in the
 trial's system attributes (SCREEN_ATTR), so a resumed study or another worker counts the screen's trials from storage.
@@ -29,6 +32,7 @@ from tuners.catalog import UnsafeValueError
 from tuners.space import SearchSpace, SpaceError
 
 SCREEN_ATTR = "commcamp:screen"  # system attribute: the screen's step that planned this trial
+ROUND_TRIALS = 8  # screened trials per round; each round changes one knob of the fastest point before it
 
 
 class OneKnobScreen(optuna.samplers.BaseSampler):
@@ -83,10 +87,14 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
               ) -> tuple[int, dict[str, Any]] | None:
         """(step, parameters) of the first step from `first_step` on whose change is new, or None."""
         measured = [t for t in trials if self.env_attr in t.user_attrs]
-        starts = [t for t in measured if t.state is TrialState.COMPLETE and t.values and self.role_attr in t.user_attrs]
+        complete = [t for t in measured if t.state is TrialState.COMPLETE and t.values]
+        starts = [t for t in complete if self.role_attr in t.user_attrs]
         if not starts:
             return None
-        centre = min(starts, key=lambda t: t.values[0]).user_attrs[self.env_attr]
+        # the centre of this round: the fastest start or trial of an earlier round
+        begun = first_step - first_step % ROUND_TRIALS
+        candidates = [*starts, *(t for t in complete if t.system_attrs.get(SCREEN_ATTR, begun) < begun)]
+        centre = min(candidates, key=lambda t: t.values[0]).user_attrs[self.env_attr]
         known = [t.user_attrs[self.env_attr] for t in measured]
         current = {name: centre.get(name) for name in self.space.knob_names}
         searched = [i for i in self.knob_order if self.space.dimensions[i].name not in dropped]
