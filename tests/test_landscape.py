@@ -19,6 +19,7 @@ from tuners.bench_sampler import (
     run_coordinate,
     run_tuner,
     score,
+    warm_starts,
     shipped_settings,
     target_verdict,
 )
@@ -26,7 +27,7 @@ from tuners.evaluation import buckets_for_sizes
 from tuners.landscape import LandscapeError, ReplayLandscape
 
 REPO = Path(__file__).resolve().parents[1]
-COMMITTED = [name for name, (stem, _) in SCENARIOS.items() if (REPO / LANDSCAPE_DIR / f"{stem}.json").exists()]
+COMMITTED = [name for name, scenario in SCENARIOS.items() if (REPO / LANDSCAPE_DIR / f"{scenario.stem}.json").exists()]
 
 
 @pytest.mark.parametrize("scenario", COMMITTED)
@@ -100,3 +101,18 @@ def test_bad_landscape_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(LandscapeError, match="every launch"):
         ReplayLandscape.load(failed, landscape.space, buckets_for_sizes([1 << 20], 1))
     assert np.isfinite(landscape.best_us)
+
+
+def test_a_related_scope_s_winner_is_the_shipped_search_s_warm_start() -> None:
+    """cpu-openmpi-3node-warm: the 2-node grid's best point is enqueued after the defaults, marked as seeded (so the
+    `unseeded` count leaves it out); the scenario without the warm start has none."""
+    landscape, document = load_scenario("cpu-openmpi-3node-warm", REPO / LANDSCAPE_DIR)
+    related, _ = load_scenario("cpu-openmpi", REPO / LANDSCAPE_DIR)
+    (env, source), = warm_starts("cpu-openmpi-3node-warm", landscape, REPO / LANDSCAPE_DIR)
+    assert env == dict(related.points[int(np.argmin(related.true_us))].env) and "localslurm_openmpi.json" in source
+    history = run_tuner(landscape, document, shipped_settings(), 0, 4, warm_starts("cpu-openmpi-3node-warm",
+                                                                                    landscape, REPO / LANDSCAPE_DIR))
+    # trial 0 = the site defaults = the library defaults (so no separate seed), trial 1 = the warm start
+    assert [t.seeded for t in history[:3]] == [True, True, False]
+    assert {k: v for k, v in history[1].env.items() if k in landscape.space.knob_names} == env
+    assert warm_starts("cpu-openmpi-3node", landscape, REPO / LANDSCAPE_DIR) == []
