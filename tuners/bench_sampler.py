@@ -131,10 +131,10 @@ def shipped_settings() -> dict[str, Any]:
 
 
 def load_scenario(name: str, directory: Path) -> tuple[ReplayLandscape, dict[str, Any]]:
-    stem, site_defaults, _, _ = SCENARIOS[name]
-    path = directory / f"{stem}.json"
+    scenario = SCENARIOS[name]
+    path = directory / f"{scenario.stem}.json"
     document = json.loads(path.read_text())
-    defaults = document.get("site_defaults", {}) if site_defaults is None else site_defaults
+    defaults = document.get("site_defaults", {}) if scenario.site_defaults is None else scenario.site_defaults
     catalog = KnobCatalog.load()
     if defaults:
         catalog = catalog.for_site({"defaults": dict(defaults)}, f"benchmark scenario {name}")
@@ -267,12 +267,11 @@ def run_seeds(directory: Path, scenario: str, strategy: str, seeds: range, trial
     """The outcomes of one strategy on one landscape for `seeds` (a reason string when the strategy cannot run)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     landscape, document = load_scenario(scenario, directory)
-    shipped = shipped_settings()
+    shipped, warm = shipped_settings(), warm_starts(scenario, landscape, directory)
     if strategy == "gp" and importlib.util.find_spec("torch") is None:
         return "optuna's GPSampler needs torch, which is not installed"
     runs: list[Callable[[int], list[Trial]]] = {
-        "shipped": lambda s: run_tuner(landscape, document, shipped, s, trials,
-                                       warm_starts(scenario, landscape, directory)),
+        "shipped": lambda s: run_tuner(landscape, document, shipped, s, trials, warm),
         "sobol": lambda s: run_sobol(landscape, s, trials),
         "coordinate": lambda s: run_coordinate(landscape, s, trials),
         **{name: (lambda s, name=name: run_tuner(landscape, document, {**shipped, "sampler": name, "screen_trials": 0,
@@ -392,7 +391,8 @@ def summary_table(document: Mapping[str, Any]) -> list[str]:
         verdict = target_verdict(cells, document["trials"], info.get("lowest_possible_median", 1))
         verdict = ("met by the seed" if "by the seeded" in verdict else "met" if "**met**" in verdict
                    else "unattainable" if "no search can" in verdict else "not met")
-        lines.append(f"| {scenario} | {'grid' if info.get('measured') == 'full grid' else 'visited'} {info['points']} | "
+        measured = "grid" if info.get("measured") == "full grid" else "visited"
+        lines.append(f"| {scenario} | {measured} {info['points']} | "
                      f"{'yes' if info.get('held_out') else 'no'} | " + " | ".join(medians) +
                      f" | {'-' if unseeded is None else f'{unseeded:g}'} | {verdict} |")
     return lines

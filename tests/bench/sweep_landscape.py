@@ -10,13 +10,15 @@ tuners/bench_sampler.py; issue 14): per grid point the per-size median time of e
                                                     [--output results/bench/landscapes/localslurm_GRID.json]
     ... --extend [--more-passes N] [--confirm-top N --confirm-repeats R]   add launches to --output's landscape
 
-Grids (GRIDS below; None = unset). On the local Slurm cluster (2 nodes x 1 rank, `openmpi-3node` 3; without a running cluster in
-the environment, SLURM_CONF, the script starts one, fixtures_slurm, 3 nodes), sizes 64 KiB, 1 MiB and 4 MiB, 5
-iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x slower: the sweep must stay short):
+Grids (GRIDS below; None = unset). On the local Slurm cluster (2 nodes x 1 rank, `openmpi-3node` 3; without a
+running cluster in the environment, SLURM_CONF, the script starts one, fixtures_slurm, 3 nodes), sizes 64 KiB,
+1 MiB and 4 MiB, 5 iterations after 1 warm-up (4 KiB socket buffers make large messages ~25x slower: the sweep must
+stay short):
 `openmpi`: OMPI_MCA_btl_tcp_sndbuf x OMPI_MCA_btl_tcp_rcvbuf (unset = the kernel's autotuning, and every 16x of
 the catalog's 4 KiB .. 16 MiB) x OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and
 three of its algorithms): 5 x 5 x 4 = 100 points (one launch took ~1 s on the 2-core machine: 3 passes ~5
-minutes; `openmpi-3node`: the same over 3 nodes). `openmpi-wide`: the same knobs, buffers every 4x and all six algorithms: 8 x 8 x 7 = 448 points.
+minutes; `openmpi-3node`: the same over 3 nodes). `openmpi-wide`: the same knobs, buffers every 4x and all six
+algorithms: 8 x 8 x 7 = 448 points.
 `mpich` (Debian's 4.0.2 is ch4:ucx): MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM x MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE
 (read only by the automatic selection): 5 x 6 = 30 points.
 On the GPU machine (`nccl-socket`, with --commbench, the CUDA build): the socket path of
@@ -65,8 +67,7 @@ _NCCL_SOCKET = {"NCCL_SOCKET_NTHREADS": [None, "1", "2", "3", "4", "6", "8"],
                 "NCCL_BUFFSIZE": [None, "1048576", "16777216", "67108864"]}
 GRIDS: dict[str, Grid] = {
     "openmpi": Grid("openmpi", _OPENMPI, LOCAL_SLURM),
-    # the same grid over 3 nodes: a scope related to the 2-node one (other node count), measured after the screen's
-    # design was chosen (tuners/screen.py), so a held-out landscape
+    # the same grid over 3 nodes: a scope related to the 2-node one (another node count)
     "openmpi-3node": Grid("openmpi", _OPENMPI, LOCAL_SLURM, nodes=3),
     # every algorithm the catalog offers, socket buffers every 4x: 8 x 8 x 7 = 448 points
     "openmpi-wide": Grid("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_4X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_4X,
