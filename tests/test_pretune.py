@@ -148,7 +148,10 @@ def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, 
     reruns = [t for t in study.trials if RETRY_OF in t.user_attrs]
     assert len(lost) == 1 and len(reruns) == 1
     rerun = reruns[0]
-    assert rerun.user_attrs[RETRY_OF] == [lost[0].number] and rerun.params == lost[0].params
+    assert rerun.user_attrs[RETRY_OF] == [lost[0].number]
+    # the same parameters -- unless the kill came between the worker's next ask() and its suggestions (the
+    # check above and the scancel are not atomic): a trial without parameters has none to keep, its re-run samples
+    assert rerun.params == lost[0].params or not lost[0].params
     if not is_counted(rerun):
         measured = study.trials[rerun.user_attrs[REPEAT_OF]]
         assert is_counted(measured) and measured.user_attrs[ENV] == rerun.user_attrs[ENV]
