@@ -84,8 +84,8 @@ class TuningSpec(_Model):
     seed: int | None = 0
     n_startup_trials: int = Field(default=4, ge=1)
     screen_trials: int = Field(default=16, ge=0, description=(
-        "first proposals: single-knob changes of the best starting point, then (from the 9th) of the fastest "
-        "point so far (tuners/screen.py, rounds of 8); 0 = none"))
+        "first proposals: single-knob changes of the best starting point, in later rounds of the fastest point "
+        "of the earlier ones (tuners/screen.py); 0 = none"))
     seed_library_defaults: bool = Field(default=True, description="trial 1 = every searched knob unset")
     documented_seeds: bool = Field(default=True, description=(
         "measure the site's documented settings (site.yaml knobs.documented) after the seeds"))
