@@ -116,3 +116,20 @@ def test_a_related_scope_s_winner_is_the_shipped_search_s_warm_start() -> None:
     assert [t.seeded for t in history[:3]] == [True, True, False]
     assert {k: v for k, v in history[1].env.items() if k in landscape.space.knob_names} == env
     assert warm_starts("cpu-openmpi-3node", landscape, REPO / LANDSCAPE_DIR) == []
+
+
+def test_a_point_with_launches_on_both_sides_of_the_95_line_straddles_it(tmp_path: Path) -> None:
+    """Best median 100 us, so the 95 % line is at 105.3 us: [104, 130] and [104, a failure] straddle it, [100, 101, 99]
+    is inside and [120, 125] outside."""
+    landscape, _ = load_scenario("cpu-mpich", REPO / LANDSCAPE_DIR)
+    size = 1 << 20
+    points = [[100, 101, 99], [104, 130], [104, None], [120, 125]]
+    document = {"configs": [{"env": {"MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": str(256 << i)},
+                             "runs": [{"median_us": {str(size): t}} if t else {"failure": "timeout"} for t in times]}
+                            for i, times in enumerate(points)]}
+    path = tmp_path / "four.json"
+    path.write_text(json.dumps(document))
+    four = ReplayLandscape.load(path, landscape.space, buckets_for_sizes([size], 1))
+    assert four.best_us == pytest.approx(100)
+    assert four.straddling(0.95) == 2
+    assert four.straddling(0.5) == 1  # only the failure is beyond 200 us

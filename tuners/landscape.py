@@ -79,9 +79,13 @@ class ReplayLandscape:
             raise LandscapeError(f"{path}: not a landscape file ({type(exc).__name__}: {exc})") from exc
         return cls(path.stem, space, points, buckets)
 
+    def _launch_times_us(self, point: MeasuredPoint) -> list[float]:
+        """The study objective of each launch of `point` (a failed launch: infinite)."""
+        return [overall_time_us(bucket_times_us(r.medians_us, self.buckets)) if r.medians_us is not None else math.inf
+                for r in point.runs]
+
     def _median_objective(self, point: MeasuredPoint) -> float:
-        values = [overall_time_us(bucket_times_us(r.medians_us, self.buckets))
-                  for r in point.runs if r.medians_us is not None]
+        values = [t for t in self._launch_times_us(point) if math.isfinite(t)]
         return float(np.median(values)) if values else math.inf
 
     def _distance(self, a: Mapping[str, str], b: Mapping[str, str]) -> float:
@@ -98,6 +102,12 @@ class ReplayLandscape:
                 width = max(math.log2(knob.high) - math.log2(max(knob.low, 1)), 1.0)
                 total += abs(math.log2(max(int(x), 1)) - math.log2(max(int(y), 1))) / width
         return total
+
+    def straddling(self, quality: float) -> int:
+        """Points with a launch on each side of `quality` x the best (a failure is on the slow side): whether such a
+        point counts as within it is decided by which launches were drawn, i.e. by launch noise."""
+        line = self.best_us / quality
+        return sum(min(times) <= line < max(times) for times in map(self._launch_times_us, self.points))
 
     def point_of(self, env: Mapping[str, str]) -> int:
         """Index of the measured point nearest to env (its searched knobs; others are ignored)."""
