@@ -232,7 +232,7 @@ def main(argv: list[str]) -> int:
                  "seconds": round(time.monotonic() - started, 1)}
         fields = {**{k: v for k, v in earlier.items() if k not in fields}, **fields, "seconds": earlier["seconds"],
                   "confirmations": [*earlier.get("confirmations", []), added]}
-        for key in ("date", "host", "cpus", "command", "commit", "load_avg_at_start", "load_avg_at_end"):
+        for key in ("date", "host", "cpus", "command", "commit", "seed", "load_avg_at_start", "load_avg_at_end"):
             fields[key] = earlier[key]
         from tuners.writers import write_atomic
 
