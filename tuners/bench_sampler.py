@@ -154,7 +154,7 @@ def warm_starts(name: str, landscape: ReplayLandscape, directory: Path) -> list[
     path = directory / f"{related}.json"
     sizes = json.loads(path.read_text())["sizes"]
     winner = ReplayLandscape.load(path, landscape.space, buckets_for_sizes(sizes, 1))
-    return [(dict(winner.points[int(np.argmin(winner.true_us))].env), f"the best point of {path}")]
+    return [(winner.best_env, f"the best point of {path}")]
 
 
 def replay_objective_us(evaluation: Evaluation, landscape: ReplayLandscape) -> float | None:
@@ -320,7 +320,7 @@ def describe(scenario: str, directory: Path) -> dict[str, Any]:
             "points": len(landscape.points), "launches": len(runs),
             "failed_launches": sum(r.medians_us is None for r in runs),
             "best_true_objective_us": round(landscape.best_us, 3),
-            "best_env": dict(landscape.points[int(np.argmin(landscape.true_us))].env),
+            "best_env": landscape.best_env,
             "points_within_95pct": int((qualities >= TARGET_QUALITY).sum()),
             "points_within_90pct": int((qualities >= SECOND_QUALITY).sum()),
             "points_straddling_95pct": landscape.straddling(TARGET_QUALITY), "site_defaults": baseline,

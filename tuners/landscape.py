@@ -103,6 +103,11 @@ class ReplayLandscape:
                 total += abs(math.log2(max(int(x), 1)) - math.log2(max(int(y), 1))) / width
         return total
 
+    @property
+    def best_env(self) -> dict[str, str]:
+        """The searched knobs set at the point with the best true objective (the first of equals)."""
+        return dict(self.points[int(np.argmin(self.true_us))].env)
+
     def straddling(self, quality: float) -> int:
         """Points with a launch on each side of `quality` x the best (a failure is on the slow side): whether such a
         point counts as within it is decided by which launches were drawn, i.e. by launch noise."""
