@@ -133,3 +133,24 @@ def test_a_point_with_launches_on_both_sides_of_the_95_line_straddles_it(tmp_pat
     assert four.best_us == pytest.approx(100)
     assert four.straddling(0.95) == 2
     assert four.straddling(0.5) == 1  # only the failure is beyond 200 us
+
+
+def test_spellings_of_one_configuration_are_one_point_with_all_their_launches(tmp_path: Path) -> None:
+    """NCCL runs sockets per thread unset and 1 alike with socket threads set, and any sockets per thread without
+    them as its defaults (KnobCatalog.effective_env): 5 measured settings are 2 points, each with every launch of
+    its spellings, so the lucky spelling does not decide the best; a query in any spelling finds its point."""
+    landscape, _ = load_scenario("h200x2-socket-grid", REPO / LANDSCAPE_DIR)
+    size = 1 << 20
+    threads, socks = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"
+    settings = [({}, [300, 320]), ({socks: "4"}, [310]), ({threads: "2"}, [100, 130]),
+                ({threads: "2", socks: "1"}, [90]), ({socks: "8"}, [330])]
+    document = {"configs": [{"env": env, "runs": [{"median_us": {str(size): t}} for t in times]}
+                            for env, times in settings]}
+    path = tmp_path / "spellings.json"
+    path.write_text(json.dumps(document))
+    pooled = ReplayLandscape.load(path, landscape.space, buckets_for_sizes([size], 1))
+    assert pooled.spellings == 5 and [p.env for p in pooled.points] == [{}, {threads: "2"}]
+    assert [len(p.runs) for p in pooled.points] == [4, 3]
+    assert pooled.best_us == pytest.approx(100)  # the median of 100, 130 and 90: not the one launch of 90
+    assert pooled.point_of({socks: "2"}) == 0 and pooled.point_of({threads: "2", socks: "1"}) == 1
+

@@ -111,6 +111,8 @@ GOOD = {"libraries": ["nccl"], "type": "int", "low": 0, "high": 15, "safety": "s
         ({"versions": {"nccl": "version two"}}, "knobs.NCCL_IB_SL", "not a version specifier"),
         ({"low": 20}, "knobs.NCCL_IB_SL", "'low' <= 'high'"),
         ({"requires": {"NOT_A_KNOB": "1"}}, "knobs.NCCL_IB_SL.requires", "NOT_A_KNOB"),
+        ({"unset_equals": 16}, "knobs.NCCL_IB_SL", "outside [0, 15]"),
+        ({"inert_unless_set": ["NOT_A_KNOB"]}, "knobs.NCCL_IB_SL.inert_unless_set", "NOT_A_KNOB"),
     ],
 )
 def test_bad_catalog_entry_names_file_and_key(tmp_path: Path, change: dict, key: str, words: str) -> None:
@@ -284,6 +286,27 @@ def test_every_entry_says_what_unset_means_and_where_it_comes_from(tmp_path: Pat
         fields = {k: v for k, v in GOOD.items() if k != field}
         with pytest.raises(CatalogError, match=rf"knobs\.NCCL_IB_SL\.{field}: Field required"):
             KnobCatalog.load(write_catalog(tmp_path, fields))
+
+
+def test_settings_the_library_runs_alike_have_one_effective_env(catalog: KnobCatalog) -> None:
+    """NCCL (net_socket.cc, init.cc; NCCL's own log on the H200 machine in
+    results/bench/landscapes/h200x2_nccl_socket_resolution.txt): without socket threads no sockets per thread are
+    opened, sockets per thread are 1 when unset, NCCL_BUFFSIZE is 4 MiB when unset. A site on AWS NICs (auto: 2
+    threads x 8 sockets) says so in its site.yaml; a narrowed domain without the default value drops it."""
+    effective = catalog.effective_env
+    threads, socks, buffsize = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE"
+    assert effective({socks: "8"}) == {} == effective({buffsize: "4194304"}) == effective({socks: "1"})
+    assert effective({threads: "2", socks: "1"}) == {threads: "2"} == effective({threads: "2"})
+    assert effective({threads: "2", socks: "4", "OTHER": "x"}) == {threads: "2", socks: "4", "OTHER": "x"}
+    pinned = catalog.for_site({"pinned": {buffsize: 4194304}}, "pin.yaml")
+    assert pinned.effective_env({buffsize: "4194304", socks: "8"}) == {buffsize: "4194304"}  # a pin stays
+    aws = catalog.for_site({"unset_equals": {socks: 8}, "inert_unless_set": {socks: []}}, "aws/site.yaml")
+    assert aws.effective_env({socks: "8"}) == {} and aws.effective_env({socks: "1"}) == {socks: "1"}
+    assert catalog.for_site({"restrict": {socks: {"low": 2}}}, "narrow.yaml")[socks].unset_equals is None
+    with pytest.raises(CatalogError, match=r"aws/site.yaml: knobs.unset_equals.NCCL_NSOCKS_PERTHREAD"):
+        catalog.for_site({"unset_equals": {socks: 99}}, "aws/site.yaml")
+    with pytest.raises(CatalogError, match=r"aws/site.yaml: knobs.NCCL_NSOCKS_PERTHREAD.inert_unless_set"):
+        catalog.for_site({"inert_unless_set": {socks: ["NOT_A_KNOB"]}}, "aws/site.yaml")
 
 
 def test_socket_threads_times_sockets_stays_within_64(catalog: KnobCatalog) -> None:

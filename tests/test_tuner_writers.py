@@ -313,13 +313,13 @@ def test_the_site_s_documented_settings_are_measured_after_the_seeds_with_their_
     from tuners.study import DOCUMENTED, DOCUMENTED_FROM, ENV, ROLE
 
     aws = "NVIDIA/nccl src/transport/net_socket.cc: NCCL's own choice for AWS NICs (2 threads x 8 sockets)"
-    site = catalog.for_site({"defaults": {"NCCL_BUFFSIZE": "4194304"}, "documented": [
+    site = catalog.for_site({"defaults": {"NCCL_BUFFSIZE": "8388608"}, "documented": [
         {"env": {"NCCL_SOCKET_NTHREADS": 2, "NCCL_NSOCKS_PERTHREAD": 8}, "source": aws},
         {"env": {"NCCL_PROTO": "Simple"}, "source": "another scope's advice"}]}, "h200/site.yaml")
     knobs = ["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE"]
     space = build_space(site, {Library.NCCL: "2.28.3"}, knobs=knobs)
     documented = documented_envs(site, space)
-    expected = {"NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8", "NCCL_BUFFSIZE": "4194304"}
+    expected = {"NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8", "NCCL_BUFFSIZE": "8388608"}
     assert documented == [(expected, aws)]
 
     def evaluate(env, *, validate=False):  # noqa: ANN001, ANN202  (the trials' outcome does not matter here)

@@ -206,13 +206,16 @@ def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[T
     baseline = space.catalog.default_env(space.knob_names)
     current: dict[str, str | None] = {name: baseline.get(name) for name in space.knob_names}
     history: list[Trial] = []
-    seen: dict[tuple[tuple[str, str], ...], float | None] = {}
+    seen: dict[tuple[tuple[str, str], ...], float | None] = {}  # per configuration: a respelling is not measured
+
+    def configuration(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(space.catalog.effective_env(env).items()))
 
     def measure(values: Mapping[str, str | None]) -> float | None:
         env = space.env_from_values(values)
         observed = replay_objective_us(evaluate(env), landscape)
         history.append(Trial(env, observed, not history))
-        seen[tuple(sorted(env.items()))] = observed
+        seen[configuration(env)] = observed
         return observed
 
     best = measure(current)
@@ -227,7 +230,7 @@ def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[T
                     return history
                 candidate = {**current, dimension.name: values[int(value_index)]}
                 try:
-                    key = tuple(sorted(space.env_from_values(candidate).items()))
+                    key = configuration(space.env_from_values(candidate))
                 except UnsafeValueError:
                     continue  # breaks a catalog constraint (e.g. socket threads x sockets <= 64)
                 observed = seen[key] if key in seen else measure(candidate)
@@ -317,7 +320,7 @@ def describe(scenario: str, directory: Path) -> dict[str, Any]:
                                "quality": round(landscape.quality(warm[0][0]), 4)}} if warm else {}),
             "measured": "full grid" if "grid" in document else
             "the points searches visited, not a grid (between them the replay is nearest-neighbour fill)",
-            "points": len(landscape.points), "launches": len(runs),
+            "points": len(landscape.points), "measured_settings": landscape.spellings, "launches": len(runs),
             "failed_launches": sum(r.medians_us is None for r in runs),
             "best_true_objective_us": round(landscape.best_us, 3),
             "best_env": landscape.best_env,
@@ -439,7 +442,11 @@ def markdown(document: Mapping[str, Any]) -> str:
              "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded. "
              f"Shipped = {document['shipped']}. Written by `{document['command']}`.", "", *summary_table(document), ""]
     for scenario, info in document["landscapes"].items():
-        lines += [f"## {scenario}", "", f"{info.get('measured', 'measured')}: {info['points']} points, {info['launches']} launches "
+        settings = info.get("measured_settings", info["points"])
+        pooled = (f" ({settings} measured settings; those the library runs as one configuration pooled)"
+                  if settings != info["points"] else "")
+        lines += [f"## {scenario}", "", f"{info.get('measured', 'measured')}: {info['points']} points{pooled}, "
+                  f"{info['launches']} launches "
                   f"({info['failed_launches']} failed); {info['points_within_95pct']} point(s) within 95 % of the best "
                   f"({info['best_env'] or 'library defaults'}), {info.get('points_within_90pct', '?')} within 90 %, "
                   f"{info.get('points_straddling_95pct', '?')} with launches on both sides of the 95 % line (which of "

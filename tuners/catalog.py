@@ -115,7 +115,8 @@ def parse_version(version: str) -> Version:
 class Knob(BaseModel):
     """One environment variable. `default` is the site's default (trial 0); None = unset. `unset`
     says what the library does when the variable is not set; `source` where the domain, the safety
-    class and that meaning come from (or that a source could not be found)."""
+    class and that meaning come from (or that a source could not be found). `unset_equals` and
+    `inert_unless_set` say which settings run the same configuration (KnobCatalog.effective_env)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -139,13 +140,18 @@ class Knob(BaseModel):
     ops: tuple[str, ...] = ("*",)
     transports: tuple[str, ...] = ("*",)
     requires: dict[str, str] = Field(default_factory=dict)
+    # the value the library takes when the variable is unset: setting it runs the same configuration
+    unset_equals: str | None = None
+    # knobs without which this one has no effect: while one of them is unset, setting this one changes nothing
+    inert_unless_set: tuple[str, ...] = ()
 
     @field_validator("name")
     @classmethod
     def _name_is_env_name(cls, name: str) -> str:
         return check_env_name(name)
 
-    _value_strings = field_validator("default", "choices", "requires", mode="before")(_as_value_strings)
+    _value_strings = field_validator("default", "choices", "requires", "unset_equals", mode="before")(
+        _as_value_strings)
 
     @model_validator(mode="after")
     def _domain_is_consistent(self) -> Knob:
@@ -187,6 +193,10 @@ class Knob(BaseModel):
             check_safe_value(required_value, f"{self.name} requires {required_name}")
         if self.default is not None:
             self.check_value(self.default)
+        if self.unset_equals is not None:
+            self.check_value(self.unset_equals)
+        for name in self.inert_unless_set:
+            check_env_name(name)
         return self
 
     def check_value(self, value: object) -> str:
@@ -323,8 +333,12 @@ class SiteKnobOverrides(BaseModel):
     pinned: dict[str, str] = Field(default_factory=dict)
     restrict: dict[str, KnobRestriction] = Field(default_factory=dict)
     documented: tuple[DocumentedSetting, ...] = ()
+    # where the library resolves "unset" otherwise on this site's platform (e.g. NCCL's socket threading on an AWS
+    # NIC): the knob's unset_equals (null: none) and inert_unless_set, replacing the base catalog's
+    unset_equals: dict[str, str | None] = Field(default_factory=dict)
+    inert_unless_set: dict[str, tuple[str, ...]] = Field(default_factory=dict)
 
-    _value_strings = field_validator("defaults", "pinned", mode="before")(_as_value_strings)
+    _value_strings = field_validator("defaults", "pinned", "unset_equals", mode="before")(_as_value_strings)
 
 
 class KnobCatalog:
@@ -385,18 +399,23 @@ class KnobCatalog:
                     raise CatalogError(f"{source}: constraints[{i}].product: {name} is not an int knob "
                                        "(without search_values) of the catalog")
         catalog = cls(knobs, source, constraints=constraints)
-        catalog._check_requires()
+        catalog._check_references(source)
         return catalog
 
-    def _check_requires(self) -> None:
+    def _check_references(self, source: str) -> None:
+        """Every knob named by another knob's `requires` or `inert_unless_set` is in the catalog."""
         for knob in self._knobs.values():
             for name, value in knob.requires.items():
                 if name not in self._knobs:
-                    raise CatalogError(f"{self.source}: knobs.{knob.name}.requires: {name} is not in the catalog")
+                    raise CatalogError(f"{source}: knobs.{knob.name}.requires: {name} is not in the catalog")
                 try:
                     self._knobs[name].check_value(value)
                 except UnsafeValueError as exc:
-                    raise CatalogError(f"{self.source}: knobs.{knob.name}.requires: {exc}") from exc
+                    raise CatalogError(f"{source}: knobs.{knob.name}.requires: {exc}") from exc
+            for name in knob.inert_unless_set:
+                if name not in self._knobs or name == knob.name:
+                    raise CatalogError(f"{source}: knobs.{knob.name}.inert_unless_set: {name} is not another knob "
+                                       "of the catalog")
 
     def for_site(self, overrides: Mapping[str, Any], source: str = "site overrides") -> KnobCatalog:
         """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
@@ -423,10 +442,18 @@ class KnobCatalog:
             knobs[name] = knob.model_copy(update={"default": value})
         for name in site.forbidden:
             knobs[name] = knob_of("forbidden", name).model_copy(update={"safety": Safety.FORBIDDEN})
+        for name, value in site.unset_equals.items():
+            knob = knob_of("unset_equals", name)
+            if value is not None:
+                _validate_at(knob, value, source, f"knobs.unset_equals.{name}")
+            knobs[name] = knob.model_copy(update={"unset_equals": value})
+        for name, needed in site.inert_unless_set.items():
+            knobs[name] = knob_of("inert_unless_set", name).model_copy(update={"inert_unless_set": needed})
         pinned = dict(self.pinned)
         for name, value in site.pinned.items():
             pinned[name] = _validate_at(knob_of("pinned", name), value, source, f"knobs.pinned.{name}")
         catalog = KnobCatalog(knobs, f"{self.source} + {source}", pinned, self.constraints)
+        catalog._check_references(source)
         for i, setting in enumerate(site.documented):
             for name, value in setting.env.items():
                 knob = knob_of(f"documented[{i}].env", name)
@@ -489,6 +516,24 @@ class KnobCatalog:
             checked[name] = text
         return checked
 
+    def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` without the settings that leave the library's run unchanged, so that two environments with the same
+        effective env are one configuration: a knob set to the value the library takes when it is unset
+        (`unset_equals`), and a knob that has no effect because a knob of its `inert_unless_set` is unset. Pinned
+        values and variables outside the catalog stay."""
+
+        def leaves_run_unchanged(name: str, kept: Mapping[str, str]) -> bool:
+            knob = self._knobs.get(name)
+            if knob is None or name in self.pinned:
+                return False
+            return kept[name] == knob.unset_equals or any(other not in kept for other in knob.inert_unless_set)
+
+        effective = dict(env)
+        while dropped := [name for name in effective if leaves_run_unchanged(name, effective)]:
+            for name in dropped:  # repeated: a knob left out may make another inert
+                del effective[name]
+        return effective
+
     def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
         """The largest value of knob `name` that every constraint allows given the other values."""
         caps = [c for c in (constraint.cap(name, values) for constraint in self.constraints) if c is not None]
@@ -544,4 +589,11 @@ def _narrow(knob: Knob, restriction: KnobRestriction, default: str | None, sourc
         low, high = update.get("low", knob.low), update.get("high", knob.high)
         assert low is not None and high is not None  # search_values exist only on int knobs
         update["search_values"] = tuple(v for v in knob.search_values if low <= v <= high) or None
-    return _build(Knob, {**knob.model_dump(), **update}, source, where)
+    narrowed = _build(Knob, {**knob.model_dump(), **update, "unset_equals": None}, source, where)
+    if knob.unset_equals is None:
+        return narrowed
+    try:
+        narrowed.check_value(knob.unset_equals)
+    except UnsafeValueError:  # the narrowed domain leaves that value out: it can never be set here
+        return narrowed
+    return narrowed.model_copy(update={"unset_equals": knob.unset_equals})

@@ -12,6 +12,11 @@ measured. On a full grid the nearest point of a grid value is the point itself; 
 
 A point's true objective is the median over its successful launches of the study objective (size buckets
 as `buckets`); a point whose every launch failed has none (infinite time).
+
+Measured spellings of one configuration (the same KnobCatalog.effective_env: NCCL_NSOCKS_PERTHREAD unset or 1
+with socket threads set, any NCCL_NSOCKS_PERTHREAD without them) are one point with all their launches: the
+library ran the same thing, so which spelling drew the luckier launches must not decide what is within 95 % of
+the best (results/bench/landscapes/h200x2_nccl_socket_resolution.txt: NCCL's own log of what it ran).
 """
 
 from __future__ import annotations
@@ -54,7 +59,8 @@ class ReplayLandscape:
             raise LandscapeError(f"landscape {name}: no measured points")
         self.name = name
         self.space = space
-        self.points = tuple(points)
+        self.spellings = len(points)  # measured points before spellings of one configuration are pooled
+        self.points = self._pooled(points)
         self.buckets = tuple(buckets)
         self.true_us = np.array([self._median_objective(p) for p in self.points])
         if not np.isfinite(self.true_us).any():
@@ -78,6 +84,18 @@ class ReplayLandscape:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise LandscapeError(f"{path}: not a landscape file ({type(exc).__name__}: {exc})") from exc
         return cls(path.stem, space, points, buckets)
+
+    def _pooled(self, points: Sequence[MeasuredPoint]) -> tuple[MeasuredPoint, ...]:
+        """One point per configuration (in the order of its first spelling) with the launches of all its spellings."""
+        runs: dict[tuple[tuple[str, str], ...], list[MeasuredRun]] = {}
+        for point in points:
+            runs.setdefault(self._key(point.env), []).extend(point.runs)
+        return tuple(MeasuredPoint(dict(key), tuple(launches)) for key, launches in runs.items())
+
+    def _key(self, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """The configuration env runs, over the searched knobs."""
+        searched = {k: v for k, v in env.items() if k in self.space.knob_names}
+        return tuple(sorted(self.space.catalog.effective_env(searched).items()))
 
     def _launch_times_us(self, point: MeasuredPoint) -> list[float]:
         """The study objective of each launch of `point` (a failed launch: infinite)."""
@@ -116,7 +134,7 @@ class ReplayLandscape:
 
     def point_of(self, env: Mapping[str, str]) -> int:
         """Index of the measured point nearest to env (its searched knobs; others are ignored)."""
-        key = tuple(sorted((k, v) for k, v in env.items() if k in self.space.knob_names))
+        key = self._key(env)
         if key not in self._cache:
             searched = dict(key)
             self._cache[key] = int(np.argmin([self._distance(searched, p.env) for p in self.points]))

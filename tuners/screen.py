@@ -2,17 +2,20 @@
 
 On the fully measured landscapes (results/bench/landscapes/: the 2x H200 socket-path grid, the Open MPI grids) the
 fastest settings are one or two knob changes away from the defaults (2 socket threads instead of NCCL's auto, a 64 KiB
-TCP send buffer), and a model-based sampler's first proposals are random: TPE's first 4 proposals know nothing,
-and after them it models a few points. The screen spends those first proposals where the measurements say the gain
-usually is: it changes ONE knob of the best starting point (the fastest complete trial among the site defaults, the
-seeds, the documented settings and the warm starts) to one value of that knob's ladder (KnobDimension.ladder), knobs
-taken in turn, values in an order drawn from the seed; a change the study has already measured or the catalog's
-constraints reject is passed over. The screen works in rounds of ROUND_TRIALS: a round's centre is the fastest
-complete trial among the starting points and the earlier rounds' trials, so the second round changes one more knob of
-the first round's best change (on the 3-node Open MPI grid the fast settings change both socket buffers: no single
-change reaches 95 % of the best). Within a round the centre stays: following each noisy new best instead (tried on the
-same landscapes) walked the screen away from the defaults on one lucky launch. Then the wrapped sampler (TPE) goes on
-with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
+TCP send buffer), and a model-based sampler's first proposals are random: TPE's first 4 proposals know nothing, and
+after them it models a few points. The screen spends those first proposals where the measurements say the gain usually
+is: it changes ONE knob of the best starting point (the fastest complete trial among the site defaults, the seeds, the
+documented settings and the warm starts) to one value of that knob's ladder (KnobDimension.ladder), knobs taken in
+turn, values in an order drawn from the seed; a change the study has already measured or the catalog's constraints
+reject is passed over, and so is one that runs a measured configuration again (KnobCatalog.effective_env: a knob set
+to the value the library takes when unset, or one that has no effect while another is unset, e.g. NCCL's sockets per
+thread without socket threads). The screen works in rounds of ROUND_TRIALS steps (a step passed over shortens its
+round; rounds of so many screened trials instead were as fast or slower on every landscape of the benchmark): a
+round's centre is the fastest complete trial among the starting points and the earlier rounds' trials, so the second
+round changes one more knob of the first round's best change (on the 3-node Open MPI grid the fast settings change
+both socket buffers: no single change reaches 95 % of the best). Within a round the centre stays: following each noisy
+new best instead (tried on the same landscapes) walked the screen away from the defaults on one lucky launch. Then the
+wrapped sampler (TPE) goes on with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
 
 Optuna's sampler interface, like its GridSampler: the plan of a trial is made in `before_trial` and marked in the
 trial's system attributes (SCREEN_ATTR), so a resumed study or another worker counts the screen's trials from storage.
@@ -32,7 +35,8 @@ from tuners.catalog import UnsafeValueError
 from tuners.space import SearchSpace, SpaceError
 
 SCREEN_ATTR = "commcamp:screen"  # system attribute: the screen's step that planned this trial
-ROUND_TRIALS = 8  # screened trials per round; each round changes one knob of the fastest point before it
+ROUND_TRIALS = 8  # steps per round (one screened trial each unless passed over); each round changes one knob of
+# the fastest point before it
 
 
 class OneKnobScreen(optuna.samplers.BaseSampler):
@@ -95,7 +99,8 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         begun = first_step - first_step % ROUND_TRIALS
         candidates = [*starts, *(t for t in complete if t.system_attrs.get(SCREEN_ATTR, begun) < begun)]
         centre = min(candidates, key=lambda t: t.values[0]).user_attrs[self.env_attr]
-        known = [t.user_attrs[self.env_attr] for t in measured]
+        effective = self.space.catalog.effective_env
+        known = [effective(t.user_attrs[self.env_attr]) for t in measured]
         current = {name: centre.get(name) for name in self.space.knob_names}
         searched = [i for i in self.knob_order if self.space.dimensions[i].name not in dropped]
         longest = max((len(self.values[i]) for i in searched), default=0)
@@ -111,7 +116,7 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
                 params = self.space.params_for_env(env)
             except (UnsafeValueError, SpaceError):
                 continue  # e.g. socket threads x sockets per thread above NCCL's cap
-            if env not in known:
+            if effective(env) not in known:  # a change the library does not see (an inert knob) is passed over too
                 return step, params
         return None
 

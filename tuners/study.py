@@ -4,7 +4,8 @@
   environments the caller names (e.g. the library's own defaults, every knob unset).
 - Failed, hung and invalid evaluations are FAIL trials with `outcome` and `fail_reason` user attrs;
   the study goes on.
-- A setting the study has already measured (counted, complete or failed) is not launched again: the
+- A setting the study has already measured (counted, complete or failed), or another spelling of it (the same
+  KnobCatalog.effective_env: e.g. NCCL_BUFFSIZE=4194304, NCCL's default), is not launched again: the
   trial takes the earlier result (`repeat_of`), does not count, and the sampler proposes again.
   Finalization re-measures candidates on its own; in the search a repeat is a launch spent on what is
   known (6 of 30 launches on the replayed Open MPI grid in tests/test_tuner_study.py before this rule).
@@ -305,7 +306,7 @@ class Tuner:
         for env in seed_envs:
             space.params_for_env(env)
             seed = space.env_from_values({name: env.get(name) for name in space.knob_names})
-            if seed != self.baseline_env and seed not in seeds:
+            if not self._same_configuration(seed, [self.baseline_env, *seeds]):
                 seeds.append(seed)
         self.seed_envs = seeds
         self.documented = self._sourced(documented, seeds)
@@ -321,9 +322,14 @@ class Tuner:
         for env, source in envs:
             self.space.params_for_env(env)
             full = self.space.env_from_values({name: env.get(name) for name in self.space.knob_names})
-            if full != self.baseline_env and full not in before and full not in [k for k, _ in kept]:
+            if not self._same_configuration(full, [self.baseline_env, *before, *(k for k, _ in kept)]):
                 kept.append((full, source))
         return kept
+
+    def _same_configuration(self, env: Mapping[str, str], others: Sequence[Mapping[str, str]]) -> bool:
+        """Whether one of `others` runs the same configuration as `env` (KnobCatalog.effective_env)."""
+        effective = self.space.catalog.effective_env
+        return effective(env) in [effective(other) for other in others]
 
     def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         sampler = make_sampler(self.sampler_name, seed, self.n_startup_trials)
@@ -473,7 +479,8 @@ class Tuner:
         if self._repeats_in_a_row >= MAX_REPEATS:
             return None
         return next((t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-                     if is_counted(t) and t.user_attrs.get(ENV) == env), None)
+                     if is_counted(t) and ENV in t.user_attrs and self._same_configuration(env, [t.user_attrs[ENV]])),
+                    None)
 
     def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
         """An uncounted trial with the earlier result: the sampler sees the value again (or, for a failure,
