@@ -356,3 +356,30 @@ def test_parallel_workers_on_postgresql_with_one_killed(postgres_url: str) -> No
     assert len(trials) == n_trials and len({t.number for t in trials}) == n_trials
     assert sum(t.user_attrs.get(ROLE) == "defaults" for t in study.trials) == 1
     assert_rerun_of_lost_trial(study, outputs[2][0])
+
+
+def test_a_candidate_leaves_out_the_settings_that_change_nothing(sqlite_url: str) -> None:
+    """The socket path's fastest trials set NCCL_NSOCKS_PERTHREAD=1 with 2 socket threads (1 is NCCL's own value)
+    and NCCL_NSOCKS_PERTHREAD=8 without socket threads (no socket is opened: NCCL's defaults, run again). The
+    finalization's candidates are 2 threads alone, without the sockets setting, and never the defaults' respelling;
+    the site's own default (NCCL_BUFFSIZE=4194304, NCCL's value) stays as the site spells it."""
+    threads, socks, buffsize = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE"
+    catalog = KnobCatalog.load().for_site({"defaults": {buffsize: 4194304}}, "socket site")
+    space = build_space(catalog, {"nccl": "2.28.3"}, knobs=[threads, socks, buffsize], transport="ccl")
+    times = {((threads, "2"), (socks, "1")): 100.0, ((socks, "8"),): 150.0}
+
+    def socket_path(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        key = tuple(sorted((k, v) for k, v in env.items() if k in (threads, socks)))
+        return Evaluation({size: [times.get(key, 300.0)] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    tuner = Tuner(make_scope(), space, socket_path, sqlite_url, BUCKETS, n_trials=4, seed=0,
+                  seed_envs=[{threads: "2", socks: "1", buffsize: "4194304"}, {socks: "8", buffsize: "4194304"},
+                             {threads: "4"}])
+    study = tuner.run()
+    # the second seed runs the site defaults again: it is not enqueued
+    assert [t.user_attrs[ENV] for t in study.trials[:3]] == [
+        {buffsize: "4194304"}, {threads: "2", socks: "1", buffsize: "4194304"}, {threads: "4"}]
+    candidates = [env for _, env in finalization_candidates(study, space, BUCKETS)]
+    assert candidates[0] == {threads: "2", buffsize: "4194304"}
+    assert all(catalog.effective_env(env) != {} for env in candidates) and len(candidates) == len(
+        {tuple(sorted(catalog.effective_env(env).items())) for env in candidates})

@@ -307,7 +307,7 @@ class Tuner:
         for env in seed_envs:
             space.params_for_env(env)
             seed = space.env_from_values({name: env.get(name) for name in space.knob_names})
-            if not self._same_configuration(seed, [self.baseline_env, *seeds]):
+            if not same_configuration(space, seed, [self.baseline_env, *seeds]):
                 seeds.append(seed)
         self.seed_envs = seeds
         self.documented = self._sourced(documented, seeds)
@@ -323,14 +323,9 @@ class Tuner:
         for env, source in envs:
             self.space.params_for_env(env)
             full = self.space.env_from_values({name: env.get(name) for name in self.space.knob_names})
-            if not self._same_configuration(full, [self.baseline_env, *before, *(k for k, _ in kept)]):
+            if not same_configuration(self.space, full, [self.baseline_env, *before, *(k for k, _ in kept)]):
                 kept.append((full, source))
         return kept
-
-    def _same_configuration(self, env: Mapping[str, str], others: Sequence[Mapping[str, str]]) -> bool:
-        """Whether one of `others` runs the same configuration as `env` (KnobCatalog.effective_env)."""
-        effective = self.space.catalog.effective_env
-        return effective(env) in [effective(other) for other in others]
 
     def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         sampler = make_sampler(self.sampler_name, seed, self.n_startup_trials)
@@ -479,9 +474,9 @@ class Tuner:
         """The counted trial that already measured `env` (None if none, or after MAX_REPEATS repeats in a row)."""
         if self._repeats_in_a_row >= MAX_REPEATS:
             return None
-        return next((t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-                     if is_counted(t) and ENV in t.user_attrs and self._same_configuration(env, [t.user_attrs[ENV]])),
-                    None)
+        measured = (t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
+                    if is_counted(t) and ENV in t.user_attrs)
+        return next((t for t in measured if same_configuration(self.space, env, [t.user_attrs[ENV]])), None)
 
     def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
         """An uncounted trial with the earlier result: the sampler sees the value again (or, for a failure,
@@ -596,17 +591,23 @@ def best_envs_of_studies(
 def finalization_candidates(
     study: optuna.Study, space: SearchSpace, buckets: Sequence[SizeBucket], k: int = 3, min_importance: float = 0.05
 ) -> list[tuple[int | None, dict[str, str]]]:
-    """Distinct environments worth re-measuring: the k best overall, the best of each bucket, and
+    """Distinct configurations worth re-measuring: the k best overall, the best of each bucket, and
     a simplified best: the baseline plus only the best trial's values of the knobs that explain at
-    least `min_importance` of the objective's variance (Optuna's default importance evaluator)."""
+    least `min_importance` of the objective's variance (Optuna's default importance evaluator). A
+    candidate leaves out the settings that change nothing (KnobCatalog.effective_env: e.g. sockets per
+    thread without socket threads) unless the baseline sets them alike; one that runs the baseline's
+    configuration is no candidate."""
+    baseline = dict(study.user_attrs.get("baseline_env", {}))
+    effective = space.catalog.effective_env
     chosen: list[tuple[int | None, dict[str, str]]] = []
     for bucket in (None, *(b.name for b in buckets)):
-        for number, env, _ in top_envs(study, k if bucket is None else 1, bucket):
-            if all(env != other for _, other in chosen):
+        for number, measured, _ in top_envs(study, k if bucket is None else 1, bucket):
+            runs = effective(measured)
+            env = {name: value for name, value in measured.items() if name in runs or baseline.get(name) == value}
+            if not same_configuration(space, env, [baseline, *(other for _, other in chosen)]):
                 chosen.append((number, env))
     if not chosen:
         return chosen
-    baseline = dict(study.user_attrs.get("baseline_env", {}))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "less than 2 trials" per regime: expected on small studies
@@ -621,6 +622,12 @@ def finalization_candidates(
     values = {name: baseline.get(name) for name in space.knob_names}
     values.update({name: best_env.get(name) for name in space.knob_names if weight.get(name, 0.0) >= min_importance})
     simplified = space.env_from_values(values)
-    if simplified != baseline and all(simplified != env for _, env in chosen):
+    if not same_configuration(space, simplified, [baseline, *(env for _, env in chosen)]):
         chosen.append((None, simplified))
     return chosen
+
+
+def same_configuration(space: SearchSpace, env: Mapping[str, str], others: Sequence[Mapping[str, str]]) -> bool:
+    """Whether one of `others` runs the same configuration as `env` (KnobCatalog.effective_env)."""
+    effective = space.catalog.effective_env
+    return effective(env) in [effective(other) for other in others]
