@@ -23,8 +23,10 @@ from tuners.bench_sampler import (
     shipped_settings,
     target_verdict,
 )
+from tuners.catalog import Library
 from tuners.evaluation import buckets_for_sizes
 from tuners.landscape import LandscapeError, ReplayLandscape
+from tuners.space import build_space
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = [name for name, scenario in SCENARIOS.items() if (REPO / LANDSCAPE_DIR / f"{scenario.stem}.json").exists()]
@@ -149,8 +151,24 @@ def test_spellings_of_one_configuration_are_one_point_with_all_their_launches(tm
     path = tmp_path / "spellings.json"
     path.write_text(json.dumps(document))
     pooled = ReplayLandscape.load(path, landscape.space, buckets_for_sizes([size], 1))
-    assert pooled.spellings == 5 and [p.env for p in pooled.points] == [{}, {threads: "2"}]
+    assert len(pooled.measured) == 5 and [p.env for p in pooled.points] == [{}, {threads: "2"}]
     assert [len(p.runs) for p in pooled.points] == [4, 3]
     assert pooled.best_us == pytest.approx(100)  # the median of 100, 130 and 90: not the one launch of 90
     assert pooled.point_of({socks: "2"}) == 0 and pooled.point_of({threads: "2", socks: "1"}) == 1
+
+
+@pytest.mark.parametrize("scenario", ["h200x2-socket-grid", "h200x2-socket-grid-remeasured", "h200x4-socket-demo3-grid",
+                                      "h200x2-socket-grid-third"])
+def test_the_measured_launches_agree_with_the_catalog_s_one_configuration_rule(scenario: str) -> None:
+    """Two launches of two spellings the catalog calls one configuration differ as much as two launches of one measured
+    setting (median |ln ratio| 0.09-0.12 on these grids), while under the rule the catalog had before (unset socket
+    threads = 1 thread) they differ 2.6-4.4x more: the measurements tell a right rule from a wrong one."""
+    landscape, document = load_scenario(scenario, REPO / LANDSCAPE_DIR)
+    same, across = landscape.spelling_spread()
+    assert across < 1.25 * same
+    wrong = landscape.space.catalog.for_site({"unset_equals": {"NCCL_SOCKET_NTHREADS": 1}}, "the old rule")
+    space = build_space(wrong, {Library.NCCL: document["library_version"]}, knobs=document["knobs"])
+    old = ReplayLandscape.load(REPO / LANDSCAPE_DIR / f"{SCENARIOS[scenario].stem}.json", space, landscape.buckets)
+    same, across = old.spelling_spread()
+    assert across > 2 * same
 

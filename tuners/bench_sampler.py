@@ -90,6 +90,9 @@ class Scenario(NamedTuple):
 _FIRST_ROUND = ("measured after the screen's first round was designed; seeds 0-19 of cpu-openmpi-3node (with and "
                 "without the warm start) chose its second round")
 _ROUNDS = "measured after the screen's design, both rounds, was fixed"
+# KnobCatalog.effective_env (NCCL's code and its own log: results/bench/landscapes/h200x2_nccl_socket_resolution.txt)
+_SEEN = "; seen before the catalog's one-configuration rule (unset_equals, inert_unless_set) was added"
+_RULE = "measured after the screen's design and the catalog's one-configuration rule were fixed"
 SCENARIOS: dict[str, Scenario] = {
     "cpu-openmpi": Scenario("localslurm_openmpi"),
     "cpu-openmpi-bad-site-default": Scenario("localslurm_openmpi", {"OMPI_MCA_btl_tcp_sndbuf": "4096",
@@ -101,7 +104,7 @@ SCENARIOS: dict[str, Scenario] = {
     "h200x2-socket-grid": Scenario("h200x2_socket_grid"),
     "cpu-openmpi-wide": Scenario("localslurm_openmpi_wide"),
     "cpu-mpich": Scenario("localslurm_mpich"),
-    "h200x4-socket-demo3-grid": Scenario("h200x4_socket_demo3_grid", held_out=_FIRST_ROUND),
+    "h200x4-socket-demo3-grid": Scenario("h200x4_socket_demo3_grid", held_out=_FIRST_ROUND + _SEEN),
     "cpu-openmpi-3node": Scenario("localslurm_openmpi_3node", held_out=_FIRST_ROUND),
     "cpu-openmpi-3node-warm": Scenario("localslurm_openmpi_3node", warm_from="localslurm_openmpi",
                                        held_out=_FIRST_ROUND),
@@ -109,7 +112,9 @@ SCENARIOS: dict[str, Scenario] = {
     "cpu-openmpi-remeasured": Scenario("localslurm_openmpi_remeasured", held_out=_ROUNDS),
     "h200x4-nvlink-grid": Scenario("h200x4_nvlink_grid", held_out=_ROUNDS),
     # the 140-point grid of h200x2-socket-grid measured again on another 2x H200 machine, 5 hours later
-    "h200x2-socket-grid-remeasured": Scenario("h200x2_socket_grid_remeasured", held_out=_ROUNDS),
+    "h200x2-socket-grid-remeasured": Scenario("h200x2_socket_grid_remeasured", held_out=_ROUNDS + _SEEN),
+    # the same grid a third time, on a 2x H200 machine lent 2.5 hours after the second (NIC virtio, as the others)
+    "h200x2-socket-grid-third": Scenario("h200x2_socket_grid_third", held_out=_RULE),
     # demo2's planted site (site_configs/knobs/planted/nccl-ctas2-ll.yaml) on the full grid
     "h200x4-nvlink-grid-planted": Scenario("h200x4_nvlink_grid", {"NCCL_MAX_CTAS": "2", "NCCL_PROTO": "LL"},
                                            held_out=_ROUNDS),
@@ -320,7 +325,9 @@ def describe(scenario: str, directory: Path) -> dict[str, Any]:
                                "quality": round(landscape.quality(warm[0][0]), 4)}} if warm else {}),
             "measured": "full grid" if "grid" in document else
             "the points searches visited, not a grid (between them the replay is nearest-neighbour fill)",
-            "points": len(landscape.points), "measured_settings": landscape.spellings, "launches": len(runs),
+            "points": len(landscape.points), "measured_settings": len(landscape.measured), "launches": len(runs),
+            **({"spelling_spread": {"same_setting": round(spread[0], 4), "two_spellings": round(spread[1], 4)}}
+               if (spread := landscape.spelling_spread()) else {}),
             "failed_launches": sum(r.medians_us is None for r in runs),
             "best_true_objective_us": round(landscape.best_us, 3),
             "best_env": landscape.best_env,
@@ -443,7 +450,10 @@ def markdown(document: Mapping[str, Any]) -> str:
              f"Shipped = {document['shipped']}. Written by `{document['command']}`.", "", *summary_table(document), ""]
     for scenario, info in document["landscapes"].items():
         settings = info.get("measured_settings", info["points"])
-        pooled = (f" ({settings} measured settings; those the library runs as one configuration pooled)"
+        spread = info.get("spelling_spread")
+        pooled = (f" ({settings} measured settings; those the library runs as one configuration pooled"
+                  + (f": median |ln ratio| of two launches {spread['two_spellings']} across two spellings of one, "
+                     f"{spread['same_setting']} within one setting" if spread else "") + ")"
                   if settings != info["points"] else "")
         lines += [f"## {scenario}", "", f"{info.get('measured', 'measured')}: {info['points']} points{pooled}, "
                   f"{info['launches']} launches "

@@ -21,6 +21,7 @@ the best (results/bench/landscapes/h200x2_nccl_socket_resolution.txt: NCCL's own
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,7 @@ class ReplayLandscape:
             raise LandscapeError(f"landscape {name}: no measured points")
         self.name = name
         self.space = space
-        self.spellings = len(points)  # measured points before spellings of one configuration are pooled
+        self.measured = tuple(points)  # as measured: before the spellings of one configuration are pooled
         self.points = self._pooled(points)
         self.buckets = tuple(buckets)
         self.true_us = np.array([self._median_objective(p) for p in self.points])
@@ -96,6 +97,22 @@ class ReplayLandscape:
         """The configuration env runs, over the searched knobs."""
         searched = {k: v for k, v in env.items() if k in self.space.knob_names}
         return tuple(sorted(self.space.catalog.effective_env(searched).items()))
+
+    def spelling_spread(self) -> tuple[float, float] | None:
+        """Median |ln(a/b)| over pairs of successful launches a, b of one measured setting, and over pairs from two
+        spellings of one configuration; None where no configuration was measured in two spellings. Where the
+        catalog's rule is right (the library runs the spellings alike) the two are alike."""
+        groups: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
+        for point in self.measured:
+            times = [t for t in self._launch_times_us(point) if math.isfinite(t)]
+            groups.setdefault(self._key(point.env), []).append(times)
+        same = [abs(math.log(a / b)) for spellings in groups.values() for times in spellings
+                for a, b in itertools.combinations(times, 2)]
+        across = [abs(math.log(a / b)) for spellings in groups.values()
+                  for one, other in itertools.combinations(spellings, 2) for a in one for b in other]
+        if not same or not across:
+            return None
+        return float(np.median(same)), float(np.median(across))
 
     def _launch_times_us(self, point: MeasuredPoint) -> list[float]:
         """The study objective of each launch of `point` (a failed launch: infinite)."""
