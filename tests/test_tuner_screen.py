@@ -12,7 +12,7 @@ import optuna
 from fixtures_tuner import make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario, run_tuner, score, shipped_settings
-from tuners.screen import ROUND_TRIALS, SCREEN_ATTR
+from tuners.screen import ROUND_STEPS, SCREEN_ATTR
 from tuners.study import ENV, ROLE, Tuner, is_counted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,24 +44,25 @@ def single_knob_changes(study: optuna.Study, knobs: tuple[str, ...]) -> list[boo
 
 def test_the_screen_changes_one_knob_of_the_best_starting_point(sqlite_url: str) -> None:
     knobs = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)[0].space.knob_names
-    screened = run(sqlite_url, n_trials=10, screen_trials=ROUND_TRIALS)
-    first_round = sum(t.system_attrs.get(SCREEN_ATTR, ROUND_TRIALS) < ROUND_TRIALS for t in screened.trials)
+    screened = run(sqlite_url, n_trials=10, screen_trials=ROUND_STEPS)
+    first_round = sum(t.system_attrs.get(SCREEN_ATTR, ROUND_STEPS) < ROUND_STEPS for t in screened.trials)
     assert first_round >= 4 and single_knob_changes(screened, knobs)[:first_round] == [True] * first_round
     assert sorted(t.system_attrs[SCREEN_ATTR] for t in screened.trials if SCREEN_ATTR in t.system_attrs)[:1] == [0]
     # without the screen, TPE's first proposals are random draws: most change two or three knobs at once
     plain = run(sqlite_url.replace(".db", "-plain.db"), n_trials=10, screen_trials=0)
-    assert single_knob_changes(plain, knobs).count(True) < ROUND_TRIALS
+    assert single_knob_changes(plain, knobs).count(True) < ROUND_STEPS
 
 
 def test_a_second_round_changes_one_knob_of_the_fastest_point_of_the_first(sqlite_url: str) -> None:
-    """Screened trials 9-16 centre on the fastest trial among the starting points and the first round's 8 (on this
-    grid a round-1 change, e.g. 2 socket threads, beats NCCL's defaults), not on the starting point."""
+    """The second round's trials (steps 8-15) centre on the fastest trial among the starting points and the first
+    round's (on this grid a round-1 change, e.g. 2 socket threads, beats NCCL's defaults), not on the starting
+    point."""
     knobs = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)[0].space.knob_names
-    study = run(sqlite_url, n_trials=2 + 2 * ROUND_TRIALS, screen_trials=2 * ROUND_TRIALS)
+    study = run(sqlite_url, n_trials=2 + 2 * ROUND_STEPS, screen_trials=2 * ROUND_STEPS)
     trials = [t for t in study.trials if is_counted(t)]
     starts = [t for t in trials if ROLE in t.user_attrs]
-    first = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) in range(ROUND_TRIALS)]
-    second = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) >= ROUND_TRIALS]
+    first = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) in range(ROUND_STEPS)]
+    second = [t for t in trials if t.system_attrs.get(SCREEN_ATTR, -1) >= ROUND_STEPS]
     assert first and second
     centre = searched(min([*starts, *first], key=lambda t: t.values[0]).user_attrs[ENV], knobs)
     assert centre != searched(min(starts, key=lambda t: t.values[0]).user_attrs[ENV], knobs)
@@ -75,9 +76,9 @@ def test_the_screen_does_not_propose_a_configuration_the_study_has_measured(sqli
     inert_unless_set), and 1 is its value when unset: a screened change to it from NCCL's defaults would launch the
     defaults again. Every screened trial is a launch of a new configuration, none a repeat."""
     catalog = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)[0].space.catalog
-    study = run(sqlite_url, n_trials=2 + 2 * ROUND_TRIALS, screen_trials=2 * ROUND_TRIALS)
+    study = run(sqlite_url, n_trials=2 + 2 * ROUND_STEPS, screen_trials=2 * ROUND_STEPS)
     screened = [t for t in study.trials if SCREEN_ATTR in t.system_attrs]
-    assert len(screened) == 2 * ROUND_TRIALS and all(is_counted(t) for t in screened)
+    assert len(screened) == 2 * ROUND_STEPS and all(is_counted(t) for t in screened)
     configurations = [tuple(sorted(catalog.effective_env(t.user_attrs[ENV]).items()))
                       for t in study.trials if is_counted(t)]
     assert len(set(configurations)) == len(configurations)

@@ -9,7 +9,7 @@ documented settings and the warm starts) to one value of that knob's ladder (Kno
 turn, values in an order drawn from the seed; a change the study has already measured or the catalog's constraints
 reject is passed over, and so is one that runs a measured configuration again (KnobCatalog.effective_env: a knob set
 to the value the library takes when unset, or one that has no effect while another is unset, e.g. NCCL's sockets per
-thread without socket threads). The screen works in rounds of ROUND_TRIALS steps (a step passed over shortens its
+thread without socket threads). The screen works in rounds of ROUND_STEPS steps (a step passed over shortens its
 round; rounds of so many screened trials instead were as fast or slower on every landscape of the benchmark): a
 round's centre is the fastest complete trial among the starting points and the earlier rounds' trials, so the second
 round changes one more knob of the first round's best change (on the 3-node Open MPI grid the fast settings change
@@ -35,8 +35,8 @@ from tuners.catalog import UnsafeValueError
 from tuners.space import SearchSpace, SpaceError
 
 SCREEN_ATTR = "commcamp:screen"  # system attribute: the screen's step that planned this trial
-ROUND_TRIALS = 8  # steps per round (one screened trial each unless passed over); each round changes one knob of
-# the fastest point before it
+ROUND_STEPS = 8  # per round, one screened trial each unless passed over; a round changes one knob of the fastest
+# point before it
 
 
 class OneKnobScreen(optuna.samplers.BaseSampler):
@@ -96,7 +96,7 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         if not starts:
             return None
         # the centre of this round: the fastest start or trial of an earlier round
-        begun = first_step - first_step % ROUND_TRIALS
+        begun = first_step - first_step % ROUND_STEPS
         candidates = [*starts, *(t for t in complete if t.system_attrs.get(SCREEN_ATTR, begun) < begun)]
         centre = min(candidates, key=lambda t: t.values[0]).user_attrs[self.env_attr]
         effective = self.space.catalog.effective_env
