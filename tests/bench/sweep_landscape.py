@@ -60,8 +60,10 @@ class Grid(NamedTuple):
 # "openmpi" is the grid of the 2026-11-23 landscapes (kept so that they can be re-made).
 _OPENMPI = {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS,
             "OMPI_MCA_coll_tuned_allreduce_algorithm": [None, "recursive_doubling", "ring", "rabenseifner"]}
-# NCCL's socket transport between 2 processes of one host: unset threads/sockets = NCCL's auto (1 x 1 on a NIC that
-# is not AWS's or GCP's), unset buffer = 4 MiB; every product threads x sockets <= 64 (NCCL's cap)
+# NCCL's socket transport between 2 processes of one host: unset threads/sockets = NCCL's auto (no helper thread, 1
+# socket per thread, on a NIC that is not AWS's or GCP's: so sockets unset and 1 are one configuration, and so is every
+# socket count without threads; the catalog's unset_equals / inert_unless_set), unset buffer = 4 MiB; every product
+# threads x sockets <= 64 (NCCL's cap)
 _NCCL_SOCKET = {"NCCL_SOCKET_NTHREADS": [None, "1", "2", "3", "4", "6", "8"],
                 "NCCL_NSOCKS_PERTHREAD": [None, "1", "2", "4", "8"],
                 "NCCL_BUFFSIZE": [None, "1048576", "16777216", "67108864"]}
