@@ -213,14 +213,11 @@ def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[T
     history: list[Trial] = []
     seen: dict[tuple[tuple[str, str], ...], float | None] = {}  # per configuration: a respelling is not measured
 
-    def configuration(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        return tuple(sorted(space.catalog.effective_env(env).items()))
-
     def measure(values: Mapping[str, str | None]) -> float | None:
         env = space.env_from_values(values)
         observed = replay_objective_us(evaluate(env), landscape)
         history.append(Trial(env, observed, not history))
-        seen[configuration(env)] = observed
+        seen[landscape.configuration(env)] = observed
         return observed
 
     best = measure(current)
@@ -235,7 +232,7 @@ def run_coordinate(landscape: ReplayLandscape, seed: int, trials: int) -> list[T
                     return history
                 candidate = {**current, dimension.name: values[int(value_index)]}
                 try:
-                    key = configuration(space.env_from_values(candidate))
+                    key = landscape.configuration(space.env_from_values(candidate))
                 except UnsafeValueError:
                     continue  # breaks a catalog constraint (e.g. socket threads x sockets <= 64)
                 observed = seen[key] if key in seen else measure(candidate)

@@ -90,11 +90,11 @@ class ReplayLandscape:
         """One point per configuration (in the order of its first spelling) with the launches of all its spellings."""
         runs: dict[tuple[tuple[str, str], ...], list[MeasuredRun]] = {}
         for point in points:
-            runs.setdefault(self._key(point.env), []).extend(point.runs)
+            runs.setdefault(self.configuration(point.env), []).extend(point.runs)
         return tuple(MeasuredPoint(dict(key), tuple(launches)) for key, launches in runs.items())
 
-    def _key(self, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        """The configuration env runs, over the searched knobs."""
+    def configuration(self, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        """The configuration env runs, over the searched knobs (KnobCatalog.effective_env), as a sortable key."""
         searched = {k: v for k, v in env.items() if k in self.space.knob_names}
         return tuple(sorted(self.space.catalog.effective_env(searched).items()))
 
@@ -105,7 +105,7 @@ class ReplayLandscape:
         groups: dict[tuple[tuple[str, str], ...], list[list[float]]] = {}
         for point in self.measured:
             times = [t for t in self._launch_times_us(point) if math.isfinite(t)]
-            groups.setdefault(self._key(point.env), []).append(times)
+            groups.setdefault(self.configuration(point.env), []).append(times)
         same = [abs(math.log(a / b)) for spellings in groups.values() for times in spellings
                 for a, b in itertools.combinations(times, 2)]
         across = [abs(math.log(a / b)) for spellings in groups.values()
@@ -151,7 +151,7 @@ class ReplayLandscape:
 
     def point_of(self, env: Mapping[str, str]) -> int:
         """Index of the measured point nearest to env (its searched knobs; others are ignored)."""
-        key = self._key(env)
+        key = self.configuration(env)
         if key not in self._cache:
             searched = dict(key)
             self._cache[key] = int(np.argmin([self._distance(searched, p.env) for p in self.points]))
