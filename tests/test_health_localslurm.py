@@ -225,6 +225,9 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
 # (tc tbf on its veth, 50 ms of queue): a fabric of finite capacity, which another job's traffic can fill.
 # The site copy's references are those of such links (32 KiB: 0.013 GB/s, 8 B: ~20 us measured); the nights
 # before are the history.
+# Only 32 KiB, which the 100 Mbit/s token buckets bound (quiet nights agree to 0.1 %): this test is about
+# scope. 8-byte latency is the 2-core host's scheduling, not the links: a CI run's quiet fourth night gave
+# 10.6 us against a median of 9.1 us over three nights, which the history rule rightly calls degraded.
 FABRIC_SPEC = """\
 name: health-fabric
 kind: health
@@ -236,7 +239,7 @@ placements: [each-switch]
 checks:
   - check: commbench_run
     ops: [pingpong]
-    sizes: [8, 32768]
+    sizes: [32768]
     warmup: 2
     iters: 20
     timeout_s: 60
@@ -261,8 +264,7 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide_one_slow_no
         partition = data["systems"][0]["partitions"][0]
         partition["nodes"] = 4
         partition["commbench"]["references"] = [  # ReFrame's performance check and health read these
-            {"op": "pingpong", "metric": "large_goodput", "bytes": 32768, "nodes": 2, "value": 0.0125, "lower": -0.9},
-            {"op": "pingpong", "metric": "small_latency", "bytes": 8, "nodes": 2, "value": 20.0, "upper": 999.0}]
+            {"op": "pingpong", "metric": "large_goodput", "bytes": 32768, "nodes": 2, "value": 0.0125, "lower": -0.9}]
 
     sites = tmp_path / "sites"
     write_site(sites / "localslurm", site_data("localslurm", four_nodes_slow_links))
