@@ -223,11 +223,10 @@ def test_the_degraded_run_names_the_node_and_one_pair_job_confirms_it(slurm_clus
 # Four nodes under two leaf switches (c?n1-2, c?n3-4); `each-switch` runs the pingpong once under each, so
 # every night has two runs on node pairs that share no node. Every node's link is a 100 Mbit/s token bucket
 # (tc tbf on its veth, 50 ms of queue): a fabric of finite capacity, which another job's traffic can fill.
-# The site copy's references are those of such links (32 KiB: 0.013 GB/s, 8 B: ~20 us measured); the nights
-# before are the history.
-# Only 32 KiB, which the 100 Mbit/s token buckets bound (quiet nights agree to 0.1 %): this test is about
-# scope. 8-byte latency is the 2-core host's scheduling, not the links: a CI run's quiet fourth night gave
-# 10.6 us against a median of 9.1 us over three nights, which the history rule rightly calls degraded.
+# The site copy's reference is that of such links (32 KiB: 0.013 GB/s measured); the nights before are the
+# history. Only 32 KiB is measured, which the token buckets bound (quiet nights agree to 0.1 %): this test is
+# about scope. 8-byte latency is the 2-core host's scheduling, not the links: a CI run's quiet fourth night
+# gave 10.6 us against a median of 9.1 us over three nights, which the history rule rightly calls degraded.
 FABRIC_SPEC = """\
 name: health-fabric
 kind: health
