@@ -15,6 +15,7 @@ from tuners.bench_sampler import (
     Trial,
     describe,
     load_scenario,
+    median_ratio,
     replay_objective_us,
     run_coordinate,
     run_tuner,
@@ -82,6 +83,19 @@ def test_where_the_site_defaults_are_below_95_no_search_meets_half_of_a_random_m
     cells = {name: {"trials_to_95pct": {"median": median}} for name, median in (("shipped", 2.0), ("random", 3.0))}
     assert "no search can meet it here" in target_verdict(cells, 30, info["lowest_possible_median"])
     assert "no search can meet it" not in target_verdict(cells, 30, 1)
+
+
+def test_the_median_ratio_s_interval_tells_a_halving_from_noise_around_it() -> None:
+    """Shipped's median over random's with a bootstrap interval: a search that needs a third of random's trials on
+    every seed lies below 0.5, one that needs as many lies above it, and a spread-out pair straddles it."""
+    rng = np.random.default_rng(1)
+    random = rng.integers(6, 31, 50)
+    third = median_ratio(np.ceil(random / 3).astype(int).tolist(), random.tolist())
+    same = median_ratio(rng.permutation(random).tolist(), random.tolist())
+    spread = median_ratio(rng.integers(2, 20, 50).tolist(), rng.integers(2, 40, 50).tolist())
+    assert third["median_ratio_ci95"][1] <= 0.5 and same["median_ratio_ci95"][0] > 0.5
+    assert spread["median_ratio_ci95"][0] < 0.5 < spread["median_ratio_ci95"][1]
+    assert same["median_ratio"] == 1.0
 
 
 def test_coordinate_descent_moves_away_from_a_bad_default() -> None:

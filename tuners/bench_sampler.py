@@ -18,7 +18,10 @@ first). Strategies:
 Shipped vs random, per landscape: one-sided Mann-Whitney U test that the shipped configuration needs fewer trials
 to 95 % than random sampling (per-seed values, a search that never got there = budget + 1, a tie at the worst rank),
 Holm over the landscapes of the run at FAMILY_ALPHA; beside it the test's power against the target effect (random's
-own per-seed values halved, resampled), so a 'not shown' says whether the benchmark could have shown it.
+own per-seed values halved, resampled), so a 'not shown' says whether the benchmark could have shown it. And
+shipped's median over random's with a 95 % percentile-bootstrap interval (each strategy's seeds resampled on their
+own, BOOTSTRAP_REPLICATES times): the target asks for <= 0.5, so an interval on one side of 0.5 says the verdict is
+not an accident of these 50 seeds, and one across it says 50 seeds cannot tell.
 
 Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
 quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
@@ -72,6 +75,7 @@ TARGET_QUALITY = 0.95
 SECOND_QUALITY = 0.90
 FAMILY_ALPHA = 0.05  # shipped vs random, Holm over the landscapes of one run
 POWER_REPLICATES = 1000
+BOOTSTRAP_REPLICATES = 2000
 SEEDS_PER_TASK = 5
 # Seeds 0-19 chose the one-knob screen's design (tuners/screen.py: its rounds of 8, a centre fixed within a round, two
 # rounds); medians over the seeds after them are reported apart, as the figures that did not pick it.
@@ -414,16 +418,33 @@ def shipped_vs_random(results: Mapping[str, Mapping[str, Any]], trials: int, see
     return {"test": "one-sided Mann-Whitney U, trials to 95 % per seed (never = budget + 1), shipped < random",
             "family": f"the {len(cells)} landscapes of this run, Holm", "alpha": FAMILY_ALPHA,
             "power_against": "random's per-seed trials halved (the target), at alpha / landscapes",
+            "median_ratio": f"shipped's median / random's, 95 % percentile bootstrap ({BOOTSTRAP_REPLICATES} "
+                            "resamples of each strategy's seeds)",
             "landscapes": {name: {"p": round(p_values[name], 6), "p_holm": round(adjusted[name], 6),
                                   "fewer_than_random": adjusted[name] <= FAMILY_ALPHA,
-                                  "power_at_half": power[name]} for name in cells}}
+                                  "power_at_half": power[name],
+                                  **median_ratio(cells[name]["shipped"]["trials_to_95pct_per_seed"],
+                                                 cells[name]["random"]["trials_to_95pct_per_seed"])}
+                           for name in cells}}
+
+
+def median_ratio(shipped: Sequence[int], random: Sequence[int], seed: int = 0) -> dict[str, Any]:
+    """Shipped's median trials to 95 % over random's, and its 95 % percentile-bootstrap interval."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(shipped, dtype=float), np.asarray(random, dtype=float)
+    ratios = (np.median(rng.choice(a, (BOOTSTRAP_REPLICATES, len(a))), axis=1)
+              / np.median(rng.choice(b, (BOOTSTRAP_REPLICATES, len(b))), axis=1))
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return {"median_ratio": round(float(np.median(a) / np.median(b)), 4),
+            "median_ratio_ci95": [round(float(low), 4), round(float(high), 4)]}
 
 
 def summary_table(document: Mapping[str, Any]) -> list[str]:
     """One line per landscape: median trials to 95 % of each strategy, and the target's verdict."""
     strategies = [s for s in STRATEGIES if any(s in cells for cells in document["results"].values())]
-    lines = ["| landscape | measured | held out | " + " | ".join(strategies) + " | shipped unseeded | target |",
-             "|---|---|---|" + "---|" * (len(strategies) + 2)]
+    tests = document.get("shipped_vs_random", {}).get("landscapes", {})
+    lines = ["| landscape | measured | held out | " + " | ".join(strategies) + " | shipped unseeded | target "
+             "| shipped / random (95 % CI) |", "|---|---|---|" + "---|" * (len(strategies) + 3)]
     for scenario, info in document["landscapes"].items():
         cells = document["results"][scenario]
         medians = [f"{cells[s]['trials_to_95pct']['median']:g}" if "trials_to_95pct" in cells.get(s, {}) else "-"
@@ -435,8 +456,15 @@ def summary_table(document: Mapping[str, Any]) -> list[str]:
         measured = "grid" if info.get("measured") == "full grid" else "visited"
         lines.append(f"| {scenario} | {measured} {info['points']} | "
                      f"{'yes' if info.get('held_out') else 'no'} | " + " | ".join(medians) +
-                     f" | {'-' if unseeded is None else f'{unseeded:g}'} | {verdict} |")
+                     f" | {'-' if unseeded is None else f'{unseeded:g}'} | {verdict} | {ratio_text(tests.get(scenario))} |")
     return lines
+
+
+def ratio_text(test: Mapping[str, Any] | None) -> str:
+    if test is None or "median_ratio" not in test:
+        return "-"
+    low, high = test["median_ratio_ci95"]
+    return f"{test['median_ratio']:.2f} ({low:.2f}-{high:.2f})"
 
 
 def markdown(document: Mapping[str, Any]) -> str:
@@ -490,6 +518,13 @@ def markdown(document: Mapping[str, Any]) -> str:
                          f"landscapes, alpha {document['shipped_vs_random']['alpha']}): p = {test['p']:.3g}, Holm "
                          f"{test['p_holm']:.3g}: fewer trials than random **{'shown' if test['fewer_than_random'] else 'not shown'}**; "
                          f"power against half of random's trials {test['power_at_half']:.2f}.")
+            if "median_ratio" in test:
+                low, high = test["median_ratio_ci95"]
+                side = ("above 0.5: more seeds would not bring shipped to half of random's trials" if low > 0.5
+                        else "at most 0.5: half of random's trials or fewer, beyond these seeds" if high <= 0.5
+                        else "across 0.5: these seeds cannot tell whether shipped needs half of random's trials")
+                lines.append(f"Shipped's median / random's: {test['median_ratio']:.2f}, 95 % bootstrap interval "
+                             f"{low:.2f}-{high:.2f} ({side}).")
         lines.append("")
     return "\n".join(lines)
 
