@@ -520,8 +520,8 @@ def markdown(document: Mapping[str, Any]) -> str:
                          f"power against half of random's trials {test['power_at_half']:.2f}.")
             if "median_ratio" in test:
                 low, high = test["median_ratio_ci95"]
-                side = ("above 0.5: more seeds would not bring shipped to half of random's trials" if low > 0.5
-                        else "at most 0.5: half of random's trials or fewer, beyond these seeds" if high <= 0.5
+                side = ("above 0.5: more than half of random's trials, beyond the seeds' noise" if low > 0.5
+                        else "at most 0.5: half of random's trials or fewer, beyond the seeds' noise" if high <= 0.5
                         else "across 0.5: these seeds cannot tell whether shipped needs half of random's trials")
                 lines.append(f"Shipped's median / random's: {test['median_ratio']:.2f}, 95 % bootstrap interval "
                              f"{low:.2f}-{high:.2f} ({side}).")
