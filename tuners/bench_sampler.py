@@ -21,7 +21,7 @@ Holm over the landscapes of the run at FAMILY_ALPHA; beside it the test's power 
 own per-seed values halved, resampled), so a 'not shown' says whether the benchmark could have shown it. And
 shipped's median over random's with a 95 % percentile-bootstrap interval (each strategy's seeds resampled on their
 own, BOOTSTRAP_REPLICATES times): the target asks for <= 0.5, so an interval on one side of 0.5 says the verdict is
-not an accident of these 50 seeds, and one across it says 50 seeds cannot tell.
+not an accident of the seeds run, and one across it says they cannot tell.
 
 Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
 quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
@@ -523,8 +523,7 @@ def markdown(document: Mapping[str, Any]) -> str:
                 side = ("above 0.5: more than half of random's trials, beyond the seeds' noise" if low > 0.5
                         else "at most 0.5: half of random's trials or fewer, beyond the seeds' noise" if high <= 0.5
                         else "across 0.5: these seeds cannot tell whether shipped needs half of random's trials")
-                lines.append(f"Shipped's median / random's: {test['median_ratio']:.2f}, 95 % bootstrap interval "
-                             f"{low:.2f}-{high:.2f} ({side}).")
+                lines.append(f"Shipped's median / random's (95 % bootstrap interval): {ratio_text(test)}: {side}.")
         lines.append("")
     return "\n".join(lines)
 
