@@ -18,7 +18,9 @@ stay short):
 the catalog's 4 KiB .. 16 MiB) x OMPI_MCA_coll_tuned_allreduce_algorithm (unset = coll/tuned's fixed rules, and
 three of its algorithms): 5 x 5 x 4 = 100 points (one launch took ~1 s on the 2-core machine: 3 passes ~5
 minutes; `openmpi-3node`: the same over 3 nodes). `openmpi-wide`: the same knobs, buffers every 4x and all six
-algorithms: 8 x 8 x 7 = 448 points.
+algorithms: 8 x 8 x 7 = 448 points. `openmpi-fine`: every value the search tries (KnobDimension.ladder: buffers unset
+and every power of two 4 KiB .. 16 MiB, every algorithm), so the replay answers no trial with a neighbouring point:
+14 x 14 x 7 = 1372 points (3 passes ~35 minutes).
 `mpich` (Debian's 4.0.2 is ch4:ucx): MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM x MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE
 (read only by the automatic selection): 5 x 6 = 30 points.
 On the GPU machine (`nccl-socket`, with --commbench, the CUDA build): the socket path of
@@ -47,6 +49,8 @@ from common import REPO, provenance, slurm_cluster_env, write_result
 
 _BUFFERS = [None, "4096", "65536", "1048576", "16777216"]  # unset = the kernel's autotuning; every 16x of the catalog
 _BUFFERS_4X = [None, *(str(4**e) for e in range(6, 13))]  # unset and 4 KiB .. 16 MiB, every 4x
+_BUFFERS_2X = [None, *(str(2**e) for e in range(12, 25))]  # unset and 4 KiB .. 16 MiB, every 2x (the catalog's pow2)
+_ALGORITHMS = [None, "basic_linear", "nonoverlapping", "recursive_doubling", "ring", "segmented_ring", "rabenseifner"]
 LOCAL_SLURM = "localslurm"
 
 
@@ -73,9 +77,10 @@ GRIDS: dict[str, Grid] = {
     "openmpi-3node": Grid("openmpi", _OPENMPI, LOCAL_SLURM, nodes=3),
     # every algorithm the catalog offers, socket buffers every 4x: 8 x 8 x 7 = 448 points
     "openmpi-wide": Grid("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_4X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_4X,
-                                     "OMPI_MCA_coll_tuned_allreduce_algorithm": [
-                                         None, "basic_linear", "nonoverlapping", "recursive_doubling", "ring",
-                                         "segmented_ring", "rabenseifner"]}, LOCAL_SLURM),
+                                     "OMPI_MCA_coll_tuned_allreduce_algorithm": _ALGORITHMS}, LOCAL_SLURM),
+    # every value of the search's ladder: 14 x 14 x 7 = 1372 points
+    "openmpi-fine": Grid("openmpi", {"OMPI_MCA_btl_tcp_sndbuf": _BUFFERS_2X, "OMPI_MCA_btl_tcp_rcvbuf": _BUFFERS_2X,
+                                     "OMPI_MCA_coll_tuned_allreduce_algorithm": _ALGORITHMS}, LOCAL_SLURM),
     # algorithm x the automatic selection's short-message threshold (read only under "auto"): 5 x 6 = 30
     "mpich": Grid("mpich", {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": [None, "nb", "smp", "recursive_doubling",
                                                                     "reduce_scatter_allgather"],
