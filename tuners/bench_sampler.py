@@ -114,11 +114,15 @@ SCENARIOS: dict[str, Scenario] = {
                                        held_out=_FIRST_ROUND),
     # the 100-point grid of cpu-openmpi measured again 3 days later
     "cpu-openmpi-remeasured": Scenario("localslurm_openmpi_remeasured", held_out=_ROUNDS),
+    # every value of the search's ladder measured (1372 points): no trial is answered by a neighbouring point
+    "cpu-openmpi-fine": Scenario("localslurm_openmpi_fine", held_out=_RULE),
     "h200x4-nvlink-grid": Scenario("h200x4_nvlink_grid", held_out=_ROUNDS),
     # the 140-point grid of h200x2-socket-grid measured again on another 2x H200 machine, 5 hours later
     "h200x2-socket-grid-remeasured": Scenario("h200x2_socket_grid_remeasured", held_out=_ROUNDS + _SEEN),
     # the same grid a third time, on a 2x H200 machine lent 2.5 hours after the second (NIC virtio, as the others)
     "h200x2-socket-grid-third": Scenario("h200x2_socket_grid_third", held_out=_RULE),
+    # a fourth time, on a 2x H200 machine lent 2026-11-26 11:41 (3 hours after the third)
+    "h200x2-socket-grid-fourth": Scenario("h200x2_socket_grid_fourth", held_out=_RULE),
     # demo2's planted site (site_configs/knobs/planted/nccl-ctas2-ll.yaml) on the full grid
     "h200x4-nvlink-grid-planted": Scenario("h200x4_nvlink_grid", {"NCCL_MAX_CTAS": "2", "NCCL_PROTO": "LL"},
                                            held_out=_ROUNDS),
