@@ -340,6 +340,8 @@ def describe(scenario: str, directory: Path) -> dict[str, Any]:
             "points_within_90pct": int((qualities >= SECOND_QUALITY).sum()),
             "points_straddling_95pct": landscape.straddling(TARGET_QUALITY), "site_defaults": baseline,
             "site_defaults_quality": round(site_quality, 4),
+            "one_knob_random_order": dict(zip(("changes", "within_95pct", "median"),
+                                              landscape.one_knob_random_order(baseline, TARGET_QUALITY))),
             "library_defaults_quality": round(landscape.quality({}), 4),
             # trial 1 of every search is the site defaults: below 95 % no search's median can be under 2
             "lowest_possible_median": 1 if site_quality >= TARGET_QUALITY else 2}
@@ -447,8 +449,9 @@ def summary_table(document: Mapping[str, Any]) -> list[str]:
     """One line per landscape: median trials to 95 % of each strategy, and the target's verdict."""
     strategies = [s for s in STRATEGIES if any(s in cells for cells in document["results"].values())]
     tests = document.get("shipped_vs_random", {}).get("landscapes", {})
-    lines = ["| landscape | measured | held out | " + " | ".join(strategies) + " | shipped unseeded | target "
-             "| shipped / random (95 % CI) |", "|---|---|---|" + "---|" * (len(strategies) + 3)]
+    lines = ["| landscape | measured | held out | " + " | ".join(strategies) + " | shipped unseeded "
+             "| one-knob changes, random order (exact) | target | shipped / random (95 % CI) |",
+             "|---|---|---|" + "---|" * (len(strategies) + 4)]
     for scenario, info in document["landscapes"].items():
         cells = document["results"][scenario]
         medians = [f"{cells[s]['trials_to_95pct']['median']:g}" if "trials_to_95pct" in cells.get(s, {}) else "-"
@@ -458,10 +461,21 @@ def summary_table(document: Mapping[str, Any]) -> list[str]:
         verdict = ("not judged" if outcome is None else "met by the seed" if outcome.by_seed else "met" if outcome.met
                    else "unattainable" if outcome.unattainable(info.get("lowest_possible_median", 1)) else "not met")
         measured = "grid" if info.get("measured") == "full grid" else "visited"
+        one_knob = info.get("one_knob_random_order")
+        reference = "-" if one_knob is None else "never" if one_knob["median"] is None else f"{one_knob['median']:g}"
         lines.append(f"| {scenario} | {measured} {info['points']} | "
                      f"{'yes' if info.get('held_out') else 'no'} | " + " | ".join(medians) +
-                     f" | {'-' if unseeded is None else f'{unseeded:g}'} | {verdict} | {ratio_text(tests.get(scenario))} |")
+                     f" | {'-' if unseeded is None else f'{unseeded:g}'} | {reference} | {verdict} "
+                     f"| {ratio_text(tests.get(scenario))} |")
     return lines
+
+
+def one_knob_text(reference: Mapping[str, Any]) -> str:
+    """ReplayLandscape.one_knob_random_order in words."""
+    found = (f"needs a median of {reference['median']} trials (exact)" if reference["median"] is not None
+             else "never reaches 95 %")
+    return (f"Measuring the site defaults and then their {reference['changes']} one-knob changes ("
+            f"{reference['within_95pct']} within 95 %) in a uniformly random order, knowing nothing, {found}.")
 
 
 def ratio_text(test: Mapping[str, Any] | None) -> str:
@@ -492,6 +506,7 @@ def markdown(document: Mapping[str, Any]) -> str:
                   "them count as within 95 % is launch noise); "
                   f"quality of the site defaults {info['site_defaults_quality']}, "
                   f"of the library defaults {info['library_defaults_quality']}."
+                  + (f" {one_knob_text(info['one_knob_random_order'])}" if "one_knob_random_order" in info else "")
                   + (f" Shipped is warm-started (as `commcamp tune` enqueues a related scope's published winner) with "
                      f"{info['warm_start']['env']}, {info['warm_start']['from']}, quality here "
                      f"{info['warm_start']['quality']}; it counts as seeded." if "warm_start" in info else "")

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from tuners.catalog import UnsafeValueError
 from tuners.evaluation import Evaluation, FailureKind, SizeBucket, bucket_times_us, overall_time_us
-from tuners.space import SearchSpace
+from tuners.space import SearchSpace, SpaceError
 
 
 class LandscapeError(ValueError):
@@ -148,6 +149,37 @@ class ReplayLandscape:
         point counts as within it is decided by which launches were drawn, i.e. by launch noise."""
         line = self.best_us / quality
         return sum(min(times) <= line < max(times) for times in map(self._launch_times_us, self.points))
+
+    def one_knob_changes(self, start: Mapping[str, str]) -> list[dict[str, str]]:
+        """The configurations one ladder value of one knob away from `start` (KnobDimension.ladder), each once and
+        start's own left out (spellings of one configuration are one), those the catalog's constraints reject too."""
+        current = {name: start.get(name) for name in self.space.knob_names}
+        seen = {self.configuration(start)}
+        changes = []
+        for dimension in self.space.dimensions:
+            for value in dimension.ladder():
+                try:
+                    env = self.space.env_from_values({**current, dimension.name: value})
+                except (UnsafeValueError, SpaceError):
+                    continue
+                if (key := self.configuration(env)) not in seen:
+                    seen.add(key)
+                    changes.append(env)
+        return changes
+
+    def one_knob_random_order(self, start: Mapping[str, str], quality: float) -> tuple[int, int, int | None]:
+        """What a search knowing nothing needs when it measures `start` and then start's one-knob changes in a
+        uniformly random order: (changes, changes within `quality` of the best, median trials until one within it
+        is measured, start counted; None where no change is). Exact: with h hits among n changes the first hit
+        comes after trial k + 1 with probability C(n - k, h) / C(n, h); the median is the first k where that is
+        <= 1/2. A reference for what the landscape allows a prior-free one-knob screen, not a simulation."""
+        changes = self.one_knob_changes(start)
+        n, hits = len(changes), sum(self.quality(env) >= quality for env in changes)
+        if self.quality(start) >= quality:
+            return n, hits, 1
+        if not hits:
+            return n, 0, None
+        return n, hits, 1 + next(k for k in range(1, n + 1) if math.comb(n - k, hits) <= math.comb(n, hits) / 2)
 
     def point_of(self, env: Mapping[str, str]) -> int:
         """Index of the measured point nearest to env (its searched knobs; others are ignored)."""
