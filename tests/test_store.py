@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
+import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -270,6 +272,26 @@ def test_concurrent_writers_on_a_fresh_database(store_url: str) -> None:
         pool.starmap(_open_and_ingest, [(store_url, writer) for writer in range(3)])
     with open_store(store_url) as store:
         assert len(store.runs()) == 9 and len(store.measurements()) == 90
+
+
+def test_opening_waits_for_a_writer_of_a_fresh_database_instead_of_failing_at_once(tmp_path: Path) -> None:
+    # SQLite answers "database is locked" at once, busy timeout or not, when a connection switches a
+    # rollback-journal database to WAL while another holds its write lock: the concurrent-writers test above
+    # failed so 5 times in 300 before open_store retried it.
+    path = tmp_path / "results.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE other_tool (x)")
+    commit = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    commit.start()
+    started = time.monotonic()
+    try:
+        with open_store(f"sqlite:///{path}") as store:
+            assert store.runs() == []
+    finally:
+        commit.join()
+        writer.close()
+    assert time.monotonic() - started >= 0.25
 
 
 def test_reopen_keeps_data(store_url: str) -> None:

@@ -9,12 +9,14 @@ import hashlib
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
+from time import monotonic, sleep
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -247,6 +249,21 @@ def _sqlite_path(url: URL) -> Path | None:
     return Path(database).expanduser().absolute()
 
 
+def _enable_wal(cursor: Any) -> None:
+    """Switch the database to WAL (a no-op once it is). Two connections converting a fresh database at once
+    deadlock on SQLite's lock upgrade, and SQLite answers one of them "database is locked" at once instead of
+    waiting (its busy timeout does not apply to a deadlock): retry that for as long as a writer waits."""
+    deadline = monotonic() + SQLITE_LOCK_WAIT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or monotonic() > deadline:
+                raise
+            sleep(0.01)
+
+
 def _install_sqlite_hooks(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -254,7 +271,7 @@ def _install_sqlite_hooks(engine: Engine) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor)
         cursor.close()
 
     @event.listens_for(engine, "begin")
