@@ -250,9 +250,10 @@ def _sqlite_path(url: URL) -> Path | None:
 
 
 def _enable_wal(cursor: Any) -> None:
-    """Switch the database to WAL (a no-op once it is). Two connections converting a fresh database at once
-    deadlock on SQLite's lock upgrade, and SQLite answers one of them "database is locked" at once instead of
-    waiting (its busy timeout does not apply to a deadlock): retry that for as long as a writer waits."""
+    """Switch the database to WAL (a no-op once it is). While another connection holds or is taking the write
+    lock of a fresh (rollback-journal) database, e.g. a campaign job creating the schema or converting it too,
+    SQLite answers "database is locked" at once instead of waiting (its busy timeout does not apply to a lock
+    upgrade that could deadlock): retry that for as long as a writer waits."""
     deadline = monotonic() + SQLITE_LOCK_WAIT_S
     while True:
         try:
