@@ -20,8 +20,16 @@ ALL_TRANSPORTS = ["staging", "d2d", "d2d-kernel", "ccl", "mpi", "memcpy"]
 pytestmark = pytest.mark.slow
 
 
-def make(target: str, *variables: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def compiler_env(tmp_path: Path) -> dict[str, str]:
+    """The environment with TMPDIR inside the test's folder: hipcc (clang's offload driver) leaves an empty
+    directory per compiled file in TMPDIR, so runs of the suite would pile them up in /tmp."""
+    scratch = tmp_path / "compiler-tmp"
+    scratch.mkdir(exist_ok=True)
+    return dict(os.environ, TMPDIR=str(scratch))
+
+
+def make(target: str, tmp_path: Path, *variables: str) -> subprocess.CompletedProcess[str]:
+    env = compiler_env(tmp_path)
     if NVCC:
         env["PATH"] = f"{Path(NVCC).parent}:{env['PATH']}"
     return subprocess.run(
@@ -57,7 +65,7 @@ def run_without_gpu(binary: Path, tmp_path: Path, validator: jsonschema.Draft202
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cuda backend cannot be compiled here")
 def test_cuda_backend_builds(tmp_path: Path, record_validator: jsonschema.Draft202012Validator) -> None:
-    done = make("cuda", "CUDA_ARCHS=90")
+    done = make("cuda", tmp_path, "CUDA_ARCHS=90")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     flags = (BENCH_BUILD / "cuda" / "CMakeFiles" / "commbench.dir" / "flags.make").read_text()
     assert "--Werror=all-warnings" in flags and "-Xcompiler=-Wall,-Wextra,-Werror" in flags
@@ -79,7 +87,7 @@ def hipcc_accepts(arch: str, tmp_path: Path) -> bool:
     source = tmp_path / "probe.hip"
     source.write_text("#include <hip/hip_runtime.h>\n__global__ void k(float *a) { a[0] = 1.0f; }\n")
     done = subprocess.run([str(HIPCC), f"--offload-arch={arch}", "-c", str(source), "-o", str(tmp_path / "p.o")],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, env=compiler_env(tmp_path), check=False)
     return done.returncode == 0
 
 
@@ -89,7 +97,7 @@ def test_hip_backend_builds(tmp_path: Path, record_validator: jsonschema.Draft20
     mi300 = "gfx942" if hipcc_accepts("gfx942", tmp_path) else "gfx940"
     if mi300 != "gfx942":
         print("hipcc rejects gfx942; building for gfx90a and gfx940 instead")
-    done = make("hip", f"HIP_ARCHS=gfx90a;{mi300}")
+    done = make("hip", tmp_path, f"HIP_ARCHS=gfx90a;{mi300}")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     flags = (BENCH_BUILD / "hip" / "CMakeFiles" / "commbench.dir" / "flags.make").read_text()
     assert "--offload-arch=gfx90a" in flags and "-Werror" in flags and "-x hip" in flags
@@ -119,7 +127,7 @@ def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None
          "-DCOMMBENCH_HIP=1", "-DCOMMBENCH_GPU=1", "-DCOMMBENCH_HAVE_CCL=1",
          "-D_POSIX_C_SOURCE=200809L", f"-I{tmp_path / 'rccl'}", f"-I{BENCH_SRC / 'src'}", "-c",
          str(BENCH_SRC / "src" / "gpu" / "ccl.cu"), "-o", str(tmp_path / "ccl.o")],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=300, env=compiler_env(tmp_path), check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
 
@@ -127,7 +135,8 @@ def test_hip_ccl_transport_compiles_against_the_rccl_api(tmp_path: Path) -> None
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed: the cuda backend cannot be compiled here")
 def test_gpu_scripts_build_step(tmp_path: Path) -> None:
     """The build step gpu-acceptance.sh and compare-nccl-tests.sh share (scripts/common.sh)."""
-    env = dict(os.environ, MPICC="mpicc.openmpi", JOBS="2", PATH=f"{Path(NVCC).parent}:{os.environ['PATH']}")
+    env = {**compiler_env(tmp_path), "MPICC": "mpicc.openmpi", "JOBS": "2",
+           "PATH": f"{Path(NVCC).parent}:{os.environ['PATH']}"}
     done = subprocess.run(
         ["bash", "-c", '. bench_src/scripts/common.sh && cb_build_cuda "$1" "$1/build.log" && '
                        'echo "bin=$CB_BIN werror=$CB_WERROR_BUILD nvls=$NCCL_NVLS_ENABLE"', "build", str(tmp_path)],
