@@ -90,12 +90,13 @@ class SamplerName(enum.StrEnum):
 
 
 # TPE after the one-knob screen (tuners/screen.py; TuningSpec.screen_trials) is what `commcamp tune` ships:
-# results/bench/sampler_benchmark.md, 19 scenarios on measured landscapes, 50 seeds x 30 trials: trials to 95 % of the
+# results/bench/sampler_benchmark.md, 20 scenarios on measured landscapes, 50 seeds x 30 trials: trials to 95 % of the
 # best on the 2x H200 socket-path grid 6 vs random 30 (TPE alone 23.5, GP 20.5), on the held-out 4x H200 one 6 vs 31
-# (TPE alone 27.5, GP 31), a third and a fourth 2x H200 one 6 vs 31 (TPE alone 23, GP 26 and 17.5), on the 448-point
-# Open MPI grid 11 vs 20.5 (TPE alone 13, GP 16.5), on the held-out every-value Open MPI grid 18 vs 31 (TPE alone 22,
-# GP 30.5), on the held-out 3-node Open MPI grid 19 vs 21 (TPE alone 26, GP 29.5); fewer trials than random shown on
-# 10 of 19, best or tied of six strategies on 15 of 19. GP needs torch (not a site dependency).
+# (TPE alone 27.5, GP 31), a third and a fourth 2x H200 one 6 vs 31 (TPE alone 23, GP 26 and 17.5), a fifth 6 vs 23
+# (TPE alone 18.5, GP 23), on the 448-point Open MPI grid 11 vs 20.5 (TPE alone 13, GP 16.5), on the held-out
+# every-value Open MPI grid 18 vs 31 (TPE alone 22, GP 30.5), on the held-out 3-node Open MPI grid 19 vs 21 (TPE alone
+# 26, GP 29.5); fewer trials than random shown on 11 of 20, best or tied of six strategies on 16 of 20. GP needs torch
+# (not a site dependency).
 DEFAULT_SAMPLER = SamplerName.TPE
 
 
