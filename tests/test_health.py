@@ -31,7 +31,8 @@ SwitchName=top Level=2 LinkSpeed=1 Switches=group[1-2]
 
 
 def test_judge_against_history_uses_a_robust_spread() -> None:
-    history = [10.0, 10.2, 9.9, 10.1, 10.0, 55.0]  # one bad night does not move median or MAD much
+    # One bad night (the first: nothing to leave it out against) does not move median or MAD much.
+    history = [55.0, 10.0, 10.2, 9.9, 10.1, 10.0]
     assert judge(10.3, False, None, history, SETTINGS).status == "ok"
     degraded = judge(12.0, False, None, history, SETTINGS)
     assert degraded.status == "degraded"
@@ -69,6 +70,26 @@ def test_a_tiny_history_counts_every_night_in_its_spread() -> None:
     # Three quiet nights: the same drop is a change. From 5 nights on the MAD alone (robust to a bad night).
     assert judge(1.07, True, None, [1.70, 1.75, 1.80], SETTINGS).status == "degraded"
     assert judge(1.07, True, None, [1.10, 1.75, 1.80, 1.72, 1.78], SETTINGS).status == "degraded"
+
+
+def test_a_bad_night_does_not_become_the_baseline() -> None:
+    # Busbw in GB/s; the fourth earlier night ran beside another job's traffic (health called it failed). Kept
+    # in, it widened the tiny history's range floor (9.8 / 2.059 = 4.76) so that a 98 % drop was 2.0 sigma: ok.
+    contended = [10.0, 10.1, 9.9, 0.3]
+    drop = judge(0.2, True, None, contended, SETTINGS)
+    assert drop.status == "failed", drop.evidence
+    assert "than the median 10 of 3 earlier nights" in drop.evidence[0]
+    assert drop.evidence[-1] == ("left out of the history: 1 of 4 earlier nights (0.3), degraded or failed "
+                                 "against their reference or the nights kept before them")
+    assert drop.history is not None and drop.history["left_out"] == [0.3]
+    assert judge(10.05, True, None, contended, SETTINGS).status == "ok"
+    # A night is judged only against the nights kept before it: with fewer than min_history of them it stays
+    # (nothing to tell it from a noisy series by), and the tiny history's spread takes it in as before.
+    assert judge(0.2, True, None, [10.0, 10.1, 0.3, 9.9], SETTINGS).status == "ok"
+    # Against its reference too: nights below the reference's bound are left out; with two left, not judged.
+    ref = Reference(op="allreduce", metric="large_busbw", bytes=1 << 28, value=10.0, lower=-0.5)
+    judged = judge(9.8, True, ref, [10.0, 10.1, 0.3, 9.9], SETTINGS.model_copy(update={"min_history": 4}))
+    assert judged.status == "ok" and "history of 3 night(s) is below min_history 4" in judged.evidence[0]
 
 
 def test_implausible_values_fail_without_history() -> None:

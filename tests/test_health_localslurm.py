@@ -255,7 +255,8 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide_one_slow_no
     """Two quiet nights, then a night during which another job's alltoall (1 MiB, all 4 nodes) fills the
     links: both switches' runs degrade, on node pairs that share no node, so the verdict says fabric-wide
     instead of blaming a node (no pair job), and its Slurm snapshot shows the other job. A fourth night with
-    one node's link throttled degrades its switch's run alone: isolation names that node."""
+    one node's link throttled degrades its switch's run alone: isolation names that node, and neither switch's
+    history holds the contended night."""
     from fixtures_sites import site_data, write_site
     from fixtures_slurm import local_slurm_cluster
 
@@ -323,3 +324,9 @@ def test_competing_traffic_degrades_both_switches_and_is_fabric_wide_one_slow_no
     bad = [m for m in node_verdict["metrics"] if m["status"] in ("degraded", "failed")]
     assert bad and {frozenset(m["hosts"]) for m in bad} == {frozenset(cluster.nodes[2:])}, node_output
     assert node_verdict["scope"] == "node" and node_verdict["isolation"]["culprit_nodes"] == [slow], node_output
+    # The contended night is not part of either switch's baseline: each judges night 4 against the 2 quiet nights.
+    contended = {(frozenset(m["hosts"]), m["metric"]) for m in verdict["metrics"]
+                 if m["status"] in ("degraded", "failed")}
+    for metric in node_verdict["metrics"]:
+        if (frozenset(metric["hosts"]), metric["metric"]) in contended:
+            assert metric["history"]["nights"] == 2 and len(metric["history"]["left_out"]) == 1, metric

@@ -16,7 +16,10 @@ that benchmark. Each is judged
   nights; with median m and robust spread s = max(1.4826 MAD, min_spread |m|, and for 2-4 nights the
   range / d2(n): robust_spread), a value worse than m by z = |x - m| / s >= degraded_z (failed_z) AND by
   a relative change >= degraded_change (failed_change) is `degraded` (`failed`); the evidence says what
-  was compared. Fewer than `min_history` nights: not judged on history.
+  was compared. Fewer than `min_history` nights: not judged on history. A bad night does not become
+  the baseline: the earlier nights are judged oldest first, each against the kept nights before it, by
+  the same rules, and those called degraded or failed are left out (the evidence lists them). Kept in,
+  one contended night among three made the range floor so wide that a 98 % bandwidth drop read ok.
 - A metric with neither a reference nor enough history is `not_judged` (its own status, counted in the
   summary, exit code 3 when nothing is worse): an unjudged value is not a healthy one.
 
@@ -144,8 +147,27 @@ def robust_spread(history: list[float], median: float, min_spread: float) -> tup
 
 def judge(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
           settings: HealthSettings, ceiling: Ceiling | None = None) -> Judgement:
-    """One metric value against its reference, the site's plausible range and its history (see the module
-    docstring). Neither a reference nor enough history: `not_judged`, whatever the value."""
+    """One metric value against its reference, the site's plausible range and its history (oldest night
+    first), leaving out the earlier nights the same rules call degraded or failed against the nights kept
+    before them (see the module docstring). Neither a reference nor enough history: `not_judged`."""
+    kept: list[float] = []
+    left_out: list[float] = []
+    for night in history:
+        bad = _judge_once(night, higher_is_better, reference, kept, settings, ceiling).status in BAD
+        (left_out if bad else kept).append(night)
+    judgement = _judge_once(value, higher_is_better, reference, kept, settings, ceiling)
+    if left_out:
+        judgement.evidence.append(f"left out of the history: {len(left_out)} of {len(history)} earlier nights "
+                                   f"({', '.join(f'{v:.4g}' for v in left_out)}), degraded or failed against "
+                                   f"their reference or the nights kept before them")
+        if judgement.history is not None:
+            judgement.history["left_out"] = left_out
+    return judgement
+
+
+def _judge_once(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
+                settings: HealthSettings, ceiling: Ceiling | None) -> Judgement:
+    """judge() against a history taken as it is."""
     status, evidence, judged = "ok", [], reference is not None
     ref_info = None
     if reference is not None:
