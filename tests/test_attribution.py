@@ -4,15 +4,17 @@ suspect rule on runs recorded on the local cluster with one node's link throttle
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
 from rich.console import Console
 
 from campaigns.kinds.attribution import node_times, rank_suspects
 from campaigns.slurm.placement import Placer
-from campaigns.kinds.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, print_summary
+from campaigns.kinds.health import BAD, HealthCheck, Verdict, find_slow_nodes, judge, peer_ratios, print_summary
 from campaigns.model.records import validate_record
 from campaigns.reframe.runner import CampaignResult, CaseResult
 from campaigns.model.spec import HealthSettings, load_campaign
@@ -92,23 +94,73 @@ def _node_times(name: str, factor: float = 1.0) -> dict:
 
 
 FAIL_SLOW = HealthSettings(min_history=2)  # two recorded clean nights are all the history there is
+# Two nights say little about how a ratio varies (Student's t on 1 degree of freedom): on the recorded nights no
+# pair reaches p 0.035. To test what the verdict does with a slow node on real records, slow_alpha 0.35 (3 nodes x
+# 2 sizes: p <= 0.058 per pair), a false alarm on about one night in three: not a setting for a site.
+LOOSE = FAIL_SLOW.model_copy(update={"slow_alpha": 0.35})
 
 
 @pytest.mark.parametrize("night", ["throttled-c6n3", "throttled2-c6n3"])
-@pytest.mark.parametrize("op", ["sendrecv", "alltoall"])
-def test_fail_slow_names_the_node_that_drifts_from_its_history_and_its_peers(op: str, night: str) -> None:
-    """Node 3's link throttled: at 1 MiB its time grew x10-x31 against its two clean nights and it stands
-    apart from its peers, which slowed with it but less. Nobody else: on the first throttled alltoall night
-    node 1's ratio to its peers at 64 KiB grew 20x too, but it stayed 11x faster than they were."""
-    slow = find_slow_nodes(_node_times(f"{night}-{op}"), [_node_times(f"clean-{op}"), _node_times(f"clean2-{op}")],
-                           FAIL_SLOW)
+def test_fail_slow_on_two_noisy_recorded_nights(night: str) -> None:
+    """Node 3's link throttled: at 1 MiB its sendrecv time grew x15-x31 against its two clean nights and its
+    ratio to its peers' median is 4.4-6.4 against 1.06 and 0.80. Two nights of this 2-core host's noise say
+    little about how that ratio varies: one-sided p 0.04-0.05 on 1 degree of freedom, far above the 0.05 / 6
+    that holds the night's false-alarm rate at 5 %, so nobody is named; at slow_alpha 0.35 node 3 is, alone."""
+    tonight, history = _node_times(f"{night}-sendrecv"), [_node_times("clean-sendrecv"), _node_times("clean2-sendrecv")]
+    assert find_slow_nodes(tonight, history, FAIL_SLOW) == []
+    slow = find_slow_nodes(tonight, history, LOOSE)
     assert {s.node for s in slow} == {"c6n3"}, [s.evidence for s in slow]
-    if op == "alltoall":
-        return
     found = next(s for s in slow if s.bytes == LARGE)
     assert found.history["nights"] == 2 and found.history["median"] == pytest.approx((15002.0 + 30079.4) / 2, rel=1e-3)
-    assert set(found.peers_us) == {"c6n1", "c6n2"} and found.peer_ratio > 3
-    assert "of its peers tonight (c6n1 " in found.evidence[1] and "Bonferroni" in found.evidence[2]
+    assert set(found.peers_us) == {"c6n1", "c6n2"} and found.peer_ratio > 4
+    assert 0.05 / 6 < found.ratio_history["p"] < 0.35 / 6 and found.ratio_history["nights"] == 2
+    assert "of its peers tonight (c6n1 " in found.evidence[1] and "on 1 df, one-sided p" in found.evidence[1]
+    assert "(Bonferroni)" in found.evidence[2]
+
+
+def test_a_node_faster_than_its_peers_is_not_slow() -> None:
+    """Alltoall at 64 KiB, node 3 throttled: node 1 waited 1.9 ms against its peers' 20-26 ms on clean nights
+    (its ratio 0.0044 and 0.0033, now 0.086: p 0.026), still 11x faster than its peers: not slow."""
+    slow = find_slow_nodes(_node_times("throttled-c6n3-alltoall"),
+                           [_node_times("clean-alltoall"), _node_times("clean2-alltoall")], LOOSE)
+    assert "c6n1" not in {s.node for s in slow}
+
+
+def _simulated_night(rng: np.random.Generator, nodes: int, sd: float, slowed: float = 0.0) -> dict:
+    names = [f"n{i:02d}" for i in range(nodes)]
+    night = {}
+    for size in (8, 1024, 65536, LARGE):
+        values = 100.0 * (1 + sd * rng.standard_normal(nodes))
+        values[0] *= 1 + slowed
+        night[("series", "alltoall", "mpi", size, "", tuple(names))] = dict(zip(names, values.tolist()))
+    return night
+
+
+def test_fail_slow_holds_its_false_alarm_rate_and_names_a_node_that_slowed() -> None:
+    """Simulated nights, 20 nodes x 4 records, 14 nights of history, each node's time normal around 100 us.
+    Healthy, 5 % noise: a night names somebody with probability <= slow_alpha 0.05 (2 of 100 here; the rule
+    before, the normal quantile with the earlier nights' robust spread, on 31 of these 100 nights). One node
+    30 % slower at 3 % noise: named, alone, on every night but a few (100 of 100)."""
+    rng, settings = np.random.default_rng(7), HealthSettings()
+    false_alarms = sum(bool(find_slow_nodes(_simulated_night(rng, 20, 0.05),
+                                            [_simulated_night(rng, 20, 0.05) for _ in range(14)], settings))
+                       for _ in range(100))
+    assert false_alarms <= 12  # binomial(100, 0.05): P(> 12) = 0.001
+    named = sum({s.node for s in find_slow_nodes(_simulated_night(rng, 20, 0.03, slowed=0.3),
+                                                 [_simulated_night(rng, 20, 0.03) for _ in range(14)], settings)}
+                == {"n00"} for _ in range(100))
+    assert named >= 90
+
+
+def test_peer_ratios_are_the_medians_of_the_other_nodes() -> None:
+    rng = np.random.default_rng(3)
+    for nodes in (3, 4, 5, 8):
+        for _ in range(50):
+            times = {f"n{i}": float(rng.choice([0.5, 1.0, rng.random()])) for i in range(nodes)}
+            for node, (ratio, centre) in peer_ratios(times).items():
+                assert centre == statistics.median(v for h, v in times.items() if h != node)
+                assert ratio == times[node] / centre
+    assert peer_ratios({"a": 1.0, "b": 2.0}) == {}  # one peer each: the two ends of one exchange
 
 
 def test_a_whole_night_shift_is_not_fail_slow() -> None:
@@ -131,7 +183,7 @@ def test_a_whole_night_shift_is_not_fail_slow() -> None:
 
 def test_a_slow_node_has_its_own_reason_in_the_verdict_and_the_table(tmp_path: Path) -> None:
     slow = find_slow_nodes(_node_times("throttled-c6n3-sendrecv"),
-                           [_node_times("clean-sendrecv"), _node_times("clean2-sendrecv")], FAIL_SLOW)
+                           [_node_times("clean-sendrecv"), _node_times("clean2-sendrecv")], LOOSE)
     nodes = {"c6n1": {"status": "ok", "evidence": []}, "c6n2": {"status": "ok", "evidence": []},
              "c6n3": {"status": "degraded", "reason": "slow", "evidence": slow[0].evidence}}
     verdict = Verdict(campaign="h", site="localslurm", system="localslurm", tag="night-3", status="degraded",
@@ -148,11 +200,12 @@ def test_a_slow_node_has_its_own_reason_in_the_verdict_and_the_table(tmp_path: P
     assert saved["slow_nodes"][0]["peers_us"].keys() == {"c6n1", "c6n2"}
 
 
-# Three nodes, one rank each, sendrecv at the recorded sizes; two nights of history are enough here.
+# Three nodes, one rank each, sendrecv at the recorded sizes; two nights of history, and slow_alpha 0.35 (LOOSE):
+# two nights of this host's noise cannot name a node at 0.05 (test_fail_slow_on_two_noisy_recorded_nights).
 SLOW_SPEC = ("name: health-slow\nkind: health\nsite: localslurm\nsystem: localslurm:debug\n"
              "environments: [openmpi]\nnode_counts: [3]\n"
              "checks: [{check: commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
-             "health: {min_history: 2, isolate: false}\n")
+             "health: {min_history: 2, slow_alpha: 0.35, isolate: false}\n")
 
 
 def test_a_night_the_run_metrics_pass_names_the_slow_node_and_a_failed_night_blames_as_before(

@@ -159,7 +159,8 @@ def test_health_section_shows_a_slow_node_with_its_evidence_and_the_isolation_pa
 
     slow = {"node": "c6n3", "series_key": "nightly/openmpi", "op": "sendrecv", "bytes": 65536, "value_us": 463.0,
             "peers_us": {"c6n1": 101.0, "c6n2": 111.0}, "history": {"nights": 2, "median": 22.5, "spread": 7.5},
-            "peer_ratio": 4.36, "ratio_history": {"nights": 2, "median": 0.98, "spread": 0.05},
+            "peer_ratio": 4.36, "ratio_history": {"nights": 2, "mean": 0.92, "log_sd": 0.2, "t": 6.26, "p": 0.0504,
+                                                  "change": 3.73},
             "evidence": ["its ranks' median time 463 us"]}
     verdict = {**VERDICT, "nodes": {"c6n3": {"status": "degraded", "reason": "slow", "evidence": ["fail-slow"]}},
                "slow_nodes": [slow],
@@ -167,7 +168,7 @@ def test_health_section_shows_a_slow_node_with_its_evidence_and_the_isolation_pa
                              "attribution": "c6n3 grew x24.98"}}
     text = health_section([verdict], {})
     assert "degraded: slow" in text and "4.36x" in text and "median 22.5, spread 7.5 over 2 night(s)" in text
-    assert "c6n1 101, c6n2 111" in text and "median 0.98" in text
+    assert "c6n1 101, c6n2 111" in text and "geometric mean 0.92, log sd 0.2 over 2 night(s); t 6.26, p 0.05" in text
     assert "confirmed by pair test(s), 1 extra job(s) (c6n3 grew x24.98)" in text
     plain = health_section([VERDICT], {})  # a verdict without slow nodes or a path: the pair-test path
     assert "degraded: slow" not in plain and "pair tests between the nodes involved" in plain

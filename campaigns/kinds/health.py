@@ -42,7 +42,10 @@ node is `degraded: slow` (node verdict reason "slow", a row of its own in the ta
 (a) its time is worse than its own history: judge() against the median and robust spread of its earlier
     nights, >= z spreads and >= degraded_change worse; and
 (b) its time over the median of its peers' times in the same record tonight (>= MIN_PEERS other nodes) is
-    above 1 (it is slower than its peers) and worse, by the same test, than that ratio on its earlier nights.
+    above 1 (it is slower than its peers), >= degraded_change above that ratio's geometric mean on its
+    earlier nights, and above them by a one-sided prediction t-test on logarithms (ratio_test): t = (log r -
+    mean) / (s sqrt(1 + 1/n)) on n - 1 degrees of freedom (n earlier nights, mean and s of their log ratios,
+    s at least log(1 + min_spread)), p <= slow_alpha / m.
 (b) is what a whole-night shift (load, a switch, a library update) cannot pass: it moves every node alike,
 so every ratio stays; (a) keeps a node whose peers got faster (its ratio rises, its time does not) from
 being called slow; the ratio's own history absorbs a role that is always slower. "Above 1":
@@ -50,15 +53,20 @@ a slow node's peers change roles too (alltoall at 64 KiB, one node's link thrott
 100 us against its peers' 20-26 ms on clean nights waited 1.9 ms, a ratio 20x its history but still 11x
 faster than its peers); a node faster than its peers is not called slow, even one that slowed. A node the
 other rules already call degraded or failed keeps that verdict. The evidence: its time, its history's
-median and spread, its peers' times, the ratio and that ratio's history.
-False alarms: z = max(degraded_z, the normal quantile 1 - slow_alpha / m), m = the (node, record) pairs
-judged that night (Bonferroni over the night; slow_alpha 0.05): with normal noise a healthy pair passes (b)
-alone with probability <= slow_alpha / m, so a healthy night raises a false alarm with probability <=
-slow_alpha (3 nodes x 2 sizes: z 3 (the Bonferroni 2.39 is lower); 2,000 nodes x 4 records: z 4.37).
-Timing noise has heavier tails than a normal one; the guards are the AND of (a) and (b), the >= 10 %
-(degraded_change) on both, and the spread floors (2 % of the median; range/d2 for 2-4 nights). Power: a
-drift shows when it is >= max(z spreads, 10 %) on both, so >= 10 % for a node whose nightly noise is below
-10 % / z; a noisier node needs more. Two-node runs cannot say which end slowed: they are not judged.
+median and spread, its peers' times, the ratio and that ratio's history with t and p.
+False alarms: m = the (node, record) pairs judged that night (Bonferroni; slow_alpha 0.05). With log
+ratios that vary from night to night as independent normal values, t follows Student's t on n - 1 degrees
+of freedom exactly (the spread floor only lowers it), so a healthy pair passes (b) alone with probability
+<= slow_alpha / m and a healthy night raises a false alarm with probability <= slow_alpha. The rule before
+(z from the normal quantile, the robust spread of the earlier nights) named a node on 5 of 40 simulated
+healthy nights at 3 % noise and 32 of 40 at 5 % (100 nodes x 4 records, 14 nights): the spread of a few
+nights is itself uncertain. Simulated rates: results/reliability/fail_slow_error_rates.json
+(tests/bench/bench_fail_slow.py). Timing noise has heavier tails than a normal one; the guards are the AND of
+(a) and (b) and the >= 10 % (degraded_change) on both. Power grows with the history: the ratio must
+exceed its mean by the t quantile x sqrt(1 + 1/n) standard deviations, for 3 nodes x 2 sizes 46.8 with 2
+nights, 8.8 with 3, 2.8 with 14; for 2,000 nodes x 4 records 7.1 with 14 nights (and >= 10 %). A throttled
+node's ratio (4.4 against 0.9-1.0) passes even the 2-night test; a 10 % drift needs a long history of quiet
+ratios. Two-node runs cannot say which end slowed: they are not judged.
 
 Exit status of `commcamp run` for a health campaign (EXIT_CODES): 0 healthy, 3 not judged (nothing bad,
 some metric had nothing to compare with), 4 degraded, 5 failed; distinct from commcamp's 1 (a case
@@ -69,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -81,6 +90,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from scipy.stats import t as student_t
 
 from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
@@ -242,49 +252,80 @@ class SlowNode:
     peers_us: dict[str, float]  # the other nodes of the same record tonight
     history: dict[str, Any]  # its own time on earlier nights: nights, median, spread, z, change (judge())
     peer_ratio: float  # value_us / the median of peers_us
-    ratio_history: dict[str, Any]  # the same ratio on earlier nights, judged alike
+    ratio_history: dict[str, Any]  # the same ratio on earlier nights: ratio_test()
     evidence: list[str]
 
 
-def _peer_ratio(times: dict[str, float], node: str) -> tuple[float, float] | None:
-    """A node's time over the median of its peers' in one record, and that median; None without MIN_PEERS."""
-    peers = [value for host, value in times.items() if host != node]
-    centre = statistics.median(peers) if len(peers) >= MIN_PEERS else 0.0
-    return (times[node] / centre, centre) if centre > 0 else None
+def peer_ratios(times: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Per node of one record: its time over the median of its peers' times, and that median (nodes with
+    MIN_PEERS peers and a positive median). One sort per record: the peers of the node at sorted position i
+    are the sorted values without position i (at 2,000 nodes a median per node took 20 s a night)."""
+    if len(times) <= MIN_PEERS:
+        return {}
+    ordered = sorted(times.values())
+    position = {node: i for i, node in enumerate(sorted(times, key=times.__getitem__))}
+    half, odd = divmod(len(ordered) - 1, 2)  # the peers' middle rank(s)
+
+    def peer(rank: int, i: int) -> float:
+        return ordered[rank + (rank >= i)]
+    ratios = {}
+    for node, i in position.items():
+        centre = peer(half, i) if odd else (peer(half - 1, i) + peer(half, i)) / 2
+        if centre > 0:
+            ratios[node] = (times[node] / centre, centre)
+    return ratios
 
 
 def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: HealthSettings) -> list[SlowNode]:
     """The fail-slow rule (module docstring): per (node, record) with >= min_history earlier nights, its time
-    judged against its own history AND its time over its peers' median judged against that ratio's history,
-    both with judge() at the family's z (Bonferroni over every (node, record) judged tonight)."""
+    judged against its own history (judge()) AND its time over its peers' median tested against that ratio's
+    history (ratio_test(), Bonferroni over every (node, record) judged tonight)."""
     candidates = []
     for key, times in tonight.items():
+        ratios_tonight = peer_ratios(times)
+        past = [night[key] for night in earlier if key in night]
+        ratios_past = [peer_ratios(t) for t in past]
         for node, value in times.items():
-            past = [night[key] for night in earlier if node in night.get(key, {})]
-            ratio = _peer_ratio(times, node)
-            ratios = [r[0] for t in past if (r := _peer_ratio(t, node)) is not None]
-            if ratio is not None and min(len(past), len(ratios)) >= max(settings.min_history, 2):
-                candidates.append((key, node, value, ratio, [t[node] for t in past], ratios))
+            own = [t[node] for t in past if node in t]
+            ratios = [r[node][0] for r in ratios_past if node in r]
+            if node in ratios_tonight and min(len(own), len(ratios)) >= max(settings.min_history, 2):
+                candidates.append((key, node, value, ratios_tonight[node], own, ratios))
     if not candidates:
         return []
-    family_z = statistics.NormalDist().inv_cdf(1 - settings.slow_alpha / len(candidates))
-    z = max(settings.degraded_z, family_z)
-    strict = settings.model_copy(update={"degraded_z": z, "failed_z": max(z, settings.failed_z)})
+    level = settings.slow_alpha / len(candidates)
     slow = []
     for key, node, value, (ratio, centre), own, ratios in candidates:
-        drift, apart = judge(value, False, None, own, strict), judge(ratio, False, None, ratios, strict)
-        if drift.status not in BAD or apart.status not in BAD or ratio <= 1:
+        apart = ratio_test(ratio, ratios, settings.min_spread)
+        if ratio <= 1 or apart["p"] > level or apart["change"] < settings.degraded_change:
+            continue
+        drift = judge(value, False, None, own, settings)
+        if drift.status not in BAD:
             continue
         series_key, op, _transport, size, *_ = key
         peers = {host: v for host, v in tonight[key].items() if host != node}
-        slow.append(SlowNode(node, series_key, op, size, value, peers, drift.history or {}, ratio,
-                             apart.history or {}, [
+        slow.append(SlowNode(node, series_key, op, size, value, peers, drift.history or {}, ratio, apart, [
             f"{op}@{size}: its ranks' median time {drift.evidence[0]}",
             f"{ratio:.3g}x the median {centre:.4g} us of its peers tonight "
-            f"({', '.join(f'{h} {v:.4g}' for h, v in sorted(peers.items()))}); that ratio {apart.evidence[0]}",
-            f"z {z:.2f} = max(degraded_z {settings.degraded_z:g}, Bonferroni z {family_z:.2f} for slow_alpha "
-            f"{settings.slow_alpha:g} over {len(candidates)} (node, record) pairs judged)"]))
+            f"({', '.join(f'{h} {v:.4g}' for h, v in sorted(peers.items()))}); that ratio is {apart['change']:.0%} "
+            f"above its geometric mean {apart['mean']:.4g} over {apart['nights']} earlier nights (log sd "
+            f"{apart['log_sd']:.3g}): t {apart['t']:.3g} on {apart['nights'] - 1} df, one-sided p {apart['p']:.2g}",
+            f"p <= {level:.2g}: slow_alpha {settings.slow_alpha:g} over {len(candidates)} (node, record) pairs "
+            f"judged tonight (Bonferroni)"]))
     return slow
+
+
+def ratio_test(ratio: float, history: list[float], min_spread: float) -> dict[str, Any]:
+    """How far above its earlier nights a positive ratio lies: a one-sided prediction t-test on logarithms.
+    For log ratios that vary as independent normal values, t = (log r - mean) / (s sqrt(1 + 1/n)) follows
+    Student's t on n - 1 degrees of freedom (n >= 2 nights, mean and s of their logs); s is at least
+    log(1 + min_spread), which can only lower t."""
+    logs = [math.log(r) for r in history]
+    nights, mean = len(logs), statistics.fmean(logs)
+    log_sd = max(statistics.stdev(logs), math.log1p(min_spread))
+    above = math.log(ratio) - mean
+    t = above / (log_sd * math.sqrt(1 + 1 / nights)) if log_sd > 0 else math.copysign(math.inf, above)
+    return {"nights": nights, "mean": math.exp(mean), "log_sd": log_sd, "t": t,
+            "p": float(student_t.sf(t, nights - 1)), "change": ratio / math.exp(mean) - 1}
 
 
 @dataclass

@@ -386,12 +386,16 @@ def slow_nodes_table(slow: list[dict[str, Any]]) -> str:
     def history(h: dict[str, Any]) -> str:
         return f"median {h['median']:.4g}, spread {h['spread']:.3g} over {h['nights']} night(s)" if h else "-"
 
+    def ratio_history(h: dict[str, Any]) -> str:
+        return (f"geometric mean {h['mean']:.3g}, log sd {h['log_sd']:.3g} over {h['nights']} night(s); "
+                f"t {h['t']:.3g}, p {h['p']:.2g}") if h else "-"
+
     rows = "".join(
         f"<tr><td>{html.escape(s['node'])}</td><td class='degraded'>degraded: slow</td>"
         f"<td>{html.escape(s['op'])}@{s['bytes']}</td><td>{s['value_us']:.4g} us</td>"
         f"<td>{html.escape(history(s['history']))} us</td>"
         f"<td>{html.escape(', '.join(f'{h} {v:.4g}' for h, v in sorted(s['peers_us'].items())))} us</td>"
-        f"<td>{s['peer_ratio']:.3g}x</td><td>{html.escape(history(s['ratio_history']))}</td>"
+        f"<td>{s['peer_ratio']:.3g}x</td><td>{html.escape(ratio_history(s['ratio_history']))}</td>"
         f"<td>{html.escape('; '.join(s['evidence']))}</td></tr>" for s in slow)
     return ("<table><tr><th>node</th><th>status</th><th>record</th><th>its time tonight</th><th>its history</th>"
             "<th>peers tonight</th><th>ratio to peers</th><th>ratio history</th><th>evidence</th></tr>"
