@@ -161,6 +161,7 @@ def test_peer_ratios_are_the_medians_of_the_other_nodes() -> None:
                 assert centre == statistics.median(v for h, v in times.items() if h != node)
                 assert ratio == times[node] / centre
     assert peer_ratios({"a": 1.0, "b": 2.0}) == {}  # one peer each: the two ends of one exchange
+    assert set(peer_ratios({"a": 0.0, "b": 1.0, "c": 2.0})) == {"b", "c"}  # no time, no ratio (and no log)
 
 
 def test_a_whole_night_shift_is_not_fail_slow() -> None:

@@ -5,8 +5,8 @@ node, and how often a node that slowed is named, on simulated nights.
                                                     [--output results/reliability/fail_slow_error_rates.json]
 
 A night: per record (4 sizes) every node's time is 100 us x (1 + noise), the noise independent per node,
-record and night: normal with sd 3 % or 10 %, or Student's t on 3 degrees of freedom scaled to sd 3 % (heavier
-tails than the rule assumes). History: the nights before tonight (3 or 14, the default history_nights).
+record and night and normal with sd 3 % or 10 %; or 100 us x exp(noise), the noise Student's t on 3 degrees of
+freedom scaled to sd 3 % (heavier tails than the rule assumes). History: the nights before tonight (3 or 14, the default history_nights).
 False alarms: the share of healthy nights on which any node is named, with its Clopper-Pearson 95 % interval
 (the rule's claim: <= slow_alpha 0.05 for normal noise). Power: one node's times tonight x (1 + drift), the
 share of nights on which that node, and only it, is named. Default HealthSettings (min_history 3).
@@ -32,11 +32,13 @@ NOISES = {"normal 3 %": ("normal", 0.03), "normal 10 %": ("normal", 0.10), "t3 3
 
 def night(rng: np.random.Generator, nodes: int, noise: tuple[str, float], slowed: float = 0.0) -> NodeTimes:
     kind, sd = noise
-    draw = rng.standard_normal if kind == "normal" else (lambda n: rng.standard_t(3, n) / np.sqrt(3.0))
     names = [f"n{i:04d}" for i in range(nodes)]
     times: NodeTimes = {}
     for size in SIZES:
-        values = 100.0 * (1 + sd * draw(nodes))
+        if kind == "normal":
+            values = 100.0 * (1 + sd * rng.standard_normal(nodes))
+        else:  # multiplicative: a time stays positive however heavy the tail
+            values = 100.0 * np.exp(sd * rng.standard_t(3, nodes) / np.sqrt(3.0))
         values[0] *= 1 + slowed
         times[("series", "alltoall", "mpi", size, "", tuple(names))] = dict(zip(names, values.tolist()))
     return times
