@@ -169,6 +169,9 @@ def test_health_section_shows_a_slow_node_with_its_evidence_and_the_isolation_pa
     text = health_section([verdict], {})
     assert "degraded: slow" in text and "4.36x" in text and "median 22.5, spread 7.5 over 2 night(s)" in text
     assert "c6n1 101, c6n2 111" in text and "geometric mean 0.92, log sd 0.2 over 2 night(s); t 6.26, p 0.05" in text
+    # A verdict written before the ratio's t-test kept the ratio's history as median and spread.
+    older = {**slow, "ratio_history": {"nights": 2, "median": 0.98, "spread": 0.05}}
+    assert "median 0.98, spread 0.05 over 2 night(s)" in health_section([{**verdict, "slow_nodes": [older]}], {})
     assert "confirmed by pair test(s), 1 extra job(s) (c6n3 grew x24.98)" in text
     plain = health_section([VERDICT], {})  # a verdict without slow nodes or a path: the pair-test path
     assert "degraded: slow" not in plain and "pair tests between the nodes involved" in plain

@@ -40,7 +40,7 @@ median over its ranks (attribution.node_times). Per (node, record: the series, o
 direction and the hosts in rank order, so the node keeps its role) with >= min_history earlier nights, the
 node is `degraded: slow` (node verdict reason "slow", a row of its own in the table) when BOTH
 (a) its time is worse than its own history: judge() against the median and robust spread of its earlier
-    nights, >= z spreads and >= degraded_change worse; and
+    nights, >= degraded_z spreads and >= degraded_change worse; and
 (b) its time over the median of its peers' times in the same record tonight (>= MIN_PEERS other nodes) is
     above 1 (it is slower than its peers), >= degraded_change above that ratio's geometric mean on its
     earlier nights, and above them by a one-sided prediction t-test on logarithms (ratio_test): t = (log r -

@@ -387,8 +387,10 @@ def slow_nodes_table(slow: list[dict[str, Any]]) -> str:
         return f"median {h['median']:.4g}, spread {h['spread']:.3g} over {h['nights']} night(s)" if h else "-"
 
     def ratio_history(h: dict[str, Any]) -> str:
+        if "log_sd" not in h:  # a verdict written before the ratio's t-test (2026-11-26): judged like a time
+            return history(h)
         return (f"geometric mean {h['mean']:.3g}, log sd {h['log_sd']:.3g} over {h['nights']} night(s); "
-                f"t {h['t']:.3g}, p {h['p']:.2g}") if h else "-"
+                f"t {h['t']:.3g}, p {h['p']:.2g}")
 
     rows = "".join(
         f"<tr><td>{html.escape(s['node'])}</td><td class='degraded'>degraded: slow</td>"
