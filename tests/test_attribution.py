@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fixtures_bench import CommbenchBuild, run_commbench
+from fixtures_health import SLOWED_NODE, simulated_night
 from rich.console import Console
 
 from campaigns.kinds.attribution import node_times, rank_suspects
@@ -126,29 +127,19 @@ def test_a_node_faster_than_its_peers_is_not_slow() -> None:
     assert "c6n1" not in {s.node for s in slow}
 
 
-def _simulated_night(rng: np.random.Generator, nodes: int, sd: float, slowed: float = 0.0) -> dict:
-    names = [f"n{i:02d}" for i in range(nodes)]
-    night = {}
-    for size in (8, 1024, 65536, LARGE):
-        values = 100.0 * (1 + sd * rng.standard_normal(nodes))
-        values[0] *= 1 + slowed
-        night[("series", "alltoall", "mpi", size, "", tuple(names))] = dict(zip(names, values.tolist()))
-    return night
-
-
 def test_fail_slow_holds_its_false_alarm_rate_and_names_a_node_that_slowed() -> None:
     """Simulated nights, 20 nodes x 4 records, 14 nights of history, each node's time normal around 100 us.
     Healthy, 5 % noise: a night names somebody with probability <= slow_alpha 0.05 (2 of 100 here; the rule
     before, the normal quantile with the earlier nights' robust spread, on 31 of these 100 nights). One node
     30 % slower at 3 % noise: named, alone, on every night but a few (100 of 100)."""
     rng, settings = np.random.default_rng(7), HealthSettings()
-    false_alarms = sum(bool(find_slow_nodes(_simulated_night(rng, 20, 0.05),
-                                            [_simulated_night(rng, 20, 0.05) for _ in range(14)], settings))
+    false_alarms = sum(bool(find_slow_nodes(simulated_night(rng, 20, 0.05),
+                                            [simulated_night(rng, 20, 0.05) for _ in range(14)], settings))
                        for _ in range(100))
     assert false_alarms <= 12  # binomial(100, 0.05): P(> 12) = 0.001
-    named = sum({s.node for s in find_slow_nodes(_simulated_night(rng, 20, 0.03, slowed=0.3),
-                                                 [_simulated_night(rng, 20, 0.03) for _ in range(14)], settings)}
-                == {"n00"} for _ in range(100))
+    named = sum({s.node for s in find_slow_nodes(simulated_night(rng, 20, 0.03, slowed=0.3),
+                                                 [simulated_night(rng, 20, 0.03) for _ in range(14)], settings)}
+                == {SLOWED_NODE} for _ in range(100))
     assert named >= 90
 
 

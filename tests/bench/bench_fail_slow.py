@@ -4,9 +4,8 @@ node, and how often a node that slowed is named, on simulated nights.
     .venv/bin/python tests/bench/bench_fail_slow.py [--nights 1000] [--power-nights 200]
                                                     [--output results/reliability/fail_slow_error_rates.json]
 
-A night: per record (4 sizes) every node's time is 100 us x (1 + noise), the noise independent per node,
-record and night and normal with sd 3 % or 10 %; or 100 us x exp(noise), the noise Student's t on 3 degrees of
-freedom scaled to sd 3 % (heavier tails than the rule assumes). History: the nights before tonight (3 or 14, the default history_nights).
+A night: tests/fixtures_health.simulated_night (4 records, every node's time around 100 us), with normal
+noise of sd 3 % or 10 %, or log-t3 noise of sd 3 % (heavier tails than the rule assumes). History: the nights before tonight (3 or 14, the default history_nights).
 False alarms: the share of healthy nights on which any node is named, with its Clopper-Pearson 95 % interval
 (the rule's claim: <= slow_alpha 0.05 for normal noise). Power: one node's times tonight x (1 + drift), the
 share of nights on which that node, and only it, is named. Default HealthSettings (min_history 3).
@@ -21,27 +20,13 @@ from typing import Any
 
 import numpy as np
 from common import REPO, write_result
+from fixtures_health import SIZES, SLOWED_NODE, simulated_night
 from scipy.stats import beta
 
-from campaigns.kinds.health import NodeTimes, find_slow_nodes
+from campaigns.kinds.health import find_slow_nodes
 from campaigns.model.spec import HealthSettings
 
-SIZES = (8, 1024, 65536, 1 << 20)
 NOISES = {"normal 3 %": ("normal", 0.03), "normal 10 %": ("normal", 0.10), "t3 3 %": ("t3", 0.03)}
-
-
-def night(rng: np.random.Generator, nodes: int, noise: tuple[str, float], slowed: float = 0.0) -> NodeTimes:
-    kind, sd = noise
-    names = [f"n{i:04d}" for i in range(nodes)]
-    times: NodeTimes = {}
-    for size in SIZES:
-        if kind == "normal":
-            values = 100.0 * (1 + sd * rng.standard_normal(nodes))
-        else:  # multiplicative: a time stays positive however heavy the tail
-            values = 100.0 * np.exp(sd * rng.standard_t(3, nodes) / np.sqrt(3.0))
-        values[0] *= 1 + slowed
-        times[("series", "alltoall", "mpi", size, "", tuple(names))] = dict(zip(names, values.tolist()))
-    return times
 
 
 def clopper_pearson(hits: int, n: int) -> list[float]:
@@ -53,13 +38,14 @@ def clopper_pearson(hits: int, n: int) -> list[float]:
 def rate(rng: np.random.Generator, nodes: int, history: int, noise: tuple[str, float], nights: int,
          slowed: float = 0.0) -> dict[str, Any]:
     settings, hits, seconds = HealthSettings(), 0, 0.0
+    kind, sd = noise
     for _ in range(nights):
-        earlier = [night(rng, nodes, noise) for _ in range(history)]
-        tonight = night(rng, nodes, noise, slowed)
+        earlier = [simulated_night(rng, nodes, sd, kind) for _ in range(history)]
+        tonight = simulated_night(rng, nodes, sd, kind, slowed)
         start = time.perf_counter()
         named = {s.node for s in find_slow_nodes(tonight, earlier, settings)}
         seconds += time.perf_counter() - start
-        hits += named == {"n0000"} if slowed else bool(named)
+        hits += named == {SLOWED_NODE} if slowed else bool(named)
     return {"nodes": nodes, "records": len(SIZES), "history_nights": history, "nights": nights, "hits": hits,
             "rate": round(hits / nights, 4), "ci95": clopper_pearson(hits, nights),
             "seconds_per_night": round(seconds / nights, 4)}
