@@ -4,7 +4,10 @@ over every test of a finalization, CI; the per-size plugin rows that follow; the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from tuners.finalize import (
     Candidate,
     FinalReport,
     Thresholds,
-    decide,
+    Decision,
+    decide_paired,
+    decisions_tested,
     family_size,
     finalize,
     holm,
@@ -339,6 +344,27 @@ def gpu_aa_rounds() -> dict[int, tuple[dict, list[dict[int, dict[str, float]]]]]
     return tunes
 
 
+def decide_at_one_look(baseline_env: Mapping[str, str], candidates: Sequence[Candidate],
+                       buckets: Sequence[SizeBucket], rounds_data: Sequence[Mapping[int, Mapping[str, float]]],
+                       thresholds: Thresholds) -> tuple[Decision, dict[str, Decision], int]:
+    """The decisions from measured rounds (per setting, -1 the baseline: bucket -> time) by finalize's tests
+    at one look: (overall, per bucket, family size), every test in one Holm correction. Finalize's
+    group-sequential rule would need more rounds than the committed A/A ran."""
+    assert decisions_tested(len(buckets)) > 1
+    names = [OVERALL, *(b.name for b in buckets)]
+
+    def series(index: int, decision: str) -> np.ndarray:
+        if decision == OVERALL:
+            return np.asarray([overall_time_us(measured[index]) for measured in rounds_data])
+        return np.asarray([measured[index][decision] for measured in rounds_data])
+
+    log_ratios = {name: {i: np.log(series(-1, name)) - np.log(series(i, name)) for i in range(len(candidates))}
+                  for name in names}
+    judged, family = decide_paired(baseline_env, {name: candidates for name in names}, log_ratios,
+                                   {name: {} for name in names}, thresholds, np.random.default_rng(0))
+    return judged[OVERALL], {b.name: judged[b.name] for b in buckets}, family
+
+
 def test_gpu_aa_rounds_rejudged_keep_every_default() -> None:
     """The committed A/A (5 tunes, 7 rounds each, alpha 0.05 as in gpu-demo.yaml): per-bucket changes at
     2 MiB in tunes 3 and 4. Re-judged from the same rounds: no change anywhere now. The family-wide
@@ -349,9 +375,7 @@ def test_gpu_aa_rounds_rejudged_keep_every_default() -> None:
     for number, (tune, rounds) in gpu_aa_rounds().items():
         baseline = tune["trials"][0]["env"]
         candidates = [Candidate(tune["finalization"]["candidates"][0])]
-        overall, buckets, family = decide(
-            baseline, candidates, FIVE_BUCKETS, rounds, {}, thresholds, np.random.default_rng(0)
-        )
+        overall, buckets, family = decide_at_one_look(baseline, candidates, FIVE_BUCKETS, rounds, thresholds)
         # The reconstruction is the run's own: the same gains as its summary.
         for entry in tune["finalization"]["per_size"]:
             if entry["gain"] is not None:
@@ -363,6 +387,59 @@ def test_gpu_aa_rounds_rejudged_keep_every_default() -> None:
     two_mib = gpu_aa_rounds()[4][1]
     assert all(r[-1]["2MiB-2MiB"] > r[0]["2MiB-2MiB"] for r in two_mib)  # the candidate faster in every round
     assert OVERALL not in per_bucket_changes[4]
+
+
+def test_holm_adjusted_p_is_the_running_maximum_and_a_seed_gives_one_result() -> None:
+    """One look (a fixed budget of 10 rounds) and 3 tests (overall + 2 buckets) that all have p = 2**-10:
+    Holm's adjusted p is 3 x 2**-10 for each, not 1, 2 and 3 x 2**-10 in whatever order a set of equal p
+    values came out (that order followed Python's hash seed, and so did the bootstrap intervals after it)."""
+    report, _ = run({"LL128": 0.3}, 0, noise=0.02, candidates=(FASTER,),
+                    thresholds=Thresholds(alpha=0.05, rounds=10, look_every=10))
+    tests = [report.overall.winner, *(d.winner for d in report.buckets.values())]
+    assert all(c is not None and c.p_value == 2.0 ** -10 for c in tests)
+    assert [c.p_adjusted for c in tests if c is not None] == pytest.approx([3 * 2.0 ** -10] * 3)
+    script = ("import sys; sys.path[:0] = ['tests', '.']; import test_tuner_finalize as t; "
+              "print(repr(t.run({'LL128': 0.2, 'LL': 0.2}, 1, noise=0.02)[0]))")
+    outputs = {subprocess.run([sys.executable, "-c", script], cwd=REPO, env={**os.environ, "PYTHONHASHSEED": seed},
+                              capture_output=True, text=True, check=True).stdout for seed in ("1", "2", "3")}
+    assert len(outputs) == 1
+
+
+def test_the_third_test_passes_only_through_holms_step_down() -> None:
+    """One look of 10 rounds, 3 tests (overall + 2 buckets) of one candidate: twice the speed in the small
+    bucket (p = 2**-10 there and overall); in the large one the log ratios minus the 3 % margin are 0.01,
+    0.02, .., 0.10 with the 8th negative, so its signed-rank p is 25 / 1024 = 0.0244: above alpha / 3 =
+    0.0167 (Bonferroni, or a step-down that does not step), below alpha = 0.05, Holm's level after two
+    rejections. Every round is exact: no noise decides it."""
+    margins = [0.01 * (r + 1) * (-1 if r == 7 else 1) for r in range(10)]
+    runs = {"baseline": 0, "candidate": 0}
+
+    def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if not env:
+            runs["baseline"] += 1
+            return Evaluation({64: [100.0], 1 << 20: [100.0]})
+        r = runs["candidate"] % 10
+        runs["candidate"] += 1
+        return Evaluation({64: [50.0], 1 << 20: [100.0 / (1.03 * np.exp(margins[r]))]})
+
+    report = finalize(evaluate, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=0,
+                      thresholds=Thresholds(alpha=0.05, rounds=10, look_every=10))
+    large = report.buckets["large"].winner
+    assert report.rounds_run == 10 and large is not None and large.p_value == pytest.approx(25 / 1024)
+    assert report.overall.change and report.buckets["small"].change and report.buckets["large"].change
+    assert large.p_adjusted == pytest.approx(25 / 1024)  # the last step: alpha / level = 1
+
+
+def test_no_candidate_runs_no_round() -> None:
+    """Nothing to compare (a tune whose only measured setting is the defaults): no baseline-only rounds."""
+    calls: list[Mapping[str, str]] = []
+
+    def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        calls.append(env)
+        return Evaluation({64: [1.0]})
+
+    report = finalize(evaluate, {}, [], TWO_BUCKETS)
+    assert calls == [] and report.rounds_run == 0 and not report.overall.change
 
 
 # ------------------------------------------------- group-sequential looks, ablation, held-out gains
@@ -389,18 +466,22 @@ def test_a_strong_effect_stops_early_and_a_fixed_budget_does_not() -> None:
     assert report.overall.env == FASTER and report.looks == (5, 10, 15, 20, 25, 30, 35, 40)
     assert report.rounds_run <= 20 and any(note.startswith(f"stopped after {report.rounds_run} of at most 40")
                                            for note in report.notes)
+    # ... but not at the first look it may take (10 rounds: 3 tests need 2**-n < 0.01 / 3): O'Brien-Fleming
+    # spends almost nothing there; the full level at every look (no spending) stops at 10.
+    assert report.rounds_run >= 15
     fixed, _ = run({"LL128": 0.2}, 1, noise=0.02, thresholds=Thresholds(look_every=40))
     assert fixed.overall.env == FASTER and fixed.looks == (40,) and fixed.rounds_run == 40
 
 
-def _knob_evaluator(seed: int, speedups: Mapping[str, float]):
+def _knob_evaluator(seed: int, speedups: Mapping[str, float], socket_threads_act: bool = False):
     """Runs whose speed depends on two knobs: NCCL_PROTO=LL128 ("P") and NCCL_BUFFSIZE=8388608 ("B");
-    anything else (NCCL_SOCKET_NTHREADS) does nothing. Records every call."""
+    NCCL_SOCKET_NTHREADS=15 ("S") does nothing unless `socket_threads_act`. Records every call."""
     inner = DriftingEvaluator(SIZES, speedups, 0.02, seed)
     calls: list[tuple[dict[str, str], Evaluation]] = []
 
     def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         label = ("P" if env.get("NCCL_PROTO") == "LL128" else "") + ("B" if env.get("NCCL_BUFFSIZE") == "8388608" else "")
+        label += "S" if socket_threads_act and env.get("NCCL_SOCKET_NTHREADS") == "15" else ""
         evaluation = inner({"NCCL_PROTO": label or "none"}, validate=validate)
         calls.append((dict(env), evaluation))
         return evaluation
@@ -428,6 +509,33 @@ def test_ablation_drops_an_inert_knob_and_keeps_those_that_act(seed: int) -> Non
     without = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed,
                        thresholds=Thresholds(ablation_rounds=0))
     assert without.overall.env == THREE_KNOBS
+
+
+def test_ablation_keeps_knobs_that_stand_in_for_each_other() -> None:
+    """Two knobs that stand in for each other (each alone +10 %, both +10 %) and an inert one: no single
+    removal loses, so the tested winner is deployed whole. The rule before kept only the knob whose removal
+    happened to lose most and deployed, in 4 of these 10 seeds, the inert NCCL_SOCKET_NTHREADS=15 alone."""
+    for seed in range(10):
+        evaluate, _ = _knob_evaluator(seed, {"P": 0.1, "B": 0.1, "PB": 0.1})
+        report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed)
+        deployed = report.overall.env
+        assert "NCCL_PROTO" in deployed or "NCCL_BUFFSIZE" in deployed, (seed, deployed, report.notes)
+        assert report.overall.holdout is not None and report.overall.holdout.gain > 0.05, seed
+
+
+def test_a_reduced_set_that_loses_beside_the_winner_is_not_deployed() -> None:
+    """LL128 gives 10 %; the buffer size and the socket threads 5 %, each alone or both (they stand in for
+    each other). Removing either of those two alone loses nothing, but the set without both (LL128 alone,
+    never measured in the ablation rounds) loses 5 %: the confirmation rounds beside the winner refuse it.
+    Without them, LL128 alone was deployed in 4 of these 5 seeds."""
+    speedups = {"P": 0.1, "B": 0.05, "S": 0.05, "BS": 0.05, "PB": 0.155, "PS": 0.155, "PBS": 0.155}
+    refused = 0
+    for seed in range(5):
+        evaluate, _ = _knob_evaluator(seed, speedups, socket_threads_act=True)
+        report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed)
+        assert report.overall.env != FASTER, (seed, report.notes)
+        refused += any("without them all together the set loses" in a.reason for a in report.overall.ablation)
+    assert refused >= 3
 
 
 def test_the_reported_gain_comes_from_rounds_after_the_choice() -> None:

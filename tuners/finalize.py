@@ -12,8 +12,11 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    settled.
 3. The tests: per candidate and per decision (overall, and each size bucket), paired per-round log
    ratios d = log(t_baseline / t_candidate); gain = median over rounds of exp(d) - 1 (speed-up), with
-   a percentile bootstrap CI; one-sided exact Wilcoxon signed-rank test of d - log(1 + min_effect)
-   (H0: the median speed-up is at most min_effect: superiority by a margin).
+   a percentile bootstrap CI; one-sided Wilcoxon signed-rank test of d - log(1 + min_effect)
+   (superiority by a margin; exact up to 50 rounds without ties). Its H0 is that d is symmetric about
+   log(1 + min_effect): it tests the pseudo-median (Hodges-Lehmann) speed-up, which is the median when
+   the per-round ratios are symmetric. A skewed candidate, e.g. one a little faster in most runs and
+   much slower in a few, can pass with its median at the margin: the test does not see stalls.
 4. Alpha spending and multiplicity together: the family is every test of the finalization, F =
    candidates x decisions (one bucket: one decision). At look k, Holm's step-down runs over the open
    tests in order of p: with m = F - (tests accepted so far), a test passes when its p is below the
@@ -28,17 +31,21 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    A decision closes when a candidate is accepted for it (accepted: p below its level, gain >=
    min_effect and the CI's lower bound > 0; the winner is, among its accepted candidates whose gain
    reaches the CI lower bound of the largest, the one changing the fewest variables) or when all its
-   tests stopped. `Comparison.p_adjusted` = p x alpha / (the level it was compared with), < alpha
-   iff it passed.
+   tests stopped. `Comparison.p_adjusted` = p x alpha / (the level it was compared with), raised to
+   the largest of the tests accepted before it at that look (Holm's running maximum; with one look it is
+   Holm's adjusted p), < alpha iff it passed.
    An overall winner must not be slower than the baseline in any size bucket: one whose bucket speed-up
    has a bootstrap CI wholly below 0 (same rounds) is refused with the bucket named, and the next
    accepted candidate, if any, wins (refusing a change cannot raise the false-change rate).
 5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
    winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
-   slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped, all at
-   once (at least the knob whose removal loses most stays): what is deployed is the smallest set that
-   keeps the gain (two knobs that stand in for each other would both be dropped: the held-out rounds
-   below show it).
+   slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped: what is
+   deployed is the smallest set that keeps the gain. Two checks keep that set one that was measured:
+   when no single removal loses, the knobs may stand in for each other (each alone as good as both),
+   so the winner is deployed whole; when two or more knobs would go, the reduced set runs
+   `ablation_rounds` more rounds beside the winner and is deployed only if it does not lose there
+   either (else the winner, whole). The family's guarantee is the tested winner's; ablation is a
+   screening rule beside it, and the held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
    deployed set that fails in them is withdrawn.
@@ -162,10 +169,12 @@ def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) ->
 def planned_runs(thresholds: Thresholds, n_candidates: int, n_buckets: int, n_knobs: int) -> int:
     """The most runs a finalization can take, for budgets: the rounds of the baseline and the candidates,
     the ablation rounds (each candidate a winner somewhere, measured with and without each of its at most
-    `n_knobs` changed knobs) and the held-out rounds (the baseline and each candidate deployed)."""
+    `n_knobs` changed knobs, then beside its reduced set) and the held-out rounds (the baseline and each
+    candidate deployed)."""
     rounds = planned_rounds(thresholds, n_candidates, n_buckets) * (n_candidates + 1)
     ablation = thresholds.ablation_rounds * n_candidates * (1 + n_knobs) if n_knobs >= 2 else 0
-    return rounds + ablation + thresholds.holdout_rounds * (n_candidates + 1)
+    confirmation = thresholds.ablation_rounds * n_candidates * 2 if n_knobs >= 3 else 0  # winner + reduced set
+    return rounds + ablation + confirmation + thresholds.holdout_rounds * (n_candidates + 1)
 
 
 def describe_family(n_candidates: int, n_buckets: int) -> str:
@@ -177,12 +186,14 @@ def describe_test(thresholds: Thresholds, n_candidates: int, n_buckets: int) -> 
     """What the decisions mean, with this finalization's family and round arithmetic."""
     family = family_size(n_candidates, n_buckets)
     return (
-        "one-sided exact Wilcoxon signed-rank test on paired per-round log time ratios minus "
-        f"log(1+{thresholds.min_effect:g}) (H0: median speed-up <= the minimum effect), baseline and candidates "
+        "one-sided Wilcoxon signed-rank test on paired per-round log time ratios minus "
+        f"log(1+{thresholds.min_effect:g}) (H0: symmetric about it, i.e. pseudo-median speed-up <= the minimum "
+        "effect), baseline and candidates "
         f"interleaved in shuffled order each round; group-sequential: a look every {thresholds.look_every} rounds, "
         f"at most {planned_rounds(thresholds, n_candidates, n_buckets)} rounds, O'Brien-Fleming alpha spending "
         f"inside a Holm step-down over all {family} tests of the finalization "
-        f"({describe_family(n_candidates, n_buckets)}), so that P(any false change, global or per size) <= "
+        f"({describe_family(n_candidates, n_buckets)}), so that P(any false change of the environment, overall "
+        "or in a size bucket) <= "
         f"alpha={thresholds.alpha}; a test stops as futile when its gain is below the minimum effect at one-sided "
         f"p < {thresholds.futility}; accepted if Holm-adjusted p < alpha, median per-round speed-up >= "
         f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} percentile bootstrap CI's lower bound "
@@ -319,9 +330,9 @@ def _signed_rank_null(n: int) -> np.ndarray:
 
 
 def signed_rank_p(x: np.ndarray) -> tuple[float, float]:
-    """One-sided Wilcoxon signed-rank p values (greater, less) of H0: x symmetric about 0; as
-    scipy.stats.wilcoxon (zeros dropped; exact up to 50 values without ties, else the normal
-    approximation with tie correction), ~100x faster (the sequential looks and bench_finalize call it
+    """One-sided Wilcoxon signed-rank p values (greater, less) of H0: x symmetric about 0 (zeros
+    dropped; exact up to 50 values without ties, else the normal approximation with tie correction and
+    no continuity correction: with ties it differs from scipy.stats.wilcoxon's), ~100x faster (the sequential looks and bench_finalize call it
     thousands of times)."""
     x = np.asarray(x, dtype=float)
     x = x[x != 0]
@@ -364,8 +375,9 @@ def bootstrap_median_ci(ratios: np.ndarray, confidence: float, n_resamples: int,
 
 def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator,
                        interval: bool = True) -> _Measured:
-    """Statistics of per-round log ratios (positive = candidate faster); p tests H0: median speed-up
-    <= min_effect. `interval=False` skips the bootstrap (ci_low = ci_high = gain)."""
+    """Statistics of per-round log ratios (positive = candidate faster); p tests H0: the log ratios are
+    symmetric about log(1 + min_effect) (module docstring, 3). `interval=False` skips the bootstrap
+    (ci_low = ci_high = gain)."""
     ratios = np.exp(log_ratios)
     gain = float(np.median(ratios) - 1)
     above_margin = log_ratios - np.log1p(thresholds.min_effect)
@@ -472,45 +484,6 @@ def decide_paired(
     return judged, len(keys)
 
 
-RoundTimes = Mapping[int, Mapping[str, float]]  # per setting (-1 = baseline, i = candidates[i]): bucket -> time
-
-
-def decide(
-    baseline_env: Mapping[str, str],
-    candidates: Sequence[Candidate],
-    buckets: Sequence[SizeBucket],
-    rounds_data: Sequence[RoundTimes],
-    rejected: Mapping[int, str],
-    thresholds: Thresholds,
-    rng: np.random.Generator,
-) -> tuple[Decision, dict[str, Decision], int]:
-    """The decisions from measured rounds (each holding the baseline and every candidate not in
-    `rejected`): (overall, per bucket, family size). All tests share one Holm correction."""
-    tested = [i for i in range(len(candidates)) if i not in rejected]
-    names = [OVERALL] + ([b.name for b in buckets] if decisions_tested(len(buckets)) > 1 else [])
-
-    def series(index: int, decision: str) -> np.ndarray:
-        if decision == OVERALL:
-            return np.asarray([overall_time_us(measured[index]) for measured in rounds_data])
-        return np.asarray([measured[index][decision] for measured in rounds_data])
-
-    log_ratios = {name: {i: np.log(series(-1, name)) - np.log(series(i, name)) for i in tested} for name in names}
-    judged, family = decide_paired(baseline_env, {name: candidates for name in names}, log_ratios,
-                                   {name: rejected for name in names}, thresholds, rng)
-    overall = judged[OVERALL]
-    if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
-        judged = {
-            b.name: Decision(
-                b.name,
-                overall.env,
-                None if overall.winner is None else replace(overall.winner, decision=b.name),
-                tuple(replace(c, decision=b.name) for c in overall.comparisons),
-            )
-            for b in buckets
-        }
-    return overall, {b.name: judged[b.name] for b in buckets}, family
-
-
 Measured = dict[int, dict[str, float]]  # one round: per setting key, bucket -> time (us)
 
 
@@ -562,6 +535,7 @@ class _Sequential:
         self.open_tests = {(name, i) for name in self.names for i in self.tested}
         self.open_decisions = set(self.names)
         self.family = len(self.open_tests)
+        self._close_decisions_without_tests()  # no candidate to test: no round runs
 
     @property
     def measuring(self) -> set[int]:
@@ -586,13 +560,17 @@ class _Sequential:
                     for key in self.open_tests}
         accepted_count = sum(c.accepted for c in self.done.values())
         remaining = self.family - accepted_count
-        for key in sorted(self.open_tests, key=lambda key: measured[key].p_value):
+        # Holm's adjusted p: p x alpha / level, never below that of a test before it in the step-down (as
+        # Holm's running maximum); ties in p broken by the test's name, so a seed gives one result.
+        floor = 0.0
+        for key in sorted(self.open_tests, key=lambda key: (measured[key].p_value, key)):
             level = nominal_levels(fractions, t.alpha / remaining)[k]
             if measured[key].p_value >= level:
                 break
             full = _paired_statistics(measured[key].log_ratios, t, rng)
             if full.gain >= t.min_effect and full.ci_low > 0:
-                self.done[key] = _comparison(candidates[key[1]], key[0], full, full.p_value * t.alpha / level, t)
+                floor = max(floor, full.p_value * t.alpha / level)
+                self.done[key] = _comparison(candidates[key[1]], key[0], full, floor, t)
                 self.open_tests.discard(key)
                 remaining -= 1
         closing = {name for name, _ in self.done if name in self.open_decisions
@@ -604,7 +582,7 @@ class _Sequential:
             if not (final or futile or name in closing):
                 continue
             level = nominal_levels(fractions, t.alpha / remaining)[k]
-            adjusted = min(1.0, measured[key].p_value * t.alpha / level) if level > 0 else 1.0
+            adjusted = max(floor, min(1.0, measured[key].p_value * t.alpha / level) if level > 0 else 1.0)
             stopped = (f"stopped at round {len(rounds)}: gain below the minimum effect (one-sided p={less:.3g} "
                        f"< {t.futility})") if futile else ""
             full = _paired_statistics(measured[key].log_ratios, t, rng)
@@ -624,8 +602,8 @@ def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name
             rounds: Sequence[Measured], keys: Mapping[str, int], winner_key: int,
             failures: Mapping[int, str], thresholds: Thresholds) -> _Ablated:
     """Knobs of a multi-knob winner whose removal does not lose significantly (one-sided Wilcoxon of
-    log(t_without / t_winner) > 0 at ablation_alpha) are dropped; at least the knob whose removal
-    loses most stays."""
+    log(t_without / t_winner) > 0 at ablation_alpha) are dropped; when none loses, none is dropped (the
+    knobs may stand in for each other: which one carries the gain is not known)."""
     results = []
     for knob, key in keys.items():
         if key in failures:
@@ -637,14 +615,19 @@ def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name
         results.append(Ablation(knob, float(np.expm1(np.median(loss))), p, kept,
                                 "removal loses significantly" if kept else "removal does not lose significantly"))
     if not any(a.kept for a in results):
-        most = max(range(len(results)), key=lambda j: results[j].loss or 0.0)
-        results[most] = replace(results[most], kept=True,
-                                reason=results[most].reason + "; kept: its removal loses most, the set needs one")
+        results = [replace(a, kept=True, reason=a.reason + "; kept: no single removal loses, so the knobs may stand "
+                           "in for each other and the tested set is deployed whole") for a in results]
     env = dict(winner_env)
     for a in results:
         if not a.kept:
             env = _without(env, baseline_env, a.knob)
     return _Ablated(env, tuple(results))
+
+
+def _keep_whole(ablated: _Ablated, winner_env: Mapping[str, str], why: str) -> _Ablated:
+    """The ablation's reduced set refused: every knob of the winner kept, saying why."""
+    return _Ablated(dict(winner_env), tuple(a if a.kept else replace(a, kept=True, reason=f"{a.reason}; kept: {why}")
+                                            for a in ablated.ablation))
 
 
 def _without(env: Mapping[str, str], baseline_env: Mapping[str, str], knob: str) -> dict[str, str]:
@@ -815,11 +798,25 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
     return comparison
 
 
+def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], buckets: Sequence[SizeBucket],
+                     thresholds: Thresholds, rng: np.random.Generator) -> tuple[list[Measured], dict[int, str]]:
+    """`ablation_rounds` shuffled rounds of `envs` (keys: their indexes) and the first failure of each."""
+    rounds: list[Measured] = []
+    failures: dict[int, str] = {}
+    for _ in range(thresholds.ablation_rounds):
+        measured, failed = _run_round(evaluator, dict(enumerate(envs)), buckets, rng)
+        rounds.append(measured)
+        for key, reason in failed.items():
+            failures.setdefault(key, reason)
+    return rounds, failures
+
+
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
                     notes: list[str]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
-    shuffled; each decision deploys its winner less the knobs whose removal does not lose."""
+    shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
+    Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5)."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
@@ -835,24 +832,44 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
     for name, d in multi.items():
         knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
         plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
-    rounds: list[Measured] = []
-    failures: dict[int, str] = {}
-    for _ in range(thresholds.ablation_rounds):
-        measured, failed = _run_round(evaluator, dict(enumerate(envs)), buckets, rng)
-        rounds.append(measured)
-        for key, reason in failed.items():
-            failures.setdefault(key, reason)
-    result = dict(decisions)
+    rounds, failures = _ablation_rounds(evaluator, envs, buckets, thresholds, rng)
+    ablated: dict[str, _Ablated] = {}
     for name, (winner_key, keys) in plan.items():
         if winner_key in failures:
             notes.append(f"{name}: the winner failed in an ablation round ({failures[winner_key]}): all its knobs kept")
             continue
-        ablated = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures, thresholds)
-        dropped = [a.knob for a in ablated.ablation if not a.kept]
+        ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
+                                thresholds)
+    # A set less two or more knobs was not measured: it runs beside the winner before it may be deployed.
+    unmeasured = {name: a for name, a in ablated.items() if sum(not x.kept for x in a.ablation) >= 2}
+    if unmeasured:
+        pairs: list[dict[str, str]] = []
+        for name, a in unmeasured.items():
+            pairs += [dict(decisions[name].env), dict(a.env)]
+        pairs = [env for i, env in enumerate(pairs) if env not in pairs[:i]]
+        confirm, failed = _ablation_rounds(evaluator, pairs, buckets, thresholds, rng)
+        for name, a in unmeasured.items():
+            winner_key, reduced_key = pairs.index(dict(decisions[name].env)), pairs.index(dict(a.env))
+            winner_env = decisions[name].env
+            if winner_key in failed or reduced_key in failed:
+                reason = failed.get(reduced_key) or failed[winner_key]
+                ablated[name] = _keep_whole(a, winner_env, f"a confirmation round failed ({reason})")
+                continue
+            loss = _log_ratios(confirm, reduced_key, winner_key, name)
+            p = signed_rank_p(loss)[0]
+            what = f"{float(np.expm1(np.median(loss))):+.1%}, one-sided p={p:.3g}, {len(loss)} rounds beside the winner"
+            if p < thresholds.ablation_alpha:
+                ablated[name] = _keep_whole(a, winner_env, f"without them all together the set loses ({what})")
+            else:
+                notes.append(f"{name}: the reduced set does not lose beside the winner either ({what})")
+    result = dict(decisions)
+    for name, a in ablated.items():
+        dropped = [x.knob for x in a.ablation if not x.kept]
         if dropped:
             notes.append(f"{name}: ablation dropped {', '.join(dropped)} (removal does not lose at one-sided "
-                         f"p < {thresholds.ablation_alpha}, {thresholds.ablation_rounds} rounds)")
-        result[name] = replace(decisions[name], env=dict(ablated.env), ablation=ablated.ablation)
+                         f"p < {thresholds.ablation_alpha}, {thresholds.ablation_rounds} rounds); the gain above is "
+                         "the tested set's, the held-out rounds measure what is deployed")
+        result[name] = replace(decisions[name], env=dict(a.env), ablation=a.ablation)
     return result
 
 

@@ -352,9 +352,10 @@ def decide_per_size(
         test=(
             f"candidates: the best {top} selections per size by median speed-up over the library's own choice "
             f"in the {len(picking)} even-indexed rounds; decided on the {len(confirming)} odd-indexed rounds only: "
-            "one-sided exact Wilcoxon signed-rank test on paired per-round log time ratios minus "
+            "one-sided Wilcoxon signed-rank test on paired per-round log time ratios minus "
             f"log(1+{thresholds.min_effect:g}), Holm over all {family} tests (every size x its candidates), "
-            f"alpha={thresholds.alpha}; accepted if Holm-adjusted p < alpha, median speed-up >= "
+            f"alpha={thresholds.alpha} (a family of its own: with the environment's finalization, P(any false "
+            f"change in the recommendation) <= {2 * thresholds.alpha:g}); accepted if Holm-adjusted p < alpha, median speed-up >= "
             f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} bootstrap CI's lower bound > 0"
         ),
         sizes=sizes,

@@ -109,7 +109,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     if ev.family_size is not None:
         lines.append(
             f"multiple testing: Holm over all {ev.family_size} tests of the finalization ({ev.family}); "
-            f"P(any false change, global or per size) <= alpha={ev.alpha}"
+            f"P(any false change of the environment, overall or in a size bucket) <= alpha={ev.alpha}"
         )
     lines += [
         f"thresholds: Holm-adjusted p < {ev.alpha}, minimum effect {ev.min_effect:.0%} median speed-up, "
