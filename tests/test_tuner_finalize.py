@@ -38,6 +38,7 @@ from tuners.finalize import (
     family_size,
     finalize,
     holm,
+    median_ci,
     min_rounds,
     nominal_levels,
     planned_rounds,
@@ -361,7 +362,7 @@ def decide_at_one_look(baseline_env: Mapping[str, str], candidates: Sequence[Can
     log_ratios = {name: {i: np.log(series(-1, name)) - np.log(series(i, name)) for i in range(len(candidates))}
                   for name in names}
     judged, family = decide_paired(baseline_env, {name: candidates for name in names}, log_ratios,
-                                   {name: {} for name in names}, thresholds, np.random.default_rng(0))
+                                   {name: {} for name in names}, thresholds)
     return judged[OVERALL], {b.name: judged[b.name] for b in buckets}, family
 
 
@@ -430,6 +431,20 @@ def test_the_third_test_passes_only_through_holms_step_down() -> None:
     assert large.p_adjusted == pytest.approx(25 / 1024)  # the last step: alpha / level = 1
 
 
+def test_the_median_interval_covers_at_least_its_level() -> None:
+    """Order statistics: 6 rounds give [min, max] (96.9 %), 10 rounds [x(2), x(9)] (97.9 %), and over
+    4,000 samples of 6-12 skewed (log-normal) ratios the 95 % interval holds the true median at least 95 %
+    of the time; the percentile bootstrap it replaced held it 93.3 / 91.6 / 95.0 / 93.6 % of the time at
+    6 / 8 / 10 / 12 rounds."""
+    values = np.arange(1.0, 11.0)
+    assert median_ci(values[:6], 0.95) == (1.0, 6.0) and median_ci(values, 0.95) == (2.0, 9.0)
+    rng = np.random.default_rng(0)
+    for n in (6, 8, 10, 12):
+        samples = rng.lognormal(0.0, 0.5, (1000, n))  # true median 1
+        covered = [low <= 1.0 <= high for low, high in (median_ci(s, 0.95) for s in samples)]
+        assert np.mean(covered) >= 0.95, n
+
+
 def test_no_candidate_runs_no_round() -> None:
     """Nothing to compare (a tune whose only measured setting is the defaults): no baseline-only rounds."""
     calls: list[Mapping[str, str]] = []
@@ -492,21 +507,26 @@ def _knob_evaluator(seed: int, speedups: Mapping[str, float], socket_threads_act
 THREE_KNOBS = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608", "NCCL_SOCKET_NTHREADS": "15"}
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_ablation_drops_an_inert_knob_and_keeps_those_that_act(seed: int) -> None:
+def test_ablation_drops_an_inert_knob_and_keeps_those_that_act() -> None:
     """The winner sets three knobs; two give 10 % each, NCCL_SOCKET_NTHREADS=15 nothing (as the synthetic
-    NVLink recommendation carried it). Deployed: the two that act. Without ablation the inert one rides
-    along."""
+    NVLink recommendation carried it). Deployed: the two that act, every time; the inert one goes unless
+    its removal "loses" by chance (one-sided p < 0.05: seed 0 of these 10, p 0.02). Without ablation the
+    inert one rides along."""
     speedups = {"P": 0.1, "B": 0.1, "PB": 0.21}
-    evaluate, _ = _knob_evaluator(seed, speedups)
-    report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed)
-    assert report.overall.winner is not None and report.overall.winner.candidate.env == THREE_KNOBS
-    assert report.overall.env == {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
-    assert {a.knob: a.kept for a in report.overall.ablation} == {
-        "NCCL_BUFFSIZE": True, "NCCL_PROTO": True, "NCCL_SOCKET_NTHREADS": False}
-    assert any("ablation dropped NCCL_SOCKET_NTHREADS" in note for note in report.notes)
-    evaluate, _ = _knob_evaluator(seed, speedups)
-    without = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed,
+    inert_dropped = 0
+    for seed in range(10):
+        evaluate, _ = _knob_evaluator(seed, speedups)
+        report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed)
+        assert report.overall.winner is not None and report.overall.winner.candidate.env == THREE_KNOBS
+        kept = {a.knob: a.kept for a in report.overall.ablation}
+        assert kept["NCCL_BUFFSIZE"] and kept["NCCL_PROTO"], seed
+        if not kept["NCCL_SOCKET_NTHREADS"]:
+            inert_dropped += 1
+            assert report.overall.env == {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
+            assert any("ablation dropped NCCL_SOCKET_NTHREADS" in note for note in report.notes)
+    assert inert_dropped >= 8
+    evaluate, _ = _knob_evaluator(1, speedups)
+    without = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=1,
                        thresholds=Thresholds(ablation_rounds=0))
     assert without.overall.env == THREE_KNOBS
 
@@ -514,7 +534,8 @@ def test_ablation_drops_an_inert_knob_and_keeps_those_that_act(seed: int) -> Non
 def test_ablation_keeps_knobs_that_stand_in_for_each_other() -> None:
     """Two knobs that stand in for each other (each alone +10 %, both +10 %) and an inert one: no single
     removal loses, so the tested winner is deployed whole. The rule before kept only the knob whose removal
-    happened to lose most and deployed, in 4 of these 10 seeds, the inert NCCL_SOCKET_NTHREADS=15 alone."""
+    happened to lose most and deployed the inert NCCL_SOCKET_NTHREADS=15 alone in 4 of these 10 seeds (as
+    they were shuffled when it was replaced)."""
     for seed in range(10):
         evaluate, _ = _knob_evaluator(seed, {"P": 0.1, "B": 0.1, "PB": 0.1})
         report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], TWO_BUCKETS, seed=seed)
@@ -527,7 +548,7 @@ def test_a_reduced_set_that_loses_beside_the_winner_is_not_deployed() -> None:
     """LL128 gives 10 %; the buffer size and the socket threads 5 %, each alone or both (they stand in for
     each other). Removing either of those two alone loses nothing, but the set without both (LL128 alone,
     never measured in the ablation rounds) loses 5 %: the confirmation rounds beside the winner refuse it.
-    Without them, LL128 alone was deployed in 4 of these 5 seeds."""
+    Without them, LL128 alone was deployed in 4 of these 5 seeds (as they were shuffled then)."""
     speedups = {"P": 0.1, "B": 0.05, "S": 0.05, "BS": 0.05, "PB": 0.155, "PS": 0.155, "PBS": 0.155}
     refused = 0
     for seed in range(5):

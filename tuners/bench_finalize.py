@@ -319,7 +319,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--look-every", type=int, default=Thresholds().look_every,
                         help=">= --rounds: one look, a fixed budget")
     parser.add_argument("--futility", type=float, default=Thresholds().futility)
-    parser.add_argument("--n-resamples", type=int, default=999, help="bootstrap resamples (finalize's default 9999)")
     parser.add_argument("--workers", type=int, default=1, help="processes")
     parser.add_argument("--commit", default="", help="the commit measured (recorded as given)")
     parser.add_argument("--out", type=Path, help="the JSON document (default: printed)")
@@ -339,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     planned = [(alpha, gain, shape) for alpha in args.alphas for gain in gains for shape in args.noise]
     for alpha, gain, shape in planned:
         thresholds = Thresholds(alpha=alpha, rounds=args.rounds, look_every=args.look_every,
-                                futility=args.futility, n_resamples=args.n_resamples)
+                                futility=args.futility)
         result = {"alpha": alpha, "min_effect": thresholds.min_effect,
                   **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers)}
         print(json.dumps(result), file=sys.stderr, flush=True)
@@ -355,7 +354,7 @@ def _write(args: argparse.Namespace, argv: list[str] | None, noise: MeasuredNois
         "what": " ".join((__doc__ or "").split("    python -m")[0].split()),
         "command": "python -m tuners.bench_finalize " + " ".join(argv if argv is not None else sys.argv[1:]),
         "thresholds": {k: v for k, v in Thresholds(rounds=args.rounds, look_every=args.look_every,
-                                                   futility=args.futility, n_resamples=args.n_resamples).__dict__.items()
+                                                   futility=args.futility).__dict__.items()
                        if k != "alpha"},
         "measured_noise": noise.as_json(),
         "assumed": "common drift: log-normal random walk 1 % per run + 0.2 % steady trend per run (not measured)",

@@ -12,7 +12,7 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    settled.
 3. The tests: per candidate and per decision (overall, and each size bucket), paired per-round log
    ratios d = log(t_baseline / t_candidate); gain = median over rounds of exp(d) - 1 (speed-up), with
-   a percentile bootstrap CI; one-sided Wilcoxon signed-rank test of d - log(1 + min_effect)
+   an order-statistic CI of the median (`median_ci`: distribution-free); one-sided Wilcoxon signed-rank test of d - log(1 + min_effect)
    (superiority by a margin; exact up to 50 rounds without ties). Its H0 is that d is symmetric about
    log(1 + min_effect): it tests the pseudo-median (Hodges-Lehmann) speed-up, which is the median when
    the per-round ratios are symmetric. A skewed candidate, e.g. one a little faster in most runs and
@@ -35,7 +35,7 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    the largest of the tests accepted before it at that look (Holm's running maximum; with one look it is
    Holm's adjusted p), < alpha iff it passed.
    An overall winner must not be slower than the baseline in any size bucket: one whose bucket speed-up
-   has a bootstrap CI wholly below 0 (same rounds) is refused with the bucket named, and the next
+   has a CI wholly below 0 (same rounds) is refused with the bucket named, and the next
    accepted candidate, if any, wins (refusing a change cannot raise the false-change rate).
 5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
    winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
@@ -77,7 +77,7 @@ ROUNDS_MARGIN = 2  # rounds planned beyond the fewest that can give a change (mo
 class Thresholds:
     alpha: float = 0.01  # family-wise error rate of one finalization (Holm over all its tests)
     min_effect: float = 0.03  # minimum median speed-up (3 %) worth a change
-    confidence: float = 0.95  # two-sided bootstrap CI level; its lower bound must exceed 0
+    confidence: float = 0.95  # two-sided CI level of the median speed-up; its lower bound must exceed 0
     rounds: int = 40  # maximum rounds of the sequential phase; raised when too few could reach alpha
     look_every: int = 5  # rounds between looks (alpha spent by O'Brien-Fleming); >= rounds: fixed budget
     futility: float = 0.5  # before the last look, a test whose gain is below the minimum effect at this
@@ -87,7 +87,6 @@ class Thresholds:
     holdout_rounds: int = 6  # rounds, after the choice, that measure the deployed set's gain
     never_slower: bool = True  # refuse a global winner slower than the baseline in any bucket (step 3);
     # off only where per-size rules deployed with the environment restore those sizes
-    n_resamples: int = 9999
 
 
 def decisions_tested(n_buckets: int) -> int:
@@ -196,7 +195,7 @@ def describe_test(thresholds: Thresholds, n_candidates: int, n_buckets: int) -> 
         "or in a size bucket) <= "
         f"alpha={thresholds.alpha}; a test stops as futile when its gain is below the minimum effect at one-sided "
         f"p < {thresholds.futility}; accepted if Holm-adjusted p < alpha, median per-round speed-up >= "
-        f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} percentile bootstrap CI's lower bound "
+        f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} order-statistic CI's lower bound "
         f"> 0; a change needs >= {min_rounds(family, thresholds.alpha)} rounds (smallest p = 2**-n < "
         f"alpha/{family}); a multi-knob winner loses the knobs whose removal does not slow it at one-sided "
         f"p < {thresholds.ablation_alpha} ({thresholds.ablation_rounds} rounds); the reported gain comes from "
@@ -361,22 +360,24 @@ def signed_rank_p(x: np.ndarray) -> tuple[float, float]:
     return float(stats.norm.sf((w - mean) / sd)), float(stats.norm.cdf((w - mean) / sd))
 
 
-def bootstrap_median_ci(ratios: np.ndarray, confidence: float, n_resamples: int,
-                        rng: np.random.Generator) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (as scipy.stats.bootstrap(method="percentile")); equal
-    ratios are their own interval (no resampling: the generator is left as it is)."""
-    if np.ptp(ratios) == 0:
-        return float(ratios[0]), float(ratios[0])
-    resampled = np.median(ratios[rng.integers(0, len(ratios), (n_resamples, len(ratios)))], axis=1)
+def median_ci(ratios: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Distribution-free interval of the median from order statistics: [x(k), x(n+1-k)] with the largest
+    k such that P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, so its coverage is at least `confidence`
+    for any continuous distribution (the percentile bootstrap it replaced covered 91.6-95.0 % at 95 %
+    with 6-12 log-normal rounds). Too few values for that (at 95 %: n < 6) give [min, max], whose coverage is
+    1 - 2**(1 - n)."""
+    from scipy import stats  # a slow import: commands that never finalize do not pay it
+
+    ordered = np.sort(np.asarray(ratios, dtype=float))
+    n = len(ordered)
     tail = (1 - confidence) / 2
-    low, high = np.quantile(resampled, [tail, 1 - tail])
-    return float(low), float(high)
+    k = max(1, int(np.sum(stats.binom.cdf(np.arange(n), n, 0.5) <= tail)))
+    return float(ordered[k - 1]), float(ordered[n - k])
 
 
-def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.random.Generator,
-                       interval: bool = True) -> _Measured:
+def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, interval: bool = True) -> _Measured:
     """Statistics of per-round log ratios (positive = candidate faster); p tests H0: the log ratios are
-    symmetric about log(1 + min_effect) (module docstring, 3). `interval=False` skips the bootstrap
+    symmetric about log(1 + min_effect) (module docstring, 3). `interval=False` skips the interval
     (ci_low = ci_high = gain)."""
     ratios = np.exp(log_ratios)
     gain = float(np.median(ratios) - 1)
@@ -386,7 +387,7 @@ def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, rng: np.r
     p_value = signed_rank_p(above_margin)[0]
     if not interval:
         return _Measured(log_ratios, p_value, gain, gain, gain)
-    low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+    low, high = median_ci(ratios, thresholds.confidence)
     return _Measured(log_ratios, p_value, gain, low - 1, high - 1)
 
 
@@ -456,14 +457,13 @@ def decide_paired(
     log_ratios: Mapping[str, Mapping[int, np.ndarray]],
     rejected: Mapping[str, Mapping[int, str]],
     thresholds: Thresholds,
-    rng: np.random.Generator,
 ) -> tuple[dict[str, Decision], int]:
     """One decision per name from paired per-round log ratios log(t_baseline / t_candidate) of the
     candidates `log_ratios[name]` holds (positive = candidate faster); candidates[name][i] not in it
     must be in rejected[name]. Every test of every decision shares one Holm correction; returns the
     decisions and the family size."""
     measured = {
-        (name, i): _paired_statistics(series, thresholds, rng)
+        (name, i): _paired_statistics(series, thresholds)
         for name, by_candidate in log_ratios.items()
         for i, series in by_candidate.items()
     }
@@ -549,14 +549,13 @@ class _Sequential:
     def _close_decisions_without_tests(self) -> None:
         self.open_decisions = {name for name, _ in self.open_tests} & self.open_decisions
 
-    def look(self, k: int, rounds: Sequence[Measured], candidates: Sequence[Candidate],
-             rng: np.random.Generator) -> None:
+    def look(self, k: int, rounds: Sequence[Measured], candidates: Sequence[Candidate]) -> None:
         """Look k: Holm step-down over the open tests at the O'Brien-Fleming levels of alpha / m
         (m = tests not yet accepted), then futility, then decisions with an accepted test close."""
         t = self.thresholds
         final = k == len(self.looks) - 1
         fractions = tuple(n / self.max_rounds for n in self.looks)
-        measured = {key: _paired_statistics(_log_ratios(rounds, -1, key[1], key[0]), t, rng, interval=False)
+        measured = {key: _paired_statistics(_log_ratios(rounds, -1, key[1], key[0]), t, interval=False)
                     for key in self.open_tests}
         accepted_count = sum(c.accepted for c in self.done.values())
         remaining = self.family - accepted_count
@@ -567,7 +566,7 @@ class _Sequential:
             level = nominal_levels(fractions, t.alpha / remaining)[k]
             if measured[key].p_value >= level:
                 break
-            full = _paired_statistics(measured[key].log_ratios, t, rng)
+            full = _paired_statistics(measured[key].log_ratios, t)
             if full.gain >= t.min_effect and full.ci_low > 0:
                 floor = max(floor, full.p_value * t.alpha / level)
                 self.done[key] = _comparison(candidates[key[1]], key[0], full, floor, t)
@@ -585,7 +584,7 @@ class _Sequential:
             adjusted = max(floor, min(1.0, measured[key].p_value * t.alpha / level) if level > 0 else 1.0)
             stopped = (f"stopped at round {len(rounds)}: gain below the minimum effect (one-sided p={less:.3g} "
                        f"< {t.futility})") if futile else ""
-            full = _paired_statistics(measured[key].log_ratios, t, rng)
+            full = _paired_statistics(measured[key].log_ratios, t)
             self.done[key] = replace(_comparison(candidates[i], name, full, adjusted, t, stopped), accepted=False)
             self.open_tests.discard(key)
         self.open_decisions -= closing
@@ -725,7 +724,7 @@ def finalize(
                 rejected.setdefault(i, "too few rounds with a working baseline")
                 state.reject(i)
             break
-        state.look(k, rounds_data, candidates, rng)
+        state.look(k, rounds_data, candidates)
     decisions: dict[str, Decision] = {}
     for name in names:
         ordered = tuple(
@@ -733,9 +732,7 @@ def finalize(
             for i in range(len(candidates))
         )
         if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
-            # its own generator: the check leaves the rounds' shuffling and later bootstraps as they were
-            check_rng = np.random.default_rng([seed, len(rounds_data)])
-            ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, check_rng, notes)
+            ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, notes)
                             for i, c in enumerate(ordered))
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds:
@@ -776,10 +773,10 @@ def finalize(
 
 
 def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequence[Measured],
-                             buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
+                             buckets: Sequence[SizeBucket], thresholds: Thresholds,
                              notes: list[str]) -> Comparison:
     """An accepted overall comparison, refused when its candidate is slower than the baseline in some size
-    bucket beyond noise (the bootstrap CI of the bucket's median per-round speed-up wholly below 0): an
+    bucket beyond noise (the CI of the bucket's median per-round speed-up wholly below 0): an
     environment is process-wide, so a faster geometric mean must not hide a size it makes slower."""
     if not comparison.accepted:
         return comparison
@@ -787,7 +784,7 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
         ratios = np.exp(_log_ratios(rounds, -1, index, bucket.name))
         if len(ratios) < 2:
             continue
-        low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+        low, high = median_ci(ratios, thresholds.confidence)
         if high < 1.0:
             reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {bucket.name}: "
                       f"{float(np.median(ratios)) - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] over {len(ratios)} "
@@ -905,7 +902,7 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
         if len(log_ratios) == 0:
             continue
         ratios = np.exp(log_ratios)
-        low, high = bootstrap_median_ci(ratios, thresholds.confidence, thresholds.n_resamples, rng)
+        low, high = median_ci(ratios, thresholds.confidence)
         result[name] = replace(d, holdout=Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios),
                                                   tuple(float(r) for r in ratios)))
     return result

@@ -11,7 +11,7 @@ across the selections of one size (they ran interleaved in one process).
    candidates of that size (none faster: nothing tested, keep the library's choice).
 3. On the confirmation rounds only, each (size, candidate) is tested with finalize's rule
    (finalize.decide_paired: one-sided exact Wilcoxon on the paired per-round log ratios minus
-   log(1 + min_effect), percentile bootstrap CI, ONE Holm correction over every test of every
+   log(1 + min_effect), order-statistic CI of the median, ONE Holm correction over every test of every
    size). The gains reported are those of the confirmation rounds, which did not pick the
    candidates.
 4. Neighbouring measured sizes with the same winner merge into a range [first, last measured
@@ -296,10 +296,9 @@ def _log_ratios(baseline: Sequence[float], other: Sequence[float], rounds: Seque
 
 
 def decide_per_size(
-    sweep: Sweep, *, thresholds: Thresholds = Thresholds(), top: int = 3, seed: int = 0
+    sweep: Sweep, *, thresholds: Thresholds = Thresholds(), top: int = 3
 ) -> PerSizeResult:
     """Steps 1-4 of the module docstring."""
-    rng = np.random.default_rng(seed)
     n_rounds = len(next(iter(sweep.rounds[sweep.sizes[0]].values())))
     picking, confirming = split_rounds(n_rounds)
     candidates: dict[str, list[Candidate]] = {}
@@ -318,7 +317,7 @@ def decide_per_size(
         candidates[str(size)] = [Candidate({"selection": name}) for name in picked]
         log_ratios[str(size)] = {i: _log_ratios(own, measured[name], confirming) for i, name in enumerate(picked)}
     decisions, family = decide_paired(
-        {"selection": OWN}, candidates, log_ratios, {name: {} for name in candidates}, thresholds, rng
+        {"selection": OWN}, candidates, log_ratios, {name: {} for name in candidates}, thresholds
     )
     sizes = []
     for size in sweep.sizes:
@@ -356,7 +355,7 @@ def decide_per_size(
             f"log(1+{thresholds.min_effect:g}), Holm over all {family} tests (every size x its candidates), "
             f"alpha={thresholds.alpha} (a family of its own: with the environment's finalization, P(any false "
             f"change in the recommendation) <= {2 * thresholds.alpha:g}); accepted if Holm-adjusted p < alpha, median speed-up >= "
-            f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} bootstrap CI's lower bound > 0"
+            f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} CI's lower bound > 0 (order statistics)"
         ),
         sizes=sizes,
         ranges=merge_ranges(sweep, sizes),
