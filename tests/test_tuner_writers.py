@@ -10,6 +10,7 @@ from pathlib import Path
 import optuna
 import pydantic
 import pytest
+from fixtures_cli import commcamp
 from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.catalog import KnobCatalog, Library, UnsafeValueError
@@ -255,6 +256,58 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     assert "nothing measured for op=alltoall" in lookup(tmp_path, "testsite", "gpusys", op="alltoall", nodes=8).message
     assert "no recommendations published" in lookup(tmp_path, "othersite", "gpusys", op="allreduce", nodes=2).message
     assert optuna.__version__ == "5.0.0"
+
+
+LOCAL = ("--root", "{root}", "--site", "local", "--system", "local")
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (("--op", "allreducee", "--nodes", "1"), "--op 'allreducee' is not a commbench op"),
+    (("--op", "allreduce", "--nodes", "1", "--transport", "tcp"), "--transport 'tcp' is not a commbench transport"),
+    (("--op", "allreduce", "--nodes", "1", "--library", "foo"), "--library 'foo' is not a library of the knob"),
+    (("--op", "allreduce", "--nodes", "1", "--site", "nosuch"), "--site 'nosuch' is not a site"),
+    (("--op", "allreduce", "--nodes", "1", "--site", "../../etc"), "--site '../../etc' is not a name"),
+    (("--op", "allreduce", "--nodes", "1", "--system", "nosys"), "--system 'nosys' is not a system of site 'local'"),
+    (("--op", "allreduce", "--nodes", "1", "--partition", "gpu"), "--partition 'gpu' is not a partition"),
+    (("--op", "allreduce", "--nodes", "1", "--gpus-per-node", "0"), "--gpus-per-node 0 must be at least 1"),
+    (("--op", "allreduce", "--nodes", "0"), "--nodes 0 must be at least 1"),
+    (("--op", "allreduce", "--nodes", "-2"), "--nodes -2 must be at least 1"),
+    (("--op", "allreduce", "--nodes", "1", "--size", "0"), "--size 0: sizes [0] outside 1 B .. 1 TiB"),
+    (("--op", "allreduce", "--nodes", "1", "--size", "5T"), "--size 5T: sizes [5497558138880] outside 1 B .. 1 TiB"),
+    (("--op", "allreduce", "--nodes", "1", "--size", "1MB"), "--size 1MB: '1MB' is ambiguous"),
+])
+def test_recommend_refuses_bad_input_as_a_usage_error(
+        tmp_path: Path, catalog: KnobCatalog, args: tuple[str, ...], option: str) -> None:  # noqa: F811
+    """A typo is exit 2 with one line naming the option, never exit 3 ("not measured") that a job script
+    would read as a context nobody tuned; nothing is looked up outside the root."""
+    publish(tmp_path, local_recommendation(), catalog)
+    code, stdout, stderr = commcamp("recommend", *(a.format(root=tmp_path) for a in LOCAL), *args)
+    assert code == 2 and stdout == "", (code, stdout, stderr)
+    assert stderr.startswith(option) and len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("--op", "allreduce", "--nodes", "8"),
+    ("--op", "alltoall", "--nodes", "1"),
+    ("--op", "allreduce", "--nodes", "1", "--transport", "ccl"),
+    ("--op", "allreduce", "--nodes", "1", "--library", "mpich"),
+    ("--op", "allreduce", "--nodes", "1", "--gpus-per-node", "4"),
+    ("--op", "allreduce", "--nodes", "1", "--site", "localslurm", "--system", "localslurm"),
+])
+def test_recommend_says_not_measured_for_a_valid_context(
+        tmp_path: Path, catalog: KnobCatalog, args: tuple[str, ...]) -> None:  # noqa: F811
+    publish(tmp_path, local_recommendation(), catalog)
+    assert commcamp("recommend", *(a.format(root=tmp_path) for a in LOCAL), "--nodes", "1", "--op",
+                    "allreduce").code == 0
+    code, stdout, stderr = commcamp("recommend", *(a.format(root=tmp_path) for a in LOCAL), *args)
+    assert code == 3 and stdout.startswith("# NOT MEASURED: ") and "export" not in stdout, (stdout, stderr)
+
+
+def local_recommendation() -> Recommendation:
+    """mpi_recommendation's values for the shipped site `local` (CPU: 1 GPU per node, as tune records it)."""
+    return mpi_recommendation().model_copy(update={"scope": make_scope(
+        site="local", system="local", partition="cpu", library="openmpi", library_version="4.1.4",
+        transport="mpi", nodes=1, gpus_per_node=1)})
 
 
 def test_tuner_config_rows_are_validated() -> None:

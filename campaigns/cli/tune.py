@@ -431,7 +431,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""
-        from campaigns.model.sizes import parse_size
+        from campaigns.tuning.lookup import check_query
         from tuners.evaluation import format_bytes
         from tuners.recommend import format_lookup, lookup
 
@@ -440,9 +440,11 @@ def register(app: typer.Typer) -> None:
         if named and partition not in (None, named):
             raise _fail(errors, f"--system {system}:{named} and --partition {partition} name two partitions")
         partition = partition or named or None
+        root = root or paths.recommendations_dir()
         try:
-            size_bytes = None if size is None else parse_size(size)
-            result = lookup(root or paths.recommendations_dir(), site, system, op=op, nodes=nodes,
+            size_bytes = check_query(root, site, system, partition=partition, op=op, nodes=nodes,
+                                     gpus_per_node=gpus_per_node, transport=transport, library=library, size=size)
+            result = lookup(root, site, system, op=op, nodes=nodes,
                             gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
                             size=size_bytes)
         except ValueError as exc:

@@ -5,6 +5,7 @@ silently measure or select sizes the user did not mean."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field
@@ -28,6 +29,15 @@ def parse_size(text: object) -> int:
         raise ValueError(f"{text!r} is ambiguous (powers of 1000 or 1024?): write {digits}{prefix.upper()} or "
                          f"{digits}{prefix.upper()}iB for {int(digits) * _SCALE[prefix.upper()]} bytes")
     return int(digits) * _SCALE[prefix.upper()]
+
+
+def check_measurable(sizes: Iterable[int]) -> None:
+    """ValueError naming the sizes commbench cannot send (it measures 1 B .. 1 TiB)."""
+    from campaigns.model.records import MAX_MESSAGE_BYTES  # the record contract's limit (numpy: loaded late)
+
+    outside = [size for size in sizes if not 1 <= size <= MAX_MESSAGE_BYTES]
+    if outside:
+        raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
 
 
 # A size field of a spec or site file: an int, or a string under the rule above.

@@ -9,8 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from campaigns import paths
-from campaigns.model.records import MAX_MESSAGE_BYTES
-from campaigns.model.sizes import parse_size
+from campaigns.model.sizes import check_measurable, parse_size
 from campaigns.tuning.executors import BenchRequest
 from tuners.catalog import KnobCatalog, Library
 from tuners.finalize import Thresholds
@@ -113,9 +112,7 @@ class TuningSpec(_Model):
         if not isinstance(value, list):
             return value
         sizes = sorted({parse_size(v) for v in value})
-        outside = [size for size in sizes if not 1 <= size <= MAX_MESSAGE_BYTES]
-        if outside:
-            raise ValueError(f"sizes {outside} outside 1 B .. 1 TiB (what commbench measures)")
+        check_measurable(sizes)
         return sizes
 
     @model_validator(mode="before")
