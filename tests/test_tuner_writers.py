@@ -246,9 +246,17 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     assert "nearest measured scope: site=testsite system=gpusys:gpu library=openmpi 4.1.4" in result.message
     assert "nodes=2" in result.message and "not applied" in result.message
     assert format_lookup(result).startswith("# NOT MEASURED: not measured for 4 nodes")
-    exact = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=1 << 30)
+    exact = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=4096)
     assert exact.measured and exact.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
-    assert "outside the measured range [8, 1048576]" in exact.message
+    # The range the bucket covers, not its name (the sizes measured in it, which reads like a range too).
+    assert "size 4096 B is in the measured bucket [8, 1048576] B (sizes measured: 8B-1MiB): keep-defaults" \
+        in exact.message
+    # A size outside every bucket: the scope's environment was tuned on other sizes, so it is not applied.
+    unmeasured = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=1 << 30)
+    assert not unmeasured.measured and unmeasured.settings == {} and unmeasured.unset == []
+    assert unmeasured.message.startswith("size 1073741824 B was not measured for site=testsite")
+    assert "(its size buckets: [8, 1048576] B)" in unmeasured.message and "not applied" in unmeasured.message
+    assert "export" not in format_lookup(unmeasured)
     publish(tmp_path, mpi_recommendation(nodes=8, transport="mpi-staging"), catalog)
     ambiguous = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8)
     assert not ambiguous.measured and "2 measured scopes match" in ambiguous.message

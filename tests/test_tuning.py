@@ -148,7 +148,7 @@ def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local", "--op", "allreduce",
                                 "--nodes", "1", "--size", "1M", "--root", str(tmp_path / "rec"))
     assert code == 0, out
-    assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket 1MiB-1MiB" in out
+    assert "# measured scope: site=local system=local:cpu library=openmpi" in out and "bucket [65537, 1048576] B" in out
     assert "per-size selection for 1048576 B: " in out
     assert commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--op", "allreduce", "--nodes",
                            "1", "--size", "1M", "--root", str(tmp_path / "rec")) == (code, out)  # tune's form

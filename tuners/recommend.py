@@ -83,12 +83,18 @@ def lookup(
     size_result = None
     if size is not None:
         size_result = next((s for s in rec.per_size if s.min_bytes <= size <= s.max_bytes), None)
-        if size_result is None:
-            low = min(s.min_bytes for s in rec.per_size)
-            high = max(s.max_bytes for s in rec.per_size)
-            message += f"; size {size} B is outside the measured range [{low}, {high}] B: no per-size result for it"
-        else:
-            message += f"; size {size} B is in measured bucket {size_result.bucket}: {size_result.decision}"
+        if size_result is None:  # the environment was chosen on other sizes: not applied to this one
+            measured = ", ".join(f"[{s.min_bytes}, {s.max_bytes}]" for s in rec.per_size) or "none"
+            return LookupResult(
+                False,
+                f"size {size} B was not measured for {rec.scope.describe()} (its size buckets: {measured} B) "
+                "-- its settings, tuned on those sizes, are not applied to an unmeasured size",
+                source=path,
+                candidates=(rec,),
+            )
+        # The bucket's name lists the sizes measured in it; the range it covers is wider.
+        message += (f"; size {size} B is in the measured bucket [{size_result.min_bytes}, {size_result.max_bytes}] B "
+                    f"(sizes measured: {size_result.bucket}): {size_result.decision}")
         if rec.per_size_selection is not None:
             message += "; " + describe_selection(rec, size)
     return LookupResult(True, message, rec, size_result, path)

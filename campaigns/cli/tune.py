@@ -451,7 +451,7 @@ def register(app: typer.Typer) -> None:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))
         if size_bytes is not None and result.size_result is not None:
-            print(f"# size {format_bytes(size_bytes)}: bucket {result.size_result.bucket} -> "
-                  f"{result.size_result.decision}")
+            print(f"# size {format_bytes(size_bytes)}: bucket [{result.size_result.min_bytes}, "
+                  f"{result.size_result.max_bytes}] B -> {result.size_result.decision}")
         if not result.measured:
             raise typer.Exit(ExitCode.NOT_JUDGED)
