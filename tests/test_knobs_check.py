@@ -62,3 +62,31 @@ def test_a_listing_that_is_not_cvars_is_refused(tmp_path: Path) -> None:
     assert "--list-cvars: line 1: not a cvar record" in stderr
     code, _, stderr = commcamp("knobs", "check", "--library", "nccl")
     assert code == 2 and "--library must be openmpi or mpich" in stderr
+
+
+@pytest.mark.parametrize(("library", "other"), [("mpich", "openmpi"), ("openmpi", "mpich")])
+def test_a_commbench_of_another_mpi_is_refused(commbench_builds: dict[str, CommbenchBuild], library: str,
+                                               other: str) -> None:
+    """Another MPI's control variables would report every knob of the catalog as missing (the trial's six false
+    `missing: MPIR_CVAR_...` lines and exit 1): the listing's names tell which MPI the binary is linked against."""
+    binary = commbench_builds[other].binary
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--commbench", binary,
+                                    "--library-version", VERSIONS[library])
+    assert code == 2 and stdout == "", stdout
+    assert f"{binary} --list-cvars: these are {other}'s control variables, not {library}'s: the binary is " \
+           f"linked against {other}" in " ".join(stderr.split())
+
+
+def test_the_default_commbench_is_the_workspace_build(commbench_builds: dict[str, CommbenchBuild],
+                                                      tmp_path: Path) -> None:
+    """Where `commcamp bench build` and tune put commbench (campaigns.paths), not the checkout's build/."""
+    workspace = {"COMMCAMP_HOME": str(tmp_path)}
+    default = tmp_path / "build" / "bench" / "cpu-openmpi" / "commbench"
+    code, _, stderr = commcamp("knobs", "check", "--library", "openmpi", env=workspace)
+    assert code == 2 and f"no commbench at {default}: build it (commcamp bench build cpu-openmpi)" in \
+        " ".join(stderr.split())
+    default.parent.mkdir(parents=True)
+    default.symlink_to(commbench_builds["openmpi"].binary)
+    code, stdout, stderr = commcamp("knobs", "check", "--library", "openmpi", "--library-version", "4.1.4",
+                                    env=workspace)
+    assert code == 0 and stdout.strip().endswith(", 0 problem(s)"), stdout + stderr

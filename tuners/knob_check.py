@@ -95,12 +95,24 @@ def cvar_name(library: Library, knob: str) -> str | None:
     return knob.removeprefix(prefix) if library is Library.OPENMPI else knob
 
 
-def check_catalog(catalog: KnobCatalog, library: Library | str, version: str, cvars: Mapping[str, Cvar]) -> CheckReport:
-    """Every catalog knob of `library` compared with the installed library's cvars."""
+def listed_library(cvars: Mapping[str, Cvar]) -> Library | None:
+    """The MPI whose cvars these are, by their names: MPICH names every cvar MPIR_CVAR_*, Open MPI names
+    them after its MCA variables (never MPIR_CVAR_*); None for a mix of both."""
+    mpich = sum(name.startswith(CVAR_PREFIX[Library.MPICH]) for name in cvars)
+    return Library.MPICH if mpich == len(cvars) else Library.OPENMPI if mpich == 0 else None
+
+
+def check_catalog(catalog: KnobCatalog, library: Library | str, version: str, cvars: Mapping[str, Cvar],
+                  source: str = "the cvar listing") -> CheckReport:
+    """Every catalog knob of `library` compared with the installed library's cvars (listed by `source`)."""
     library = Library(library)
     if library not in CVAR_PREFIX:
         raise ValueError(f"knobs check compares MPI_T control variables: library must be one of "
                          f"{', '.join(CVAR_PREFIX)}, not {library}")
+    listed = listed_library(cvars)
+    if listed not in (library, None):  # another MPI's cvars: every knob would read as missing
+        raise CvarListError(f"{source}: these are {listed}'s control variables, not {library}'s: the binary is "
+                            f"linked against {listed}; give a commbench built against {library}")
     parse_version(version)
     versions: dict[Library, str | None] = {library: version}
     findings: list[KnobFinding] = []

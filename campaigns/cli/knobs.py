@@ -1,10 +1,11 @@
 """`commcamp knobs check --library openmpi|mpich`: the knob catalog against the installed MPI.
 
-Runs the library's commbench build with `--list-cvars` (one process: the MPI_T control variables
-with names, types and enum values; bench_src/src/mpit.c), reads the library version from the
-library's own tool, and reports catalog knobs that are missing, stale or whose domain differs
-(tuners.knob_check). Exit codes: 0 consistent, 1 problems found, 2 commbench or the version tool
-could not be run or printed something else.
+Runs the library's commbench build (by default the workspace's, where `commcamp bench build` puts it) with
+`--list-cvars` (one process: the MPI_T control variables with names, types and enum values;
+bench_src/src/mpit.c), reads the library version from the library's own tool, and reports catalog knobs
+that are missing, stale or whose domain differs (tuners.knob_check). Exit codes: 0 consistent, 1 problems
+found, 2 commbench or the version tool could not be run or printed something else (another MPI's control
+variables included: a commbench linked against the other MPI).
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from campaigns.cli import bench
 from campaigns.exit_codes import ExitCode
 
-REPO = Path(__file__).resolve().parents[2]
-LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (build/bench/cpu-LIBRARY)
+LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (bench variant cpu-LIBRARY)
 VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]}
 TIMEOUT_S = 120
 
@@ -46,7 +47,8 @@ def library_version(library: str) -> str:
 def check(
     library: Annotated[str, typer.Option(help="the MPI whose control variables are listed: openmpi or mpich")],
     commbench: Annotated[Optional[Path], typer.Option(help="commbench built against that MPI "
-                                                      "(default: build/bench/cpu-LIBRARY/commbench)")] = None,
+                                                      "\\[default: <workspace builds>/bench/cpu-LIBRARY/commbench, "
+                                                      "as `commcamp bench path`]")] = None,
     library_version_: Annotated[Optional[str], typer.Option("--library-version", help="instead of asking "
                                                             "ompi_info / mpichversion")] = None,
     catalog_path: Annotated[Optional[Path], typer.Option("--catalog", help="knob catalog file")] = None,
@@ -61,12 +63,17 @@ def check(
     if library not in LIBRARIES:
         errors.print(f"--library must be openmpi or mpich, not {escape(library)}")
         raise typer.Exit(ExitCode.USAGE)
-    binary = commbench or REPO / "build" / "bench" / f"cpu-{library}" / "commbench"
+    binary = commbench or bench.binary(f"cpu-{library}")  # where `commcamp bench build` and tune put it
+    if not binary.is_file():
+        errors.print(f"[bold red]no commbench at {escape(str(binary))}: build it (commcamp bench build cpu-{library}) "
+                     "or give --commbench[/]", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
     try:
         catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
         version = library_version_ or library_version(library)
         listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars")
-        report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), f"{binary} --list-cvars"))
+        source = f"{binary} --list-cvars"
+        report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), source), source)
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
