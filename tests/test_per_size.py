@@ -255,7 +255,10 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
     scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=1)
     from test_tuner_writers import mpi_recommendation
 
-    rec = mpi_recommendation(nodes=1).model_copy(update={"env": {}, "scope": scope})
+    rec = mpi_recommendation(nodes=1)
+    # The study's size bucket covers what the sweep measured (a size outside every bucket is not measured).
+    bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
+    rec = rec.model_copy(update={"env": {}, "scope": scope, "per_size": [bucket]})
     result = result_with("allreduce", "ring", 4, 1 << 20, 1 << 22, ranks=scope.ranks)
     with pytest.raises(ValueError, match="does not belong to scope"):
         with_per_size(rec, result.model_copy(update={"nodes": 2}))
