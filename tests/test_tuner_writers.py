@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 
 import optuna
@@ -224,6 +225,45 @@ def test_writes_are_atomic(tmp_path: Path, catalog: KnobCatalog, monkeypatch: py
             catalog,
         )
     assert {p: p.read_text() for p in files.env_file.parent.rglob("*") if p.is_file()} == snapshot
+
+
+def test_a_publish_that_fails_before_its_renames_changes_no_file(
+        tmp_path: Path, catalog: KnobCatalog, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The trial's case: `modulefiles` a plain file. The scope's .env used to be rewritten before the
+    modulefile failed, while recommendations.yaml kept the old result; now every file is as it was."""
+    published = publish(tmp_path, mpi_recommendation(), catalog)
+    directory = published.env_file.parent
+
+    def snapshot() -> dict[str, bytes]:
+        return {str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+    newer = mpi_recommendation().model_copy(update={"date": "2026-12-24T12:00:00+00:00"})
+    modulefiles = published.modulefile.parent.parent
+    saved = modulefiles.with_name("saved")
+    modulefiles.rename(saved)
+    modulefiles.write_text("not a directory\n")
+    before = snapshot()
+    with pytest.raises(OSError, match="Not a directory|File exists"):
+        publish(tmp_path, newer, catalog)
+    assert snapshot() == before
+    modulefiles.unlink()
+    saved.rename(modulefiles)
+    # A full disk on the last temp file (recommendations.yaml): the temp files before it are removed too.
+    before = snapshot()
+    real_mkstemp = tempfile.mkstemp
+
+    def full_at_yaml(**kwargs: str) -> tuple[int, str]:
+        if kwargs["prefix"].startswith(".recommendations.yaml"):
+            raise OSError(28, "No space left on device")
+        return real_mkstemp(**kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", full_at_yaml)
+    with pytest.raises(OSError, match="No space left"):
+        publish(tmp_path, newer, catalog)
+    assert snapshot() == before
+    monkeypatch.undo()
+    publish(tmp_path, newer, catalog)
+    assert "2026-12-24" in published.env_file.read_text() and "2026-12-24" in published.recommendations.read_text()
 
 
 def test_unsafe_values_never_reach_a_recommendation() -> None:

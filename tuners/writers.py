@@ -9,7 +9,8 @@
 - recommendations.yaml      machine-readable: every scope's values, gain, CI, trials, date, versions
 
 Every value is validated against the knob catalog (and the character whitelist) right before it
-is written; a bad value raises before any file changes.
+is written; a bad value raises before any file changes. A scope's files are published together
+(write_files): a failure before the renames (a directory that cannot be made, a full disk) changes none.
 """
 
 from __future__ import annotations
@@ -49,24 +50,37 @@ def new_file_mode() -> int:
 def write_atomic(path: Path, text: str) -> None:
     """Temp file in the same directory, fsync, rename over the target, fsync the directory. If
     anything fails before the rename, the previous file is untouched and the temp file removed."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    write_files({path: text})
+
+
+def write_files(texts: Mapping[Path, str]) -> None:
+    """Every file or none: every directory, then every temp file (beside its target, fsynced), then the
+    renames, then the directories fsynced. A failure before the renames leaves every target as it was
+    and removes the temp files written."""
+    for path in texts:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    temps: dict[Path, str] = {}
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
-        os.replace(temp_name, path)
+        for path, text in texts.items():
+            fd, temps[path] = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temps[path], new_file_mode())  # mkstemp's is 0600
+        for path, temp_name in temps.items():
+            os.replace(temp_name, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
+        for temp_name in temps.values():  # those renamed already are gone
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_name)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    for parent in dict.fromkeys(path.parent for path in texts):
+        directory = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
 
 
 def comment(text: str) -> str:
@@ -257,21 +271,21 @@ def publish(
         if yaml_path.exists():
             others = [r for r in load_recommendations(yaml_path).recommendations if r.scope != rec.scope]
         everything = sorted([*others, rec], key=lambda r: r.scope.slug)
-        if rules is not None:
-            write_atomic(rules[0], rules[1])
-        write_atomic(env_path, env_file_text(rec, env, unset))
-        write_atomic(module_path, modulefile_text(rec, env, unset))
+        texts = {} if rules is None else {rules[0]: rules[1]}
+        texts[env_path] = env_file_text(rec, env, unset)
+        texts[module_path] = modulefile_text(rec, env, unset)
         groups = [
             ([comment(f"scope: {r.scope.describe()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
              r.plugin_rules)
             for r in everything if r.plugin_rules
         ]
         if groups:
-            write_atomic(config_path, format_config(groups))
-        elif config_path.exists():  # no scope points NCCL at it any more
-            config_path.unlink()
+            texts[config_path] = format_config(groups)
         document = RecommendationFile(site=rec.scope.site, system=rec.scope.system, recommendations=everything)
-        write_atomic(yaml_path, yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False))
+        texts[yaml_path] = yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False)
+        write_files(texts)  # all or nothing: a scope's .env never disagrees with recommendations.yaml
+        if not groups and config_path.exists():  # no scope points NCCL at it any more
+            config_path.unlink()
     return PublishedFiles(
         env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
     )
