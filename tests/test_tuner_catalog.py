@@ -83,6 +83,12 @@ SHELL_ATTACKS = [
 ]
 
 
+def test_the_readme_counts_the_catalog_s_knobs(catalog: KnobCatalog) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (count,) = re.findall(r"`site_configs/knobs/catalog\.yaml`, (\d+) knobs", readme)
+    assert int(count) == len(list(catalog))
+
+
 def test_every_required_knob_is_in_the_catalog(catalog: KnobCatalog) -> None:
     missing = [name for name in REQUIRED_KNOBS if name not in catalog]
     assert not missing

@@ -266,6 +266,14 @@ def test_a_publish_that_fails_before_its_renames_changes_no_file(
     assert "2026-12-24" in published.env_file.read_text() and "2026-12-24" in published.recommendations.read_text()
 
 
+def test_the_summary_s_files_say_null_for_a_file_not_written(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    files = publish(tmp_path, mpi_recommendation(), catalog)  # no tuner-plugin rows: no nccl_tuner.conf
+    assert files.to_json() == {"env_file": str(files.env_file), "modulefile": str(files.modulefile),
+                               "module_name": files.module_name, "tuner_config": None,
+                               "recommendations": str(files.recommendations)}
+
+
 def test_unsafe_values_never_reach_a_recommendation() -> None:
     document = mpi_recommendation().model_dump()
     for env in ({"UCX_TLS": "rc;reboot"}, {"UCX_TLS": "$(id)"}, {"BAD NAME": "1"}, {"UCX_TLS": "a\nexport X=1"}):

@@ -183,6 +183,24 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert sys.executable  # the CLI ran in-process
 
 
+def test_help_and_messages_name_what_the_user_typed(tmp_path: Path) -> None:
+    """--budget 0 and an empty SQLite URL are named as given (not budget_s, not '.'); help texts show their
+    defaults (not swallowed as rich markup) and say what pretune does: a study of its own, no publishing
+    unless asked."""
+    code, out = commcamp_output("pretune", "--budget", "0", "--env-file", str(tmp_path / "x.env"), "--site", "local",
+                                env={"SLURM_JOB_ID": "1"})
+    assert code == 2 and "--budget: '0' must be more than 0 s" in out and "budget_s" not in out, out
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
+                                "allreduce", "--sizes", "1M", "--dry-run", "--db", "sqlite:///")
+    assert code == 2 and "study storage sqlite:///: the URL names no database file" in out, out
+    assert "recommendations root [default: <workspace>/recommendations]" in commcamp_output("recommend", "--help")[1]
+    assert "[default: <workspace builds>/bench/cpu-LIBRARY/commbench" in commcamp_output("knobs", "check", "--help")[1]
+    pretune_help = commcamp_output("pretune", "--help")[1]
+    assert "trial budget of this pretune's own study (a new one each run)" in pretune_help
+    assert "also publish to this recommendations root (default: only the env file)" in pretune_help
+    assert "workers/restarts" not in pretune_help and "(<workspace>/recommendations)" not in pretune_help
+
+
 def test_finalization_says_how_far_it_is_at_most_every_interval() -> None:
     from campaigns.tuning.session import _FinalizationLog
 

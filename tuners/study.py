@@ -178,9 +178,11 @@ def check_reachable(url: str) -> None:
     except sqlalchemy.exc.ArgumentError as exc:
         raise storage_problem(url, exc) from None
     if parsed.get_backend_name() == "sqlite":
-        path = Path(parsed.database or "")
+        if not parsed.database:  # sqlite:/// (or an in-memory sqlite://): no file to keep the study in
+            raise storage_problem(url, OSError("the URL names no database file (sqlite:///PATH)"))
+        path = Path(parsed.database)
         where = path if path.exists() else path.parent
-        if not parsed.database or not where.exists() or not os.access(where, os.W_OK):
+        if not where.exists() or not os.access(where, os.W_OK):
             raise storage_problem(url, OSError(f"{where} does not exist or is not writable"))
         return
     try:

@@ -16,6 +16,7 @@ is written; a bad value raises before any file changes. A scope's files are publ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import re
@@ -103,6 +104,10 @@ class PublishedFiles:
     module_name: str
     tuner_config: Path | None
     recommendations: Path
+
+    def to_json(self) -> dict[str, str | None]:
+        """The paths as strings; a file not written (no tuner config) as None, never "None"."""
+        return {k: None if v is None else str(v) for k, v in dataclasses.asdict(self).items()}
 
 
 def _verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None) -> str:

@@ -38,11 +38,14 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
 
 def parse_duration(text: str) -> float:
-    """'10m' -> 600.0; plain numbers are seconds."""
+    """tune's and pretune's --budget: '10m' -> 600.0; plain numbers are seconds; more than 0."""
     match = _DURATION.match(text)
     if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 90s, 10m, 1h)")
-    return float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 90s, 10m, 1h)", param_hint="--budget")
+    seconds = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if seconds <= 0:
+        raise typer.BadParameter(f"{text!r} must be more than 0 s", param_hint="--budget")
+    return seconds
 
 
 def _fail(console: Console, message: str, code: int = ExitCode.USAGE) -> typer.Exit:
@@ -338,9 +341,13 @@ def register(app: typer.Typer) -> None:
         spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
         library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
         transport: TransportOpt = None, gpus_per_node: GpusOpt = None, sizes: SizesOpt = None,
-        knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None, trials: TrialsOpt = None,
+        knobs: KnobsOpt = None, knob_overrides: OverridesOpt = None,
+        trials: Annotated[Optional[int], typer.Option(
+            help="trial budget of this pretune's own study (a new one each run)")] = None,
         sampler: SamplerOpt = None, seed: SeedOpt = None, commbench: CommbenchOpt = None, db: DbOpt = None,
-        publish_dir: PublishOpt = None, runs_dir: RunsOpt = None,
+        publish_dir: Annotated[Optional[Path], typer.Option(
+            help="also publish to this recommendations root (default: only the env file)")] = None,
+        runs_dir: RunsOpt = None,
         study: Annotated[Optional[str], typer.Option(help=(
             "name stem of this run's study (default: the scope + srun + a digest of the knob setup); each "
             "pretune makes a study of its own, <stem>/job<SLURM_JOB_ID>-<UTC time>, seeded with the best "
@@ -427,7 +434,7 @@ def register(app: typer.Typer) -> None:
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
         transport: TransportOpt = None, library: LibraryOpt = None,
         root: Annotated[Optional[Path], typer.Option(
-            help="recommendations root [default: <workspace>/recommendations]")] = None,
+            help="recommendations root \\[default: <workspace>/recommendations]")] = None,
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
         count, GPU count or size that was not measured is said so; nothing is extrapolated."""

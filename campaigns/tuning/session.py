@@ -437,8 +437,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
             "knobs_left_the_search": outcome.study.user_attrs.get(DROPPED_KNOBS, {}),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"),
-            "files": None if outcome.published is None else {
-                k: str(v) for k, v in dataclasses.asdict(outcome.published).items()},
+            "files": None if outcome.published is None else outcome.published.to_json(),
             "provenance": provenance()}
 
 
