@@ -99,6 +99,21 @@ def test_hang_corruption_crash_and_hard_limit_are_failed_trials(tmp_path: Path, 
     assert stuck.failure is FailureKind.TIMEOUT and "hard time limit of 2 s" in stuck.reason
 
 
+def test_a_launcher_that_fails_is_blamed_not_the_data(tmp_path: Path, catalog: KnobCatalog) -> None:
+    """Exit 1 is commbench's wrong-data code only with its valid=false records: trials run with --no-check,
+    and srun exits 1 when it cannot start (the trial's reason used to say "data validation failed")."""
+    srun = wrapper(tmp_path, "echo 'srun: fatal: Could not establish a configuration source' >&2; exit 1")
+    base = strip_knobs({**os.environ, **OMPI_ENV}, catalog, Library.OPENMPI)
+    launch = CommbenchEvaluator(LauncherExecutor([str(srun)], COMMBENCH, tmp_path, base), REQUEST, Library.OPENMPI,
+                                catalog)({})
+    assert launch.failure is FailureKind.FAILED
+    assert launch.reason.startswith("the launch failed (exit 1): srun: fatal: Could not establish a configuration "
+                                    "source (run directory "), launch.reason
+    # commbench ran (its records file is there) and something after it exited 1: no wrong data either.
+    after = evaluator(tmp_path, catalog, wrapper(tmp_path, f'{COMMBENCH} "$@"; exit 1'))({})
+    assert after.failure is FailureKind.FAILED and after.reason.startswith("commbench exited with code 1"), after.reason
+
+
 def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Path, catalog: KnobCatalog) -> None:
     base = strip_knobs(dict(os.environ), catalog, Library.OPENMPI)
     executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base)

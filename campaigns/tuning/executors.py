@@ -18,8 +18,10 @@ or a code path this run does not take). Libraries without such a log (MPICH, UCX
 unverified in the trial, never silently as read.
 
 Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
-wrong data (exit 1, a record with valid=false) or an unread knob = INVALID; anything else that is not a
-clean run = FAILED, with the reason from the records or the launcher's output.
+wrong data (a validated record with valid=false: commbench then exits 1) or an unread knob = INVALID;
+anything else that is not a clean run = FAILED, with the reason from the records or the launcher's
+output. An exit code without such a record is not wrong data (trials run with --no-check): when commbench
+never opened its records file the launch failed (launcher or MPI start-up), e.g. `srun: fatal: ...`.
 """
 from __future__ import annotations
 
@@ -114,6 +116,7 @@ class RunOutcome:
     timed_out: bool = False
     failure: str | None = None  # the executor's own reason (launch error, ReFrame failure)
     directory: Path | None = None
+    launched: bool = True  # commbench got past MPI start-up: it opens its records file right after MPI_Init
 
 
 class Executor(Protocol):
@@ -176,7 +179,7 @@ class LauncherExecutor:
         failure = f"{len(problems)} invalid record line(s), first: {problems[0]}" if problems else None
         if timed_out:
             failure = f"killed at the hard time limit of {request.time_limit_s} s"
-        return RunOutcome(records, output, code, timed_out, failure, directory)
+        return RunOutcome(records, output, code, timed_out, failure, directory, launched=records_path.exists())
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -327,17 +330,24 @@ class CommbenchEvaluator:
         if outcome.timed_out or outcome.exit_code == 3 or any(r.get("reason") == "timeout" for r in errors):
             detail = outcome.failure or next((r["error"] for r in errors), "commbench's watchdog fired (exit 3)")
             return Evaluation.failed(FailureKind.TIMEOUT, f"hung: {detail}{where}")
+        # Wrong data is what commbench's validation reported, never an exit code alone (a launcher exits 1 too).
         wrong = [f"{r['bytes']} B: {r.get('wrong_elements')} wrong" for r in results if not r["valid"]]
-        if outcome.exit_code == 1 or wrong:
-            return Evaluation.failed(FailureKind.INVALID,
-                                     f"data validation failed ({'; '.join(wrong) or 'exit code 1'}){where}")
+        if wrong:
+            return Evaluation.failed(FailureKind.INVALID, f"data validation failed ({'; '.join(wrong)}){where}")
         if errors:
             first = errors[0]
             return Evaluation.failed(FailureKind.FAILED,
                                      f"commbench error record ({first.get('reason')}): {first.get('error')}{where}")
-        if outcome.failure or outcome.exit_code != 0:
-            reason = outcome.failure or f"exit code {outcome.exit_code}"
-            return Evaluation.failed(FailureKind.FAILED, f"{reason}{where}; output ends: {tail}")
+        if outcome.failure:
+            return Evaluation.failed(FailureKind.FAILED, f"{outcome.failure}{where}; output ends: {tail}")
+        if not outcome.launched:
+            lines = output_lines(outcome.output)
+            more = f"; output ends: {tail}" if len(lines) > 1 else ""  # e.g. the box mpirun prints
+            return Evaluation.failed(FailureKind.FAILED, f"the launch failed (exit {outcome.exit_code}): "
+                                                         f"{lines[-1] if lines else '(no output)'}{where}{more}")
+        if outcome.exit_code != 0:
+            return Evaluation.failed(FailureKind.FAILED,
+                                     f"commbench exited with code {outcome.exit_code}{where}; output ends: {tail}")
         unread = self.unread(env, outcome.output)
         if unread:
             return Evaluation.failed(
@@ -353,8 +363,12 @@ class CommbenchEvaluator:
         return Evaluation(times_us=times, validated=validate and checked)
 
 
+def output_lines(text: str) -> list[str]:
+    """A run's output without blank lines and without the rules of the boxes launchers print."""
+    return [line.strip() for line in text.strip().splitlines() if line.strip().strip("-")]
+
+
 def output_tail(text: str, limit: int = 1200) -> str:
     """The end of a run's output for a failure reason (launchers add a box of their own after the
-    program's last words: keep enough lines to include those, drop the box's rules)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip().strip("-")][-15:]
-    return " | ".join(lines)[-limit:] or "(no output)"
+    program's last words: keep enough lines to include those)."""
+    return " | ".join(output_lines(text)[-15:])[-limit:] or "(no output)"
