@@ -195,6 +195,11 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
     code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site", "local",
                                 env={"SLURM_JOB_ID": ""})
     assert code == 2 and "inside a Slurm allocation" in out
+    for name, value in (("SLURM_JOB_NUM_NODES", "abc"), ("SLURM_NTASKS", "0")):  # was a ValueError traceback
+        code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site",
+                                    "local", env={"SLURM_JOB_ID": "1", name: value})
+        assert code == 2 and f"{name}='{value}' is not a positive whole number" in out, out
+        assert len(out.strip().splitlines()) == 1 and not (tmp_path / "x.env").exists()
     assert sys.executable  # the CLI ran in-process
 
 

@@ -179,6 +179,19 @@ def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
         raise ValueError(f"invalid tuning spec: {problems}") from None
 
 
+def _slurm_count(*names: str) -> int | None:
+    """The first of the Slurm variables `names` that is set, as a count (None: none is set); ValueError
+    naming the variable and its value when it is not a positive number."""
+    for name in names:
+        text = os.environ.get(name)
+        if text:
+            if not text.strip().isdecimal() or int(text) < 1:
+                raise ValueError(f"{name}={text!r} is not a positive whole number (pretune takes the allocation's "
+                                 "node and task counts from Slurm's variables)")
+            return int(text)
+    return None
+
+
 def _fields(**kwargs: Any) -> dict[str, Any]:
     return kwargs
 
@@ -369,8 +382,9 @@ def register(app: typer.Typer) -> None:
         total = parse_duration(budget)
         if not 0.1 <= trial_share <= 0.9:
             raise _fail(errors, f"--trial-share {trial_share} must be within 0.1 .. 0.9")
-        nodes = int(os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or 1)
-        tasks = int(os.environ.get("SLURM_NTASKS") or nodes)
+        with _setup_errors(errors):
+            nodes = _slurm_count("SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
+            tasks = _slurm_count("SLURM_NTASKS") or nodes
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
                          tasks_per_node=max(1, tasks // nodes), gpus_per_node=gpus_per_node, sizes=sizes,
