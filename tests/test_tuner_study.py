@@ -7,6 +7,8 @@ allows one writer process; here the workers are threads sharing one SQLite file)
 
 from __future__ import annotations
 
+import logging
+import re
 import signal
 import subprocess
 import sys
@@ -253,6 +255,42 @@ def test_interrupted_trial_is_queued_again(sqlite_url: str) -> None:
     assert len(trials) == 6
     assert resumed.envs[0] == interrupted_env  # the re-queued trial runs first
     assert [t.user_attrs.get(RETRY_OF) for t in trials if RETRY_OF in t.user_attrs] == [[2]]
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_failures_commcamp_reports_are_one_line_other_errors_keep_optunas_warning(
+        sqlite_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Optuna warns with a traceback about every trial that raised: a failed evaluation (tuners.study's own
+    line says it) and Ctrl-C (the caller says it) lose that warning, an error nobody reports keeps it."""
+    optuna_lines = _Kept()
+    optimize_logger = logging.getLogger("optuna.study._optimize")
+    optimize_logger.addHandler(optuna_lines)
+    try:
+        evaluator = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {2: FailureKind.INVALID, 3: KeyboardInterrupt()})
+        with caplog.at_level(logging.WARNING, logger="tuners.study"), pytest.raises(KeyboardInterrupt):
+            make_tuner(sqlite_url, evaluator, n_trials=6).run()
+        assert [r.getMessage() for r in optuna_lines.records if r.levelno >= logging.WARNING] == []
+        assert any(re.fullmatch(r"trial \d+ invalid: scripted invalid on call 2", m) for m in caplog.messages)
+        tuner = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=6)
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("a bug in the search space")
+
+        monkeypatch.setattr(type(tuner.space), "suggest", broken)
+        with pytest.raises(RuntimeError):
+            tuner.run()
+        (warning, value) = [r for r in optuna_lines.records if r.levelno >= logging.WARNING]
+        assert warning.exc_info and isinstance(warning.exc_info[1], RuntimeError) and "failed with value" in value.msg
+    finally:
+        optimize_logger.removeHandler(optuna_lines)
 
 
 WORKER = textwrap.dedent(

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
@@ -112,6 +116,46 @@ def test_a_launcher_that_fails_is_blamed_not_the_data(tmp_path: Path, catalog: K
     # commbench ran (its records file is there) and something after it exited 1: no wrong data either.
     after = evaluator(tmp_path, catalog, wrapper(tmp_path, f'{COMMBENCH} "$@"; exit 1'))({})
     assert after.failure is FailureKind.FAILED and after.reason.startswith("commbench exited with code 1"), after.reason
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT])
+def test_tune_stopped_by_a_signal_says_so_in_one_line_and_requeues_the_trial(tmp_path: Path, sig: int) -> None:
+    """SIGTERM (Slurm's time limit) as Ctrl-C: the launch stopped, the running trial failed uncounted and
+    queued again, one line, exit 130 (SIGTERM was exit 143, no message, the trial left RUNNING). A failed
+    trial is commcamp's one line, not Optuna's warning with a traceback (nor one for Ctrl-C)."""
+    count, pid = tmp_path / "launches", tmp_path / "pid"
+    launcher = wrapper(tmp_path, f"""n=$(cat {count} 2>/dev/null || echo 0); echo $((n+1)) > {count}
+if [ "$n" = 0 ]; then echo 'srun: fatal: Could not establish a configuration source' >&2; exit 1; fi
+echo $$ > {pid}.new && mv {pid}.new {pid}
+exec sleep 300""")
+    db = f"sqlite:///{tmp_path / 'study.db'}"
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "local", "system": "local:cpu", "library": "openmpi", "library_version": "4.1.4",
+        "op": "allreduce", "nodes": 1, "tasks_per_node": 2, "sizes": ["64K"], "knobs": ["OMPI_MCA_btl_tcp_sndbuf"],
+        "trials": 3, "executor": "launcher", "launcher": [str(launcher)], "commbench": str(COMMBENCH), "db": db,
+        "runs_dir": str(tmp_path / "runs")}))
+    cmd = [str(Path(sys.executable).with_name("commcamp")), "tune", str(spec), "--no-finalize", "--no-publish"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "COLUMNS": "300"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:
+        deadline = time.monotonic() + 60
+        while not pid.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(sig)  # trial 1's launch is running
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert output.strip().splitlines()[-1] == ("interrupted: every finished trial is stored and a running one is "
+                                               "queued again; run the same command again to resume"), output
+    assert ("trial 0 failed: the launch failed (exit 1): srun: fatal: Could not establish a configuration source"
+            in output)
+    assert "Traceback" not in output and "_TrialFailed" not in output and "KeyboardInterrupt" not in output, output
+    with pytest.raises(ProcessLookupError):  # the launch (a session of its own) was stopped
+        os.kill(int(pid.read_text()), 0)
+    (name,) = optuna.get_all_study_names(db)
+    trials = optuna.load_study(study_name=name, storage=db).trials
+    assert [(t.number, t.state.name, t.user_attrs.get("outcome"), t.user_attrs.get("retry_of")) for t in trials] == [
+        (0, "FAIL", "failed", None), (1, "FAIL", None, None), (2, "WAITING", None, [1])]
 
 
 def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Path, catalog: KnobCatalog) -> None:

@@ -28,9 +28,11 @@ import enum
 import logging
 import math
 import os
+import re
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -232,6 +234,30 @@ class _TrialFailed(Exception):
     """Raised inside the objective so that Optuna records FAIL (caught through optimize(catch=...))."""
 
 
+class _ReportedFailures(logging.Filter):
+    """On Optuna's optimize logger: drops its warnings (with a traceback) about a trial that stopped for a
+    reason commcamp reports in one line itself: a failed evaluation (this module's "trial N failed: ..."),
+    Ctrl-C/SIGTERM or an aborted evaluation (the caller's message). Any other error keeps Optuna's warning."""
+
+    _FAILED = re.compile(r"Trial (\d+) failed with ")  # "... with parameters: ..." then "... with value None."
+    REPORTED = (_TrialFailed, KeyboardInterrupt, EvaluationAborted)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped: set[str] = set()  # trial numbers whose first warning was dropped: drop the second too
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        match = self._FAILED.match(record.getMessage())
+        if match is None:
+            return True
+        if record.exc_info is None:
+            return match.group(1) not in self.dropped
+        if isinstance(record.exc_info[1], self.REPORTED):
+            self.dropped.add(match.group(1))
+            return False
+        return True
+
+
 def is_counted(trial: FrozenTrial) -> bool:
     return OUTCOME in trial.user_attrs and trial.state in (TrialState.COMPLETE, TrialState.FAIL)
 
@@ -392,7 +418,7 @@ class Tuner:
     def run(self) -> optuna.Study:
         study = self.load_study()
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
-        with _ProgressDisplay(self.progress, self.n_trials, self.study_name) as display:
+        with _ProgressDisplay(self.progress, self.n_trials, self.study_name) as display, _reported_failures():
             display.update(study_progress(study))
             while True:
                 with warnings.catch_warnings():
@@ -468,6 +494,7 @@ class Tuner:
             assert evaluation.failure is not None
             trial.set_user_attr(OUTCOME, evaluation.failure.value)
             trial.set_user_attr(FAIL_REASON, evaluation.reason)
+            logger.warning("trial %d %s: %s", trial.number, evaluation.failure, evaluation.reason)
             raise _TrialFailed(f"{evaluation.failure}: {evaluation.reason}")
         trial.set_user_attr(SIZE_US, {str(size): t for size, t in medians.items()})
         trial.set_user_attr(BUCKET_US, buckets)
@@ -501,6 +528,17 @@ class Tuner:
             logger.warning("%s: %s leave the search (the library did not read them in trial %d)",
                            self.study_name, ", ".join(new), trial.number)
             trial.study.set_user_attr(DROPPED_KNOBS, {**dropped, **new})
+
+
+@contextmanager
+def _reported_failures() -> Iterator[None]:
+    optimize_logger = logging.getLogger("optuna.study._optimize")
+    reported = _ReportedFailures()
+    optimize_logger.addFilter(reported)
+    try:
+        yield
+    finally:
+        optimize_logger.removeFilter(reported)
 
 
 class _ProgressDisplay:

@@ -65,13 +65,17 @@ def _setup_errors(console: Console) -> Iterator[None]:
         raise _fail(console, f"cannot use the {exc}") from None
     except (ValueError, EvaluationAborted) as exc:
         raise _fail(console, str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (campaigns.cli.app.main)
+        raise _fail(console, "interrupted before any trial ran: nothing was stored", ExitCode.INTERRUPTED) from None
 
 
 @contextmanager
-def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = ()) -> Iterator[None]:
-    """The study's database unreachable at the start (exit 2) or lost on the way, and files that cannot be
-    written (exit 1; `outputs`: where the command writes, named when the error does not say which file):
-    one clear message instead of a traceback. What Optuna committed stays committed."""
+def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (),
+                  resume: str = "run the same command again to resume") -> Iterator[None]:
+    """The study's database unreachable at the start (exit 2) or lost on the way, files that cannot be
+    written (exit 1; `outputs`: where the command writes, named when the error does not say which file),
+    and Ctrl-C or SIGTERM (exit 130; `resume`: what a re-run does): one clear message instead of a
+    traceback. What Optuna committed stays committed."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from tuners.study import StorageUnavailable, storage_problem
@@ -90,6 +94,9 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
     threading.excepthook = thread_hook
     try:
         yield
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM (campaigns.cli.app.main); the Tuner re-queued a running trial
+        raise _fail(console, f"interrupted: every finished trial is stored and a running one is queued again; "
+                             f"{resume}", ExitCode.INTERRUPTED) from None
     except StorageUnavailable as exc:
         raise _fail(console, f"cannot use the {exc}") from None
     except ValueError as exc:  # the stored study was set up differently (knobs, buckets, baseline)
@@ -405,7 +412,8 @@ def register(app: typer.Typer) -> None:
                                                           f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
-        with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary]):
+        with _study_errors(errors, spec_obj.storage_url(), [env_file, spec_obj.publish_dir, summary],
+                           resume=f"{env_file} not written; a re-run is seeded with this study's best settings"):
             storage = open_storage(spec_obj.storage_url(), heartbeat_interval=spec_obj.heartbeat_s,
                                    grace_period=2 * spec_obj.heartbeat_s)
             seeds = best_envs_of_studies(storage, stem, setup.space)

@@ -173,6 +173,9 @@ class LauncherExecutor:
                 timed_out = True
                 _kill_group(proc)
                 code = None
+            except BaseException:  # Ctrl-C or SIGTERM: the launch (its own session) stops before commcamp does
+                _kill_group(proc)
+                raise
             log.seek(0)
             output = log.read()
         records, problems = _read_records(records_path)
