@@ -118,7 +118,7 @@ def test_a_launcher_that_fails_is_blamed_not_the_data(tmp_path: Path, catalog: K
     assert after.failure is FailureKind.FAILED and after.reason.startswith("commbench exited with code 1"), after.reason
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_tune_stopped_by_a_signal_says_so_in_one_line_and_requeues_the_trial(tmp_path: Path, sig: int) -> None:
     """SIGTERM (Slurm's time limit) as Ctrl-C: the launch stopped, the running trial failed uncounted and
     queued again, one line, exit 130 (SIGTERM was exit 143, no message, the trial left RUNNING). A failed

@@ -2,13 +2,15 @@
 
 Exit codes: campaigns.exit_codes.ExitCode (the README's table): 0 everything passed, 1 a test case failed
 (or could not be stored), 2 bad spec or usage, or a results database that cannot be opened (every command),
-130 interrupted (what finished is stored); health campaigns 0 healthy, 3 not judged, 4 degraded, 5 failed.
+130 interrupted (Ctrl-C or SIGTERM; what finished is stored); health campaigns 0 healthy, 3 not judged,
+4 degraded, 5 failed.
 """
 from __future__ import annotations
 
 import os
 import re
 import shlex
+import signal
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -252,4 +254,7 @@ knobs.register(app)
 
 
 def main() -> None:
+    # SIGTERM (Slurm's time limit, scancel, kill) stops commcamp as Ctrl-C does: children stopped, what
+    # finished stored, a running trial queued again, one line said, exit 130 (INTERRUPTED).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     app()
