@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -168,6 +169,40 @@ def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Pat
     script = next(tmp_path.glob("reframe-*/rfm-1/**/rfm_job.sh"))
     assert "export OMPI_MCA_btl_tcp_sndbuf=8192" in script.read_text()
     assert "export OMPI_MCA_mpi_show_mca_params=enviro" in script.read_text()
+
+
+def processes_under(path: Path) -> list[str]:
+    """Live processes whose working directory is under `path` (pid and command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(path)):
+                found.append(f"{entry.name}: {(entry / 'cmdline').read_text().replace(chr(0), ' ')}")
+        except OSError:  # gone meanwhile, or a zombie
+            continue
+    return found
+
+
+def test_an_interrupted_reframe_trial_leaves_no_process(tmp_path: Path, catalog: KnobCatalog) -> None:
+    """Ctrl-C or SIGTERM mid-trial: ReFrame gets SIGTERM, on which it cancels its job (subprocess.run gave it
+    SIGKILL, and its job ran on: a Slurm job until its time limit)."""
+    base = strip_knobs({**os.environ, **OMPI_ENV}, catalog, Library.OPENMPI)
+    executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base)
+    long = BenchRequest("allreduce", "mpi", (1 << 20,), iters=10**6, bench_timeout_s=120, time_limit_s=120)
+
+    def interrupt_when_measuring() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any("--iters 1000000" in p for p in processes_under(tmp_path)):
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_measuring, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        executor.run({}, long, False)
+    deadline = time.monotonic() + 10
+    while processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_under(tmp_path) == []
 
 
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:

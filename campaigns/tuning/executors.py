@@ -159,7 +159,6 @@ class LauncherExecutor:
         cmd = [*self.launcher, str(self.commbench), *request.commbench_args(validate, records_path)]
         (directory / "command.txt").write_text(
             " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " " + shlex.join(cmd) + "\n")
-        timed_out = False
         with open(directory / OUTPUT_FILE, "w+", encoding="utf-8", errors="replace") as log:
             try:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**self.base_env, **env},
@@ -167,15 +166,8 @@ class LauncherExecutor:
             except OSError as exc:
                 return RunOutcome([], "", None, failure=f"cannot start {shlex.join(self.launcher)}: {exc}",
                                   directory=directory)
-            try:
-                code: int | None = proc.wait(timeout=request.time_limit_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(proc)
-                code = None
-            except BaseException:  # Ctrl-C or SIGTERM: the launch (its own session) stops before commcamp does
-                _kill_group(proc)
-                raise
+            code = _wait(proc, request.time_limit_s)
+            timed_out = code is None
             log.seek(0)
             output = log.read()
         records, problems = _read_records(records_path)
@@ -183,6 +175,19 @@ class LauncherExecutor:
         if timed_out:
             failure = f"killed at the hard time limit of {request.time_limit_s} s"
         return RunOutcome(records, output, code, timed_out, failure, directory, launched=records_path.exists())
+
+
+def _wait(proc: subprocess.Popen[Any], timeout_s: float) -> int | None:
+    """The exit code of `proc` (started in a session of its own); None when it ran past `timeout_s`. Past
+    it, or when commcamp is interrupted (Ctrl-C, SIGTERM), its process group is stopped before we go on."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return None
+    except BaseException:
+        _kill_group(proc)
+        raise
 
 
 def _kill_group(proc: subprocess.Popen[Any]) -> None:
@@ -258,12 +263,13 @@ class ReframeExecutor:
         # The first run keeps its build (stage files); later runs restore it instead of building again.
         extra = ["--restore-session", str(self.built)] if self.built else ["--keep-stage-files"]
         with open(prefix / REFRAME_LOG, "w", encoding="utf-8") as log:
-            try:
-                rc = subprocess.run([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=prefix, env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
-                                    timeout=request.time_limit_s + 120, check=False,
-                                    preexec_fn=die_with_this_process()).returncode
-            except subprocess.TimeoutExpired:
+            # A session of its own, stopped by SIGTERM first: ReFrame then cancels its job (a Slurm job would
+            # run on after a SIGKILL), and a terminal's Ctrl-C does not reach it twice.
+            proc = subprocess.Popen([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT, cwd=prefix,
+                                    env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
+                                    start_new_session=True, preexec_fn=die_with_this_process())
+            rc = _wait(proc, request.time_limit_s + 120)
+            if rc is None:
                 return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
                                   prefix)
         report = prefix / REPORT_FILE
