@@ -38,6 +38,23 @@ def test_workspace_option_names_the_workspace_for_the_command_and_its_children(t
     assert f"export COMMCAMP_HOME={tmp_path / 'ws'}" in out.splitlines()
 
 
+def test_tune_and_run_make_a_new_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A workspace that does not exist yet is made on first use, by tune (its study lives in the workspace's
+    database) as by run (which opens the store at that database's URL)."""
+    from campaigns.store import URL_ENV, open_store, workspace_url
+
+    monkeypatch.delenv(URL_ENV, raising=False)
+    monkeypatch.setenv(paths.HOME_ENV, str(tmp_path / "unused"))  # undone after the test, as --workspace sets it
+    code, out, err = commcamp("--workspace", tmp_path / "new-ws", "tune", "--site", "local", "--system", "local:cpu",
+                              "--library", "openmpi", "--op", "allreduce", "--sizes", "64K", "--dry-run")
+    assert code == 0, out + err
+    assert (tmp_path / "new-ws").is_dir() and "knobs asked for" in out
+    monkeypatch.setenv(paths.HOME_ENV, str(tmp_path / "run-ws"))
+    with open_store(workspace_url()):  # `commcamp run` opens the store at db or default_url()
+        pass
+    assert (tmp_path / "run-ws" / "commcamp.db").is_file()
+
+
 def test_site_search_path_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "site.yaml").write_text("schema_version: 1\n")

@@ -58,6 +58,16 @@ def default_url() -> str:
     return os.environ.get(URL_ENV) or workspace_url()
 
 
+def make_workspace(url: str) -> None:
+    """Create the workspace when `url` is its database (workspace_url()): commcamp makes its own workspace on
+    first use; a database named elsewhere must be in a directory that exists."""
+    if url == workspace_url():
+        try:
+            paths.workspace().mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the workspace {paths.workspace()}: {exc.strerror or exc}") from None
+
+
 @dataclass
 class RunInfo:
     run_key: str
@@ -316,8 +326,7 @@ def open_store(url: str | None = None) -> Store:
 def _open_store(url: str | None) -> Store:
     if url is None:
         url = default_url()
-        if url == workspace_url():
-            paths.database_path().parent.mkdir(parents=True, exist_ok=True)
+    make_workspace(url)
     try:
         parsed = make_url(url)
     except ArgumentError as exc:

@@ -2,6 +2,7 @@
 finalization, the per-size stage, publishing, and the summary with provenance."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -116,8 +117,11 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -
 def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     """What can be checked before anything is submitted: the site, partition and environment, the knob
     files, the knobs asked for (whatever the library version), the executor and the study database
-    (reached, nothing created). Returns the site's catalog and the knob files used; ValueError
-    (StorageUnavailable for the database) naming the problem."""
+    (reached; nothing created but the workspace when it is the workspace's database, as `run` does).
+    Returns the site's catalog and the knob files used; ValueError (StorageUnavailable for the database)
+    naming the problem."""
+    from campaigns.store import StoreError, make_workspace  # lazily: the store pulls in alembic
+
     catalog, files = site_catalog(spec)
     if spec.knobs:
         try:
@@ -127,7 +131,10 @@ def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     site_env(spec)
     if spec.executor == "launcher":
         make_executor(spec, {})
-    check_reachable(spec.storage_url())
+    url = spec.storage_url()
+    with contextlib.suppress(StoreError):  # a workspace that cannot be made: check_reachable says why
+        make_workspace(url)
+    check_reachable(url)
     return catalog, files
 
 
