@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -112,6 +113,15 @@ def reframe_executable() -> Path:
     beside = Path(sys.executable).with_name("reframe")
     found = shutil.which("reframe")
     return beside if beside.is_file() or found is None else Path(found)
+
+
+def probe_writable(directory: Path) -> None:
+    """Raise OSError unless files can be created in `directory` or, where it does not exist yet, in the
+    nearest directory above it (where it would be made); creates nothing that stays."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    tempfile.TemporaryFile(dir=existing).close()
 
 
 def subprocess_env() -> dict[str, str]:

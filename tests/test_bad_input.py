@@ -160,6 +160,11 @@ CASES = [
     Case("tune-size-ambiguous", (*TUNE, "--sizes", "64K,1MB"), ("'1MB' is ambiguous",)),
     Case("tune-size-beyond-commbench", (*TUNE, "--sizes", "64K,2T"), ("sizes [2199023255552] outside 1 B .. 1 TiB",)),
     Case("tune-bad-budget", (*TUNE, *SIZES, "--budget", "10 parsecs"), ("'10 parsecs' is not a duration",)),
+    # outputs checked before any run (the later option wins over TUNE's --publish-dir)
+    Case("tune-publish-dir-unwritable", (*TUNE, *SIZES, "--publish-dir", "/proc/commcamp-rec"),
+         ("--publish-dir /proc/commcamp-rec: cannot create files in /proc",)),
+    Case("tune-summary-in-a-missing-directory", (*TUNE, *SIZES, "--summary", "{dir}/rec/summary.json"),
+         ("--summary", "/rec/summary.json: directory", "/rec does not exist")),
     # commbench JSON lines on ingest
     Case("ingest-truncated-line", INGEST, ("records.jsonl:2: not a complete JSON object (truncated line?)",),
          records(GOOD_RECORD, GOOD_RECORD[:200]), code=1),

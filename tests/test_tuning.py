@@ -45,12 +45,26 @@ def evaluator(tmp_path: Path, catalog: KnobCatalog, commbench: Path = COMMBENCH,
                               catalog)
 
 
-def wrapper(tmp_path: Path, body: str) -> Path:
-    """A 'commbench' that runs the real one with extra options (its --inject test hooks) or misbehaves."""
-    path = tmp_path / "commbench-wrapper"
+def wrapper(tmp_path: Path, body: str, name: str = "commbench-wrapper") -> Path:
+    """A 'commbench' that runs the real one with extra options (its --inject test hooks) or misbehaves; or,
+    named otherwise, another program (a launcher) doing `body`."""
+    path = tmp_path / name
     path.write_text(f"#!/bin/sh\n{body}\n")
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
+
+
+PRETUNE = ("pretune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--library-version",
+           "4.1.4", "--op", "allreduce", "--sizes", "64K", "--knobs", "OMPI_MCA_btl_tcp_sndbuf")
+
+
+def allocation(tmp_path: Path, srun_body: str) -> dict[str, str]:
+    """The environment of a one-node Slurm allocation (2 tasks) whose srun is a script doing `srun_body`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper(bin_dir, srun_body, "srun")
+    return {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2",
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_read_logs_of_nccl_and_open_mpi() -> None:
@@ -313,3 +327,17 @@ def test_finalization_says_how_far_it_is_at_most_every_interval() -> None:
     for _ in range(3):
         chatty.run_done()
     assert [line.split(",")[0] for line in lines] == [f"finalization: {n} of 3 planned runs" for n in (1, 2, 3)]
+
+
+def test_pretune_checks_its_outputs_before_any_run(tmp_path: Path) -> None:
+    """An env file or summary that cannot be written stops pretune before its budget is spent; no directory
+    is made for the env file."""
+    env = allocation(tmp_path, "exit 1")
+    where = ("--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--budget", "20s")
+    missing = tmp_path / "nodir" / "tuned.env"
+    code, out = commcamp_output(*PRETUNE, *where, "--env-file", missing, env=env)
+    assert code == 2 and f"--env-file {missing}: directory {missing.parent} does not exist" in out, out
+    code, out = commcamp_output(*PRETUNE, *where, "--env-file", tmp_path / "tuned.env", "--summary", "/proc/x/s.json",
+                                env=env)
+    assert code == 2 and "--summary /proc/x/s.json: directory /proc/x does not exist" in out, out
+    assert not missing.parent.exists() and not (tmp_path / "runs").exists() and not (tmp_path / "tuned.env").exists()

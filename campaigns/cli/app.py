@@ -11,7 +11,6 @@ import os
 import re
 import shlex
 import signal
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -47,14 +46,6 @@ def _stored_nothing_yet(url: str) -> bool:
     except ArgumentError:
         return False
     return parsed.get_backend_name() == "sqlite" and bool(parsed.database) and not Path(parsed.database).exists()
-
-
-def _probe_writable(directory: Path) -> None:
-    """Raise OSError unless files can be created in directory, without creating it (a failed run leaves nothing)."""
-    existing = directory
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    tempfile.TemporaryFile(dir=existing).close()
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -182,7 +173,7 @@ def run(
             errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(ExitCode.USAGE) from None
         try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here
-            _probe_writable(runs_dir)
+            paths.probe_writable(runs_dir)
         except OSError as exc:
             errors.print(f"[bold red]cannot write run directories under {escape(str(runs_dir))}:[/] "
                          f"{escape(exc.strerror or str(exc))}", soft_wrap=True)

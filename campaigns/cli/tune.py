@@ -203,6 +203,26 @@ def _fields(**kwargs: Any) -> dict[str, Any]:
     return kwargs
 
 
+def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | None]) -> None:
+    """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
+    --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir) exists
+    or is made under the nearest one above it that does. Either must take new files."""
+    for option, path in [*files.items(), *directories.items()]:
+        if path is None:
+            continue
+        where = path.parent if option in files else path
+        if option in files and (path.is_dir() or not where.is_dir()):
+            raise ValueError(f"{option} {path}: " + ("is a directory" if path.is_dir() else
+                                                      f"directory {where} does not exist"))
+        if option in directories and path.exists() and not path.is_dir():
+            raise ValueError(f"{option} {path}: not a directory")
+        try:
+            paths.probe_writable(where)
+        except OSError as exc:
+            refused = Path(exc.filename).parent if exc.filename else where  # the directory that took no file
+            raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
+
+
 def describe(setup: TuningSetup) -> list[str]:
     space = ", ".join(setup.space.knob_names)
     return [f"scope: {setup.scope.describe()}",
@@ -298,6 +318,7 @@ def register(app: typer.Typer) -> None:
                     update={"enabled": finalize})})
             if no_publish:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
+            check_outputs({"--summary": summary}, {"--publish-dir": spec_obj.publish_dir})
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
@@ -405,6 +426,7 @@ def register(app: typer.Typer) -> None:
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
+            check_outputs({"--env-file": env_file, "--summary": summary}, {"--publish-dir": publish_dir})
             setup = prepare(spec_obj)
             # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
             stem = study or setup.study_name
