@@ -155,6 +155,11 @@ CASES = [
     Case("tune-nodes-above-partition", (*TUNE, *SIZES, "--site", "localslurm", "--system", "localslurm:debug",
                                         "--nodes", "4"),
          ("4 nodes requested, but partition localslurm:debug of site 'localslurm' has 3",)),
+    # the launcher executor too: mpirun would run on this one host, the published scope claim 5 nodes
+    Case("tune-nodes-above-local-partition", (*TUNE, *SIZES, "--nodes", "5"),
+         ("nodes: 5 nodes requested, but partition local:cpu of site 'local' has 1",)),
+    Case("tune-gpus-above-partition", (*TUNE, *SIZES, "--gpus-per-node", "8"),
+         ("gpus_per_node: 8 GPUs per node requested, but partition local:cpu of site 'local' has 0",)),
     Case("tune-size-zero", (*TUNE, "--sizes", "0"), ("sizes [0] outside 1 B .. 1 TiB",)),
     Case("tune-size-negative", (*TUNE, "--sizes", "-64K"), ("'-64K' is not a size",)),
     Case("tune-size-ambiguous", (*TUNE, "--sizes", "64K,1MB"), ("'1MB' is ambiguous",)),

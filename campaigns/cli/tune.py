@@ -427,7 +427,7 @@ def register(app: typer.Typer) -> None:
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             check_outputs({"--env-file": env_file, "--summary": summary}, {"--publish-dir": publish_dir})
-            setup = prepare(spec_obj)
+            setup = prepare(spec_obj, inside_allocation=True)
             # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
             stem = study or setup.study_name
             setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"

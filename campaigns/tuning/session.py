@@ -20,7 +20,7 @@ from typing import Any
 from campaigns import paths
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, strip_knobs, output_tail)
-from campaigns.tuning.spec import TuningSpec, site_catalog, site_env
+from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, finalize, planned_runs
@@ -114,8 +114,9 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -
     return f"{scope.study_name}/{executor_label(spec)}-{digest}"
 
 
-def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
-    """What can be checked before anything is submitted: the site, partition and environment, the knob
+def check_spec(spec: TuningSpec, *, inside_allocation: bool = False) -> tuple[KnobCatalog, list[str]]:
+    """What can be checked before anything is submitted: the site, partition and environment, the nodes and
+    GPUs per node the partition has (unless `inside_allocation`: pretune's allocation decides), the knob
     files, the knobs asked for (whatever the library version), the executor and the study database
     (reached; nothing created but the workspace when it is the workspace's database, as `run` does).
     Returns the site's catalog and the knob files used; ValueError (StorageUnavailable for the database)
@@ -129,6 +130,8 @@ def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
         except SpaceError as exc:
             raise ValueError(f"knobs: {exc}") from None
     site_env(spec)
+    if not inside_allocation:
+        check_partition_size(spec)
     if spec.executor == "launcher":
         make_executor(spec, {})
     url = spec.storage_url()
@@ -138,11 +141,12 @@ def check_spec(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     return catalog, files
 
 
-def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True) -> TuningSetup:
+def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True,
+            inside_allocation: bool = False) -> TuningSetup:
     """Everything a study needs, checked before any trial runs (check_spec first). Without
     `library_version` one probe run with the site's defaults at the smallest size reads it from
     commbench's records."""
-    catalog, files = check_spec(spec)
+    catalog, files = check_spec(spec, inside_allocation=inside_allocation)
     library = Library(spec.library)
     base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
     executor = make_executor(spec, base_env)

@@ -206,9 +206,7 @@ def _site(spec: TuningSpec) -> Any:
 def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
     and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml.
-    ValueError when the site has no such system, partition or environment there, or (Slurm) fewer nodes."""
-    from campaigns.model.spec import SLURM_SCHEDULERS
-
+    ValueError when the site has no such system, partition or environment there."""
     site = _site(spec)
     if site is None:
         return None
@@ -222,10 +220,23 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     if spec.environ not in partition.environments:
         raise ValueError(f"environ {spec.environ!r} is not an environment of {spec.system} "
                          f"(it has: {', '.join(partition.environments)})")
-    if partition.scheduler in SLURM_SCHEDULERS and spec.nodes > partition.nodes:
-        raise ValueError(f"{spec.nodes} nodes requested, but partition {spec.system} of site {site.name!r} "
-                         f"has {partition.nodes}")
     return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+
+
+def check_partition_size(spec: TuningSpec) -> None:
+    """ValueError when the scope asks for more nodes or GPUs per node than the site's partition has, whatever
+    the executor (a launcher command does not place ranks on nodes the site lacks; the published scope would
+    claim them). Not for pretune: its allocation decides."""
+    found = site_partition(spec)
+    if found is None:
+        return
+    partition = found[0]
+    where = f"partition {spec.system} of site {spec.site!r}"
+    if spec.nodes > partition.nodes:
+        raise ValueError(f"nodes: {spec.nodes} nodes requested, but {where} has {partition.nodes}")
+    if spec.gpus_per_node > max(1, partition.node.gpus):  # 1 is the scope's value on CPU partitions
+        raise ValueError(f"gpus_per_node: {spec.gpus_per_node} GPUs per node requested, but {where} has "
+                         f"{partition.node.gpus}")
 
 
 def only_partition(site_name: str, system_name: str) -> str:
