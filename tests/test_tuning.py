@@ -341,3 +341,42 @@ def test_pretune_checks_its_outputs_before_any_run(tmp_path: Path) -> None:
                                 env=env)
     assert code == 2 and "--summary /proc/x/s.json: directory /proc/x does not exist" in out, out
     assert not missing.parent.exists() and not (tmp_path / "runs").exists() and not (tmp_path / "tuned.env").exists()
+
+
+def test_a_tune_whose_baseline_never_ran_publishes_nothing(tmp_path: Path) -> None:
+    """No trial completed, or the baseline failed in every finalization round: no decision was tested, so
+    nothing is published (what the publish directory held stays byte for byte) and the tune exits 1."""
+    rec = tmp_path / "rec"
+    (rec / "local" / "local").mkdir(parents=True)
+    (rec / "local" / "local" / "recommendations.yaml").write_text(  # as an earlier tune of other scopes left it
+        "schema_version: 1\nsite: local\nsystem: local\nrecommendations: []\n")
+    before = {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()}
+    common = ("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--library-version", "4.1.4",
+              "--op", "allreduce", "--sizes", "64K", "--executor", "launcher", "--commbench", COMMBENCH,
+              "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--publish-dir", rec)
+    code, out = commcamp_output(*common, "--trials", "2", "--launcher", "no-such-mpirun -np 2")
+    assert code == 1 and f"no trial completed (see the trials' fail_reason): nothing published (what {rec} holds " \
+                         "is unchanged)" in out, out
+    assert "finalization:" not in out and "decision:" not in out  # no round ran, no decision printed
+    # The planted defaults (the baseline) fail in every launch, the trial's too; other settings run.
+    launcher = wrapper(tmp_path, '[ "$OMPI_MCA_btl_tcp_sndbuf.$OMPI_MCA_btl_tcp_rcvbuf" = 4096.4096 ] && exit 3\n'
+                                 f'exec {" ".join(MPIRUN)} "$@"', "launcher")
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({"knobs": ["OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"],
+                                    "knob_overrides": [str(PLANTED)], "iters": 5, "warmup": 1,
+                                    "finalize": {"candidates": 1, "max_candidates": 1, "rounds": 5},
+                                    "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce",
+                                    "sizes": ["64K"]}))
+    code, out = commcamp_output(*common, str(spec), "--trials", "3", "--launcher", str(launcher), "--study", "b")
+    assert code == 1 and re.search(r"the baseline \(the site's defaults\) failed in all \d+ finalization rounds: no "
+                                   r"candidate was compared with it: nothing published", out), out
+    assert {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()} == before
+
+
+def test_pretune_writes_no_env_file_when_every_trial_failed(tmp_path: Path) -> None:
+    env_file = tmp_path / "tuned.env"
+    code, out = commcamp_output(*PRETUNE, "--budget", "20s", "--trials", "3", "--db", f"sqlite:///{tmp_path / 's.db'}",
+                                "--runs-dir", tmp_path / "runs", "--env-file", env_file,
+                                env=allocation(tmp_path, "exit 1"))
+    assert code == 1 and f"no trial completed (see the trials' fail_reason); {env_file} not written" in out, out
+    assert not env_file.exists() and "wrote " not in out

@@ -299,7 +299,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        from campaigns.tuning.session import TuningSession, check_spec, make_tuner, prepare, study_name
+        from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner, prepare,
+                                              study_name)
         from campaigns.tuning.workers import submit_workers, wait_for_jobs, worker_spec
         from tuners.study import study_progress
 
@@ -353,8 +354,11 @@ def register(app: typer.Typer) -> None:
             session.summary(summary)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
+        if outcome.untested is not None:
+            kept = "" if spec_obj.publish_dir is None else f" (what {spec_obj.publish_dir} holds is unchanged)"
+            raise _fail(errors, f"{outcome.untested}: nothing published{kept}", ExitCode.FAILED)
         if study_progress(outcome.study).complete == 0:
-            raise _fail(errors, "no trial completed (see the trials' fail_reason)", ExitCode.FAILED)
+            raise _fail(errors, NO_TRIAL_COMPLETED, ExitCode.FAILED)
 
     @app.command("tune-worker", hidden=True)
     def tune_worker(spec: Annotated[Path, typer.Argument(help="worker spec (JSON) written by commcamp tune")]) -> None:
@@ -454,8 +458,10 @@ def register(app: typer.Typer) -> None:
             try:
                 recommendation = session.finalize(max_evaluations=int(left // per_run))
             except UntestedDecision as exc:
-                raise _fail(errors, f"{exc}; {env_file} not written (give a larger --budget)", ExitCode.FAILED) from None
+                raise _fail(errors, f"{exc}; {env_file} not written", ExitCode.FAILED) from None
             assert outcome.report is not None
+            # No round ran (no candidate; the defaults completed, or finalize() refuses): keeping the defaults
+            # is backed by measurements only where other settings were tried here and failed.
             if outcome.report.rounds_used == 0 and study_progress(outcome.study).counted < 2:
                 raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
                                     f"untested; {env_file} not written (give a larger --budget)", ExitCode.FAILED)

@@ -258,10 +258,15 @@ class TuningOutcome:
     report: FinalReport | None = None
     recommendation: Recommendation | None = None
     published: PublishedFiles | None = None
+    untested: str | None = None  # why finalization could decide nothing (then nothing is published)
+
+
+NO_TRIAL_COMPLETED = "no trial completed (see the trials' fail_reason)"
 
 
 class UntestedDecision(RuntimeError):
-    """Finalization could re-measure no candidate within its budget: no decision can be made."""
+    """No decision can be made on what was measured: no trial completed, the baseline failed in every
+    finalization round, or the time left re-measures no candidate."""
 
 
 class _FinalizationLog:
@@ -297,7 +302,8 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     if keep == 0 < len(found):
         raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
                                f"candidates ({planned_runs(thresholds, 1, len(setup.buckets), knobs)} runs at most "
-                               "for one, with ablation and held-out rounds): a decision now would be untested")
+                               "for one, with ablation and held-out rounds): a decision now would be untested "
+                               "(give a larger budget)")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     if log is not None and candidates:
         planned = planned_runs(thresholds, keep, len(setup.buckets), knobs)
@@ -369,11 +375,21 @@ class TuningSession:
         return self.outcome
 
     def finalize(self, max_evaluations: int | None = None) -> Recommendation:
-        """finalize_study on the trials (UntestedDecision when `max_evaluations` re-measures no candidate)."""
+        """finalize_study on the trials. UntestedDecision when no trial completed (no round runs: the
+        baseline failed as a trial too), when the baseline failed in every round, or when
+        `max_evaluations` re-measures no candidate."""
+        from tuners.study import study_progress
+
         outcome = self._trials_done()
-        outcome.report, outcome.recommendation = finalize_study(
+        if study_progress(outcome.study).complete == 0:
+            raise UntestedDecision(NO_TRIAL_COMPLETED)
+        outcome.report, recommendation = finalize_study(
             self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, log=self.log)
-        return outcome.recommendation
+        if outcome.report.rounds_run and not outcome.report.rounds_used:
+            raise UntestedDecision(f"the baseline (the site's defaults) failed in all {outcome.report.rounds_run} "
+                                   "finalization rounds: no candidate was compared with it")
+        outcome.recommendation = recommendation
+        return recommendation
 
     def per_size(self) -> Recommendation:
         """The per-size stage under the recommended environment, merged into the recommendation."""
@@ -390,10 +406,15 @@ class TuningSession:
         return outcome.published
 
     def finish(self) -> TuningOutcome:
-        """What the spec asks for after the trials: finalization, the per-size stage, publishing."""
+        """What the spec asks for after the trials: finalization, the per-size stage, publishing. An untested
+        decision (outcome.untested says why) is not published: earlier files of the scope stay as they were."""
         outcome = self._trials_done()
         if self.setup.spec.finalize.enabled:
-            self.finalize()
+            try:
+                self.finalize()
+            except UntestedDecision as exc:
+                outcome.untested = str(exc)
+                return outcome
             if self.setup.spec.per_size.enabled:
                 self.per_size()
             self.publish()
@@ -447,7 +468,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
             "knobs_left_the_search": outcome.study.user_attrs.get(DROPPED_KNOBS, {}),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
-            "recommendation": None if rec is None else rec.model_dump(mode="json"),
+            "recommendation": None if rec is None else rec.model_dump(mode="json"), "untested": outcome.untested,
             "files": None if outcome.published is None else outcome.published.to_json(),
             "provenance": provenance()}
 
