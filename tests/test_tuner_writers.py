@@ -450,3 +450,27 @@ def test_the_site_s_documented_settings_are_measured_after_the_seeds_with_their_
             ({"env": {"NCCL_SOCKET_NTHREADS": 2}}, "source")):
         with pytest.raises(CatalogError, match=message):
             catalog.for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}, "documented": [bad]}, "h200/site.yaml")
+
+
+def test_the_console_and_recommend_show_the_held_out_gain_and_say_no_candidate_tested(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """Beside the finalization rounds' gain, tune's and pretune's summary and `recommend` print the held-out
+    gain (rounds run after the choice, README); a keep-defaults without a tested candidate says so, as its
+    .env does."""
+    from campaigns.cli.tune import report_lines
+    from campaigns.tuning.session import TuningOutcome
+    from tuners.recommendation import HeldOut
+
+    held_out = HeldOut(median=0.095, ci_low=0.05, ci_high=0.14, rounds=6, ratios=[1.095] * 6)
+    change = mpi_recommendation().model_copy(update={"held_out": held_out})
+    study = optuna.create_study()
+    lines = report_lines(TuningOutcome(study, {}, recommendation=change))
+    (decision,) = [line for line in lines if line.startswith("decision: ")]
+    assert decision.startswith("decision: change: +12.0% median speed-up") and \
+        "; held out: +9.5% median speed-up of what is deployed (CI +5.0% .. +14.0%), 6 rounds" in decision
+    publish(tmp_path, change, catalog)
+    found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2)
+    assert "(change: +12.0% median speed-up" in found.message and "held out: +9.5%" in found.message
+    untested = change.model_copy(update={"decision": "keep-defaults", "gain": None, "held_out": None})
+    assert "decision: keep-defaults (no candidate tested)" in report_lines(TuningOutcome(study, {},
+                                                                                      recommendation=untested))

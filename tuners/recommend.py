@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuners.recommendation import Recommendation, SizeRangeResult
-from tuners.writers import RECOMMENDATIONS_FILE, load_recommendations, system_dir
+from tuners.writers import RECOMMENDATIONS_FILE, load_recommendations, system_dir, verdict
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,7 @@ def lookup(
             candidates=tuple(exact),
         )
     rec = exact[0]
-    message = f"measured scope: {rec.scope.describe()} ({rec.decision}"
-    message += f", {rec.gain.describe()})" if rec.gain else ")"
+    message = f"measured scope: {rec.scope.describe()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
     size_result = None
     if size is not None:
         size_result = next((s for s in rec.per_size if s.min_bytes <= size <= s.max_bytes), None)

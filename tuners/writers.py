@@ -110,7 +110,8 @@ class PublishedFiles:
         return {k: None if v is None else str(v) for k, v in dataclasses.asdict(self).items()}
 
 
-def _verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None) -> str:
+def verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None) -> str:
+    """A decision with its evidence: the gain and the held-out gain, the closest candidate, or none tested."""
     if gain is not None:
         return f"{decision}: {gain.describe()}" + ("" if held_out is None else f"; {held_out.describe()}")
     if closest is not None:
@@ -122,7 +123,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     ev = rec.evidence
     lines = [
         f"scope: {rec.scope.describe()}",
-        f"decision: {_verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}",
+        f"decision: {verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}",
         f"test: {ev.test}",
     ]
     if ev.family_size is not None:
@@ -141,7 +142,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     for size in rec.per_size:
         lines.append(
             f"size {size.bucket} [{size.min_bytes}, {size.max_bytes}] ({size.metric}): "
-            + _verdict(size.decision, size.gain, size.closest, size.held_out)
+            + verdict(size.decision, size.gain, size.closest, size.held_out)
         )
     lines.extend(f"note: {note}" for note in [*ev.notes, *rec.plugin_notes])
     lines.extend(per_size_lines(rec))

@@ -251,6 +251,7 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
     from tuners.study import DROPPED_KNOBS, study_progress
+    from tuners.writers import verdict
 
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
@@ -261,13 +262,13 @@ def report_lines(outcome: TuningOutcome) -> list[str]:
     rec = outcome.recommendation
     if rec is None:
         return lines
-    lines.append(f"decision: {rec.decision}" + (f" -- {rec.gain.describe()}" if rec.gain else
-                                                  " (no candidate passed the test)"))
+    lines.append(f"decision: {verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}")
     lines.append("export: " + (" ".join(f"{k}={v}" for k, v in rec.env.items()) or "(nothing)")
                  + ("; unset: " + " ".join(rec.unset) if rec.unset else ""))
     for size in rec.per_size:
         lines.append(f"  {size.bucket:>16} {size.metric:8} {size.decision}"
-                     + (f" {size.gain.median:+.1%}" if size.gain else ""))
+                     + (f" {size.gain.median:+.1%}" if size.gain else "")
+                     + (f" (held out {size.held_out.median:+.1%})" if size.held_out else ""))
     lines.extend(f"note: {n}" for n in [*rec.evidence.notes, *rec.plugin_notes])
     if outcome.published is not None:
         lines.append(f"published: {outcome.published.recommendations} ({outcome.published.env_file.name}, "
