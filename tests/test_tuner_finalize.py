@@ -453,8 +453,9 @@ def test_no_candidate_runs_no_round() -> None:
         calls.append(env)
         return Evaluation({64: [1.0]})
 
-    report = finalize(evaluate, {}, [], TWO_BUCKETS)
+    report = finalize(evaluate, {}, [], TWO_BUCKETS, thresholds=Thresholds(rounds=5))
     assert calls == [] and report.rounds_run == 0 and not report.overall.change
+    assert not any("Holm over 0 tests" in note for note in report.notes), report.notes
 
 
 # ------------------------------------------------- group-sequential looks, ablation, held-out gains

@@ -687,7 +687,7 @@ def finalize(
     tested = [i for i in range(len(candidates)) if i not in rejected]
     planned_family = family_size(len(tested), len(buckets))
     max_rounds = planned_rounds(thresholds, len(tested), len(buckets))
-    if max_rounds > thresholds.rounds:
+    if tested and max_rounds > thresholds.rounds:  # with nothing to test no round runs
         notes.append(
             f"rounds raised from {thresholds.rounds} to {max_rounds}: Holm over {planned_family} tests "
             f"({describe_family(len(tested), len(buckets))}) needs 2**-n < alpha/{planned_family} "
