@@ -198,8 +198,9 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_full_or_read_only_results_directory_keeps_the_published_files(tmp_path: Path) -> None:
-    """Recommendation files are published into a 1 MiB filesystem; then it is full, then read-only: each
-    later publish fails with a message naming the problem, and the published files stay as they were."""
+    """Recommendation files are published into a 1 MiB filesystem; then it is full (the publish after the
+    trials fails, exit 1), then read-only (refused before any run: --publish-dir takes no file, exit 2): each
+    message names the problem, and the published files stay as they were."""
     with small_tmpfs(tmp_path / "results") as results:
         spec = tune_spec(tmp_path, f"sqlite:///{tmp_path / 'study.db'}", 2)
         document = yaml.safe_load(spec.read_text())
@@ -223,6 +224,7 @@ def test_full_or_read_only_results_directory_keeps_the_published_files(tmp_path:
         (results / "ballast").unlink()
         subprocess.run(["mount", "-o", "remount,ro", str(results)], check=True)
         read_only = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False, env=env)
-        assert read_only.returncode == 1, read_only.stdout + read_only.stderr
-        assert "Read-only file system" in read_only.stderr and "Traceback" not in read_only.stderr
+        assert read_only.returncode == 2, read_only.stdout + read_only.stderr
+        assert "--publish-dir" in read_only.stderr and "Read-only file system" in read_only.stderr
+        assert "Traceback" not in read_only.stderr and "trials:" not in read_only.stdout  # nothing ran
         assert snapshot(results / "recommendations") == published
