@@ -19,8 +19,9 @@ GPU pair grouped, log(median time) per size around the group's median; recorded 
 Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidate is never faster): A/A
 (gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` (3 %) faster at
 every size, overall and in every bucket (H0 holds with equality: every acceptance is a false change;
-the rate must stay <= alpha); and G (e.g. 0.05 0.1 0.2): the candidate G faster in the 2 MiB bucket
-only (overall, over the five buckets: (1+G)^(1/5)-1). It counts finalizations with a false change (a
+the rate must stay <= alpha); `stall`: the candidate 5 % faster at every size but 2x slower in 10 % of
+its runs (4.5 % slower in mean time: every acceptance is a false change); and G (e.g. 0.05 0.1 0.2): the
+candidate G faster in the 2 MiB bucket only (overall, over the five buckets: (1+G)^(1/5)-1). It counts finalizations with a false change (a
 candidate accepted for a decision where its true speed-up is at most the minimum effect), with the
 Clopper-Pearson 95 % interval (and one-sided 95 % upper bound), and where there is an effect above it,
 finalizations that found it (accepted in the 2 MiB bucket: the power), their mean gain at selection and
@@ -58,6 +59,9 @@ CANDIDATES = ({"NCCL_PROTO": "LL128"}, {"NCCL_PROTO": "LL"})
 NOISE_MODELS = ("lognormal", "heavy", "bimodal")  # realistic_evaluator's (assumed 2-5 % noise: unit tests)
 NOISE_SHAPES = ("gaussian", "heavy", "bimodal")  # measured_evaluator's (measured scales: the benchmark)
 BOUNDARY = "boundary"
+STALL = "stall"
+STALL_GAIN, STALL_RATE, STALL_FACTOR = 0.05, 0.1, 2.0  # 5 % faster, but 2x slower in 10 % of its runs
+WORDS = (BOUNDARY, STALL)
 
 
 class DriftingEvaluator:
@@ -65,7 +69,8 @@ class DriftingEvaluator:
     at that size (`speedups[NCCL_PROTO value]`: one number for every size, or per size), times a
     common slow drift that interleaving must cancel (a log-normal random walk of `walk` per run and a
     steady `trend` per run), times independent log-normal noise per run and size; with probability
-    `outlier_rate` a whole run is `outlier_factor` slower (a noisy neighbour)."""
+    `outlier_rate` a whole run is `outlier_factor` slower (a noisy neighbour); `stalls[label]` = (rate,
+    factor): that setting's own runs are `factor` slower with probability `rate` (a setting that stalls)."""
 
     def __init__(
         self,
@@ -79,6 +84,7 @@ class DriftingEvaluator:
         outlier_rate: float = 0.0,
         outlier_factor: float = 1.3,
         heavy_tails: bool = False,
+        stalls: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         self.sizes = tuple(sizes)
         self.speedups = dict(speedups)
@@ -88,6 +94,7 @@ class DriftingEvaluator:
         self.outlier_rate = outlier_rate
         self.outlier_factor = outlier_factor
         self.heavy_tails = heavy_tails
+        self.stalls = dict(stalls or {})
         self.rng = np.random.default_rng(seed)
         self.drift = 1.0
         self.order: list[str] = []
@@ -101,6 +108,8 @@ class DriftingEvaluator:
         self.order.append(label)
         self.drift *= (1.0 + self.trend) * self.rng.lognormal(0.0, self.walk)
         slow = self.outlier_factor if self.rng.random() < self.outlier_rate else 1.0
+        rate, factor = self.stalls.get(label, (0.0, 1.0))
+        slow *= factor if rate and self.rng.random() < rate else 1.0
         common = self.drift * slow
         times = {
             size: [(5.0 + size / 2e4) / self.speedup(label, size) * common
@@ -166,7 +175,15 @@ def clopper_pearson(count: int, n: int, confidence: float = 0.95) -> tuple[float
 
 
 def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_bucket: str):
-    """(speedups for the evaluator, true gain of a comparison) of a scenario."""
+    """(speedups for the evaluator, true gain of a comparison) of a scenario; the stall scenario's true gain
+    is the candidate's in mean time (a job pays the total), so any acceptance of it is a false change."""
+    if gain == STALL:
+        mean_time = ((1 - STALL_RATE) + STALL_RATE * STALL_FACTOR) / (1 + STALL_GAIN)
+
+        def stalling(comparison: Comparison) -> float:
+            return 1 / mean_time - 1 if comparison.candidate.env == CANDIDATES[0] else 0.0
+
+        return {CANDIDATES[0]["NCCL_PROTO"]: STALL_GAIN}, stalling
     if gain == BOUNDARY:
         speedups = {CANDIDATES[0]["NCCL_PROTO"]: min_effect}
 
@@ -242,14 +259,16 @@ def measured_noise(runs_pack: Path = AA_RUNS) -> MeasuredNoise:
 
 
 def measured_evaluator(speedups: Mapping[str, float | Mapping[int, float]], seed: int, shape: str,
-                       noise: MeasuredNoise) -> DriftingEvaluator:
+                       noise: MeasuredNoise, stalls: Mapping[str, tuple[float, float]] | None = None
+                       ) -> DriftingEvaluator:
     """Per-launch noise of the measured scales, in one of three shapes (module docstring)."""
     if shape not in NOISE_SHAPES:
         raise ValueError(f"noise shape {shape!r} is not one of {NOISE_SHAPES}")
     if shape == "bimodal":
         return DriftingEvaluator(SIZES, speedups, noise.robust_sd, seed, walk=0.01, trend=0.002,
-                                 outlier_rate=noise.slow_rate, outlier_factor=noise.slow_factor)
-    return DriftingEvaluator(SIZES, speedups, noise.sd, seed, walk=0.01, trend=0.002, heavy_tails=shape == "heavy")
+                                 outlier_rate=noise.slow_rate, outlier_factor=noise.slow_factor, stalls=stalls)
+    return DriftingEvaluator(SIZES, speedups, noise.sd, seed, walk=0.01, trend=0.002, heavy_tails=shape == "heavy",
+                             stalls=stalls)
 
 
 def _one_finalization(seed: int, gain: float | str, shape: str, noise: MeasuredNoise,
@@ -257,7 +276,8 @@ def _one_finalization(seed: int, gain: float | str, shape: str, noise: MeasuredN
     buckets = buckets_for_sizes(SIZES, 1)
     effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
     speedups, true_gain = _true_gains(gain, thresholds.min_effect, len(buckets), effect_bucket)
-    report = finalize(measured_evaluator(speedups, seed, shape, noise), BASELINE,
+    stalls = {CANDIDATES[0]["NCCL_PROTO"]: (STALL_RATE, STALL_FACTOR)} if gain == STALL else None
+    report = finalize(measured_evaluator(speedups, seed, shape, noise, stalls), BASELINE,
                       [Candidate(env) for env in CANDIDATES], buckets, thresholds=thresholds, seed=seed)
     accepted = [d.winner for d in report.decisions if d.winner is not None]
     effect = report.buckets[effect_bucket]
@@ -285,8 +305,10 @@ def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, 
     false_changes = sum(bool(o["false"]) for o in outcomes)
     low, high = clopper_pearson(false_changes, finalizations)
     result: dict[str, object] = {
-        "scenario": gain if gain == BOUNDARY else f"one bucket +{gain:g}" if gain else "A/A",
-        "gain_in_2MiB_bucket": thresholds.min_effect if gain == BOUNDARY else gain,
+        "scenario": (gain if gain == BOUNDARY else f"{STALL}: +{STALL_GAIN:g} but x{STALL_FACTOR:g} in "
+                     f"{STALL_RATE:.0%} of its runs" if gain == STALL else f"one bucket +{gain:g}" if gain else "A/A"),
+        "gain_in_2MiB_bucket": (thresholds.min_effect if gain == BOUNDARY else STALL_GAIN if gain == STALL
+                                else gain),
         "noise": shape,
         "finalizations": finalizations,
         "rounds_mean": round(float(rounds.mean()), 2),
@@ -296,7 +318,7 @@ def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, 
         "false_change_rate_ci95": [low, high],
         "false_change_rate_upper95_one_sided": clopper_pearson(false_changes, finalizations, 0.90)[1],
     }
-    if gain != BOUNDARY and gain:
+    if gain not in WORDS and gain:
         found = [o for o in outcomes if o["found"]]
         result["finalizations_that_found_the_effect"] = len(found)
         result["power_ci95"] = list(clopper_pearson(len(found), finalizations))
@@ -312,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--finalizations", type=int, default=1000, help="per scenario, noise shape and alpha")
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.01])
     parser.add_argument("--gains", nargs="+", default=["0", BOUNDARY, "0.05", "0.10", "0.20"],
-                        help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere) or a gain in the 2 MiB "
-                        "bucket")
+                        help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere), {STALL} (faster in "
+                        "most runs, slower in mean time) or a gain in the 2 MiB bucket")
     parser.add_argument("--noise", nargs="+", default=list(NOISE_SHAPES), choices=NOISE_SHAPES)
     parser.add_argument("--rounds", type=int, default=Thresholds().rounds, help="the sequential phase's maximum")
     parser.add_argument("--look-every", type=int, default=Thresholds().look_every,
@@ -325,13 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     gains: list[float | str] = []
     for gain in args.gains:
-        if gain == BOUNDARY:
-            gains.append(BOUNDARY)
+        if gain in WORDS:
+            gains.append(gain)
             continue
         try:
             gains.append(float(gain))
         except ValueError:
-            parser.error(f"--gains: {gain!r} is neither a number nor {BOUNDARY}")
+            parser.error(f"--gains: {gain!r} is neither a number nor one of {', '.join(WORDS)}")
     noise = measured_noise()
     started = time.time()
     results: list[dict[str, object]] = []

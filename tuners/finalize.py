@@ -16,7 +16,7 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    (superiority by a margin; exact up to 50 rounds without ties). Its H0 is that d is symmetric about
    log(1 + min_effect): it tests the pseudo-median (Hodges-Lehmann) speed-up, which is the median when
    the per-round ratios are symmetric. A skewed candidate, e.g. one a little faster in most runs and
-   much slower in a few, can pass with its median at the margin: the test does not see stalls.
+   much slower in a few, can pass with its median at the margin: the total-time check below sees it.
 4. Alpha spending and multiplicity together: the family is every test of the finalization, F =
    candidates x decisions (one bucket: one decision). At look k, Holm's step-down runs over the open
    tests in order of p: with m = F - (tests accepted so far), a test passes when its p is below the
@@ -36,7 +36,9 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    Holm's adjusted p), < alpha iff it passed.
    An overall winner must not be slower than the baseline in any size bucket: one whose bucket speed-up
    has a CI wholly below 0 (same rounds) is refused with the bucket named, and the next
-   accepted candidate, if any, wins (refusing a change cannot raise the false-change rate).
+   accepted candidate, if any, wins (refusing a change cannot raise the false-change rate). Nor may any
+   winner take longer than the baseline summed over the rounds (a candidate that stalls now and then:
+   the test and the median do not see it, a job does).
 5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
    winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
    slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped: what is
@@ -734,6 +736,7 @@ def finalize(
         if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
             ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, notes)
                             for i, c in enumerate(ordered))
+        ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
@@ -793,6 +796,26 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
             notes.append(f"{f'trial {number}' if number is not None else f'candidate {index + 1}'}: {reason}")
             return replace(comparison, accepted=False, reason=reason)
     return comparison
+
+
+def _unless_slower_in_total(comparison: Comparison, index: int, rounds: Sequence[Measured],
+                            notes: list[str]) -> Comparison:
+    """An accepted comparison, refused when its candidate took longer than the baseline summed over the rounds:
+    the signed-rank test and the median see a setting a little faster in most runs and much slower in a few
+    (a stall) as a gain, a job pays its total time."""
+    if not comparison.accepted:
+        return comparison
+    both = [r for r in rounds if -1 in r and index in r]
+    baseline, candidate = (float(np.sum(_series(both, key, comparison.decision))) for key in (-1, index))
+    if candidate <= baseline:
+        return comparison
+    reason = (f"faster in most rounds (median {(comparison.gain or 0.0):+.1%}) but slower in total over the "
+              f"{len(both)} rounds ({candidate / baseline - 1:+.1%} time): a setting that stalls now and then "
+              "costs more than it gains")
+    number = comparison.candidate.trial_number
+    notes.append(f"{comparison.decision}: {f'trial {number}' if number is not None else f'candidate {index + 1}'}: "
+                 f"{reason}")
+    return replace(comparison, accepted=False, reason=reason)
 
 
 def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], buckets: Sequence[SizeBucket],
