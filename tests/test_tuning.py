@@ -173,6 +173,40 @@ exec sleep 300""")
         (0, "FAIL", "failed", None), (1, "FAIL", None, None), (2, "WAITING", None, [1])]
 
 
+@pytest.mark.postgres
+def test_an_interrupted_tune_cancels_its_slurm_workers(tmp_path: Path, postgres_url: str) -> None:
+    """`tune --workers 2` stopped (SIGTERM) while its workers run: it cancels their jobs (they would run on,
+    alone, to their time limit) and says so. sbatch, squeue and scancel are stand-ins here: the real ones on
+    the local cluster are tests/test_pretune.py's."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    wrapper(bin_dir, f'n=$(cat {calls}.sbatch 2>/dev/null || echo 0); echo $((n+1)) > {calls}.sbatch; '
+                     'echo $((101+n))', "sbatch")
+    wrapper(bin_dir, f'[ -e {calls}.scancel ] || printf "101\\n102\\n"', "squeue")
+    wrapper(bin_dir, f'echo "$@" > {calls}.scancel', "scancel")
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "local", "system": "local:cpu", "library": "openmpi", "library_version": "4.1.4",
+        "op": "allreduce", "nodes": 1, "tasks_per_node": 2, "sizes": ["64K"], "knobs": ["OMPI_MCA_btl_tcp_sndbuf"],
+        "trials": 3, "executor": "launcher", "launcher": ["true"], "commbench": str(COMMBENCH), "db": postgres_url,
+        "runs_dir": str(tmp_path / "runs")}))
+    cmd = [str(Path(sys.executable).with_name("commcamp")), "tune", str(spec), "--workers", "2", "--no-finalize",
+           "--no-publish"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "COLUMNS": "300", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+                          ) as proc:
+        deadline = time.monotonic() + 60
+        while (Path(f"{calls}.sbatch").read_text().strip() if Path(f"{calls}.sbatch").exists() else "") != "2":
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.1)
+        time.sleep(1)  # past the message, waiting for the jobs
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    assert Path(f"{calls}.scancel").read_text().split() == ["101", "102"], output
+    assert output.strip().splitlines()[-1].endswith("(its Slurm workers were cancelled)"), output
+
+
 def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Path, catalog: KnobCatalog) -> None:
     base = strip_knobs(dict(os.environ), catalog, Library.OPENMPI)
     executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base)

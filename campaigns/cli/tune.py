@@ -338,7 +338,8 @@ def register(app: typer.Typer) -> None:
             console.print(escape(line), highlight=False, soft_wrap=True)
         if dry_run:
             return
-        with _study_errors(errors, spec_obj.storage_url(), [spec_obj.publish_dir, summary]):
+        resume = "run the same command again to resume" + (" (its Slurm workers were cancelled)" if workers else "")
+        with _study_errors(errors, spec_obj.storage_url(), [spec_obj.publish_dir, summary], resume=resume):
             session = TuningSession(setup)
             if workers:
                 tuner = make_tuner(setup)

@@ -56,6 +56,16 @@ def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping
 
 
 def wait_for_jobs(job_ids: Sequence[int], env: Mapping[str, str], timeout_s: float) -> None:
+    """Until the jobs left the queue; interrupted (Ctrl-C, SIGTERM), they are cancelled first: scancel's
+    SIGTERM stops each worker as it stops commcamp (its running trial queued again), none runs on alone."""
+    try:
+        _wait_for_jobs(job_ids, env, timeout_s)
+    except KeyboardInterrupt:
+        subprocess.run(["scancel", *map(str, job_ids)], capture_output=True, env=dict(env), timeout=60, check=False)
+        raise
+
+
+def _wait_for_jobs(job_ids: Sequence[int], env: Mapping[str, str], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         out = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(map(str, job_ids))], capture_output=True,
