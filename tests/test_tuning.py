@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -20,9 +21,11 @@ import yaml
 
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
                                         knobs_read, strip_knobs)
+from campaigns.tuning.session import fit_budget
 from fixtures_cli import commcamp_output
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
+from tuners.finalize import Thresholds, planned_runs
 
 REPO = Path(__file__).resolve().parents[1]
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
@@ -375,6 +378,21 @@ def test_pretune_checks_its_outputs_before_any_run(tmp_path: Path) -> None:
                                 env=env)
     assert code == 2 and "--summary /proc/x/s.json: directory /proc/x does not exist" in out, out
     assert not missing.parent.exists() and not (tmp_path / "runs").exists() and not (tmp_path / "tuned.env").exists()
+
+
+def test_a_short_budget_lowers_the_rounds_before_it_gives_up() -> None:
+    """Finalization within a budget of runs: fewer candidates first; then one with a lower sequential maximum
+    (40 -> the fewest rounds that can give a change: 7 + 2 at alpha 0.01 with one test); below that, none. A
+    user's 30 s pretune that 12 s finished had been refused: the plan assumed the 40-round worst case."""
+    t = Thresholds()
+    full = planned_runs(t, 1, 1, 2)
+    assert fit_budget(t, 3, 1, 2, None) == (3, t) and fit_budget(t, 3, 1, 2, full) == (1, t)
+    assert fit_budget(t, 3, 1, 2, planned_runs(t, 2, 1, 2)) == (2, t)
+    keep, lowered = fit_budget(t, 3, 1, 2, full - 1)
+    assert keep == 1 and lowered.rounds == 39
+    fewest = planned_runs(replace(t, rounds=9), 1, 1, 2)
+    assert fit_budget(t, 3, 1, 2, fewest) == (1, replace(t, rounds=9)) and fewest < full
+    assert fit_budget(t, 3, 1, 2, fewest - 1) == (0, t) and fit_budget(t, 0, 1, 2, 5) == (0, t)
 
 
 def test_a_tune_whose_baseline_never_ran_publishes_nothing(tmp_path: Path) -> None:

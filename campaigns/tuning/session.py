@@ -23,7 +23,7 @@ from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvalua
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
-from tuners.finalize import Candidate, FinalReport, finalize, planned_runs
+from tuners.finalize import Candidate, FinalReport, Thresholds, family_size, finalize, planned_runs, rounds_needed
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
@@ -285,24 +285,41 @@ class _FinalizationLog:
             self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
 
 
+def fit_budget(thresholds: Thresholds, found: int, n_buckets: int, n_knobs: int,
+               max_evaluations: int | None) -> tuple[int, Thresholds]:
+    """How many of the `found` candidates finalization re-measures within `max_evaluations` runs, and with
+    which thresholds: fewer candidates first; when not even one fits, one with a lower sequential maximum,
+    down to the fewest rounds that can give a change (rounds_needed), since the group-sequential rule holds
+    alpha at any maximum. (0, thresholds) when nothing fits: a decision would be untested."""
+    if max_evaluations is None:
+        return found, thresholds
+    for keep in range(found, 0, -1):
+        if planned_runs(thresholds, keep, n_buckets, n_knobs) <= max_evaluations:
+            return keep, thresholds
+    floor = rounds_needed(family_size(1, n_buckets), thresholds.alpha)
+    for rounds in range(thresholds.rounds - 1, floor - 1, -1) if found else ():
+        lowered = dataclasses.replace(thresholds, rounds=rounds)
+        if planned_runs(lowered, 1, n_buckets, n_knobs) <= max_evaluations:
+            return 1, lowered
+    return 0, thresholds
+
+
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
                    max_evaluations: int | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
-    recommendation. `max_evaluations` caps the candidates so that rounds x (candidates + 1) fits;
+    recommendation. `max_evaluations` caps what finalization may run (fit_budget);
     `log` gets a progress line at the start and then at most every 10 s."""
     fin = setup.spec.finalize
-    thresholds = fin.thresholds()
+    configured = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
-    keep = len(found)
     knobs = len(setup.space.knob_names)
-    while max_evaluations is not None and keep > 0 and \
-            planned_runs(thresholds, keep, len(setup.buckets), knobs) > max_evaluations:
-        keep -= 1
+    keep, thresholds = fit_budget(configured, len(found), len(setup.buckets), knobs, max_evaluations)
     if keep == 0 < len(found):
+        fewest = planned_runs(dataclasses.replace(configured, rounds=1), 1, len(setup.buckets), knobs)
         raise UntestedDecision(f"the time left ({max_evaluations} runs) re-measures none of the {len(found)} "
-                               f"candidates ({planned_runs(thresholds, 1, len(setup.buckets), knobs)} runs at most "
-                               "for one, with ablation and held-out rounds): a decision now would be untested "
+                               f"candidates (one takes up to {fewest} runs at the fewest rounds that can give a "
+                               "change, with ablation and held-out rounds): a decision now would be untested "
                                "(give a larger budget)")
     candidates = [Candidate(env, number) for number, env in found[:keep]]
     if log is not None and candidates:
@@ -314,6 +331,10 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
+    if thresholds.rounds < configured.rounds:
+        report = dataclasses.replace(report, notes=(
+            *report.notes, f"at most {thresholds.rounds} rounds instead of {configured.rounds} to fit the time budget "
+                           "(alpha holds; less power for small gains: results/bench/finalize_max)"))
     setup.evaluator.run_done = None
     rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
     return report, rec
