@@ -474,3 +474,19 @@ def test_the_console_and_recommend_show_the_held_out_gain_and_say_no_candidate_t
     untested = change.model_copy(update={"decision": "keep-defaults", "gain": None, "held_out": None})
     assert "decision: keep-defaults (no candidate tested)" in report_lines(TuningOutcome(study, {},
                                                                                       recommendation=untested))
+
+
+def test_a_bad_recommendations_file_is_one_line_naming_where(tmp_path: Path) -> None:
+    """Malformed YAML names its line, wrong content its first field and how many more problems there are: one
+    line each (pydantic's report was 3-43 lines with links)."""
+    path = tmp_path / "recommendations.yaml"
+    path.write_text("schema_version: 1\nsite: s\nsystem: [x\n")
+    with pytest.raises(ValueError) as malformed:
+        load_recommendations(path)
+    assert str(malformed.value).startswith(f"{path}:4: not a valid recommendations file: malformed YAML")
+    path.write_text("schema_version: 1\nsite: s\nsystem: x\nrecommendations: [{scope: 3}, {}]\n")
+    with pytest.raises(ValueError) as invalid:
+        load_recommendations(path)
+    message = str(invalid.value)
+    assert "\n" not in message and "errors.pydantic.dev" not in message
+    assert message.startswith(f"{path}: not a valid recommendations file: recommendations.0.") and "more)" in message
