@@ -21,11 +21,10 @@ import yaml
 
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
                                         knobs_read, strip_knobs)
-from campaigns.tuning.session import fit_budget
 from fixtures_cli import commcamp_output
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
-from tuners.finalize import Thresholds, planned_runs
+from tuners.finalize import Thresholds, fit_budget, planned_runs
 
 REPO = Path(__file__).resolve().parents[1]
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"

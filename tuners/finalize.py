@@ -178,6 +178,25 @@ def planned_runs(thresholds: Thresholds, n_candidates: int, n_buckets: int, n_kn
     return rounds + ablation + confirmation + thresholds.holdout_rounds * (n_candidates + 1)
 
 
+def fit_budget(thresholds: Thresholds, found: int, n_buckets: int, n_knobs: int,
+               max_evaluations: int | None) -> tuple[int, Thresholds]:
+    """How many of the `found` candidates finalization re-measures within `max_evaluations` runs, and with
+    which thresholds: fewer candidates first; when not even one fits, one with a lower sequential maximum,
+    down to the fewest rounds that can give a change (rounds_needed), since the group-sequential rule holds
+    alpha at any maximum. (0, thresholds) when nothing fits: a decision would be untested."""
+    if max_evaluations is None:
+        return found, thresholds
+    for keep in range(found, 0, -1):
+        if planned_runs(thresholds, keep, n_buckets, n_knobs) <= max_evaluations:
+            return keep, thresholds
+    floor = rounds_needed(family_size(1, n_buckets), thresholds.alpha)
+    for rounds in range(thresholds.rounds - 1, floor - 1, -1) if found else ():
+        lowered = replace(thresholds, rounds=rounds)
+        if planned_runs(lowered, 1, n_buckets, n_knobs) <= max_evaluations:
+            return 1, lowered
+    return 0, thresholds
+
+
 def describe_family(n_candidates: int, n_buckets: int) -> str:
     decisions = "overall" if n_buckets <= 1 else f"(overall + {n_buckets} size buckets)"
     return f"{n_candidates} candidate(s) x {decisions}"

@@ -23,7 +23,7 @@ from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvalua
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
-from tuners.finalize import Candidate, FinalReport, Thresholds, family_size, finalize, planned_runs, rounds_needed
+from tuners.finalize import Candidate, FinalReport, finalize, fit_budget, planned_runs
 from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
@@ -283,25 +283,6 @@ class _FinalizationLog:
         if now - self.last >= self.every_s or self.done == self.planned:
             self.last = now
             self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
-
-
-def fit_budget(thresholds: Thresholds, found: int, n_buckets: int, n_knobs: int,
-               max_evaluations: int | None) -> tuple[int, Thresholds]:
-    """How many of the `found` candidates finalization re-measures within `max_evaluations` runs, and with
-    which thresholds: fewer candidates first; when not even one fits, one with a lower sequential maximum,
-    down to the fewest rounds that can give a change (rounds_needed), since the group-sequential rule holds
-    alpha at any maximum. (0, thresholds) when nothing fits: a decision would be untested."""
-    if max_evaluations is None:
-        return found, thresholds
-    for keep in range(found, 0, -1):
-        if planned_runs(thresholds, keep, n_buckets, n_knobs) <= max_evaluations:
-            return keep, thresholds
-    floor = rounds_needed(family_size(1, n_buckets), thresholds.alpha)
-    for rounds in range(thresholds.rounds - 1, floor - 1, -1) if found else ():
-        lowered = dataclasses.replace(thresholds, rounds=rounds)
-        if planned_runs(lowered, 1, n_buckets, n_knobs) <= max_evaluations:
-            return 1, lowered
-    return 0, thresholds
 
 
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
