@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from campaigns.model.yamlio import YamlDocument, YamlModelError
 
 SPACK_SECTIONS = frozenset({
     "bootstrap", "cdash", "compilers", "concretizer", "config", "container", "ci", "definitions", "develop",
@@ -70,26 +70,12 @@ SPACK_NAMES = {"reframe-hpc": "reframe", "psycopg": "py-psycopg2"}
 RECIPE_ONLY = frozenset({"python", "py-setuptools", "py-numpy", "cmake", "gmake"})
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Refuses duplicate mapping keys (Spack's YAML loader does too; PyYAML keeps the last one)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        keys = [self.construct_object(key, deep=True) for key, _ in node.value]
-        for index, key in enumerate(keys):
-            if key in keys[:index]:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
-                                                        node.value[index][0].start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
 def check_environment_file(path: Path) -> list[str]:
     """Every problem of a spack.yaml, as `FILE: key.path: message`; empty when it passes."""
     try:
-        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
-    except OSError as exc:
-        return [f"{path}: cannot read: {exc}"]
-    except yaml.YAMLError as exc:
-        return [f"{path}: malformed YAML: {exc}"]
+        data = YamlDocument(Path(path)).data  # duplicate keys refused, as Spack's loader does
+    except YamlModelError as exc:
+        return exc.problems
     return [f"{path}: {where}: {message}" for where, message in check_manifest(data)]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from pathlib import Path
 
 import optuna
@@ -128,6 +129,16 @@ def test_bad_catalog_entry_names_file_and_key(tmp_path: Path, change: dict, key:
     assert str(path) in str(error.value) and key in str(error.value) and words in str(error.value)
 
 
+def test_a_knob_listed_twice_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """PyYAML keeps the second entry of a duplicate key: a catalog listing a knob twice would lose the
+    first entry's domain and safety class without a word."""
+    entry = textwrap.indent(yaml.safe_dump({"NCCL_IB_SL": GOOD}), "  ")
+    path = tmp_path / "catalog.yaml"
+    path.write_text(f"schema_version: 1\nknobs:\n{entry}{entry}")
+    with pytest.raises(CatalogError, match=rf"{path}:\d+: malformed YAML: duplicate key 'NCCL_IB_SL'"):
+        KnobCatalog.load(path)
+
+
 def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> None:
     fields = {
         "libraries": ["nccl"],
@@ -143,7 +154,7 @@ def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> Non
         KnobCatalog.load(write_catalog(tmp_path, fields, "NCCL_ALGO"))
     broken = tmp_path / "broken.yaml"
     broken.write_text("schema_version: 1\nknobs:\n  NCCL_ALGO: [unclosed\n")
-    with pytest.raises(CatalogError, match=r"broken\.yaml: invalid YAML"):
+    with pytest.raises(CatalogError, match=r"broken\.yaml:4: malformed YAML"):
         KnobCatalog.load(broken)
     with pytest.raises(CatalogError, match=r"missing\.yaml: cannot read"):
         KnobCatalog.load(tmp_path / "missing.yaml")

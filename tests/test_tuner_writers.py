@@ -489,4 +489,4 @@ def test_a_bad_recommendations_file_is_one_line_naming_where(tmp_path: Path) -> 
         load_recommendations(path)
     message = str(invalid.value)
     assert "\n" not in message and "errors.pydantic.dev" not in message
-    assert message.startswith(f"{path}: not a valid recommendations file: recommendations.0.") and "more)" in message
+    assert message.startswith(f"{path}:4: not a valid recommendations file: recommendations[0].") and "more)" in message

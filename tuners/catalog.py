@@ -14,11 +14,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from campaigns.model.yamlio import YamlDocument, YamlModelError
 from campaigns.paths import KNOB_CATALOG as DEFAULT_CATALOG_PATH  # the catalog ships with commcamp
 
 # Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
@@ -360,14 +360,11 @@ class KnobCatalog:
 
     @classmethod
     def load(cls, path: Path | str = DEFAULT_CATALOG_PATH) -> KnobCatalog:
-        path = Path(path)
-        try:
-            document = yaml.safe_load(path.read_text())
-        except OSError as exc:
-            raise CatalogError(f"{path}: cannot read: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise CatalogError(f"{path}: invalid YAML: {exc}") from exc
-        return cls.from_document(document, str(path))
+        try:  # a duplicate knob would otherwise replace the first silently
+            document = YamlDocument(Path(path))
+        except YamlModelError as exc:
+            raise CatalogError(str(exc)) from None
+        return cls.from_document(document.data, document.source)
 
     @classmethod
     def from_document(cls, document: object, source: str) -> KnobCatalog:

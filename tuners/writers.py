@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
 
+from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
@@ -242,21 +242,14 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def load_recommendations(path: Path) -> RecommendationFile:
-    """ValueError in one line naming the file, and the line (YAML) or the field (content) of its first
-    problem, with how many there are."""
+    """ValueError in one line naming the file, the line of its first problem (duplicate keys are one) and
+    what is wrong there, with how many problems there are."""
     try:
-        return RecommendationFile.model_validate(yaml.safe_load(path.read_text()))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        raise ValueError(f"{where}: not a valid recommendations file: malformed YAML: "
-                         f"{getattr(exc, 'problem', None) or exc}") from None
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        first = errors[0]
-        field = ".".join(str(part) for part in first["loc"]) or "(document)"
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ValueError(f"{path}: not a valid recommendations file: {field}: {first['msg']}{more}") from None
+        return YamlDocument(path).validate(RecommendationFile)
+    except YamlModelError as exc:
+        line, _, problem = exc.problems[0].removeprefix(exc.source).partition(": ")
+        more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
+        raise ValueError(f"{exc.source}{line}: not a valid recommendations file: {problem}{more}") from None
 
 
 def publish(

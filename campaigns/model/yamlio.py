@@ -1,6 +1,7 @@
 """Load a YAML file into a pydantic model with errors that name the file, the line and the field path.
 
-Used for campaign specs and site data (site_configs/<site>/site.yaml). Duplicate mapping keys are an
+Used for every YAML commcamp reads: campaign specs, site data (site_configs/<site>/site.yaml), the knob
+catalog, recommendations.yaml, Spack manifests (spack_env/spack_check.py). Duplicate mapping keys are an
 error (PyYAML would silently keep the last one), and every problem pydantic finds is reported, each
 as `FILE:LINE: field.path: message`.
 """
