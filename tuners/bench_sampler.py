@@ -7,7 +7,8 @@ first). Strategies:
 
 - shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.spec.TuningSpec defaults:
   sampler, start-up trials, the one-knob screen of tuners/screen.py, the library-defaults seed as trial 1; the
-  scenarios are a site without documented settings and without published winners to warm-start from);
+  scenarios are a site without documented settings and, but for cpu-openmpi-3node-warm, without published
+  winners to warm-start from);
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials, NO screen and NO seed (like
   shipped, none launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
