@@ -173,6 +173,16 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
     assert not set(rec.env) & set(unloaded)
 
 
+def test_a_scope_scored_over_every_bucket_names_the_sizes_it_measured(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """A study over every bucket has size_bucket "all"; its files and recommend name the span measured,
+    since "sizes=all" reads as every message size."""
+    files = publish(tmp_path, mpi_recommendation(), catalog)
+    for text in (files.env_file.read_text(), files.modulefile.read_text()):
+        assert "sizes=8B-1MiB" in text and "sizes=all" not in text
+    result = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2)
+    assert "sizes=8B-1MiB" in result.message
+
+
 def test_modules_of_two_systems_load_side_by_side(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
     """The same scope on two systems of a site: two module names, each loads its own settings."""
     first = mpi_recommendation()
@@ -394,7 +404,7 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
     scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=3)
     warm = warm_start_envs(root, scope, space)
     winner = {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
-    assert warm == [(winner, mpi_recommendation(nodes=2).scope.describe())]
+    assert warm == [(winner, mpi_recommendation(nodes=2).describe_scope())]
     assert warm_start_envs(None, scope, space) == []
     assert warm_start_envs(root, make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=2),
                            space) == []  # the scope's own node count is not a related scope
@@ -408,7 +418,7 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
                   seed_envs=[{"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}], warm_starts=warm).run()
     first = sorted(study.trials, key=lambda t: t.number)[:3]
     assert [t.user_attrs.get(ROLE) for t in first] == ["defaults", "seeded", WARM_START]
-    assert first[2].user_attrs[WARM_START_FROM] == mpi_recommendation(nodes=2).scope.describe()
+    assert first[2].user_attrs[WARM_START_FROM] == mpi_recommendation(nodes=2).describe_scope()
     assert {k: v for k, v in first[2].user_attrs["env"].items() if k in knobs} == winner
 
 

@@ -63,13 +63,13 @@ def lookup(
         nearest = min(matching, key=lambda r: (abs(r.scope.nodes - nodes), r.scope.nodes))
         return LookupResult(
             False,
-            f"not measured for {nodes} nodes ({context}); nearest measured scope: {nearest.scope.describe()} "
+            f"not measured for {nodes} nodes ({context}); nearest measured scope: {nearest.describe_scope()} "
             "-- its settings are not applied to an unmeasured node count",
             source=path,
             candidates=(nearest,),
         )
     if len(exact) > 1:
-        listed = "; ".join(r.scope.describe() for r in exact)
+        listed = "; ".join(r.describe_scope() for r in exact)
         return LookupResult(
             False,
             f"{len(exact)} measured scopes match {context}, nodes={nodes}: {listed}. "
@@ -78,7 +78,7 @@ def lookup(
             candidates=tuple(exact),
         )
     rec = exact[0]
-    message = f"measured scope: {rec.scope.describe()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
+    message = f"measured scope: {rec.describe_scope()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
     size_result = None
     if size is not None:
         size_result = next((s for s in rec.per_size if s.min_bytes <= size <= s.max_bytes), None)
@@ -86,7 +86,7 @@ def lookup(
             measured = ", ".join(f"[{s.min_bytes}, {s.max_bytes}]" for s in rec.per_size) or "none"
             return LookupResult(
                 False,
-                f"size {size} B was not measured for {rec.scope.describe()} (its size buckets: {measured} B) "
+                f"size {size} B was not measured for {rec.describe_scope()} (its size buckets: {measured} B) "
                 "-- its settings, tuned on those sizes, are not applied to an unmeasured size",
                 source=path,
                 candidates=(rec,),

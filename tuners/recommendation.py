@@ -10,7 +10,7 @@ import optuna
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tuners.catalog import check_env_name, check_safe_value
-from tuners.evaluation import SizeBucket
+from tuners.evaluation import SizeBucket, format_bytes
 from tuners.finalize import Comparison, Decision, FinalReport
 from tuners.per_size import PerSizeResult, TunerRule, plugin_rows
 from tuners.scope import StudyScope
@@ -146,6 +146,16 @@ class Recommendation(_Model):
     @classmethod
     def _versions(cls, versions: dict[str, str]) -> dict[str, str]:
         return {check_safe_value(k, "versions key"): check_safe_value(v, f"versions.{k}") for k, v in versions.items()}
+
+    def describe_scope(self) -> str:
+        """The scope, its sizes the range the buckets measured cover: "sizes=all" (one study scoring every
+        bucket) read as every message size."""
+        text = self.scope.describe()
+        if self.scope.size_bucket != "all" or not self.per_size:
+            return text
+        low = min(r.min_bytes for r in self.per_size)
+        high = max(r.max_bytes for r in self.per_size)
+        return text.removesuffix("sizes=all") + f"sizes={format_bytes(low)}-{format_bytes(high)}"
 
 
 class RecommendationFile(_Model):

@@ -247,7 +247,7 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
             space.params_for_env(env)
         except ValueError:
             continue
-        found.append((env, rec.scope.describe()))
+        found.append((env, rec.describe_scope()))
     return found
 
 
