@@ -89,6 +89,8 @@ class Thresholds:
     holdout_rounds: int = 6  # rounds, after the choice, that measure the deployed set's gain
     never_slower: bool = True  # refuse a global winner slower than the baseline in any bucket (step 3);
     # off only where per-size rules deployed with the environment restore those sizes
+    total_time_check: bool = True  # refuse a winner slower than the baseline summed over the rounds; off only
+    # to measure what it buys (bench_finalize --no-total-time-check)
 
 
 def decisions_tested(n_buckets: int) -> int:
@@ -755,7 +757,8 @@ def finalize(
         if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
             ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, notes)
                             for i, c in enumerate(ordered))
-        ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
+        if thresholds.total_time_check:
+            ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
