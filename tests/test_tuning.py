@@ -22,9 +22,11 @@ import yaml
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
                                         knobs_read, strip_knobs)
 from fixtures_cli import commcamp_output
+from fixtures_tuner import make_scope
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind
 from tuners.finalize import Thresholds, fit_budget, planned_runs
+from tuners.space import build_space
 
 REPO = Path(__file__).resolve().parents[1]
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
@@ -422,6 +424,44 @@ def test_a_tune_whose_baseline_never_ran_publishes_nothing(tmp_path: Path) -> No
     assert code == 1 and re.search(r"the baseline \(the site's defaults\) failed in all \d+ finalization rounds: no "
                                    r"candidate was compared with it: nothing published", out), out
     assert {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()} == before
+
+
+def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: Path) -> None:
+    """A tune of one knob keeps the site's defaults of the others, as the site's jobs run (Alps' may-corrupt
+    NCCL_PROTO=^LL128 pin in a tune of NCCL_BUFFSIZE alone): here the planted 4 KiB receive buffer while only
+    the send buffer is searched. Without it every launch ran with the library's receive buffer."""
+    seen = tmp_path / "seen"
+    launcher = wrapper(tmp_path, f'echo "${{OMPI_MCA_btl_tcp_rcvbuf-unset}}" >> {seen}\nexec {" ".join(MPIRUN)} "$@"',
+                       "launcher")
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({"knobs": ["OMPI_MCA_btl_tcp_sndbuf"], "knob_overrides": [str(PLANTED)],
+                                    "iters": 3, "warmup": 1, "finalize": {"candidates": 1, "rounds": 5},
+                                    "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce",
+                                    "sizes": ["64K"]}))
+    code, out = commcamp_output("tune", str(spec), "--library-version", "4.1.4", "--executor", "launcher",
+                                "--commbench", COMMBENCH, "--launcher", str(launcher), "--trials", "2",
+                                "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs",
+                                env={**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"})
+    assert code == 0, out
+    launches = seen.read_text().split()
+    assert len(launches) >= 2 and set(launches) == {"4096"}, launches
+
+
+def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:
+    """Optuna cannot resume a study whose domain changed ("CategoricalDistribution does not support dynamic
+    value space" at the first trial): a commcamp upgrade that changes a knob's choices, with the same knob
+    names, must not reach the stored study. Its name's digest covers the searched domains."""
+    from campaigns.tuning.session import study_name
+    from campaigns.tuning.spec import TuningSpec
+
+    spec = TuningSpec(site="local", system="local:cpu", library="nccl", op="allreduce", sizes=["64K"],
+                      knobs=["NCCL_ALGO"])
+    scope = make_scope(library="nccl", library_version="2.28.3")
+    catalog = KnobCatalog.load()
+    narrowed = catalog.for_site({"restrict": {"NCCL_ALGO": {"choices": ["Ring", "Tree"]}}}, "older catalog")
+    names = [study_name(spec, scope, [], build_space(c, {Library.NCCL: "2.28.3"}, knobs=["NCCL_ALGO"]))
+             for c in (catalog, narrowed, catalog)]
+    assert names[0] == names[2] != names[1]
 
 
 def test_pretune_writes_no_env_file_when_every_trial_failed(tmp_path: Path) -> None:

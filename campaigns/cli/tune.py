@@ -332,7 +332,7 @@ def register(app: typer.Typer) -> None:
             setup = prepare(spec_obj)
             if workers:  # the workers run the trials (srun steps): the study is named for them
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
-                                                                           setup.knob_files)})
+                                                                           setup.knob_files, setup.space)})
                 setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)

@@ -102,14 +102,17 @@ def executor_label(spec: TuningSpec) -> str:
     return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
 
 
-def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str]) -> str:
-    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for and the knob
-    files' content: trials of another executor or another knob setup go to a study of their own."""
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
+    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
+    content and the searched domains: trials of another executor or another knob setup go to a study of their
+    own, and so do those of a catalog whose domains changed (Optuna cannot resume a changed domain)."""
     if spec.study is not None:
         return spec.study
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
-             "executor": executor_label(spec)}
+             "executor": executor_label(spec),
+             "domains": [[d.name, d.choices, d.knob.low, d.knob.high, d.knob.allow_unset, d.knob.search_values]
+                         for d in space.dimensions]}
     digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
     return f"{scope.study_name}/{executor_label(spec)}-{digest}"
 
@@ -165,12 +168,16 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                        library_version=version, op=spec.op, transport=spec.transport, nodes=spec.nodes,
                        gpus_per_node=spec.gpus_per_node)
     buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
+    # The site's defaults of knobs this tune does not search run in every trial, as in the site's jobs (a
+    # tune of NCCL_BUFFSIZE alone on Alps keeps its NCCL_PROTO=^LL128 pin).
+    unsearched = {k: v for k, v in catalog.default_env().items() if k not in space.knob_names}
+    executor = make_executor(spec, {**base_env, **unsearched})
     ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
-                       study_name(spec, scope, files))
+                       study_name(spec, scope, files, space))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
