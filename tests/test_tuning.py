@@ -464,6 +464,35 @@ def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:
     assert names[0] == names[2] != names[1]
 
 
+def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_never_chosen(tmp_path: Path) -> None:
+    """A per-size rule forces an algorithm (for NCCL a protocol) over a range of sizes: the sweep runs with
+    commbench's data check, and a selection whose data was wrong (commbench exits 1, its records say
+    valid=false) is left out, not the stage failed. The launcher below marks every forced selection so, as
+    commbench does for one that corrupts data: no size then has a candidate."""
+    from types import SimpleNamespace
+
+    from campaigns.tuning.session import per_size_stage, prepare
+    from campaigns.tuning.spec import TuningSpec
+
+    marks = ("import json, sys\n"
+             "path = sys.argv[sys.argv.index('--output') + 1]\n"
+             "records = [json.loads(line) for line in open(path)]\n"
+             "for r in records:\n"
+             "    if r.get('selection', {}).get('name', 'own') != 'own': r['valid'] = False\n"
+             "open(path, 'w').write(''.join(json.dumps(r) + '\\n' for r in records))\n")
+    (tmp_path / "mark.py").write_text(marks)
+    launcher = wrapper(tmp_path, f'echo "$@" > {tmp_path / "args"}\n{" ".join(MPIRUN)} "$@" || exit $?\n'
+                                 f'{sys.executable} {tmp_path / "mark.py"} "$@"\nexit 1', "launcher")
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
+                      sizes=["4K", "64K"], sizes_per_bucket=1, iters=2, warmup=1, executor="launcher",
+                      launcher=[str(launcher)], commbench=COMMBENCH, per_size={"enabled": True, "rounds": 4},
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
+    setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
+    result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
+    assert "--check" in (tmp_path / "args").read_text().split()
+    assert [size.candidates for size in result.sizes] == [[], []]
+
+
 def test_pretune_writes_no_env_file_when_every_trial_failed(tmp_path: Path) -> None:
     env_file = tmp_path / "tuned.env"
     code, out = commcamp_output(*PRETUNE, "--budget", "20s", "--trials", "3", "--db", f"sqlite:///{tmp_path / 's.db'}",

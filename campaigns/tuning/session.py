@@ -336,8 +336,11 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
     # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
     request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
                                   time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
-    outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, False)
-    if outcome.failure or outcome.exit_code != 0:
+    # Validated: a per-size rule forces an algorithm or protocol (may-corrupt, may-hang knobs' territory), so
+    # every selection's data is checked. Exit 1 is wrong data in some selections: their records say
+    # valid=false and load_sweep leaves them out, so a selection that corrupts data is never chosen.
+    outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, True)
+    if outcome.failure or outcome.exit_code not in (0, 1) or (outcome.exit_code == 1 and not outcome.records):
         raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")
     return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
 
