@@ -345,3 +345,37 @@ def test_socket_threads_times_sockets_stays_within_64(catalog: KnobCatalog) -> N
                                                                                  "at_most": 4, "source": "-"}]}
     with pytest.raises(CatalogError, match=r"t\.yaml: constraints\[0\]\.product: X is not an int knob"):
         KnobCatalog.from_document(bad, "t.yaml")
+
+
+THREADS, SOCKS = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"
+
+
+@pytest.mark.parametrize("overrides,knobs,fixed", [
+    ({"pinned": {THREADS: 8}}, [SOCKS], {}),  # proposed 8 x 10
+    ({"restrict": {SOCKS: {"low": 8}}}, [THREADS, SOCKS], {}),  # proposed 13 x 8: a cap below the low gave the low
+    ({}, [THREADS, SOCKS], {SOCKS: "8"}),  # a knob out of the search, fixed at the baseline's 8: proposed 10 x 8
+], ids=["pinned", "narrowed-low", "fixed"])
+def test_every_factor_s_cap_counts_pinned_fixed_and_later_factors(
+        catalog: KnobCatalog, overrides: dict, knobs: list[str], fixed: dict[str, str]) -> None:
+    """The cap of each factor of threads x sockets <= 64 counts what is pinned or fixed, and the low of the
+    factors still to be sampled; the space is cut no further than that (64 is reached)."""
+    space = build_space(catalog.for_site(overrides), NCCL_NEW, knobs=knobs)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    products = []
+    for _ in range(200):
+        env = space.suggest(study.ask(), fixed=fixed)  # UnsafeValueError on a product above 64
+        if THREADS in env and SOCKS in env:
+            products.append(int(env[THREADS]) * int(env[SOCKS]))
+    assert max(products) == 64
+
+
+def test_a_factor_with_no_value_that_fits_stays_unset_or_is_refused(catalog: KnobCatalog) -> None:
+    narrowed = catalog.for_site({"restrict": {THREADS: {"low": 8}}})
+    space = build_space(narrowed, NCCL_NEW, knobs=[THREADS, SOCKS])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    assert all(space.suggest(study.ask(), fixed={SOCKS: "16"}) == {SOCKS: "16"} for _ in range(20))
+    required = {"schema_version": 1, "constraints": [{"product": ["A", "B"], "at_most": 4, "source": "-"}],
+                "knobs": {"A": {**GOOD, "low": 1}, "B": {**GOOD, "low": 1, "allow_unset": False}}}
+    space = build_space(KnobCatalog.from_document(required, "t.yaml"), NCCL_NEW, knobs=["A", "B"])
+    with pytest.raises(SpaceError, match="B: no value from its low 1 fits"):
+        space.suggest(study.ask(), fixed={"A": "8"})

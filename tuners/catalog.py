@@ -287,12 +287,13 @@ class ProductConstraint(BaseModel):
         factors = " x ".join(f"{name}={values[name]}" for name in self.product)
         return f"{factors} = {product} exceeds {self.at_most} ({self.source})"
 
-    def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
-        """The largest value of `name` the constraint allows given the other knobs' values (None: no
-        limit, because `name` is not in the product or another factor is unset or not chosen yet)."""
+    def cap(self, name: str, values: Mapping[str, str | None], lows: Mapping[str, int]) -> int | None:
+        """The largest value of `name` the constraint allows beside the other factors: their value in `values`
+        (None = unset), else, not chosen yet, the smallest they can take (`lows`), so that each keeps a value that
+        fits. None: no limit (`name` is not in the product, or another factor is unset)."""
         if name not in self.product:
             return None
-        others = [values.get(other) for other in self.product if other != name]
+        others = [values[other] if other in values else lows[other] for other in self.product if other != name]
         if any(value is None for value in others):
             return None
         return self.at_most // math.prod(int(value) for value in others if value is not None)
@@ -532,9 +533,13 @@ class KnobCatalog:
         return effective
 
     def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
-        """The largest value of knob `name` that every constraint allows given the other values."""
-        caps = [c for c in (constraint.cap(name, values) for constraint in self.constraints) if c is not None]
-        return min(caps, default=None)
+        """The largest value of knob `name` that every constraint allows given the other knobs' values (None =
+        unset); a factor absent from `values` is not chosen yet and counts at its low (ProductConstraint.cap)."""
+        caps = [constraint.cap(name, values, self._lows(constraint)) for constraint in self.constraints]
+        return min((c for c in caps if c is not None), default=None)
+
+    def _lows(self, constraint: ProductConstraint) -> dict[str, int]:
+        return {name: low for name in constraint.product if (low := self._knobs[name].low) is not None}
 
     def default_env(self, names: Iterator[str] | list[str] | tuple[str, ...] | None = None) -> dict[str, str]:
         """The site's defaults (trial 0) for the given knobs (all if None), plus pinned values."""

@@ -43,16 +43,22 @@ class KnobDimension:
 
     def suggest(self, trial: optuna.Trial, cap: int | None = None) -> str | None:
         """The knob's value for this trial, or None for unset; a numeric value at most `cap` (a
-        cross-knob constraint given the knobs already chosen)."""
+        cross-knob constraint given the other knobs). With `cap` below the knob's low it stays unset,
+        or, if it may not, SpaceError."""
         knob = self.knob
         if not self.numeric:
             assert self.choices is not None
             value = trial.suggest_categorical(knob.name, self.choices)
             return None if value == UNSET else str(value)
+        assert knob.low is not None and knob.high is not None
+        if cap is not None and cap < knob.low:
+            if knob.allow_unset:
+                return None
+            raise SpaceError(f"{knob.name}: no value from its low {knob.low} fits the catalog's constraints beside "
+                             f"the other knobs' values (at most {cap})")
         if knob.allow_unset and trial.suggest_categorical(f"{knob.name}:{SET}", (UNSET, SET)) == UNSET:
             return None
-        assert knob.low is not None and knob.high is not None
-        high = knob.high if cap is None else max(knob.low, min(knob.high, cap))
+        high = knob.high if cap is None else min(knob.high, cap)
         if knob.type is KnobType.POW2:
             exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(knob.low)), int(math.log2(high)))
             return str(2**exponent)
@@ -115,17 +121,20 @@ class SearchSpace:
         return tuple(d.name for d in self.dimensions)
 
     def suggest(self, trial: optuna.Trial, fixed: Mapping[str, str | None] | None = None) -> dict[str, str]:
-        """Samples every knob (in order: a knob in a catalog constraint, e.g. socket threads x sockets
-        per thread <= 64, gets its range cut to what the knobs before it leave) and returns the
-        validated environment of the trial. A knob in `fixed` is not sampled: it takes that value (None =
-        unset), e.g. one the library showed it does not read."""
-        values: dict[str, str | None] = {}
+        """Samples every knob in order and returns the validated environment of the trial. A knob in a
+        catalog constraint (e.g. socket threads x sockets per thread <= 64) gets its range cut to what the
+        other factors leave: pinned and `fixed` values, the values sampled before it, and the low of each
+        factor still to be sampled (so that one keeps a value that fits). A knob in `fixed` is not
+        sampled: it takes that value (None = unset), e.g. one the library showed it does not read."""
+        values: dict[str, str | None] = {  # a factor outside the space is pinned or unset in every trial
+            name: self.pinned.get(name)
+            for constraint in self.catalog.constraints for name in constraint.product if name not in self.knob_names
+        }
+        values.update(fixed or {})
         for dimension in self.dimensions:
-            if fixed is not None and dimension.name in fixed:
-                values[dimension.name] = fixed[dimension.name]
-            else:
+            if dimension.name not in values:
                 values[dimension.name] = dimension.suggest(trial, self.catalog.cap(dimension.name, values))
-        return self.env_from_values(values)
+        return self.env_from_values({name: values[name] for name in self.knob_names})
 
     def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:
         """Knob values (None = unset) -> environment with required companions and pinned values."""
