@@ -46,6 +46,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tuners.catalog import UnsafeValueError
 from tuners.evaluation import (
     Evaluation,
     EvaluationAborted,
@@ -57,7 +58,7 @@ from tuners.evaluation import (
 )
 from tuners.scope import StudyScope
 from tuners.screen import OneKnobScreen
-from tuners.space import SearchSpace
+from tuners.space import SearchSpace, SpaceError
 
 logger = logging.getLogger(__name__)
 
@@ -335,9 +336,8 @@ class Tuner:
         self.baseline_env = space.env_from_values({name: baseline.get(name) for name in space.knob_names})
         seeds = []
         for env in seed_envs:
-            space.params_for_env(env)
-            seed = space.env_from_values({name: env.get(name) for name in space.knob_names})
-            if not same_configuration(space, seed, [self.baseline_env, *seeds]):
+            seed = self._feasible(env, "seed")
+            if seed is not None and not same_configuration(space, seed, [self.baseline_env, *seeds]):
                 seeds.append(seed)
         self.seed_envs = seeds
         self.documented = self._sourced(documented, seeds)
@@ -347,15 +347,25 @@ class Tuner:
 
     def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
                  ) -> list[tuple[dict[str, str], str]]:
-        """(env, where it comes from) in the space's form, leaving out the baseline, what `before` holds and
-        repeats."""
+        """(env, where it comes from) in the space's form, leaving out the baseline, what `before` holds,
+        repeats and what breaks a constraint."""
         kept: list[tuple[dict[str, str], str]] = []
         for env, source in envs:
-            self.space.params_for_env(env)
-            full = self.space.env_from_values({name: env.get(name) for name in self.space.knob_names})
-            if not same_configuration(self.space, full, [self.baseline_env, *before, *(k for k, _ in kept)]):
+            full = self._feasible(env, f"setting from {source}")
+            if full is not None and not same_configuration(self.space, full,
+                                                           [self.baseline_env, *before, *(k for k, _ in kept)]):
                 kept.append((full, source))
         return kept
+
+    def _feasible(self, env: Mapping[str, str], what: str) -> dict[str, str] | None:
+        """`env` in the space's form, or None (said in a warning) where it breaks a catalog constraint: such a
+        setting is not queued, the tune goes on without it."""
+        self.space.params_for_env(env)
+        try:
+            return self.space.env_from_values({name: env.get(name) for name in self.space.knob_names})
+        except UnsafeValueError as exc:
+            logger.warning("%s: %s %s left out: %s", self.study_name, what, dict(env), exc)
+            return None
 
     def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
         sampler = make_sampler(self.sampler_name, seed, self.n_startup_trials)
@@ -465,7 +475,13 @@ class Tuner:
             trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
             raise optuna.TrialPruned()
         dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
-        env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
+        try:
+            env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
+        except (SpaceError, UnsafeValueError) as exc:  # e.g. a queued setting beside a knob fixed since it was queued
+            trial.set_user_attr(OUTCOME, FailureKind.INVALID.value)
+            trial.set_user_attr(FAIL_REASON, f"not launched: {exc}")
+            logger.warning("trial %d not launched: %s", trial.number, exc)
+            raise _TrialFailed(str(exc)) from None
         trial.set_user_attr(ENV, env)
         earlier = self._measured_before(trial, env)
         if earlier is not None:
