@@ -451,3 +451,25 @@ def test_a_candidate_leaves_out_the_settings_that_change_nothing(sqlite_url: str
     assert candidates[0] == {threads: "2", buffsize: "4194304"}
     assert all(catalog.effective_env(env) != {} for env in candidates) and len(candidates) == len(
         {tuple(sorted(catalog.effective_env(env).items())) for env in candidates})
+
+
+def test_the_simplified_best_keeps_a_constraint_s_factors_together(sqlite_url: str) -> None:
+    """Only sockets per thread matter here; the site runs 16 socket threads. The simplified best (the baseline plus
+    the best's important knobs) took the best's 8 sockets per thread beside the baseline's 16 threads: 128 > 64, and
+    finalization raised. The best's threads come along with its sockets; its unimportant cross-NIC setting does not."""
+    threads, socks, cross = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_CROSS_NIC"
+    catalog = KnobCatalog.load().for_site({"defaults": {threads: 16}})
+    space = build_space(catalog, {"nccl": "2.28.3"}, knobs=[threads, socks, cross], transport="ccl")
+
+    def many_sockets(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        time_us = 50.0 if int(env.get(socks, 1)) >= 4 else 100.0
+        return Evaluation({size: [time_us] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    grid = [("2", "8", "1"), ("2", "1", "0"), ("16", "4", "0"), ("4", "8", "0"), ("4", "1", "1"), ("1", "4", "1"),
+            ("1", "2", "0"), ("8", "8", "0"), ("8", "1", "1"), ("16", "2", "1")]  # each thread count fast and slow
+    seeds = [{threads: t, socks: s, cross: c} for t, s, c in grid]
+    study = Tuner(make_scope(), space, many_sockets, sqlite_url, BUCKETS, n_trials=len(seeds) + 1, seed=0,
+                  seed_envs=seeds).run()
+    candidates = finalization_candidates(study, space, BUCKETS)
+    assert candidates[0][1] == {threads: "2", socks: "8", cross: "1"}
+    assert candidates[-1] == (None, {threads: "2", socks: "8"})

@@ -651,7 +651,9 @@ def finalization_candidates(
 ) -> list[tuple[int | None, dict[str, str]]]:
     """Distinct configurations worth re-measuring: the k best overall, the best of each bucket, and
     a simplified best: the baseline plus only the best trial's values of the knobs that explain at
-    least `min_importance` of the objective's variance (Optuna's default importance evaluator). A
+    least `min_importance` of the objective's variance (Optuna's default importance evaluator), and of
+    the other factors of their catalog constraints (the baseline's 16 socket threads beside the best's
+    8 sockets per thread would break threads x sockets <= 64). A
     candidate leaves out the settings that change nothing (KnobCatalog.effective_env: e.g. sockets per
     thread without socket threads) unless the baseline sets them alike; one that runs the baseline's
     configuration is no candidate."""
@@ -677,9 +679,13 @@ def finalization_candidates(
         knob = param.split(":")[0]
         weight[knob] = weight.get(knob, 0.0) + importance
     best_env = chosen[0][1]
-    values = {name: baseline.get(name) for name in space.knob_names}
-    values.update({name: best_env.get(name) for name in space.knob_names if weight.get(name, 0.0) >= min_importance})
-    simplified = space.env_from_values(values)
+    important = {name for name in space.knob_names if weight.get(name, 0.0) >= min_importance}
+    # a constraint's factors come all from the best or all from the baseline: a mix may break it
+    groups = [set(constraint.product) for constraint in space.catalog.constraints]
+    while grown := {name for group in groups if important & group for name in group} - important:
+        important |= grown
+    simplified = space.env_from_values(
+        {name: (best_env if name in important else baseline).get(name) for name in space.knob_names})
     if not same_configuration(space, simplified, [baseline, *(env for _, env in chosen)]):
         chosen.append((None, simplified))
     return chosen
