@@ -369,6 +369,26 @@ def test_every_factor_s_cap_counts_pinned_fixed_and_later_factors(
     assert max(products) == 64
 
 
+@pytest.mark.parametrize("overrides,message", [
+    ({"defaults": {THREADS: 16, SOCKS: 8}}, "knobs.defaults.NCCL_SOCKET_NTHREADS, knobs.defaults.NCCL_NSOCKS_PERTHREAD: "
+                                            "NCCL_SOCKET_NTHREADS=16 x NCCL_NSOCKS_PERTHREAD=8 = 128 exceeds 64"),
+    ({"defaults": {SOCKS: 8}, "pinned": {THREADS: 16}},
+     "knobs.pinned.NCCL_SOCKET_NTHREADS, knobs.defaults.NCCL_NSOCKS_PERTHREAD: NCCL_SOCKET_NTHREADS=16 x"),
+    ({"pinned": {THREADS: 16}, "restrict": {SOCKS: {"low": 8}}},
+     "knobs.pinned.NCCL_SOCKET_NTHREADS, knobs.restrict.NCCL_NSOCKS_PERTHREAD: even their smallest values break"),
+    ({"restrict": {THREADS: {"low": 16}, SOCKS: {"low": 8}}}, "knobs.restrict.NCCL_SOCKET_NTHREADS, "
+                                                              "knobs.restrict.NCCL_NSOCKS_PERTHREAD: even their"),
+], ids=["defaults", "pinned-and-default", "pinned-and-narrowed", "narrowed"])
+def test_a_site_that_breaks_a_constraint_is_refused_naming_its_file_and_knobs(
+        catalog: KnobCatalog, overrides: dict, message: str) -> None:
+    """Trial 0 runs the site's defaults and pins: breaking threads x sockets <= 64 there failed only when a tune
+    started, without naming site.yaml. Narrowed lows or pins whose smallest product breaks it leave no setting of
+    both."""
+    with pytest.raises(CatalogError, match=re.escape(f"alps/site.yaml: {message}")):
+        catalog.for_site(overrides, "alps/site.yaml")
+    catalog.for_site({"defaults": {THREADS: 16}, "pinned": {SOCKS: 4}}, "alps/site.yaml")  # 64 is allowed
+
+
 def test_a_factor_with_no_value_that_fits_stays_unset_or_is_refused(catalog: KnobCatalog) -> None:
     narrowed = catalog.for_site({"restrict": {THREADS: {"low": 8}}})
     space = build_space(narrowed, NCCL_NEW, knobs=[THREADS, SOCKS])

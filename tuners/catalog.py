@@ -452,6 +452,21 @@ class KnobCatalog:
             pinned[name] = _validate_at(knob_of("pinned", name), value, source, f"knobs.pinned.{name}")
         catalog = KnobCatalog(knobs, f"{self.source} + {source}", pinned, self.constraints)
         catalog._check_references(source)
+
+        def keys(names: tuple[str, ...], section: str) -> str:
+            """Where the site sets each name (pinned, else in `section`); the bare name where it does not."""
+            sections = {name: "pinned" if name in site.pinned else section for name in names}
+            return ", ".join(f"knobs.{sections[n]}.{n}" if n in getattr(site, sections[n]) else n for n in names)
+
+        trial_zero = catalog.default_env()
+        for constraint in self.constraints:
+            if (broken := constraint.violation(trial_zero)) is not None:
+                raise CatalogError(f"{source}: {keys(constraint.product, 'defaults')}: {broken}")
+            # the smallest values the factors take when set: above the limit, they can never be set together
+            smallest = {name: pinned.get(name, str(knobs[name].low)) for name in constraint.product}
+            if (broken := constraint.violation(smallest)) is not None:
+                raise CatalogError(f"{source}: {keys(constraint.product, 'restrict')}: even their smallest values "
+                                   f"break a constraint: {broken}")
         for i, setting in enumerate(site.documented):
             for name, value in setting.env.items():
                 knob = knob_of(f"documented[{i}].env", name)
