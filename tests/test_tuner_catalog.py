@@ -347,6 +347,18 @@ def test_socket_threads_times_sockets_stays_within_64(catalog: KnobCatalog) -> N
         KnobCatalog.from_document(bad, "t.yaml")
 
 
+def test_a_site_default_off_the_searched_values_joins_them(catalog: KnobCatalog) -> None:
+    """Trial 0 measures the site's default: FI_CXI_RDZV_THRESHOLD=4096 (inside 0..1 MiB, not a searched value)
+    stopped the tuner from starting (SpaceError); it joins the searched values, so the search can come back to it."""
+    rdzv = "FI_CXI_RDZV_THRESHOLD"
+    site = catalog.for_site({"defaults": {rdzv: 4096}}, "alps/site.yaml")
+    assert site[rdzv].search_values == (0, 2048, 4096, 16384, 65536) != catalog[rdzv].search_values
+    space = build_space(site, {Library.LIBFABRIC_CXI: "1.15.2"}, knobs=[rdzv])
+    trial_zero = site.default_env([rdzv])
+    assert space.suggest(optuna.trial.FixedTrial(space.params_for_env(trial_zero))) == trial_zero == {rdzv: "4096"}
+    assert "4096" in space.dimensions[0].ladder()
+
+
 THREADS, SOCKS = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"
 
 

@@ -435,9 +435,13 @@ class KnobCatalog:
             knobs[name] = _narrow(knob, restriction, default, source)
         for name, value in site.defaults.items():
             knob = knob_of("defaults", name)
+            update: dict[str, Any] = {"default": value}
             if value is not None:
                 _validate_at(knob, value, source, f"knobs.defaults.{name}")
-            knobs[name] = knob.model_copy(update={"default": value})
+                if knob.search_values is not None and int(value) not in knob.search_values:
+                    # trial 0 measures the site's default: the search offers it too, to compare and return to
+                    update["search_values"] = tuple(sorted({*knob.search_values, int(value)}))
+            knobs[name] = knob.model_copy(update=update)
         for name in site.forbidden:
             knobs[name] = knob_of("forbidden", name).model_copy(update={"safety": Safety.FORBIDDEN})
         for name, value in site.unset_equals.items():
