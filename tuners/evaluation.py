@@ -80,6 +80,10 @@ class Evaluator(Protocol):
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation: ...
 
 
+class MissingSizes(ValueError):
+    """A run did not measure every size it was asked for: it cannot be scored beside runs that did."""
+
+
 @dataclass(frozen=True)
 class SizeBucket:
     """A message-size range scored as one number: the geometric mean of its sizes' median times."""
@@ -87,6 +91,9 @@ class SizeBucket:
     name: str
     min_bytes: int
     max_bytes: int
+    # The sizes requested in the range (buckets_for_sizes): a run is scored only when it measured each of
+    # them. Empty for a range given by hand: any measured size inside it counts.
+    sizes: tuple[int, ...] = ()
 
     @property
     def metric(self) -> Literal["latency", "goodput"]:
@@ -120,18 +127,23 @@ def buckets_for_sizes(sizes: Sequence[int], sizes_per_bucket: int = 4) -> tuple[
     buckets = []
     for index, group in enumerate(groups):
         low = group[0] if index == 0 else groups[index - 1][-1] + 1
-        buckets.append(SizeBucket(f"{format_bytes(group[0])}-{format_bytes(group[-1])}", low, group[-1]))
+        buckets.append(SizeBucket(f"{format_bytes(group[0])}-{format_bytes(group[-1])}", low, group[-1], tuple(group)))
     return tuple(buckets)
 
 
 def bucket_times_us(medians: Mapping[int, float], buckets: Sequence[SizeBucket]) -> dict[str, float]:
-    """Geometric mean of the median times of the sizes in each bucket. A bucket with no measured
-    size is an error: the evaluator did not measure what the study was set up for."""
+    """Geometric mean of the median times of each bucket's requested sizes (of every measured size in
+    its range when it names none). A requested size not measured, or a bucket with no measured size,
+    raises MissingSizes: a run scored on fewer sizes would compare unlike with one scored on all (a
+    missing large size reads as a faster run)."""
+    missing = [size for bucket in buckets for size in bucket.sizes if size not in medians]
+    if missing:
+        raise MissingSizes(f"requested size(s) {', '.join(format_bytes(s) for s in missing)} not measured")
     scores = {}
     for bucket in buckets:
-        inside = [t for size, t in medians.items() if bucket.contains(size)]
+        inside = [t for size, t in medians.items() if (size in bucket.sizes if bucket.sizes else bucket.contains(size))]
         if not inside:
-            raise ValueError(
+            raise MissingSizes(
                 f"no measured size falls into bucket {bucket.name} [{bucket.min_bytes}, {bucket.max_bytes}]"
             )
         scores[bucket.name] = float(np.exp(np.mean(np.log(inside))))
