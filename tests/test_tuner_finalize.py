@@ -577,6 +577,36 @@ def test_a_reduced_set_that_loses_beside_the_winner_is_not_deployed() -> None:
     assert refused >= 3
 
 
+def test_a_run_missing_a_size_or_a_bucket_is_a_failed_run_not_a_crash() -> None:
+    """A finalization run that lacks a bucket (or one size of one) fails that setting in that round, as any
+    failed run: a candidate is rejected, the baseline's round dropped. Before, finalize raised ValueError
+    after every trial had run."""
+    hand = (SizeBucket("small", 1, 64), SizeBucket("large", 65, 4096))
+
+    def candidate_lacks_large(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        return Evaluation(times_us={8: [1.0]} if env else {8: [1.0], 4096: [10.0]})
+
+    report = finalize(candidate_lacks_large, {}, [Candidate({"NCCL_CROSS_NIC": "0"}, 1)], hand)
+    assert report.overall.verdict == "keep-defaults"
+    assert report.overall.comparisons[0].reason == (
+        "failed in re-measurement round 1: invalid: no measured size falls into bucket large [65, 4096]")
+    steady = DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 4)
+    baseline_calls = []
+
+    def baseline_lacks_1k(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        evaluation = steady(env, validate=validate)
+        if env == BASELINE:
+            baseline_calls.append(1)
+            if len(baseline_calls) in (2, 7):
+                return Evaluation({s: t for s, t in evaluation.times_us.items() if s != 1024})
+        return evaluation
+
+    report = finalize(baseline_lacks_1k, BASELINE, [Candidate(FASTER)], buckets_for_sizes(SIZES),
+                      thresholds=Thresholds(rounds=12))
+    assert report.rounds_used == 10 and report.overall.verdict == "change"
+    assert sum("baseline failed (invalid: requested size(s) 1KiB not measured)" in n for n in report.notes) == 2
+
+
 def test_the_reported_gain_comes_from_rounds_after_the_choice() -> None:
     """The held-out gain is computed from the last rounds only (baseline and the deployed set), none of
     which chose the winner; the recommendation and the .env file report it."""

@@ -7,9 +7,10 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    validate, or lacks a size of any bucket rejects the candidate.
 2. Group-sequential rounds: in each round the baseline and every candidate with an open test run
    once, in a freshly shuffled order (interleaving, so drift hits all settings alike). A candidate that
-   fails in any round is rejected; a round whose baseline failed is dropped. The phase looks at the
-   data after every `look_every` rounds and stops at `rounds` (the maximum) or when every decision is
-   settled.
+   fails in any round is rejected; a round whose baseline failed is dropped. A run that lacks a
+   requested size (or a whole bucket) is a failed run of its setting, in every phase. The phase looks
+   at the data after every `look_every` rounds and stops at `rounds` (the maximum) or when every
+   decision is settled.
 3. The tests: per candidate and per decision (overall, and each size bucket), paired per-round log
    ratios d = log(t_baseline / t_candidate); gain = median over rounds of exp(d) - 1 (speed-up), with
    an order-statistic CI of the median (`median_ci`: distribution-free); one-sided Wilcoxon signed-rank test of d - log(1 + min_effect)
@@ -69,7 +70,15 @@ from functools import lru_cache
 
 import numpy as np
 
-from tuners.evaluation import Evaluation, Evaluator, SizeBucket, bucket_times_us, overall_time_us
+from tuners.evaluation import (
+    Evaluation,
+    Evaluator,
+    FailureKind,
+    MissingSizes,
+    SizeBucket,
+    bucket_times_us,
+    overall_time_us,
+)
 
 OVERALL = "overall"
 ROUNDS_MARGIN = 2  # rounds planned beyond the fewest that can give a change (module docstring)
@@ -523,9 +532,12 @@ def _run_round(
     for key in rng.permutation(list(envs)):
         evaluation = evaluator(envs[int(key)], validate=False)
         if evaluation.ok:
-            measured[int(key)] = bucket_times_us(evaluation.median_us(), buckets)
-        else:
-            failures[int(key)] = f"{evaluation.failure}: {evaluation.reason}"
+            try:
+                measured[int(key)] = bucket_times_us(evaluation.median_us(), buckets)
+                continue
+            except MissingSizes as exc:  # scored on fewer sizes it would compare unlike: a failed run
+                evaluation = Evaluation.failed(FailureKind.INVALID, str(exc))
+        failures[int(key)] = f"{evaluation.failure}: {evaluation.reason}"
     return measured, failures
 
 
