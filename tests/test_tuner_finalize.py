@@ -240,7 +240,27 @@ def test_dropping_the_alps_ll128_pin_needs_validated_runs_over_every_size() -> N
     report = finalize(small_sizes_only, baseline, [Candidate(altered)], TWO_BUCKETS,
                       needs_validation=space.unsafe_changes)
     assert report.overall.verdict == "keep-defaults"
-    assert "measured no size of bucket(s) large" in report.overall.comparisons[0].reason
+    assert "did not cover every size: no measured size falls into bucket large" in report.overall.comparisons[0].reason
+
+
+def test_a_validated_run_must_cover_every_requested_size() -> None:
+    """A validated run that misses one size of a bucket whose other sizes it measured does not clear a
+    may-corrupt change (data can go wrong at one size only: a protocol is chosen per size); before, one size
+    per bucket was enough, and this 20 % candidate became a change."""
+    def needs(baseline: Mapping[str, str], env: Mapping[str, str]) -> tuple[str, ...]:
+        return ("NCCL_PROTO",) if env.get("NCCL_PROTO") == "LL128" else ()
+
+    inner = DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 0)
+
+    def no_1k(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        evaluation = inner(env, validate=validate)
+        return Evaluation({s: t for s, t in evaluation.times_us.items() if s != 1024}, validated=validate) \
+            if validate else evaluation
+
+    report = finalize(no_1k, BASELINE, [Candidate(FASTER)], buckets_for_sizes(SIZES), needs_validation=needs)
+    assert report.overall.verdict == "keep-defaults"
+    assert report.overall.comparisons[0].reason.endswith("did not cover every size: requested size(s) 1KiB not "
+                                                         "measured")
 
 
 def test_failures_during_remeasurement() -> None:

@@ -4,7 +4,8 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
 1. Candidates whose environment sets, removes or alters a may-hang or may-corrupt knob relative to
    the baseline (dropping a site default included: `needs_validation(baseline, env)`, i.e.
    SearchSpace.unsafe_changes) get one run with data validation on; a run that fails, does not
-   validate, or lacks a size of any bucket rejects the candidate.
+   validate, or lacks any requested size (SizeBucket.sizes; a bucket given as a range only: any size
+   of it) rejects the candidate.
 2. Group-sequential rounds: in each round the baseline and every candidate with an open test run
    once, in a freshly shuffled order (interleaving, so drift hits all settings alike). A candidate that
    fails in any round is rejected; a round whose baseline failed is dropped. A run that lacks a
@@ -708,17 +709,9 @@ def finalize(
     evaluator = runs = _Runs(evaluator)
     for i, candidate in enumerate(candidates):
         risky = needs_validation(baseline_env, candidate.env)
-        if not risky:
-            continue
-        check = evaluator(candidate.env, validate=True)
-        what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
-        unchecked = [b.name for b in buckets if check.ok and not any(b.contains(s) for s in check.times_us)]
-        if not check.ok:
-            rejected[i] = f"{what} failed: {check.failure}: {check.reason}"
-        elif not check.validated:
-            rejected[i] = f"{what} did not validate the data"
-        elif unchecked:
-            rejected[i] = f"{what} measured no size of bucket(s) {', '.join(unchecked)}"
+        failed = _validation_failure(evaluator, candidate.env, risky, buckets) if risky else None
+        if failed:
+            rejected[i] = failed
     tested = [i for i in range(len(candidates)) if i not in rejected]
     planned_family = family_size(len(tested), len(buckets))
     max_rounds = planned_rounds(thresholds, len(tested), len(buckets))
@@ -925,6 +918,24 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
                          "the tested set's, the held-out rounds measure what is deployed")
         result[name] = replace(decisions[name], env=dict(a.env), ablation=a.ablation)
     return result
+
+
+def _validation_failure(evaluator: Evaluator, env: Mapping[str, str], risky: Sequence[str],
+                        buckets: Sequence[SizeBucket]) -> str | None:
+    """Why a validated run of `env`, which makes the unsafe changes `risky`, does not clear it (None: it
+    does). It must work, validate the data and measure every requested size: data can go wrong at one
+    size only (a protocol is chosen per size), so each size's record must be there and valid."""
+    check = evaluator(env, validate=True)
+    what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
+    if not check.ok:
+        return f"{what} failed: {check.failure}: {check.reason}"
+    if not check.validated:
+        return f"{what} did not validate the data"
+    try:
+        bucket_times_us(check.median_us(), buckets)
+    except MissingSizes as exc:
+        return f"{what} did not cover every size: {exc}"
+    return None
 
 
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
