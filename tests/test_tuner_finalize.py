@@ -597,6 +597,44 @@ def test_a_reduced_set_that_loses_beside_the_winner_is_not_deployed() -> None:
     assert refused >= 3
 
 
+def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_validated_run() -> None:
+    """The winner NCCL_PROTO=Simple (may-corrupt) + NCCL_BUFFSIZE=8 MiB (may-hang, inert here) is validated;
+    ablation drops the buffer size. NCCL_PROTO=Simple alone was never validated (another combination): it runs
+    once with validation and is deployed only if that passes, else the validated winner is deployed whole.
+    Before, the reduced set was deployed unvalidated."""
+    space = build_space(load_site("local").knob_catalog(), {"nccl": "2.28.3"},
+                        knobs=["NCCL_PROTO", "NCCL_BUFFSIZE"], op="allreduce", transport="ccl")
+    winner = {"NCCL_PROTO": "Simple", "NCCL_BUFFSIZE": "8388608"}
+    alone = {"NCCL_PROTO": "Simple"}
+    one = (SizeBucket("all", 0, 1 << 30),)
+
+    def finalize_with(alone_corrupts: bool) -> tuple[FinalReport, list[dict[str, str]]]:
+        rng = np.random.default_rng(0)
+        validated: list[dict[str, str]] = []
+
+        def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+            if validate:
+                validated.append(dict(env))
+                if alone_corrupts and dict(env) == alone:
+                    return Evaluation.failed(FailureKind.INVALID, "data validation failed (8 B: 3 wrong)")
+            t = 5.0 if env.get("NCCL_PROTO") == "Simple" else 10.0
+            return Evaluation(times_us={8: list(t * rng.lognormal(0, 0.02, 5))}, validated=validate)
+
+        report = finalize(evaluate, {}, [Candidate(winner, 1)], one, needs_validation=space.unsafe_changes)
+        assert [a.knob for a in report.overall.ablation if "removal does not lose" in a.reason] == ["NCCL_BUFFSIZE"]
+        return report, validated
+
+    report, validated = finalize_with(alone_corrupts=False)
+    assert report.overall.env == alone and validated == [winner, alone]
+    assert any("reduced set (NCCL_PROTO=Simple) passed a validated run of its own" in n for n in report.notes)
+    report, validated = finalize_with(alone_corrupts=True)
+    assert report.overall.env == winner and validated == [winner, alone]
+    assert all(a.kept for a in report.overall.ablation)
+    assert any("reduced set (NCCL_PROTO=Simple) is not deployed" in n and "3 wrong" in n
+               and "the winner, validated, is deployed whole" in n for n in report.notes)
+    assert report.overall.holdout is not None  # the held-out rounds measure the winner deployed
+
+
 def test_a_run_missing_a_size_or_a_bucket_is_a_failed_run_not_a_crash() -> None:
     """A finalization run that lacks a bucket (or one size of one) fails that setting in that round, as any
     failed run: a candidate is rejected, the baseline's round dropped. Before, finalize raised ValueError
@@ -669,6 +707,15 @@ def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_ro
     assert report.overall.ablation and report.overall.holdout is not None
     main_rounds = planned_rounds(thresholds, 1, len(TWO_BUCKETS)) * 2
     assert main_rounds < len(calls) <= planned_runs(thresholds, 1, len(TWO_BUCKETS), n_knobs=3)
+    # With validated runs too: the candidate's (it changes NCCL_PROTO, "unsafe" here) and, when ablation drops
+    # the two inert knobs, the reduced set's (NCCL_PROTO alone), beside every round of every phase.
+    one = (SizeBucket("all", 0, 1 << 30),)
+    evaluate, calls = _knob_evaluator(0, {"P": 0.1, "PB": 0.1})  # NCCL_BUFFSIZE inert too
+    report = finalize(evaluate, {}, [Candidate(THREE_KNOBS)], one, seed=0, thresholds=thresholds,
+                      needs_validation=lambda baseline, env: ("NCCL_PROTO",) if "NCCL_PROTO" in env else ())
+    assert report.overall.env == FASTER and report.overall.holdout is not None
+    assert sum(e == FASTER for e, _ in calls) == 8 + 1 + 6  # confirmation rounds, its validated run, held out
+    assert len(calls) == planned_runs(thresholds, 1, len(one), n_knobs=3)
 
 
 def test_the_report_counts_every_run_and_the_allocations_they_ran_in() -> None:

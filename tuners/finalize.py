@@ -5,7 +5,8 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    the baseline (dropping a site default included: `needs_validation(baseline, env)`, i.e.
    SearchSpace.unsafe_changes) get one run with data validation on; a run that fails, does not
    validate, or lacks any requested size (SizeBucket.sizes; a bucket given as a range only: any size
-   of it) rejects the candidate.
+   of it) rejects the candidate. Every set deployed with such a change has had a run of its own that
+   passed this check (5).
 2. Group-sequential rounds: in each round the baseline and every candidate with an open test run
    once, in a freshly shuffled order (interleaving, so drift hits all settings alike). A candidate that
    fails in any round is rejected; a round whose baseline failed is dropped. A run that lacks a
@@ -48,7 +49,10 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    when no single removal loses, the knobs may stand in for each other (each alone as good as both),
    so the winner is deployed whole; when two or more knobs would go, the reduced set runs
    `ablation_rounds` more rounds beside the winner and is deployed only if it does not lose there
-   either (else the winner, whole). The family's guarantee is the tested winner's; ablation is a
+   either (else the winner, whole). A reduced set that still makes an unsafe change (1) gets a
+   validated run of its own: the winner's covered another combination of knobs (NCCL_PROTO=Simple was
+   validated with a larger NCCL_BUFFSIZE, not alone). It is deployed only if that run passes; else the
+   winner, validated, is deployed whole. The family's guarantee is the tested winner's; ablation is a
    screening rule beside it, and the held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
@@ -180,14 +184,17 @@ def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) ->
 
 
 def planned_runs(thresholds: Thresholds, n_candidates: int, n_buckets: int, n_knobs: int) -> int:
-    """The most runs a finalization can take, for budgets: the rounds of the baseline and the candidates,
-    the ablation rounds (each candidate a winner somewhere, measured with and without each of its at most
-    `n_knobs` changed knobs, then beside its reduced set) and the held-out rounds (the baseline and each
-    candidate deployed)."""
+    """The most runs a finalization can take, for budgets: a validated run of each candidate, the rounds
+    of the baseline and the candidates, the ablation rounds (each candidate a winner somewhere, measured
+    with and without each of its at most `n_knobs` changed knobs, then beside its reduced set), a
+    validated run of each decision's reduced set and the held-out rounds (the baseline and each candidate
+    deployed)."""
     rounds = planned_rounds(thresholds, n_candidates, n_buckets) * (n_candidates + 1)
     ablation = thresholds.ablation_rounds * n_candidates * (1 + n_knobs) if n_knobs >= 2 else 0
     confirmation = thresholds.ablation_rounds * n_candidates * 2 if n_knobs >= 3 else 0  # winner + reduced set
-    return rounds + ablation + confirmation + thresholds.holdout_rounds * (n_candidates + 1)
+    reduced = decisions_tested(n_buckets) if n_knobs >= 2 and thresholds.ablation_rounds > 0 else 0
+    validation = n_candidates + reduced
+    return validation + rounds + ablation + confirmation + thresholds.holdout_rounds * (n_candidates + 1)
 
 
 def fit_budget(thresholds: Thresholds, found: int, n_buckets: int, n_knobs: int,
@@ -769,6 +776,7 @@ def finalize(
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
     decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions = _validated_reductions(evaluator, baseline_env, decisions, buckets, needs_validation, notes)
     decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
     overall = decisions[OVERALL]
     if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
@@ -936,6 +944,36 @@ def _validation_failure(evaluator: Evaluator, env: Mapping[str, str], risky: Seq
     except MissingSizes as exc:
         return f"{what} did not cover every size: {exc}"
     return None
+
+
+def _validated_reductions(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
+                          buckets: Sequence[SizeBucket],
+                          needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]],
+                          notes: list[str]) -> dict[str, Decision]:
+    """A set ablation reduced that still makes an unsafe change runs once with validation (each distinct set
+    once); it is deployed only if that passes, else its winner (validated in step 1) whole (module
+    docstring, 5)."""
+    result = dict(decisions)
+    verdicts: dict[tuple[tuple[str, str], ...], str | None] = {}
+    for name, d in decisions.items():
+        if d.winner is None or dict(d.env) == dict(d.winner.candidate.env):
+            continue
+        risky = needs_validation(baseline_env, d.env)
+        if not risky:
+            continue
+        key = tuple(sorted(d.env.items()))
+        if key not in verdicts:
+            verdicts[key] = _validation_failure(evaluator, d.env, risky, buckets)
+        failed = verdicts[key]
+        deployed = " ".join(f"{k}={v}" for k, v in sorted(d.env.items()))
+        if failed is None:
+            notes.append(f"{name}: the reduced set ({deployed}) passed a validated run of its own")
+            continue
+        notes.append(f"{name}: the reduced set ({deployed}) is not deployed: its own {failed}; the winner, "
+                     "validated, is deployed whole")
+        whole = _keep_whole(_Ablated(d.env, d.ablation), d.winner.candidate.env, "the reduced set failed validation")
+        result[name] = replace(d, env=dict(whole.env), ablation=whole.ablation)
+    return result
 
 
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
