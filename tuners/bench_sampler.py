@@ -2,13 +2,16 @@
 
 For each landscape (results/bench/landscapes/*.json), search strategy and seed: a search of `--trials` trials
 in which every trial is answered with one measured launch of the nearest measured point (noise, heavy tails
-and failures as measured). Trial 0 of every strategy is the site defaults (what the tool always measures
-first). Strategies:
+and failures as measured). Every strategy searches the space `commcamp tune` searched for the measured scope: the
+catalog of the site that the landscape's tune spec names, with that spec's knob override files (e.g. socket threads
+and sockets per thread 1-8, NCCL_ALGO Ring or Tree), then the scenario's site defaults; a landscape file without a
+`spec` names its tune's tool spec and phase in SCENARIOS (spec_from). Trial 0 of every strategy is the site defaults
+(what the tool always measures first). Strategies:
 
 - shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.spec.TuningSpec defaults:
   sampler, start-up trials, the one-knob screen of tuners/screen.py, the library-defaults seed as trial 1; the
-  scenarios are a site without documented settings and, but for cpu-openmpi-3node-warm, without published
-  winners to warm-start from);
+  scenarios are a site without documented settings (a site catalog's `documented` settings are never enqueued)
+  and, but for cpu-openmpi-3node-warm, without published winners to warm-start from);
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials, NO screen and NO seed (like
   shipped, none launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
@@ -62,9 +65,9 @@ from scipy.stats import mannwhitneyu
 from tuners.catalog import KnobCatalog, Library, UnsafeValueError
 from tuners.evaluation import Evaluation, buckets_for_sizes, bucket_times_us, overall_time_us
 from tuners.finalize import holm
-from tuners.landscape import ReplayLandscape
+from tuners.landscape import LandscapeError, ReplayLandscape
 from tuners.scope import StudyScope
-from tuners.space import build_space
+from tuners.space import SearchSpace, build_space
 from tuners.study import ENV, ROLE, Tuner, is_counted
 from tuners.writers import write_atomic
 
@@ -90,6 +93,9 @@ class Scenario(NamedTuple):
     # search's warm start (tuners/study.py WARM_START), as `commcamp tune` enqueues a published winner
     warm_from: str | None = None
     held_out: str = ""  # what the landscape was not used to choose (tuners/screen.py's design), if anything
+    # For a landscape file without `spec` (written before landscapes recorded the tune they measured): the tool
+    # spec file and phase that ran that tune (campaigns/tools/tuning_demo.py: its `common` fields, then the phase's)
+    spec_from: tuple[str, str] | None = None
 
 
 _FIRST_ROUND = ("measured after the screen's first round was designed; seeds 0-19 of cpu-openmpi-3node (with and "
@@ -103,9 +109,9 @@ SCENARIOS: dict[str, Scenario] = {
     "cpu-openmpi-bad-site-default": Scenario("localslurm_openmpi", {"OMPI_MCA_btl_tcp_sndbuf": "4096",
                                                                      "OMPI_MCA_btl_tcp_rcvbuf": "4096"}),
     "cpu-openmpi-grid48": Scenario("localslurm_openmpi_grid48"),
-    "h200-nvlink-demo2": Scenario("h200_nvlink_demo2"),
-    "h200-socket-demo3": Scenario("h200_socket_demo3"),
-    "h200x2-socket-256": Scenario("h200x2_socket_256"),
+    "h200-nvlink-demo2": Scenario("h200_nvlink_demo2", spec_from=("tools/tuning/gpu-demo.yaml", "demo2")),
+    "h200-socket-demo3": Scenario("h200_socket_demo3", spec_from=("tools/tuning/gpu-demo.yaml", "demo3")),
+    "h200x2-socket-256": Scenario("h200x2_socket_256", spec_from=("tools/tuning/gpu-socket-x2.yaml", "socket256-1")),
     "h200x2-socket-grid": Scenario("h200x2_socket_grid"),
     "cpu-openmpi-wide": Scenario("localslurm_openmpi_wide"),
     "cpu-mpich": Scenario("localslurm_mpich"),
@@ -148,18 +154,87 @@ def shipped_settings() -> dict[str, Any]:
             for name in ("sampler", "n_startup_trials", "screen_trials", "seed_library_defaults")}
 
 
-def load_scenario(name: str, directory: Path) -> tuple[ReplayLandscape, dict[str, Any]]:
+# The fields of a landscape's tune spec that decide what the benchmark replays: the scope's site and knob override
+# files (the catalog: domains, pins, defaults) and its sizes and sizes per bucket (the objective); its executor and
+# launcher only so that the spec validates (transport ccl runs on the launcher executor).
+SPEC_SCOPE = ("site", "system", "library", "op", "transport", "sizes", "sizes_per_bucket", "knob_overrides",
+              "executor", "launcher")
+
+
+def tune_spec(name: str, document: Mapping[str, Any], path: Path) -> tuple[Any, str]:
+    """The spec of the tune the scenario's landscape measured (campaigns.tuning.spec.TuningSpec, its SPEC_SCOPE
+    fields; knob override files relative to the checkout), and where it was read: the landscape's `spec`, or the
+    tool spec and phase its Scenario names (spec_from). LandscapeError when there is none or it cannot be rebuilt
+    here (a site or an override file that no longer exists)."""
+    from campaigns import paths
+    from campaigns.model.yamlio import YamlDocument, YamlModelError
+    from campaigns.tuning.spec import TuningSpec
+
+    spec_from = SCENARIOS[name].spec_from
+    if "spec" in document:
+        fields, source = document["spec"], f"{path} `spec`"
+    elif spec_from is not None:
+        file, phase = spec_from
+        source = f"{file} phase {phase}"
+        try:
+            config = YamlDocument(paths.DATA_ROOT / file).data or {}
+            fields = {**config.get("common", {}), **config["phases"][phase].get("spec", {})}
+        except (YamlModelError, KeyError, TypeError, AttributeError) as exc:
+            raise LandscapeError(f"benchmark scenario {name}: {path} has no `spec`, and its tune's spec {source} "
+                                 f"cannot be read ({type(exc).__name__}: {exc})") from exc
+    else:
+        raise LandscapeError(f"benchmark scenario {name}: {path} has no `spec` (the tune it measured) and the "
+                             "scenario names none (Scenario.spec_from)")
+    scope = {key: fields[key] for key in SPEC_SCOPE if key in fields}
+    if sorted(fields.get("sizes", [])) != sorted(document["sizes"]) or fields.get("knobs", document["knobs"]) != \
+            document["knobs"]:
+        raise LandscapeError(f"benchmark scenario {name}: the tune spec {source} is not the one {path} measured "
+                             f"(sizes {fields.get('sizes')}, knobs {fields.get('knobs')}; the landscape's "
+                             f"{document['sizes']}, {document['knobs']})")
+    overrides = [Path(file) for file in scope.get("knob_overrides", [])]
+    missing = [str(file) for file in overrides if not (paths.DATA_ROOT / file).is_file()]
+    if missing:
+        raise LandscapeError(f"benchmark scenario {name}: the knob override file(s) {', '.join(missing)} named by "
+                             f"{source} no longer exist(s): the measured tune's catalog cannot be rebuilt")
+    try:
+        return TuningSpec.model_validate({**scope, "knob_overrides": [paths.DATA_ROOT / f for f in overrides]}), source
+    except ValueError as exc:
+        raise LandscapeError(f"benchmark scenario {name}: the tune spec {source} cannot be rebuilt here: "
+                             f"{exc}") from exc
+
+
+def scenario_catalog(name: str, document: Mapping[str, Any], path: Path) -> tuple[KnobCatalog, Any, str]:
+    """The catalog `commcamp tune` searched for the measured scope (the spec's site catalog and knob override files,
+    campaigns.tuning.spec.site_catalog) with the scenario's site defaults (trial 0) on top; also the spec and where
+    it was read. The site's documented settings stay in the catalog but are never enqueued (run_tuner)."""
+    from campaigns.tuning.spec import site_catalog
+
+    spec, source = tune_spec(name, document, path)
+    try:
+        catalog, _ = site_catalog(spec)
+    except ValueError as exc:  # an unknown site, a site.yaml or override file with problems
+        raise LandscapeError(f"benchmark scenario {name}: the catalog of the tune spec {source} (site "
+                             f"{spec.site!r}) cannot be rebuilt here: {exc}") from exc
     scenario = SCENARIOS[name]
-    path = directory / f"{scenario.stem}.json"
-    document = json.loads(path.read_text())
     defaults = document.get("site_defaults", {}) if scenario.site_defaults is None else scenario.site_defaults
-    catalog = KnobCatalog.load()
     if defaults:
         catalog = catalog.for_site({"defaults": dict(defaults)}, f"benchmark scenario {name}")
-    library = Library(document["library"])
-    space = build_space(catalog, {library: document["library_version"]}, knobs=document["knobs"])
+    return catalog, spec, source
+
+
+def landscape_of(path: Path, name: str, space: SearchSpace | None = None) -> tuple[ReplayLandscape, dict[str, Any]]:
+    """The landscape file `path` replayed under scenario `name`'s catalog (or `space`)."""
+    document = json.loads(path.read_text())
+    catalog, spec, _ = scenario_catalog(name, document, path)
+    if space is None:
+        space = build_space(catalog, {Library(document["library"]): document["library_version"]},
+                            knobs=document["knobs"])
     buckets = buckets_for_sizes(document["sizes"], 1)
     return ReplayLandscape.load(path, space, buckets), document
+
+
+def load_scenario(name: str, directory: Path) -> tuple[ReplayLandscape, dict[str, Any]]:
+    return landscape_of(directory / f"{SCENARIOS[name].stem}.json", name)
 
 
 def warm_starts(name: str, landscape: ReplayLandscape, directory: Path) -> list[tuple[Mapping[str, str], str]]:
@@ -168,8 +243,7 @@ def warm_starts(name: str, landscape: ReplayLandscape, directory: Path) -> list[
     if related is None:
         return []
     path = directory / f"{related}.json"
-    sizes = json.loads(path.read_text())["sizes"]
-    winner = ReplayLandscape.load(path, landscape.space, buckets_for_sizes(sizes, 1))
+    winner, _ = landscape_of(path, name, landscape.space)
     return [(winner.best_env, f"the best point of {path}")]
 
 
@@ -189,7 +263,7 @@ def run_tuner(landscape: ReplayLandscape, document: Mapping[str, Any], settings:
     tuner = Tuner(scope, landscape.space, landscape.evaluator(seed), optuna.storages.InMemoryStorage(),
                   landscape.buckets, n_trials=trials, sampler=str(settings["sampler"]), seed=seed,
                   n_startup_trials=settings["n_startup_trials"], screen_trials=settings["screen_trials"],
-                  seed_envs=[{}] if settings["seed_library_defaults"] else [], warm_starts=warm)
+                  seed_envs=[{}] if settings["seed_library_defaults"] else [], warm_starts=warm)  # no documented
     study = tuner.run()
     counted = sorted((t for t in study.get_trials(deepcopy=False) if is_counted(t)), key=lambda t: t.number)
     return [Trial(t.user_attrs[ENV], t.values[0] if t.state is TrialState.COMPLETE else None,
@@ -321,13 +395,18 @@ def summarize(outcomes: list[Outcome], trials: int) -> dict[str, Any]:
 
 
 def describe(scenario: str, directory: Path) -> dict[str, Any]:
+    from campaigns import paths
+
     landscape, document = load_scenario(scenario, directory)
     baseline = landscape.space.catalog.default_env(landscape.space.knob_names)
     qualities = landscape.best_us / landscape.true_us
     runs = [r for p in landscape.points for r in p.runs]
     site_quality = landscape.quality(baseline)
     warm = warm_starts(scenario, landscape, directory)
+    spec, source = tune_spec(scenario, document, directory / f"{SCENARIOS[scenario].stem}.json")
     return {"file": str(directory / f"{SCENARIOS[scenario].stem}.json"), "what": document.get("what"),
+            "tune_spec": {"from": source, "site": spec.site, "system": spec.system,
+                          "knob_overrides": [os.path.relpath(f, paths.DATA_ROOT) for f in spec.knob_overrides]},
             "held_out": SCENARIOS[scenario].held_out,
             **({"warm_start": {"env": dict(warm[0][0]), "from": warm[0][1],
                                "quality": round(landscape.quality(warm[0][0]), 4)}} if warm else {}),
