@@ -253,3 +253,17 @@ def test_a_landscape_whose_tune_cannot_be_rebuilt_is_refused_with_the_reason(tmp
     path.write_text(json.dumps({key: value for key, value in source.items() if key != "spec"}))
     with pytest.raises(LandscapeError, match="no `spec`"):
         load_scenario("h200x2-socket-grid", tmp_path)
+
+
+def test_the_objective_is_the_measured_tune_s_sizes_per_bucket(tmp_path: Path) -> None:
+    """The study objective (and so the best point and every quality) groups the sizes as the measured tune's spec did
+    (sizes_per_bucket; the committed landscapes' tunes used 1), not by a number fixed in the benchmark: the same
+    measurements under a spec of 2 per bucket are scored in 2 buckets (64 KiB alone, 1-4 MiB)."""
+    landscape, document = load_scenario("cpu-openmpi", REPO / LANDSCAPE_DIR)
+    assert document["spec"]["sizes_per_bucket"] == 1
+    assert landscape.buckets == buckets_for_sizes(document["sizes"], 1)
+    (tmp_path / "localslurm_openmpi.json").write_text(json.dumps(
+        {**document, "spec": {**document["spec"], "sizes_per_bucket": 2}}))
+    paired, _ = load_scenario("cpu-openmpi", tmp_path)
+    assert paired.buckets == buckets_for_sizes(document["sizes"], 2) and len(paired.buckets) == 2
+    assert describe("cpu-openmpi", tmp_path)["tune_spec"]["sizes_per_bucket"] == 2

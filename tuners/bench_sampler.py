@@ -8,10 +8,12 @@ and sockets per thread 1-8, NCCL_ALGO Ring or Tree), then the scenario's site de
 `spec` names its tune's tool spec and phase in SCENARIOS (spec_from). Trial 0 of every strategy is the site defaults
 (what the tool always measures first). Strategies:
 
-- shipped: the real `Tuner` with the settings `commcamp tune` ships (campaigns.tuning.spec.TuningSpec defaults:
-  sampler, start-up trials, the one-knob screen of tuners/screen.py, the library-defaults seed as trial 1; the
-  scenarios are a site without documented settings (a site catalog's `documented` settings are never enqueued)
-  and, but for cpu-openmpi-3node-warm, without published winners to warm-start from);
+- shipped: the real `Tuner` with the search settings `commcamp tune` ships: of campaigns.tuning.spec.TuningSpec's
+  defaults only sampler, n_startup_trials, screen_trials (the one-knob screen of tuners/screen.py) and
+  seed_library_defaults (the library defaults as trial 1); the scope, catalog and objective are the measured
+  tune's spec, as above and below, not TuningSpec's defaults (sizes_per_bucket 2); the scenarios are a site
+  without documented settings (a site catalog's `documented` settings are never enqueued) and, but for
+  cpu-openmpi-3node-warm, without published winners to warm-start from);
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials, NO screen and NO seed (like
   shipped, none launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
@@ -26,6 +28,9 @@ own per-seed values halved, resampled), so a 'not shown' says whether the benchm
 shipped's median over random's with a 95 % percentile-bootstrap interval (each strategy's seeds resampled on their
 own, BOOTSTRAP_REPLICATES times): the target asks for <= 0.5, so an interval on one side of 0.5 says the verdict is
 not an accident of the seeds run, and one across it says they cannot tell.
+
+Objective (the study's, and what a point's quality is measured in): the measured tune spec's, its sizes in buckets of
+its sizes_per_bucket (every committed landscape's tune used 1).
 
 Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
 quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
@@ -223,13 +228,14 @@ def scenario_catalog(name: str, document: Mapping[str, Any], path: Path) -> tupl
 
 
 def landscape_of(path: Path, name: str, space: SearchSpace | None = None) -> tuple[ReplayLandscape, dict[str, Any]]:
-    """The landscape file `path` replayed under scenario `name`'s catalog (or `space`)."""
+    """The landscape file `path` replayed under scenario `name`'s catalog (or `space`), its objective the measured
+    tune's (its spec's sizes in buckets of its sizes per bucket)."""
     document = json.loads(path.read_text())
     catalog, spec, _ = scenario_catalog(name, document, path)
     if space is None:
         space = build_space(catalog, {Library(document["library"]): document["library_version"]},
                             knobs=document["knobs"])
-    buckets = buckets_for_sizes(document["sizes"], 1)
+    buckets = buckets_for_sizes(document["sizes"], spec.sizes_per_bucket)
     return ReplayLandscape.load(path, space, buckets), document
 
 
@@ -238,7 +244,8 @@ def load_scenario(name: str, directory: Path) -> tuple[ReplayLandscape, dict[str
 
 
 def warm_starts(name: str, landscape: ReplayLandscape, directory: Path) -> list[tuple[Mapping[str, str], str]]:
-    """The scenario's warm start: the best point of the related scope's landscape (none without one)."""
+    """The scenario's warm start: the best point of the related scope's landscape (none without one), under the
+    related tune's objective."""
     related = SCENARIOS[name].warm_from
     if related is None:
         return []
@@ -406,7 +413,8 @@ def describe(scenario: str, directory: Path) -> dict[str, Any]:
     spec, source = tune_spec(scenario, document, directory / f"{SCENARIOS[scenario].stem}.json")
     return {"file": str(directory / f"{SCENARIOS[scenario].stem}.json"), "what": document.get("what"),
             "tune_spec": {"from": source, "site": spec.site, "system": spec.system,
-                          "knob_overrides": [os.path.relpath(f, paths.DATA_ROOT) for f in spec.knob_overrides]},
+                          "knob_overrides": [os.path.relpath(f, paths.DATA_ROOT) for f in spec.knob_overrides],
+                          "sizes": spec.sizes, "sizes_per_bucket": spec.sizes_per_bucket},
             "held_out": SCENARIOS[scenario].held_out,
             **({"warm_start": {"env": dict(warm[0][0]), "from": warm[0][1],
                                "quality": round(landscape.quality(warm[0][0]), 4)}} if warm else {}),
@@ -572,7 +580,9 @@ def markdown(document: Mapping[str, Any]) -> str:
              "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
              "95 % (and 90 %) of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
              "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded. "
-             f"Shipped = {document['shipped']}. Written by `{document['command']}`.", "", *summary_table(document), ""]
+             f"Shipped = {document['shipped']} (TuningSpec's defaults of the search; each landscape's scope, catalog "
+             "and objective - sizes, sizes per bucket - are its measured tune spec's). "
+             f"Written by `{document['command']}`.", "", *summary_table(document), ""]
     for scenario, info in document["landscapes"].items():
         settings = info.get("measured_settings", info["points"])
         spread = info.get("spelling_spread")
@@ -588,6 +598,9 @@ def markdown(document: Mapping[str, Any]) -> str:
                   "them count as within 95 % is launch noise); "
                   f"quality of the site defaults {info['site_defaults_quality']}, "
                   f"of the library defaults {info['library_defaults_quality']}."
+                  + (f" Searched and scored as its tune ({info['tune_spec']['from']}): site {info['tune_spec']['site']}"
+                     f", knob overrides {', '.join(info['tune_spec']['knob_overrides']) or 'none'}, sizes per bucket "
+                     f"{info['tune_spec']['sizes_per_bucket']}." if "tune_spec" in info else "")
                   + (f" {one_knob_text(info['one_knob_random_order'])}" if "one_knob_random_order" in info else "")
                   + (f" Shipped is warm-started (as `commcamp tune` enqueues a related scope's published winner) with "
                      f"{info['warm_start']['env']}, {info['warm_start']['from']}, quality here "
