@@ -267,3 +267,29 @@ def test_the_objective_is_the_measured_tune_s_sizes_per_bucket(tmp_path: Path) -
     paired, _ = load_scenario("cpu-openmpi", tmp_path)
     assert paired.buckets == buckets_for_sizes(document["sizes"], 2) and len(paired.buckets) == 2
     assert describe("cpu-openmpi", tmp_path)["tune_spec"]["sizes_per_bucket"] == 2
+
+
+def test_a_change_the_replay_answers_with_a_seed_s_point_is_no_unseeded_hit() -> None:
+    """Demo 2 is 21 visited points: a one-knob change of the seeded library defaults (NCCL_BUFFSIZE=2^26 alone was
+    never measured) is answered by the library defaults' own point, so its quality is the seed's and it is no unseeded
+    hit (it counted as one at trial 3: demo 2's unseeded median was 3); the shipped search reaches 95 % at trial 2 by
+    the seed and never without it. On the full grid a change measured at a point of its own still counts."""
+    landscape, document = load_scenario("h200-nvlink-demo2", REPO / LANDSCAPE_DIR)
+    evaluate = landscape.evaluator(seed=0)
+    defaults = landscape.space.catalog.default_env(landscape.space.knob_names)
+    history = [Trial(env, replay_objective_us(evaluate(env), landscape), seeded)
+               for env, seeded in ((defaults, True), ({}, True), ({"NCCL_BUFFSIZE": str(2**26)}, False))]
+    assert landscape.point_of(history[2].env) == landscape.point_of({}) and landscape.quality(history[2].env) == 1.0
+    outcome = score(landscape, history, 0.0)
+    assert outcome.hit == 2 and outcome.hit_unseeded is None
+    for seed in range(5):
+        outcome = score(landscape, run_tuner(landscape, document, shipped_settings(), seed, 30), 0.0)
+        assert outcome.hit == 2 and outcome.hit_unseeded is None
+    grid, _ = load_scenario("h200x4-nvlink-grid-planted", REPO / LANDSCAPE_DIR)
+    start = grid.space.catalog.default_env(grid.space.knob_names)
+    change = {"NCCL_MAX_CTAS": "32"}  # of the library defaults (0.987 of the best): the best point
+    assert grid.quality(start) < 0.95 <= grid.quality({}) and grid.point_of(change) != grid.point_of({})
+    evaluate = grid.evaluator(seed=0)
+    history = [Trial(env, replay_objective_us(evaluate(env), grid), seeded)
+               for env, seeded in ((start, True), ({}, True), (change, False))]
+    assert score(grid, history, 0.0).hit_unseeded == 3

@@ -35,7 +35,9 @@ its sizes_per_bucket (every committed landscape's tune used 1).
 Metric: the trial (1-based) at which the search first MEASURED (successfully) a configuration whose TRUE
 quality (landscape best median / the configuration's median, not the noisy sample) is >= 95 %; a search
 that never did counts as budget + 1. `unseeded` is the same counting only trials that are neither trial 0
-(site defaults) nor seeded, so the seed's contribution shows separately. Also: the true quality of the
+(site defaults) nor seeded (library defaults, documented, warm start) nor answered by a replay point a seeded trial
+already measured (where the landscape is sparse, a change the seed's point answers), so the seed's contribution shows
+separately. Also: the true quality of the
 incumbent (best observed) at the end.
 
     python -m tuners.bench_sampler [--seeds 50] [--trials 30] [--landscapes ...] [--samplers ...]
@@ -345,9 +347,17 @@ class Outcome:
 
 
 def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Outcome:
+    """The history's Outcome. An unseeded trial that the replay answers with a point a seeded trial already measured
+    (on a sparse landscape a one-knob change of the seeded library defaults is answered by the library defaults' own
+    point) is no unseeded hit: the quality is the seed's, not what the search found."""
     hit = hit_unseeded = hit_second = None
     incumbent, incumbent_quality = math.inf, 0.0
+    seeded_points: set[int] = set()  # replay points measured by seeded trials so far (failed launches too)
     for number, trial in enumerate(history, start=1):
+        point = landscape.point_of(trial.env)
+        answered_by_seed = not trial.seeded and point in seeded_points
+        if trial.seeded:
+            seeded_points.add(point)
         if trial.observed_us is None:
             continue
         quality = landscape.quality(trial.env)
@@ -357,7 +367,7 @@ def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Out
             hit_second = hit_second or number
         if quality >= TARGET_QUALITY:
             hit = hit or number
-            if not trial.seeded:
+            if not trial.seeded and not answered_by_seed:
                 hit_unseeded = hit_unseeded or number
     return Outcome(hit, hit_unseeded, hit_second, incumbent_quality, cpu_s / max(len(history), 1))
 
@@ -579,7 +589,8 @@ def markdown(document: Mapping[str, Any]) -> str:
     lines = [f"# Sampler benchmark on measured replay landscapes ({document['date']}, commit {document['commit']})",
              "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
              "95 % (and 90 %) of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
-             "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded. "
+             "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded, nor answered by "
+             "the replay with a point a seeded trial measured. "
              f"Shipped = {document['shipped']} (TuningSpec's defaults of the search; each landscape's scope, catalog "
              "and objective - sizes, sizes per bucket - are its measured tune spec's). "
              f"Written by `{document['command']}`.", "", *summary_table(document), ""]
