@@ -17,7 +17,8 @@ and sockets per thread 1-8, NCCL_ALGO Ring or Tree), then the scenario's site de
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials, NO screen and NO seed (like
   shipped, none launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
-  back to its independent random sampler);
+  back to its independent random sampler), with the Tuner's repeat rule: a configuration it measured before is
+  not launched again and does not count;
 - coordinate: one knob at a time from the site defaults (knob and value order shuffled per seed; every value
   of a knob, then keep the best observed; repeat), int knobs without listed values on a power-of-two ladder.
 
@@ -75,7 +76,7 @@ from tuners.finalize import holm
 from tuners.landscape import LandscapeError, ReplayLandscape
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, build_space
-from tuners.study import ENV, ROLE, Tuner, is_counted
+from tuners.study import ENV, MAX_REPEATS, ROLE, Tuner, is_counted, same_configuration
 from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
@@ -280,6 +281,9 @@ def run_tuner(landscape: ReplayLandscape, document: Mapping[str, Any], settings:
 
 
 def run_sobol(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]:
+    """Scrambled Sobol with the Tuner's repeat rule (tuners/study.py): a proposal of a configuration it measured
+    before (tuners.study.same_configuration) is told the earlier result, is not launched and does not count, and the
+    next point is drawn; after MAX_REPEATS repeats in a row the proposal is measured anyway."""
     space = landscape.space
     evaluate = landscape.evaluator(seed)
     with warnings.catch_warnings():
@@ -288,13 +292,22 @@ def run_sobol(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]
                                                                        warn_independent_sampling=False))
     baseline = space.catalog.default_env(space.knob_names)
     study.enqueue_trial(space.params_for_env(baseline))
-    history = []
-    for index in range(trials):
+    history: list[Trial] = []
+    repeats = 0
+    while len(history) < trials:
         trial = study.ask()
         env = space.suggest(trial)
+        earlier = None if repeats >= MAX_REPEATS else next(
+            (t for t in history if same_configuration(space, env, [t.env])), None)
+        if earlier is not None:
+            repeats += 1
+            study.tell(trial, earlier.observed_us,
+                       state=TrialState.COMPLETE if earlier.observed_us is not None else TrialState.FAIL)
+            continue
+        repeats = 0
         observed = replay_objective_us(evaluate(env), landscape)
         study.tell(trial, observed, state=TrialState.COMPLETE if observed is not None else TrialState.FAIL)
-        history.append(Trial(env, observed, index == 0))
+        history.append(Trial(env, observed, not history))
     return history
 
 
