@@ -12,6 +12,7 @@ import pytest
 from tuners.bench_sampler import (
     LANDSCAPE_DIR,
     SCENARIOS,
+    STRATEGIES,
     Trial,
     describe,
     load_scenario,
@@ -19,10 +20,12 @@ from tuners.bench_sampler import (
     replay_objective_us,
     run_coordinate,
     run_sobol,
+    search,
     run_tuner,
     score,
     warm_starts,
     shipped_settings,
+    stream_seed,
     target_verdict,
 )
 from tuners.catalog import Library
@@ -306,3 +309,18 @@ def test_sobol_skips_a_configuration_it_measured_as_every_other_strategy_does(sc
         history = run_sobol(landscape, seed, 30)
         assert len(history) == 30 and history[0].seeded and not any(t.seeded for t in history[1:])
         assert len({landscape.configuration(t.env) for t in history}) == 30
+
+
+def test_each_strategy_draws_on_its_own_stream() -> None:
+    """TPE's start-up sampler is RandomSampler(seed): on one seed TPE's first trials were random's, trial for trial, and
+    the two strategies' per-seed values correlated. A benchmark seed gives each strategy its own stream (stream_seed):
+    random's and TPE's first trials differ, and a strategy's search on a seed is still reproducible."""
+    landscape, document = load_scenario("h200x2-socket-grid", REPO / LANDSCAPE_DIR)
+    plain = {**shipped_settings(), "screen_trials": 0, "seed_library_defaults": False}
+    one_seed = [[t.env for t in run_tuner(landscape, document, {**plain, "sampler": name}, 0, 4)]
+                for name in ("random", "tpe")]
+    assert one_seed[0] == one_seed[1]  # what a shared seed did (TPE's 4 start-up trials)
+    random, tpe = ([t.env for t in search(landscape, document, name, 0, 4)] for name in ("random", "tpe"))
+    assert random[0] == tpe[0] and all(a != b for a, b in zip(random[1:], tpe[1:]))  # trial 1: the site defaults
+    assert [t.env for t in search(landscape, document, "random", 0, 4)] == random
+    assert len({stream_seed(name, seed) for name in STRATEGIES for seed in range(50)}) == 50 * len(STRATEGIES)
