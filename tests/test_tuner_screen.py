@@ -13,7 +13,7 @@ from fixtures_tuner import make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario, run_tuner, score, shipped_settings
 from tuners.screen import ROUND_STEPS, SCREEN_ATTR
-from tuners.study import ENV, ROLE, Tuner, is_counted
+from tuners.study import ENV, RETRY_OF, ROLE, Tuner, is_counted
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIO = "h200x2-socket-grid"
@@ -90,6 +90,34 @@ def test_a_resumed_study_does_not_screen_again(sqlite_url: str) -> None:
     steps = [t.system_attrs[SCREEN_ATTR] for t in resumed.trials if SCREEN_ATTR in t.system_attrs]
     assert len(steps) == 6 == len(set(steps))
     assert sum(is_counted(t) for t in resumed.trials) == 14
+
+
+def test_an_interrupted_screened_trial_runs_again_as_its_step(sqlite_url: str) -> None:
+    """Ctrl-C on the screen's third trial: its re-run is that step again (before, the re-run took the next step's
+    number and that step was never measured); every step of the screen is measured once."""
+    landscape, document = load_scenario(SCENARIO, REPO / LANDSCAPE_DIR)
+    replay = landscape.evaluator(0)
+    calls = []
+
+    def interrupted(env, *, validate=False):
+        calls.append(env)
+        if len(calls) == 5:  # the defaults, the library defaults, two screened trials, then the third
+            raise KeyboardInterrupt
+        return replay(env, validate=validate)
+
+    def tune(evaluate) -> optuna.Study:
+        return Tuner(make_scope(library="nccl", library_version=document["library_version"]), landscape.space,
+                     evaluate, sqlite_url, landscape.buckets, n_trials=8, seed=0, n_startup_trials=4,
+                     screen_trials=6, seed_envs=[{}]).run()
+    try:
+        tune(interrupted)
+    except KeyboardInterrupt:
+        pass
+    study = tune(replay)
+    retry = next(t for t in study.trials if RETRY_OF in t.user_attrs)
+    assert retry.system_attrs[SCREEN_ATTR] == study.trials[retry.user_attrs[RETRY_OF][-1]].system_attrs[SCREEN_ATTR]
+    steps = [t.system_attrs[SCREEN_ATTR] for t in study.trials if is_counted(t) and SCREEN_ATTR in t.system_attrs]
+    assert len(steps) == len(set(steps)) == 6
 
 
 def test_the_screen_reaches_the_grid_s_best_sooner_than_tpe_alone() -> None:

@@ -24,12 +24,14 @@ from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F4
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario
 from tuners.catalog import KnobCatalog
-from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
+from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, buckets_for_sizes
 from tuners.space import build_space
 from tuners.study import (
     DROPPED_KNOBS,
     BUCKET_US,
     DEFAULT_SAMPLER,
+    DOCUMENTED,
+    DOCUMENTED_FROM,
     ENV,
     FAIL_REASON,
     MAX_REPEATS,
@@ -40,6 +42,7 @@ from tuners.study import (
     SEEDED,
     SamplerName,
     Tuner,
+    _RequeueLostTrial,
     finalization_candidates,
     is_counted,
     open_storage,
@@ -302,6 +305,29 @@ def test_interrupted_trial_is_queued_again(sqlite_url: str) -> None:
     assert len(trials) == 6
     assert resumed.envs[0] == interrupted_env  # the re-queued trial runs first
     assert [t.user_attrs.get(RETRY_OF) for t in trials if RETRY_OF in t.user_attrs] == [[2]]
+
+
+def test_a_re_run_trial_keeps_its_role_and_where_it_comes_from(sqlite_url: str) -> None:
+    """Trial 0 aborted (its results could not be stored), the documented setting interrupted (Ctrl-C), a worker lost
+    on the documented setting: each re-run is still the site defaults or the documented setting, so the study
+    knows its defaults' time and the screen (which starts from them) runs."""
+    documented = [({"NCCL_PROTO": "Simple"}, "vendor guide")]
+    first = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {1: EvaluationAborted("results database unreachable")})
+    with pytest.raises(EvaluationAborted):
+        make_tuner(sqlite_url, first, n_trials=4, documented=documented, screen_trials=2).run()
+    second = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {1: KeyboardInterrupt()})
+    with pytest.raises(KeyboardInterrupt):
+        make_tuner(sqlite_url, second, n_trials=4, documented=documented, screen_trials=2).run()
+    study = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=4, documented=documented,
+                       screen_trials=2).run()
+    retries = [t for t in study.trials if RETRY_OF in t.user_attrs]
+    assert [(t.user_attrs[ROLE], t.user_attrs.get(DOCUMENTED_FROM), is_counted(t)) for t in retries] == [
+        ("defaults", None, True), (DOCUMENTED, "vendor guide", True)]
+    assert study_progress(study).defaults_value_us is not None
+    assert any("commcamp:screen" in t.system_attrs for t in study.trials)
+    _RequeueLostTrial(max_retry=2)(study, retries[1])  # the heartbeat callback of a worker lost on it
+    requeued = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert [(t.user_attrs[ROLE], t.user_attrs[DOCUMENTED_FROM]) for t in requeued] == [(DOCUMENTED, "vendor guide")]
 
 
 class _Kept(logging.Handler):

@@ -75,10 +75,10 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.base.before_trial(study, trial)
-        if "fixed_params" in trial.system_attrs:  # an enqueued trial (defaults, seeds, a re-queued one)
+        if "fixed_params" in trial.system_attrs or trial.params:  # enqueued (defaults, seeds) or re-queued (retry)
             return
         trials = study.get_trials(deepcopy=False)
-        steps = [t.system_attrs[SCREEN_ATTR] for t in trials if SCREEN_ATTR in t.system_attrs]
+        steps = {t.system_attrs[SCREEN_ATTR] for t in trials if SCREEN_ATTR in t.system_attrs}  # a retry keeps its step
         if len(steps) >= self.n_screen:
             return
         planned = self._next(trials, max(steps, default=-1) + 1, study.user_attrs.get(self.dropped_attr, {}))

@@ -16,7 +16,8 @@
   worker with heartbeats waits: they count, or a dead worker's trial goes stale and is run here.
 - A worker killed mid-trial leaves a RUNNING trial. With heartbeats on, the next worker fails it
   (it never counts) and re-queues its parameters (`retry_of`), up to `max_retry` times, after which
-  one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way.
+  one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way. The
+  re-queued trial keeps its role (defaults, seeded, ...), where it comes from and its screen step.
   So no measurement is lost and none is counted twice.
 - Parallel workers: call `run()` in several processes on the same PostgreSQL URL. SQLite is for
   one process at a time (Optuna's documentation: concurrent writers lock it).
@@ -40,7 +41,6 @@ from typing import Any, NoReturn
 import optuna
 import sqlalchemy
 import sqlalchemy.exc
-from optuna.distributions import BaseDistribution
 from optuna.exceptions import ExperimentalWarning
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
@@ -57,7 +57,7 @@ from tuners.evaluation import (
     overall_time_us,
 )
 from tuners.scope import StudyScope
-from tuners.screen import OneKnobScreen
+from tuners.screen import SCREEN_ATTR, OneKnobScreen
 from tuners.space import SearchSpace, SpaceError
 
 logger = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ DOCUMENTED_FROM = "documented_from"
 WARM_START = "warm_start"  # the winner of a related scope (WARM_START_FROM: which), enqueued after the seeds
 WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
+KEPT_ON_RETRY = (ROLE, DOCUMENTED_FROM, WARM_START_FROM)  # what a re-queued trial keeps of the trial it re-runs
 REPEAT_OF = "repeat_of"  # the counted trial that already measured this trial's setting (it is not launched again)
 MAX_REPEATS = 20
 # Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
@@ -128,33 +129,32 @@ class _RequeueLostTrial:
         self.max_retry = max_retry
 
     def __call__(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        history = [*trial.user_attrs.get(RETRY_OF, []), trial.number]
+        history = _history(trial)
         if len(history) > self.max_retry:
             reason = f"worker lost {len(history)} times while evaluating (trials {history})"
-            _add_finished_fail(study, trial.params, trial.distributions, history, reason)
+            _add_again(study, trial, TrialState.FAIL, {OUTCOME: LOST, FAIL_REASON: reason})
         else:
-            _requeue(study, trial.params, trial.distributions, history)
+            _add_again(study, trial, TrialState.WAITING)
 
 
-def _requeue(
-    study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int]
-) -> None:
+def _history(trial: FrozenTrial) -> list[int]:
+    return [*trial.user_attrs.get(RETRY_OF, []), trial.number]
+
+
+def _add_again(study: optuna.Study, trial: FrozenTrial, state: TrialState,
+               user_attrs: Mapping[str, Any] | None = None) -> None:
+    """A new trial with `trial`'s parameters (`retry_of`): WAITING to run again, or a finished FAIL. It keeps what
+    the trial is (its role and where it comes from, its screen step), so that a re-run defaults trial is still the
+    defaults and a re-run screened trial is the screen's step, not a new one."""
+    kept = {name: trial.user_attrs[name] for name in KEPT_ON_RETRY if name in trial.user_attrs}
+    step = trial.system_attrs.get(SCREEN_ATTR)
     study.add_trial(
         optuna.trial.create_trial(
-            state=TrialState.WAITING, params=params, distributions=dists, user_attrs={RETRY_OF: history}
-        )
-    )
-
-
-def _add_finished_fail(
-    study: optuna.Study, params: dict[str, Any], dists: dict[str, BaseDistribution], history: list[int], reason: str
-) -> None:
-    study.add_trial(
-        optuna.trial.create_trial(
-            state=TrialState.FAIL,
-            params=params,
-            distributions=dists,
-            user_attrs={RETRY_OF: history, OUTCOME: LOST, FAIL_REASON: reason},
+            state=state,
+            params=trial.params,
+            distributions=trial.distributions,
+            user_attrs={**kept, RETRY_OF: _history(trial), **(user_attrs or {})},
+            system_attrs={} if step is None else {SCREEN_ATTR: step},
         )
     )
 
@@ -466,7 +466,7 @@ class Tuner:
         """Queue the setting again so that a resumed run measures it, then re-raise what stopped the
         trial. If the storage itself is gone the trial stays RUNNING; its heartbeat goes stale and the
         next run re-queues it then."""
-        _requeue(trial.study, trial.params, trial.distributions, [*trial.user_attrs.get(RETRY_OF, []), trial.number])
+        _add_again(trial.study, trial.storage.get_trial(trial._trial_id), TrialState.WAITING)
         raise
 
     def _objective(self, trial: optuna.Trial) -> float:
