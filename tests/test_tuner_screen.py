@@ -92,6 +92,18 @@ def test_a_resumed_study_does_not_screen_again(sqlite_url: str) -> None:
     assert sum(is_counted(t) for t in resumed.trials) == 14
 
 
+def test_a_resumed_study_screens_what_an_uninterrupted_one_does(sqlite_url: str) -> None:
+    """Stopped after 4 trials and resumed, the screen goes on in the order it began with (the study's seed): before,
+    a resumed screen took its order from seed + trials so far and changed it mid-round (a knob screened again,
+    others never)."""
+    def screened(study: optuna.Study) -> list[tuple[int, dict[str, str]]]:
+        return [(t.system_attrs[SCREEN_ATTR], t.user_attrs[ENV]) for t in study.trials if SCREEN_ATTR in t.system_attrs]
+    whole = run(sqlite_url, n_trials=1 + ROUND_STEPS, screen_trials=ROUND_STEPS)
+    resumed_url = sqlite_url.replace(".db", "-resumed.db")
+    run(resumed_url, n_trials=4, screen_trials=ROUND_STEPS)
+    assert screened(run(resumed_url, n_trials=1 + ROUND_STEPS, screen_trials=ROUND_STEPS)) == screened(whole)
+
+
 def test_an_interrupted_screened_trial_runs_again_as_its_step(sqlite_url: str) -> None:
     """Ctrl-C on the screen's third trial: its re-run is that step again (before, the re-run took the next step's
     number and that step was never measured); every step of the screen is measured once."""

@@ -18,7 +18,8 @@ new best instead (tried on the same landscapes) walked the screen away from the 
 wrapped sampler (TPE) goes on with every screened trial as its data. Numbers: results/bench/sampler_benchmark.md.
 
 Optuna's sampler interface, like its GridSampler: the plan of a trial is made in `before_trial` and marked in the
-trial's system attributes (SCREEN_ATTR), so a resumed study or another worker counts the screen's trials from storage.
+trial's system attributes (SCREEN_ATTR), so a resumed study or another worker counts the screen's trials from storage;
+they build the screen with the study's seed (tuners/study.py SCREEN_SEED), so they go on in the same order.
 """
 
 from __future__ import annotations

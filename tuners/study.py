@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import secrets
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -82,6 +83,7 @@ MAX_REPEATS = 20
 # Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
 # trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing.
 DROPPED_KNOBS = "dropped_knobs"
+SCREEN_SEED = "screen_seed"  # study user attribute: the seed of the one-knob screen's order (the study's seed)
 COMPLETE = "complete"
 LOST = "lost"
 CONNECT_TIMEOUT_S = 10  # a PostgreSQL server that does not answer (firewalled, down host)
@@ -367,13 +369,6 @@ class Tuner:
             logger.warning("%s: %s %s left out: %s", self.study_name, what, dict(env), exc)
             return None
 
-    def _sampler(self, seed: int | None) -> optuna.samplers.BaseSampler:
-        sampler = make_sampler(self.sampler_name, seed, self.n_startup_trials)
-        if not self.screen_trials:
-            return sampler
-        return OneKnobScreen(sampler, self.space, self.screen_trials, seed, env_attr=ENV, role_attr=ROLE,
-                             dropped_attr=DROPPED_KNOBS)
-
     def load_study(self) -> optuna.Study:
         """Creates the study (enqueuing the defaults as trial 0) or loads it, checking that the
         stored study was set up with the same knobs and buckets."""
@@ -381,13 +376,14 @@ class Tuner:
             offset = len(optuna.load_study(study_name=self.study_name, storage=self.storage).trials)
         except KeyError:
             offset = 0
-        # A resumed study gets a fresh seed so that a seeded sampler does not replay its first run.
+        # A resumed study or another worker gets a fresh sampler seed, so that a seeded TPE does not replay its first
+        # run (or propose what the other workers do).
         seed = None if self.seed is None else self.seed + offset
         study = optuna.create_study(
             study_name=self.study_name,
             storage=self.storage,
             direction="minimize",
-            sampler=self._sampler(seed),
+            sampler=make_sampler(self.sampler_name, seed, self.n_startup_trials),
             load_if_exists=True,
         )
         setup = {
@@ -402,6 +398,7 @@ class Tuner:
         if stored is None:
             for key, value in setup.items():
                 study.set_user_attr(key, value)
+            study.set_user_attr(SCREEN_SEED, secrets.randbits(32) if self.seed is None else self.seed)
             study.set_user_attr("setup", True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
@@ -423,6 +420,12 @@ class Tuner:
                         f"study {self.study_name} exists with different {key} "
                         f"({study.user_attrs.get(key)} != {setup[key]}); name another study (--study NAME)"
                     )
+        if self.screen_trials:
+            # The screen's knob and value order comes from the study, not from this process: a resumed study or
+            # another worker goes on with the order the screen began with (a study older than SCREEN_SEED: the seed).
+            study.sampler = OneKnobScreen(study.sampler, self.space, self.screen_trials,
+                                          study.user_attrs.get(SCREEN_SEED, self.seed), env_attr=ENV, role_attr=ROLE,
+                                          dropped_attr=DROPPED_KNOBS)
         return study
 
     def run(self) -> optuna.Study:
