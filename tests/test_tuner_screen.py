@@ -12,7 +12,10 @@ import optuna
 from fixtures_tuner import make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario, run_tuner, score, shipped_settings
+from tuners.catalog import KnobCatalog
+from tuners.evaluation import Evaluation, SizeBucket
 from tuners.screen import ROUND_STEPS, SCREEN_ATTR
+from tuners.space import build_space
 from tuners.study import ENV, RETRY_OF, ROLE, Tuner, is_counted
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,6 +72,28 @@ def test_a_second_round_changes_one_knob_of_the_fastest_point_of_the_first(sqlit
     for trial in second:
         env = searched(trial.user_attrs[ENV], knobs)
         assert sum(env.get(k) != centre.get(k) for k in knobs) == 1, (env, centre)
+
+
+def test_a_round_after_passed_over_steps_changes_its_own_centre(sqlite_url: str) -> None:
+    """Six knobs, times that depend on the whole setting: at this seed the first round ends on passed-over steps.
+    Every screened trial is a one-knob change of its round's centre (the fastest start or trial of an earlier
+    round); before, the first trial after them took the next round's step but changed the first round's centre."""
+    knobs = ("NCCL_SOCKET_NTHREADS", "NCCL_BUFFSIZE", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_CTAS", "NCCL_CROSS_NIC")
+    space = build_space(KnobCatalog.load(), {"nccl": "2.28.3"}, knobs=list(knobs), op="allreduce", transport="ccl")
+
+    def by_setting(env, *, validate=False):
+        return Evaluation(times_us={8: [10.0 + sum(map(ord, repr(sorted(env.items())))) % 70 / 10]})
+    study = Tuner(make_scope(), space, by_setting, sqlite_url, [SizeBucket("a", 1, 8)], n_trials=18, seed=3,
+                  screen_trials=2 * ROUND_STEPS).run()
+    trials = [t for t in study.trials if is_counted(t)]
+    screened = [t for t in trials if SCREEN_ATTR in t.system_attrs]
+    assert any(t.system_attrs[SCREEN_ATTR] >= ROUND_STEPS for t in screened)
+    for trial in screened:
+        begun = trial.system_attrs[SCREEN_ATTR] - trial.system_attrs[SCREEN_ATTR] % ROUND_STEPS
+        centre = min((t for t in trials if ROLE in t.user_attrs or t.system_attrs.get(SCREEN_ATTR, begun) < begun),
+                     key=lambda t: t.values[0]).user_attrs[ENV]
+        changed = [k for k in knobs if trial.user_attrs[ENV].get(k) != centre.get(k)]
+        assert len(changed) == 1, (trial.system_attrs[SCREEN_ATTR], trial.user_attrs[ENV], centre)
 
 
 def test_the_screen_does_not_propose_a_configuration_the_study_has_measured(sqlite_url: str) -> None:

@@ -96,16 +96,15 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         starts = [t for t in complete if self.role_attr in t.user_attrs]
         if not starts:
             return None
-        # the centre of this round: the fastest start or trial of an earlier round
-        begun = first_step - first_step % ROUND_STEPS
-        candidates = [*starts, *(t for t in complete if t.system_attrs.get(SCREEN_ATTR, begun) < begun)]
-        centre = min(candidates, key=lambda t: t.values[0]).user_attrs[self.env_attr]
         effective = self.space.catalog.effective_env
         known = [effective(t.user_attrs[self.env_attr]) for t in measured]
-        current = {name: centre.get(name) for name in self.space.knob_names}
         searched = [i for i in self.knob_order if self.space.dimensions[i].name not in dropped]
         longest = max((len(self.values[i]) for i in searched), default=0)
+        current: dict[str, str | None] | None = None
         for step in range(first_step, first_step + len(searched) * longest):
+            if current is None or step % ROUND_STEPS == 0:
+                # a round's trials are changes of its own centre, also when the round before ended on passed-over steps
+                current = self._centre(starts, complete, step - step % ROUND_STEPS)
             index = searched[step % len(searched)]
             values = self.values[index]
             value = values[(step // len(searched)) % len(values)]
@@ -120,6 +119,14 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
             if effective(env) not in known:  # a change the library does not see (an inert knob) is passed over too
                 return step, params
         return None
+
+    def _centre(self, starts: Sequence[FrozenTrial], complete: Sequence[FrozenTrial], begun: int
+                ) -> dict[str, str | None]:
+        """The knob values of the centre of the round beginning at step `begun`: the fastest start or trial of an
+        earlier round."""
+        candidates = [*starts, *(t for t in complete if t.system_attrs.get(SCREEN_ATTR, begun) < begun)]
+        centre = min(candidates, key=lambda t: t.values[0]).user_attrs[self.env_attr]
+        return {name: centre.get(name) for name in self.space.knob_names}
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
