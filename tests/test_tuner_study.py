@@ -294,6 +294,29 @@ def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str) -> No
         Tuner(make_scope(), synthetic_space(), again, sqlite_url, BUCKETS, n_trials=12).run()
 
 
+@pytest.mark.parametrize("dies_at", [1, 2])
+def test_a_study_whose_creation_died_gets_its_starting_points_on_resume(
+        sqlite_url: str, dies_at: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first run dies while queuing the starting points (before the site defaults, or after them before the
+    library defaults): the resumed run queues what is missing, once each (before, it took the study as set up and
+    never measured the site defaults)."""
+    enqueue = optuna.Study.enqueue_trial
+    calls = []
+
+    def dying(study: optuna.Study, *args, **kwargs) -> None:
+        calls.append(1)
+        if len(calls) == dies_at:
+            raise RuntimeError("database connection lost")
+        enqueue(study, *args, **kwargs)
+    monkeypatch.setattr(optuna.Study, "enqueue_trial", dying)
+    with pytest.raises(RuntimeError):
+        make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=3, seed_envs=[{}]).run()
+    monkeypatch.setattr(optuna.Study, "enqueue_trial", enqueue)
+    study = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=3, seed_envs=[{}]).run()
+    assert [t.user_attrs.get(ROLE) for t in counted(study)] == ["defaults", SEEDED, None]
+    assert study_progress(study).defaults_value_us is not None
+
+
 def test_interrupted_trial_is_queued_again(sqlite_url: str) -> None:
     evaluator = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {3: KeyboardInterrupt()})
     with pytest.raises(KeyboardInterrupt):

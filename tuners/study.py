@@ -394,12 +394,17 @@ class Tuner:
             "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
             "geometric mean of the median times of its message sizes",
         }
-        stored = study.user_attrs.get("setup")
-        if stored is None:
+        for key in ("knobs", "buckets", "baseline_env"):
+            if key in study.user_attrs and study.user_attrs[key] != setup[key]:
+                raise ValueError(
+                    f"study {self.study_name} exists with different {key} "
+                    f"({study.user_attrs[key]} != {setup[key]}); name another study (--study NAME)"
+                )
+        if not study.user_attrs.get("setup"):
             for key, value in setup.items():
                 study.set_user_attr(key, value)
-            study.set_user_attr(SCREEN_SEED, secrets.randbits(32) if self.seed is None else self.seed)
-            study.set_user_attr("setup", True)
+            if SCREEN_SEED not in study.user_attrs:
+                study.set_user_attr(SCREEN_SEED, secrets.randbits(32) if self.seed is None else self.seed)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 study.enqueue_trial(
@@ -413,13 +418,9 @@ class Tuner:
                 for env, source in self.warm_starts:
                     study.enqueue_trial(self.space.params_for_env(env),
                                         user_attrs={ROLE: WARM_START, WARM_START_FROM: source}, skip_if_exists=True)
-        else:
-            for key in ("knobs", "buckets", "baseline_env"):
-                if study.user_attrs.get(key) != setup[key]:
-                    raise ValueError(
-                        f"study {self.study_name} exists with different {key} "
-                        f"({study.user_attrs.get(key)} != {setup[key]}); name another study (--study NAME)"
-                    )
+            # Marked set up only once every starting point is queued: a run that died before gets here again and
+            # queues what is missing (skip_if_exists: not what is queued already).
+            study.set_user_attr("setup", True)
         if self.screen_trials:
             # The screen's knob and value order comes from the study, not from this process: a resumed study or
             # another worker goes on with the order the screen began with (a study older than SCREEN_SEED: the seed).
