@@ -204,6 +204,23 @@ def test_a_setting_that_breaks_a_constraint_is_not_launched_and_the_tune_goes_on
     assert all(int(env.get(threads, 1)) * int(env[socks]) <= 64 for env in launched)
 
 
+def test_a_starting_point_that_changes_a_knob_that_left_the_search_is_skipped(sqlite_url: str) -> None:
+    """The seed shows that NCCL_NSOCKS_PERTHREAD is not read; the documented setting after it changes that knob too.
+    Measured with the knob back at the baseline's value it would be another setting under the documented name
+    (before: {NCCL_SOCKET_NTHREADS: 2} marked documented): it is skipped, uncounted, and says why."""
+    space = build_space(KnobCatalog.load(), {"nccl": "2.28.3"}, knobs=["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"],
+                        op="allreduce", transport="ccl")
+    evaluator = UnreadKnob("NCCL_NSOCKS_PERTHREAD")
+    study = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=4, seed=0, sampler="random",
+                  seed_envs=[{"NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "2"}],
+                  documented=[({"NCCL_SOCKET_NTHREADS": "2", "NCCL_NSOCKS_PERTHREAD": "8"}, "vendor guide")]).run()
+    documented = next(t for t in study.trials if t.user_attrs.get(ROLE) == DOCUMENTED)
+    assert not is_counted(documented) and ENV not in documented.user_attrs
+    assert documented.user_attrs[FAIL_REASON].startswith("skipped: it changes NCCL_NSOCKS_PERTHREAD")
+    assert {"NCCL_SOCKET_NTHREADS": "2"} not in evaluator.envs[:3]  # not launched in its place
+    assert len(counted(study)) == 4
+
+
 class Recording:
     """Delegates to `inner`, recording every environment it is asked to run."""
 

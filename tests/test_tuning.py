@@ -20,13 +20,14 @@ import pytest
 import yaml
 
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
-                                        knobs_read, strip_knobs)
+                                        RunOutcome, knobs_read, strip_knobs)
 from fixtures_cli import commcamp_output
 from fixtures_tuner import make_scope
 from tuners.catalog import KnobCatalog, Library
-from tuners.evaluation import FailureKind
+from tuners.evaluation import FailureKind, buckets_for_sizes
 from tuners.finalize import Thresholds, fit_budget, planned_runs
 from tuners.space import build_space
+from tuners.study import DROPPED_KNOBS, OUTCOME, Tuner, is_counted
 
 REPO = Path(__file__).resolve().parents[1]
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
@@ -106,6 +107,40 @@ def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, c
     exempt = evaluator(tmp_path, fake)
     exempt.exempt = frozenset({"OMPI_MCA_coll_tuned_no_such_param"})
     assert exempt({"OMPI_MCA_coll_tuned_no_such_param": "1"}).ok
+
+
+class NcclReadLog:
+    """An executor whose run measures 10 us at every size and prints NCCL's read log of the knobs set, but for those
+    in `unread` (a code path that does not read them: NCCL_IB_SL on a run without InfiniBand)."""
+
+    def __init__(self, unread: set[str]) -> None:
+        self.unread = unread
+
+    def run(self, env, request: BenchRequest, validate: bool) -> RunOutcome:
+        log = "".join(f"vm:1:2 [0] NCCL INFO {name} set by environment to {value}\n" for name, value in env.items()
+                      if name not in self.unread)
+        return RunOutcome([{"kind": "result", "op": request.op, "bytes": size, "valid": True, "samples_us": [10.0]}
+                           for size in request.sizes], log, 0)
+
+
+def test_a_site_default_the_library_does_not_read_fails_no_trial(catalog: KnobCatalog) -> None:
+    """Leonardo's default NCCL_IB_SL=1 on a path where NCCL never reads it: the baseline runs it too, so it is inert,
+    not invalid; it leaves the search and every trial, trial 0 first, is measured (before, every trial was invalid
+    and the whole budget burnt). A change of it that the library does not read is still not credited."""
+    leonardo = catalog.for_site({"defaults": {"NCCL_IB_SL": "1"}})
+    sizes = (8, 1024)
+    evaluate = CommbenchEvaluator(NcclReadLog({"NCCL_IB_SL"}), BenchRequest("allreduce", "ccl", sizes), Library.NCCL,
+                                  leonardo)
+    at_default = evaluate({"NCCL_IB_SL": "1", "NCCL_PROTO": "LL"})
+    assert at_default.ok and at_default.unread == ("NCCL_IB_SL",)
+    changed = evaluate({"NCCL_IB_SL": "2"})
+    assert changed.failure is FailureKind.INVALID and "did not report reading NCCL_IB_SL" in changed.reason
+    space = build_space(leonardo, {Library.NCCL: "2.28.3"}, knobs=["NCCL_IB_SL", "NCCL_BUFFSIZE"], op="allreduce",
+                        transport="ccl")
+    study = Tuner(make_scope(), space, evaluate, optuna.storages.InMemoryStorage(), buckets_for_sizes(sizes),
+                  n_trials=6, seed=0).run()
+    assert [t.user_attrs[OUTCOME] for t in study.trials if is_counted(t)] == ["complete"] * 6
+    assert study.user_attrs[DROPPED_KNOBS] == {"NCCL_IB_SL": "not read by the library in trial 0"}
 
 
 def test_hang_corruption_crash_and_hard_limit_are_failed_trials(tmp_path: Path, catalog: KnobCatalog) -> None:

@@ -43,7 +43,9 @@ class Evaluation:
     reason: str = ""
     validated: bool = False
     record_ids: tuple[str, ...] = ()
-    unread: tuple[str, ...] = ()  # knobs set that the library's read log did not show (an INVALID run)
+    # knobs set that the library's read log did not show: on an INVALID run among them a change from the baseline,
+    # on a complete one only knobs at the baseline's value (inert on this path)
+    unread: tuple[str, ...] = ()
     allocation: str | None = None  # the batch allocation (Slurm job id) the run ran in, when known
 
     def __post_init__(self) -> None:

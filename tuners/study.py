@@ -81,7 +81,8 @@ KEPT_ON_RETRY = (ROLE, DOCUMENTED_FROM, WARM_START_FROM)  # what a re-queued tri
 REPEAT_OF = "repeat_of"  # the counted trial that already measured this trial's setting (it is not launched again)
 MAX_REPEATS = 20
 # Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
-# trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing.
+# trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing, and a
+# starting point (seed, documented, warm start) that changes it is skipped rather than measured as another setting.
 DROPPED_KNOBS = "dropped_knobs"
 SCREEN_SEED = "screen_seed"  # study user attribute: the seed of the one-knob screen's order (the study's seed)
 COMPLETE = "complete"
@@ -480,7 +481,19 @@ class Tuner:
             raise optuna.TrialPruned()
         dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
         try:
-            env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
+            if ROLE in trial.user_attrs:
+                # A starting point is measured as it was queued or not at all: with a knob that left the search put
+                # back to the baseline's value it would be another setting under the seed's name.
+                env = self.space.suggest(trial)
+                changed = [name for name in dropped if env.get(name) != self.baseline_env.get(name)]
+                if changed:
+                    reason = (f"skipped: it changes {', '.join(changed)} from the baseline, which left the search "
+                              f"({'; '.join(dropped[name] for name in changed)})")
+                    trial.set_user_attr(FAIL_REASON, reason)
+                    logger.warning("trial %d (%s) %s", trial.number, trial.user_attrs[ROLE], reason)
+                    raise _TrialFailed(reason)
+            else:
+                env = self.space.suggest(trial, fixed={name: self.baseline_env.get(name) for name in dropped})
         except (SpaceError, UnsafeValueError) as exc:  # e.g. a queued setting beside a knob fixed since it was queued
             trial.set_user_attr(OUTCOME, FailureKind.INVALID.value)
             trial.set_user_attr(FAIL_REASON, f"not launched: {exc}")

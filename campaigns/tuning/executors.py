@@ -14,8 +14,10 @@ the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL 
 variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
 Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
 credited: the trial is INVALID with the names in its reason (a typo, a name this version does not know,
-or a code path this run does not take). Libraries without such a log (MPICH, UCX, ...) are recorded as
-unverified in the trial, never silently as read.
+or a code path this run does not take). A knob at the site's default (or pinned) value is what the baseline
+runs too: unread, it is inert on this run's path and does not make the run invalid (it is named in the
+evaluation's `unread`, so the tuner takes it out of the search). Libraries without such a log (MPICH, UCX,
+...) are recorded as unverified in the trial, never silently as read.
 
 Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
 wrong data (a validated record with valid=false: commbench then exits 1) or an unread knob = INVALID;
@@ -304,6 +306,10 @@ class CommbenchEvaluator:
         self.library = library
         self.catalog = catalog
         self.exempt = exempt
+        # What the baseline sets (site defaults, pinned values, their companions): such a knob unread changes nothing
+        # against the baseline (e.g. Leonardo's NCCL_IB_SL=1 on a path without InfiniBand), so it fails no run.
+        defaults = catalog.default_env()
+        self.baseline = {**{k: v for name in defaults for k, v in catalog[name].requires.items()}, **defaults}
         self.ingest = ingest  # callable(env, outcome, evaluation) -> record ids, or None
         self.durations_s: list[float] = []
         self.run_done: Callable[[], None] | None = None  # called after each run (finalization's progress lines)
@@ -357,11 +363,12 @@ class CommbenchEvaluator:
         if outcome.exit_code != 0:
             return Evaluation.failed(FailureKind.FAILED,
                                      f"commbench exited with code {outcome.exit_code}{where}; output ends: {tail}")
-        unread = self.unread(env, outcome.output)
-        if unread:
+        unread = self.unread(env, outcome.output) or []
+        changed = [name for name in unread if env[name] != self.baseline.get(name)]
+        if changed:
             return Evaluation.failed(
                 FailureKind.INVALID,
-                f"{self.library} did not report reading {', '.join(unread)} (read log "
+                f"{self.library} did not report reading {', '.join(changed)} (read log "
                 f"{' '.join(f'{k}={v}' for k, v in READ_LOG_ENV[self.library].items())}): a name this version "
                 f"does not know, or a code path this run does not take; not credited{where}", unread=unread)
         times = {int(r.get("requested_bytes", r["bytes"])): r["samples_us"] for r in results
@@ -369,7 +376,7 @@ class CommbenchEvaluator:
         if not times:
             return Evaluation.failed(FailureKind.FAILED, f"no result records for op {self.request.op}{where}")
         checked = bool(results) and all(r.get("check") and r["valid"] for r in results)
-        return Evaluation(times_us=times, validated=validate and checked)
+        return Evaluation(times_us=times, validated=validate and checked, unread=tuple(unread))
 
 
 def output_lines(text: str) -> list[str]:
