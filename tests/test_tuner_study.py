@@ -555,3 +555,21 @@ def test_the_simplified_best_keeps_a_constraint_s_factors_together(sqlite_url: s
     candidates = finalization_candidates(study, space, BUCKETS)
     assert candidates[0][1] == {threads: "2", socks: "8", cross: "1"}
     assert candidates[-1] == (None, {threads: "2", socks: "8"})
+
+
+def test_a_study_resumed_with_other_domains_is_refused_naming_them(sqlite_url: str) -> None:
+    """A stored study (`--study NAME`) resumed after a knob's choices changed (a catalog update, same knob
+    names): refused before any trial with the reason, where Optuna failed at the first suggestion ("does not
+    support dynamic value space")."""
+    def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        return Evaluation({size: [1.0 + len(env)] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    older = KnobCatalog.load().for_site({"restrict": {"NCCL_ALGO": {"choices": ["Ring", "Tree"]}}}, "older catalog")
+    for catalog, n_trials in ((older, 3), (KnobCatalog.load(), 6)):
+        space = build_space(catalog, {"nccl": "2.28.3"}, knobs=["NCCL_ALGO"], op="allreduce", transport="ccl")
+        tuner = Tuner(make_scope(), space, evaluate, sqlite_url, BUCKETS, n_trials=n_trials, seed=0, sampler="random",
+                      study_name="mine")
+        if catalog is older:
+            tuner.run()
+    with pytest.raises(ValueError, match="study mine exists with different domains"):
+        tuner.run()

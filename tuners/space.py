@@ -120,6 +120,12 @@ class SearchSpace:
     def knob_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
 
+    def domains(self) -> list[list[object]]:
+        """Each searched knob's domain, in JSON's terms: a study stored with other domains cannot be resumed
+        (Optuna refuses a changed distribution)."""
+        return [[d.name, None if d.choices is None else list(d.choices), d.knob.low, d.knob.high, d.knob.allow_unset,
+                 None if d.knob.search_values is None else list(d.knob.search_values)] for d in self.dimensions]
+
     def suggest(self, trial: optuna.Trial, fixed: Mapping[str, str | None] | None = None) -> dict[str, str]:
         """Samples every knob in order and returns the validated environment of the trial. A knob in a
         catalog constraint (e.g. socket threads x sockets per thread <= 64) gets its range cut to what the

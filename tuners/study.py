@@ -389,12 +389,13 @@ class Tuner:
         setup = {
             "scope": self.scope.model_dump(mode="json"),
             "knobs": list(self.space.knob_names),
+            "domains": self.space.domains(),
             "buckets": [[b.name, b.min_bytes, b.max_bytes] for b in self.buckets],
             "baseline_env": self.baseline_env,
             "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
             "geometric mean of the median times of its message sizes",
         }
-        for key in ("knobs", "buckets", "baseline_env"):
+        for key in ("knobs", "domains", "buckets", "baseline_env"):
             if key in study.user_attrs and study.user_attrs[key] != setup[key]:
                 raise ValueError(
                     f"study {self.study_name} exists with different {key} "

@@ -111,8 +111,7 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
              "executor": executor_label(spec),
-             "domains": [[d.name, d.choices, d.knob.low, d.knob.high, d.knob.allow_unset, d.knob.search_values]
-                         for d in space.dimensions]}
+             "domains": space.domains()}
     digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
     return f"{scope.study_name}/{executor_label(spec)}-{digest}"
 
