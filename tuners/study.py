@@ -395,12 +395,16 @@ class Tuner:
             "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
             "geometric mean of the median times of its message sizes",
         }
-        for key in ("knobs", "domains", "buckets", "baseline_env"):
+        for key in ("knobs", "buckets", "baseline_env"):
             if key in study.user_attrs and study.user_attrs[key] != setup[key]:
                 raise ValueError(
                     f"study {self.study_name} exists with different {key} "
                     f"({study.user_attrs[key]} != {setup[key]}); name another study (--study NAME)"
                 )
+        if "domains" in study.user_attrs and study.user_attrs["domains"] != setup["domains"]:
+            changed = [new[0] for old, new in zip(study.user_attrs["domains"], setup["domains"]) if old != new]
+            raise ValueError(f"study {self.study_name} exists with different domains of {', '.join(changed)} (the "
+                             "catalog or the site's knob files changed); name another study (--study NAME)")
         if not study.user_attrs.get("setup"):
             for key, value in setup.items():
                 study.set_user_attr(key, value)
