@@ -381,6 +381,15 @@ def test_every_factor_s_cap_counts_pinned_fixed_and_later_factors(
     assert max(products) == 64
 
 
+def test_a_factor_not_searched_counts_at_the_site_s_default(catalog: KnobCatalog) -> None:
+    """A tune of socket threads alone at a site whose default is 8 sockets per thread: every launch runs with the
+    8 (the unsearched site defaults are set in every launch), so threads are capped at 8 (16 x 8 = 128)."""
+    space = build_space(catalog.for_site({"defaults": {SOCKS: 8}}), NCCL_NEW, knobs=[THREADS])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    threads = {int(space.suggest(study.ask()).get(THREADS, 1)) for _ in range(200)}
+    assert max(threads) == 8
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"defaults": {THREADS: 16, SOCKS: 8}}, "knobs.defaults.NCCL_SOCKET_NTHREADS, knobs.defaults.NCCL_NSOCKS_PERTHREAD: "
                                             "NCCL_SOCKET_NTHREADS=16 x NCCL_NSOCKS_PERTHREAD=8 = 128 exceeds 64"),

@@ -132,8 +132,9 @@ class SearchSpace:
         other factors leave: pinned and `fixed` values, the values sampled before it, and the low of each
         factor still to be sampled (so that one keeps a value that fits). A knob in `fixed` is not
         sampled: it takes that value (None = unset), e.g. one the library showed it does not read."""
-        values: dict[str, str | None] = {  # a factor outside the space is pinned or unset in every trial
-            name: self.pinned.get(name)
+        site = self.catalog.default_env()  # a factor outside the space runs at the site's default (or pin), or unset
+        values: dict[str, str | None] = {
+            name: site.get(name)
             for constraint in self.catalog.constraints for name in constraint.product if name not in self.knob_names
         }
         values.update(fixed or {})
