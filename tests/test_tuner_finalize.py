@@ -597,6 +597,25 @@ def test_a_reduced_set_that_loses_beside_the_winner_is_not_deployed() -> None:
     assert refused >= 3
 
 
+def test_ablation_keeps_a_knob_without_which_a_size_is_slower_than_the_defaults() -> None:
+    """LL128 gives 25 % above 64 B and loses 10 % at 64 B; the buffer size wins those 10 % back at 64 B and
+    costs as much at 64 MiB: the winner (both) is as fast as LL128 alone overall, and no size is slower than
+    the defaults. Removing the buffer size does not lose overall, but leaves 64 B 10 % slower than the
+    defaults, which the overall winner must not be: the buffer size is kept. Before, LL128 alone was
+    deployed in each of these seeds (its 64 B loss hidden behind a held-out overall gain of +17 %)."""
+    sizes = buckets_for_sizes(SIZES, 1)
+    speedups = {"P": {s: -0.10 if s == 64 else 0.25 for s in SIZES},
+                "B": {64: 0.10, 1 << 26: -0.10},
+                "PB": {s: 0.0 if s == 64 else 0.125 if s == 1 << 26 else 0.25 for s in SIZES}}
+    winner = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
+    for seed in range(5):
+        evaluate, _ = _knob_evaluator(seed, speedups)
+        report = finalize(evaluate, {}, [Candidate(winner)], sizes, seed=seed)
+        assert report.overall.winner is not None and report.overall.env == winner, (seed, report.notes)
+        kept = next(a for a in report.overall.ablation if a.knob == "NCCL_BUFFSIZE")
+        assert kept.kept and "without it bucket 64B-64B" in kept.reason and "is slower" in kept.reason, kept.reason
+
+
 def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_validated_run() -> None:
     """The winner NCCL_PROTO=Simple (may-corrupt) + NCCL_BUFFSIZE=8 MiB (may-hang, inert here) is validated;
     ablation drops the buffer size. NCCL_PROTO=Simple alone was never validated (another combination): it runs

@@ -42,18 +42,20 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    accepted candidate, if any, wins (refusing a change cannot raise the false-change rate). Nor may any
    winner take longer than the baseline summed over the rounds (a candidate that stalls now and then:
    the test and the median do not see it, a job does).
-5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the
-   winner without each of its knobs (the baseline's value, or unset); a knob whose removal does not
-   slow the decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped: what is
-   deployed is the smallest set that keeps the gain. Two checks keep that set one that was measured:
-   when no single removal loses, the knobs may stand in for each other (each alone as good as both),
-   so the winner is deployed whole; when two or more knobs would go, the reduced set runs
-   `ablation_rounds` more rounds beside the winner and is deployed only if it does not lose there
-   either (else the winner, whole). A reduced set that still makes an unsafe change (1) gets a
-   validated run of its own: the winner's covered another combination of knobs (NCCL_PROTO=Simple was
-   validated with a larger NCCL_BUFFSIZE, not alone). It is deployed only if that run passes; else the
-   winner, validated, is deployed whole. The family's guarantee is the tested winner's; ablation is a
-   screening rule beside it, and the held-out rounds measure what it deploys.
+5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the winner
+   without each of its knobs (the baseline's value, or unset); a knob whose removal does not slow the
+   decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped: what is deployed is the
+   smallest set that keeps the gain. The overall winner keeps also a knob without which a size bucket is
+   slower than the winner (its CI wholly below 0, as in 4): that no bucket is slower than the baseline was
+   shown for the winner, not for a set without the knob. Two checks keep that set one that was measured: when
+   no single removal loses, the knobs may stand in for each other (each alone as good as both), so the winner
+   is deployed whole; when two or more knobs would go, the reduced set runs `ablation_rounds` more rounds
+   beside the winner and is deployed only if it does not lose there either, nor (overall) in any bucket (else
+   the winner, whole). A reduced set that still makes an unsafe change (1) gets a validated run of its own:
+   the winner's covered another combination of knobs (NCCL_PROTO=Simple was validated with a larger
+   NCCL_BUFFSIZE, not alone). It is deployed only if that run passes; else the winner, validated, is deployed
+   whole. The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
+   held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
    deployed set that fails in them is withdrawn.
@@ -642,10 +644,11 @@ class _Ablated:
 
 def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name: str,
             rounds: Sequence[Measured], keys: Mapping[str, int], winner_key: int,
-            failures: Mapping[int, str], thresholds: Thresholds) -> _Ablated:
+            failures: Mapping[int, str], thresholds: Thresholds, guarded: Sequence[SizeBucket]) -> _Ablated:
     """Knobs of a multi-knob winner whose removal does not lose significantly (one-sided Wilcoxon of
-    log(t_without / t_winner) > 0 at ablation_alpha) are dropped; when none loses, none is dropped (the
-    knobs may stand in for each other: which one carries the gain is not known)."""
+    log(t_without / t_winner) > 0 at ablation_alpha) are dropped, unless without it a `guarded` bucket is
+    slower than the winner beyond noise (_slower_bucket); when none is kept, none is dropped (the knobs may
+    stand in for each other: which one carries the gain is not known)."""
     results = []
     for knob, key in keys.items():
         if key in failures:
@@ -653,9 +656,14 @@ def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name
             continue
         loss = _log_ratios(rounds, key, winner_key, name)
         p = signed_rank_p(loss)[0]
-        kept = p < thresholds.ablation_alpha
-        results.append(Ablation(knob, float(np.expm1(np.median(loss))), p, kept,
-                                "removal loses significantly" if kept else "removal does not lose significantly"))
+        slower = _slower_bucket(rounds, winner_key, key, guarded, thresholds.confidence)
+        if p < thresholds.ablation_alpha:
+            kept, reason = True, "removal loses significantly"
+        elif slower is not None:
+            kept, reason = True, f"removal does not lose significantly, but without it bucket {slower} is slower"
+        else:
+            kept, reason = False, "removal does not lose significantly"
+        results.append(Ablation(knob, float(np.expm1(np.median(loss))), p, kept, reason))
     if not any(a.kept for a in results):
         results = [replace(a, kept=True, reason=a.reason + "; kept: no single removal loses, so the knobs may stand "
                            "in for each other and the tested set is deployed whole") for a in results]
@@ -810,6 +818,21 @@ def finalize(
     )
 
 
+def _slower_bucket(rounds: Sequence[Measured], reference: int, other: int, buckets: Sequence[SizeBucket],
+                   confidence: float) -> str | None:
+    """The first bucket in which `other` is slower than `reference` beyond noise (the CI of its median per-round
+    speed-up over `reference` wholly below 0), as "name: median [CI] over n rounds"; None when there is none."""
+    for bucket in buckets:
+        ratios = np.exp(_log_ratios(rounds, reference, other, bucket.name))
+        if len(ratios) < 2:
+            continue
+        low, high = median_ci(ratios, confidence)
+        if high < 1.0:
+            return (f"{bucket.name}: {float(np.median(ratios)) - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] over "
+                    f"{len(ratios)} rounds")
+    return None
+
+
 def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequence[Measured],
                              buckets: Sequence[SizeBucket], thresholds: Thresholds,
                              notes: list[str]) -> Comparison:
@@ -818,19 +841,14 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
     environment is process-wide, so a faster geometric mean must not hide a size it makes slower."""
     if not comparison.accepted:
         return comparison
-    for bucket in buckets:
-        ratios = np.exp(_log_ratios(rounds, -1, index, bucket.name))
-        if len(ratios) < 2:
-            continue
-        low, high = median_ci(ratios, thresholds.confidence)
-        if high < 1.0:
-            reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {bucket.name}: "
-                      f"{float(np.median(ratios)) - 1:+.1%} [{low - 1:+.1%}, {high - 1:+.1%}] over {len(ratios)} "
-                      "rounds; a change must not be slower than the defaults at any size")
-            number = comparison.candidate.trial_number
-            notes.append(f"{f'trial {number}' if number is not None else f'candidate {index + 1}'}: {reason}")
-            return replace(comparison, accepted=False, reason=reason)
-    return comparison
+    slower = _slower_bucket(rounds, -1, index, buckets, thresholds.confidence)
+    if slower is None:
+        return comparison
+    reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {slower}; a change must not be "
+              "slower than the defaults at any size")
+    number = comparison.candidate.trial_number
+    notes.append(f"{f'trial {number}' if number is not None else f'candidate {index + 1}'}: {reason}")
+    return replace(comparison, accepted=False, reason=reason)
 
 
 def _unless_slower_in_total(comparison: Comparison, index: int, rounds: Sequence[Measured],
@@ -871,7 +889,9 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
                     notes: list[str]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
-    Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5)."""
+    Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
+    overall decision's, where no bucket may be slower than the defaults (never_slower), neither in any bucket:
+    that check was the tested winner's."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
@@ -888,13 +908,17 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
         plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
     rounds, failures = _ablation_rounds(evaluator, envs, buckets, thresholds, rng)
+
+    def guarded(name: str) -> Sequence[SizeBucket]:
+        return buckets if name == OVERALL and thresholds.never_slower and len(buckets) > 1 else ()
+
     ablated: dict[str, _Ablated] = {}
     for name, (winner_key, keys) in plan.items():
         if winner_key in failures:
             notes.append(f"{name}: the winner failed in an ablation round ({failures[winner_key]}): all its knobs kept")
             continue
         ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
-                                thresholds)
+                                thresholds, guarded(name))
     # A set less two or more knobs was not measured: it runs beside the winner before it may be deployed.
     unmeasured = {name: a for name, a in ablated.items() if sum(not x.kept for x in a.ablation) >= 2}
     if unmeasured:
@@ -913,8 +937,11 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
             loss = _log_ratios(confirm, reduced_key, winner_key, name)
             p = signed_rank_p(loss)[0]
             what = f"{float(np.expm1(np.median(loss))):+.1%}, one-sided p={p:.3g}, {len(loss)} rounds beside the winner"
+            slower = _slower_bucket(confirm, winner_key, reduced_key, guarded(name), thresholds.confidence)
             if p < thresholds.ablation_alpha:
                 ablated[name] = _keep_whole(a, winner_env, f"without them all together the set loses ({what})")
+            elif slower is not None:
+                ablated[name] = _keep_whole(a, winner_env, f"without them all together bucket {slower} is slower")
             else:
                 notes.append(f"{name}: the reduced set does not lose beside the winner either ({what})")
     result = dict(decisions)
