@@ -376,6 +376,46 @@ def local_recommendation() -> Recommendation:
         transport="mpi", nodes=1, gpus_per_node=1)})
 
 
+def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_version(
+    tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
+) -> None:  # noqa: F811
+    """The plugin rows of one partition and NCCL version serve its scopes (every op and node count: the rows
+    name them), never another partition's or version's jobs, where they were not measured: a job of the gpu2
+    partition got the gpu partition's tree/LL/8 at 8 B .. 32 KiB, which its own sweep had left to NCCL."""
+
+    def with_rows(rec: Recommendation, op: str, low: int, high: int, name: str) -> Recommendation:
+        result = PerSizeResult(
+            op=op, library="nccl", ranks=8, nodes=2, rounds=26, selection_rounds=13, confirmation_rounds=13,
+            family_size=1, test="t", sizes=[],
+            ranges=[SizeRange(min_bytes=low, max_bytes=high, selection=Selection(name=name, mechanism="plugin"),
+                              gains=[0.2])])
+        return with_per_size(rec, result)
+
+    def scope(**fields: str) -> Recommendation:
+        return nccl_recommendation.model_copy(update={"scope": nccl_recommendation.scope.model_copy(update=fields)})
+
+    gpu = with_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
+    gpu_bcast = with_rows(scope(op="bcast"), "bcast", 8, 1024, "Ring/LL/4")
+    gpu2 = with_rows(scope(partition="gpu2"), "allreduce", 65536, 1 << 20, "Ring/Simple/4")
+    newer = with_rows(scope(library_version="2.29.1"), "allreduce", 1 << 20, 1 << 22, "Ring/LL128/16")
+    files = {key: publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
+             for key, rec in (("gpu", gpu), ("gpu_bcast", gpu_bcast), ("gpu2", gpu2), ("newer", newer))}
+
+    def rows_of(key: str) -> list[TunerRule]:
+        changed, _ = env_changes(f"source {files[key].env_file}", {})
+        return parse_config(Path(changed["NCCL_TUNER_CONFIG_FILE"]).read_text())
+
+    assert rows_of("gpu2") == [TunerRule("allreduce", 65536, 1 << 20, "ring", "simple", 4, 2, 8)]
+    assert rows_of("newer") == [TunerRule("allreduce", 1 << 20, 1 << 22, "ring", "ll128", 16, 2, 8)]
+    both = [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8),
+            TunerRule("broadcast", 8, 1024, "ring", "ll", 4, 2, 8)]
+    assert sorted(rows_of("gpu"), key=str) == sorted(rows_of("gpu_bcast"), key=str) == sorted(both, key=str)
+    # A scope republished without rows leaves its group's file, and the file goes with the group's last rows.
+    publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None}), catalog)
+    assert files["gpu2"].tuner_config is not None and not files["gpu2"].tuner_config.exists()
+    assert files["gpu"].tuner_config is not None and files["gpu"].tuner_config.exists()
+
+
 def test_tuner_config_rows_are_validated() -> None:
     for bad in (
         "allreduce,0,8,ring,ll,0,1,4,-1,-1",

@@ -3,7 +3,8 @@
 - <scope slug>.env          sourceable: `export NAME='value'` / `unset NAME`, evidence in comments
 - modulefiles/commcamp/<system>_<scope slug>.lua   Lmod modulefile (`module load commcamp/<system>_<slug>`:
   the system in the name, so the modules of two systems in one MODULEPATH do not collide)
-- nccl_tuner.conf           tuner-plugin rows of every scope of this system
+- nccl_tuner_<partition>_<library>-<version>_<transport>.conf   tuner-plugin rows of the scopes of one
+  partition, library version and transport (every op and node count: the rows name them; tuner_config_name)
 - <scope slug>.coll_tuned_rules   Open MPI scopes with per-size changes: coll_tuned dynamic rules
 - <scope slug>.mpich_coll.json    MPICH scopes with per-size changes: collective selection JSON
 - recommendations.yaml      machine-readable: every scope's values, gain, CI, trials, date, versions
@@ -33,9 +34,9 @@ from tuners import rule_files
 from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
+from tuners.scope import StudyScope
 
 RECOMMENDATIONS_FILE = "recommendations.yaml"
-TUNER_CONFIG_FILE = "nccl_tuner.conf"
 MODULE_FAMILY = "commcamp"
 PLUGIN_ENV = ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE")
 _COMMENT_CHARS = re.compile(r"[^ -~]")  # printable ASCII only: no newline can end a comment early
@@ -96,6 +97,13 @@ def comment_lines(text: str) -> list[str]:
 
 def system_dir(root: Path, site: str, system: str) -> Path:
     return Path(root) / check_safe_value(site, "site") / check_safe_value(system, "system")
+
+
+def tuner_config_name(scope: StudyScope) -> str:
+    """The tuner-plugin config `scope`'s jobs read: shared by the scopes of its partition, library version and
+    transport (a row names its collective, node and rank counts, so one job of several ops finds each op's
+    rows), never with another partition's or version's, whose rows were not measured for these jobs."""
+    return f"nccl_tuner_{scope.partition}_{scope.library}-{scope.library_version}_{scope.transport}.conf"
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ def publish(
     `plugin_library` is the path of libnccl-tuner-commcamp.so; it is needed when the
     recommendation has plugin rows (the .env/modulefile then point NCCL at the config)."""
     directory = system_dir(root, rec.scope.site, rec.scope.system)
-    config_path = directory / TUNER_CONFIG_FILE
+    config_path = directory / tuner_config_name(rec.scope)
     plugin_env: dict[str, str] = {}
     if rec.plugin_rules:
         if plugin_library is None:
@@ -288,14 +296,14 @@ def publish(
         groups = [
             ([comment(f"scope: {r.describe_scope()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
              r.plugin_rules)
-            for r in everything if r.plugin_rules
+            for r in everything if r.plugin_rules and tuner_config_name(r.scope) == config_path.name
         ]
         if groups:
             texts[config_path] = format_config(groups)
         document = RecommendationFile(site=rec.scope.site, system=rec.scope.system, recommendations=everything)
         texts[yaml_path] = yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False)
         write_files(texts)  # all or nothing: a scope's .env never disagrees with recommendations.yaml
-        if not groups and config_path.exists():  # no scope points NCCL at it any more
+        if not groups and config_path.exists():  # no scope of its group points NCCL at it any more
             config_path.unlink()
     return PublishedFiles(
         env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
