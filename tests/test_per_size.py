@@ -281,6 +281,31 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
     )
 
 
+def test_a_rule_file_s_enabling_line_is_not_unset_after_it(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """The site forces allreduce algorithm 4 (with coll_tuned_use_dynamic_rules=1, its companion); the winner
+    leaves both unset, and the per-size stage under it deploys ring at 1-4 MiB through a rules file, which
+    needs coll_tuned_use_dynamic_rules=1. Before, the .env exported it and then unset it (the modulefile and
+    recommend likewise): Open MPI ignored the rules file that recommendations.yaml said was deployed."""
+    from test_tuner_writers import mpi_recommendation, shell_env
+
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=1)
+    site = {"OMPI_MCA_coll_tuned_allreduce_algorithm": "4", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}
+    rec = mpi_recommendation(nodes=1)
+    bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
+    rec = rec.model_copy(update={"env": {}, "unset": sorted(site), "baseline_env": site, "scope": scope,
+                                 "per_size": [bucket]})
+    files = publish(tmp_path, with_per_size(rec, result_with("allreduce", "ring", 4, 1 << 20, 1 << 22)), catalog)
+    rules = str((files.env_file.parent / f"{scope.slug}.coll_tuned_rules").resolve())
+    sourced = shell_env(f"source {files.env_file}", site)
+    assert sourced.get("OMPI_MCA_coll_tuned_use_dynamic_rules") == "1"
+    assert sourced["OMPI_MCA_coll_tuned_dynamic_rules_filename"] == rules
+    assert "OMPI_MCA_coll_tuned_allreduce_algorithm" not in sourced
+    assert 'unsetenv("OMPI_MCA_coll_tuned_use_dynamic_rules")' not in files.modulefile.read_text()
+    found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=1 << 21)
+    assert found.unset == ["OMPI_MCA_coll_tuned_allreduce_algorithm"]
+    assert found.settings["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+
+
 # ---- a real sweep, as commbench writes it --------------------------------------------------------
 
 

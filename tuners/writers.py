@@ -278,9 +278,12 @@ def publish(
     rules = rule_file(directory, rec)
     if rules is not None:
         plugin_env.update(rules[2])
-    env, unset = _validated(rec, catalog, plugin_env)
     written = {} if rules is None else {rec.scope.library: str(rules[0])}
-    rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written})
+    # A site default the winner unsets may be a line the rule file needs (coll_tuned_use_dynamic_rules=1): set,
+    # not unset after it.
+    rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written,
+                                 "unset": [name for name in rec.unset if name not in plugin_env]})
+    env, unset = _validated(rec, catalog, plugin_env)
     env_path = directory / f"{rec.scope.slug}.env"
     module_version = f"{rec.scope.system}_{rec.scope.slug}"
     module_path = directory / "modulefiles" / MODULE_FAMILY / f"{module_version}.lua"
