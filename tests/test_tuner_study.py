@@ -35,6 +35,7 @@ from tuners.study import (
     ENV,
     FAIL_REASON,
     MAX_REPEATS,
+    RANDOM_DRAWS,
     OUTCOME,
     REPEAT_OF,
     RETRY_OF,
@@ -199,7 +200,9 @@ def test_a_setting_that_breaks_a_constraint_is_not_launched_and_the_tune_goes_on
     seed = study.trials[1]
     assert seed.user_attrs[ROLE] == SEEDED and not is_counted(seed)
     assert seed.user_attrs[FAIL_REASON].startswith("skipped: it changes NCCL_NSOCKS_PERTHREAD")
-    assert len(counted(study)) == 12 and len(launched) == 12
+    # What is left to search, threads unset (trial 0) or 1..8 beside 8 sockets, is 9 settings: each launched once,
+    # then the search ends short of its budget of 12.
+    assert len(counted(study)) == 9 and len(launched) == 9
     assert all(int(env.get(threads, 1)) * int(env[socks]) <= 64 for env in launched)
 
 
@@ -250,19 +253,45 @@ def test_a_setting_already_measured_is_not_launched_again(sqlite_url: str) -> No
     assert study_progress(study).counted == 30
 
 
-def test_a_space_smaller_than_the_budget_is_measured_again_after_max_repeats(sqlite_url: str) -> None:
-    """NCCL_CROSS_NIC alone: 4 settings, 3 configurations (2 is NCCL's default: the same as unset), a budget of 5.
-    The first 3 launches cover the space (NCCL_CROSS_NIC=2 after unset, or the reverse, is a repeat, not a launch);
-    the 2 more the budget asks for are launched after MAX_REPEATS proposals in a row found only measured ones."""
+def test_a_measured_space_ends_the_search_and_a_hung_setting_is_never_launched_again(sqlite_url: str) -> None:
+    """NCCL_CROSS_NIC alone: 4 settings, 3 configurations (2 is NCCL's default: the same as unset), a budget of 5,
+    and CROSS_NIC=1 hangs. The 3 configurations are launched once each; then every proposal is a repeat, and after
+    MAX_REPEATS + RANDOM_DRAWS of them the search ends with 3 counted trials. Before, the 21st repeat in a row was
+    launched: 5 launches, the hung setting among the later ones in some seeds."""
     catalog = KnobCatalog.load()
     space = build_space(catalog, {"nccl": "2.28.3"}, knobs=["NCCL_CROSS_NIC"], transport="ccl")
+    inner = SyntheticEvaluator(SCENARIO)
+
+    def cross_nic_1_hangs(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if env.get("NCCL_CROSS_NIC") == "1":
+            return Evaluation.failed(FailureKind.TIMEOUT, "killed after 60 s")
+        return inner(env, validate=validate)
+
+    for seed in range(3):
+        evaluator = Recording(cross_nic_1_hangs)
+        study = Tuner(make_scope(), space, evaluator, f"{sqlite_url}-{seed}", BUCKETS, n_trials=5, seed=seed,
+                      sampler=SamplerName.RANDOM).run()
+        launched = [tuple(sorted(catalog.effective_env(env).items())) for env in evaluator.envs]
+        assert len(launched) == 3 == len(set(launched)), launched
+        assert [t.user_attrs.get(REPEAT_OF) is not None for t in study.trials[-MAX_REPEATS - RANDOM_DRAWS:]] == [
+            True] * (MAX_REPEATS + RANDOM_DRAWS)
+        assert study_progress(study).counted == 3
+
+
+def test_a_setting_another_worker_is_measuring_is_not_launched_again(sqlite_url: str) -> None:
+    """Another worker's RUNNING trial (here: asked for by hand) measures the site defaults; the same setting queued
+    again is a repeat of it, uncounted and not launched. Before, it was launched a second time."""
     evaluator = Recording(SyntheticEvaluator(SCENARIO))
-    study = Tuner(make_scope(), space, evaluator, sqlite_url, BUCKETS, n_trials=5, seed=0,
-                  sampler=SamplerName.RANDOM).run()
-    launched = [tuple(sorted(catalog.effective_env(env).items())) for env in evaluator.envs]
-    assert len(launched) == 5 and len(set(launched[:3])) == 3 and set(launched[3:]) <= set(launched[:3])
-    assert sum(REPEAT_OF in t.user_attrs for t in study.trials) >= 2 * MAX_REPEATS
-    assert study_progress(study).counted == 5
+    # Without heartbeats the running trial never goes stale: it stays another worker's for the whole run.
+    tuner = make_tuner(open_storage(sqlite_url, heartbeat_interval=None), evaluator, n_trials=4)
+    study = tuner.load_study()
+    running = study.ask()  # trial 0: the site defaults, as another worker would take it
+    running.set_user_attr(ENV, tuner.baseline_env)
+    study.enqueue_trial(tuner.space.params_for_env(tuner.baseline_env))
+    study = tuner.run()
+    assert tuner.baseline_env not in evaluator.envs and len(evaluator.envs) == 3
+    again = study.trials[1]
+    assert again.user_attrs[REPEAT_OF] == 0 and not is_counted(again)
 
 
 def test_evaluation_missing_a_bucket_is_invalid(sqlite_url: str) -> None:

@@ -80,7 +80,7 @@ from tuners.finalize import holm
 from tuners.landscape import LandscapeError, ReplayLandscape
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, build_space
-from tuners.study import ENV, MAX_REPEATS, ROLE, Tuner, is_counted, same_configuration
+from tuners.study import ENV, MAX_REPEATS, RANDOM_DRAWS, ROLE, Tuner, is_counted, same_configuration
 from tuners.writers import write_atomic
 
 TARGET_QUALITY = 0.95
@@ -288,7 +288,8 @@ def run_tuner(landscape: ReplayLandscape, document: Mapping[str, Any], settings:
 def run_sobol(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]:
     """Scrambled Sobol with the Tuner's repeat rule (tuners/study.py): a proposal of a configuration it measured
     before (tuners.study.same_configuration) is told the earlier result, is not launched and does not count, and the
-    next point is drawn; after MAX_REPEATS repeats in a row the proposal is measured anyway."""
+    next point is drawn (Sobol's points are already spread, so it needs no switch to random draws); after MAX_REPEATS +
+    RANDOM_DRAWS repeats in a row the search ends."""
     space = landscape.space
     evaluate = landscape.evaluator(seed)
     with warnings.catch_warnings():
@@ -299,11 +300,10 @@ def run_sobol(landscape: ReplayLandscape, seed: int, trials: int) -> list[Trial]
     study.enqueue_trial(space.params_for_env(baseline))
     history: list[Trial] = []
     repeats = 0
-    while len(history) < trials:
+    while len(history) < trials and repeats < MAX_REPEATS + RANDOM_DRAWS:
         trial = study.ask()
         env = space.suggest(trial)
-        earlier = None if repeats >= MAX_REPEATS else next(
-            (t for t in history if same_configuration(space, env, [t.env])), None)
+        earlier = next((t for t in history if same_configuration(space, env, [t.env])), None)
         if earlier is not None:
             repeats += 1
             study.tell(trial, earlier.observed_us,

@@ -9,7 +9,10 @@
   trial takes the earlier result (`repeat_of`), does not count, and the sampler proposes again.
   Finalization re-measures candidates on its own; in the search a repeat is a launch spent on what is
   known (6 of 30 launches on the replayed Open MPI grid in tests/test_tuner_study.py before this rule).
-  After MAX_REPEATS repeats in a row (a space smaller than the budget) the proposal is measured anyway.
+  A setting another worker is measuring (a RUNNING trial of a lower number) is a repeat the same way.
+  After MAX_REPEATS repeats in a row the proposals are drawn at random from the space (a converged sampler keeps
+  proposing its best); after RANDOM_DRAWS more, all repeats, the space is taken as measured and the search ends
+  with the budget unspent. A repeat is never launched: a setting that hung or failed is not tried again.
 - Budget: trials with an `outcome` (measured or failed by the evaluator) count; `run()` stops when
   they reach `n_trials` (also across restarts and across workers sharing the storage) or when its
   own wall-time budget is spent. While the rest of the budget is other workers' running trials, a
@@ -79,7 +82,9 @@ WARM_START_FROM = "warm_start_from"
 RETRY_OF = "retry_of"  # trial numbers this one re-runs (worker lost or interrupted)
 KEPT_ON_RETRY = (ROLE, DOCUMENTED_FROM, WARM_START_FROM)  # what a re-queued trial keeps of the trial it re-runs
 REPEAT_OF = "repeat_of"  # the counted trial that already measured this trial's setting (it is not launched again)
-MAX_REPEATS = 20
+MAX_REPEATS = 20  # repeats in a row before the proposals are drawn at random
+RANDOM_DRAWS = 100  # random draws, all repeats, after which the space is taken as measured (one unmeasured setting of
+# 30 is missed by 100 draws with probability (29/30)^100 = 3 %)
 # Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
 # trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing, and a
 # starting point (seed, documented, warm start) that changes it is skipped rather than measured as another setting.
@@ -346,6 +351,7 @@ class Tuner:
         self.warm_starts = self._sourced(warm_starts, [*seeds, *(env for env, _ in self.documented)])
         self.progress = progress
         self._repeats_in_a_row = 0
+        self._random_sampler: optuna.samplers.BaseSampler | None = None
 
     def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
                  ) -> list[tuple[dict[str, str], str]]:
@@ -436,6 +442,7 @@ class Tuner:
 
     def run(self) -> optuna.Study:
         study = self.load_study()
+        sampler = study.sampler
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
         with _ProgressDisplay(self.progress, self.n_trials, self.study_name) as display, _reported_failures():
             display.update(study_progress(study))
@@ -453,9 +460,22 @@ class Tuner:
                     # until a dead worker's trial goes stale and comes back as a waiting trial to run here.
                     time.sleep(min(heartbeat, 5))
                     continue
+                if self._repeats_in_a_row >= MAX_REPEATS + RANDOM_DRAWS:
+                    logger.warning("%s: the last %d proposals (%d drawn at random) were settings already measured: "
+                                   "the search ends with %d counted trials", self.study_name, self._repeats_in_a_row,
+                                   RANDOM_DRAWS, study_progress(study).counted)
+                    break
+                study.sampler = sampler if self._repeats_in_a_row < MAX_REPEATS else self._random(study)
                 study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
                 display.update(study_progress(study))
         return study
+
+    def _random(self, study: optuna.Study) -> optuna.samplers.BaseSampler:
+        """The sampler after MAX_REPEATS repeats in a row: uniform over the space, seeded from the study's length."""
+        if self._random_sampler is None:
+            seed = None if self.seed is None else self.seed + len(study.trials)
+            self._random_sampler = optuna.samplers.RandomSampler(seed=seed)
+        return self._random_sampler
 
     def _heartbeat_s(self) -> int | None:
         """The storage's heartbeat interval; None without heartbeats (a dead worker's trial never goes stale)."""
@@ -539,18 +559,20 @@ class Tuner:
         return overall_time_us(buckets)
 
     def _measured_before(self, trial: optuna.Trial, env: Mapping[str, str]) -> FrozenTrial | None:
-        """The counted trial that already measured `env` (None if none, or after MAX_REPEATS repeats in a row)."""
-        if self._repeats_in_a_row >= MAX_REPEATS:
-            return None
-        measured = (t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL))
-                    if is_counted(t) and ENV in t.user_attrs)
+        """The counted trial that already measured `env`, or the earlier trial another worker is measuring it in
+        (None if none)."""
+        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        measured = (t for t in trial.study.get_trials(deepcopy=False, states=states) if ENV in t.user_attrs and (
+            is_counted(t) if t.state is not TrialState.RUNNING else t.number < trial.number))
         return next((t for t in measured if same_configuration(self.space, env, [t.user_attrs[ENV]])), None)
 
     def _repeat(self, trial: optuna.Trial, earlier: FrozenTrial) -> float:
-        """An uncounted trial with the earlier result: the sampler sees the value again (or, for a failure,
-        a FAIL it ignores), and no launch is spent."""
+        """An uncounted trial with the earlier result: the sampler sees the value again (or, for a failure or a
+        setting still being measured, a FAIL it ignores), and no launch is spent."""
         self._repeats_in_a_row += 1
         trial.set_user_attr(REPEAT_OF, earlier.number)
+        if earlier.state is TrialState.RUNNING:
+            raise _TrialFailed(f"trial {earlier.number} is measuring this setting")
         if earlier.state is TrialState.FAIL:
             raise _TrialFailed(f"repeat of failed trial {earlier.number}")
         return float(earlier.values[0])
