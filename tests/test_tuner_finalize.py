@@ -751,3 +751,45 @@ def test_the_report_counts_every_run_and_the_allocations_they_ran_in() -> None:
     assert report.overall.ablation and report.overall.holdout is not None  # every phase ran
     assert report.evaluations == len(calls)
     assert report.allocations == ("101", "102")
+
+
+class RunClock:
+    """A clock that advances one unit per run of the evaluator it wraps: finalization's deadline in runs."""
+
+    def __init__(self, evaluator) -> None:
+        self.evaluator = evaluator
+        self.runs = 0
+
+    def monotonic(self) -> float:
+        return float(self.runs)
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.runs += 1
+        return self.evaluator(env, validate=validate)
+
+
+@pytest.mark.parametrize("deadline_runs", [0, 21, 66])
+def test_no_round_starts_after_the_deadline(monkeypatch: pytest.MonkeyPatch, deadline_runs: int) -> None:
+    """pretune's budget is a deadline. Without one this seed accepts LL128 (1.3x) at the look after round 20
+    (60 runs) and runs 6 held-out rounds (72 runs). With the deadline after 0 or 21 runs, the looks it cuts off
+    end their tests undecided: keep defaults, and no run after it; after 66 runs the look at round 20 stands
+    and the held-out rounds stop after 3. Before, finalization ran its plan to the end whatever the time (a
+    pretune of 80 s wrote its env file after 103 s under load)."""
+    import tuners.finalize as finalize_module
+
+    speedups = {"LL128": 1.3, "LL": 1.0}
+    unbounded, _ = run(speedups, seed=0)
+    assert (unbounded.rounds_run, unbounded.evaluations, unbounded.overall.change) == (20, 72, True)
+    clock = RunClock(DriftingEvaluator(SIZES, speedups, 0.03, 0))
+    monkeypatch.setattr(finalize_module, "time", clock)  # the deadline in runs, not seconds
+    report = finalize(clock, BASELINE, [Candidate(FASTER), Candidate(OTHER)], TWO_BUCKETS, seed=0,
+                      deadline=deadline_runs)
+    assert report.evaluations == deadline_runs
+    if deadline_runs < 60:
+        assert not report.overall.change and report.rounds_run == deadline_runs // 3
+        assert all(c.reason.startswith("undecided: the time budget ran out") for c in report.overall.comparisons)
+        assert report.notes[0].startswith(f"the time budget ran out after {deadline_runs // 3} of at most 40 rounds")
+    else:
+        assert report.overall.env == FASTER and report.overall.winner == unbounded.overall.winner
+        assert report.overall.holdout is not None and report.overall.holdout.rounds == 3
+        assert "the time budget ran out after 3 of 6 held-out rounds" in report.notes

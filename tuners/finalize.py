@@ -59,6 +59,11 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
    deployed set that fails in them is withdrawn.
+7. A deadline (pretune's time budget): no round starts after it. Open tests whose next look it cuts off
+   end undecided (keep defaults for them: stopping a test without rejecting its H0 cannot raise the
+   false-change rate); looks already made stand. Ablation cut off deploys each winner whole; held-out
+   rounds cut off report the gain from the rounds they ran (none: from the rounds that chose the winner,
+   said in a note). Validated runs (1, 5) are never skipped.
 
 Rounds: with n rounds the smallest p value the exact one-sided test can give is 2**-n (every round
 in the candidate's favour), and Holm's first step needs F * p < alpha, so no change at all is
@@ -71,6 +76,7 @@ Power and expected rounds of the defaults: `python -m tuners.bench_finalize` (RE
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -713,12 +719,14 @@ def finalize(
     thresholds: Thresholds = Thresholds(),
     needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
     seed: int = 0,
+    deadline: float | None = None,
 ) -> FinalReport:
     """Re-measures baseline and candidates interleaved and returns the decisions (module docstring):
     validation, the group-sequential phase, ablation of multi-knob winners, held-out rounds of what
     is deployed. `needs_validation` (baseline env, candidate env) names the unsafe knobs a candidate
-    changes (SearchSpace.unsafe_changes)."""
+    changes (SearchSpace.unsafe_changes). `deadline` (time.monotonic()): no round starts after it (7)."""
     rng = np.random.default_rng(seed)
+    out_of_time = _Deadline(deadline)
     notes: list[str] = []
     rejected: dict[int, str] = {}
     evaluator = runs = _Runs(evaluator)
@@ -744,7 +752,7 @@ def finalize(
     if not tested and candidates:
         notes.append("no candidate left to compare with the baseline: keep defaults")
     for k, look_at in enumerate(looks):
-        while rounds_run < look_at and state.open_decisions:
+        while rounds_run < look_at and state.open_decisions and not out_of_time():
             rounds_run += 1
             envs = {-1: baseline_env, **{i: candidates[i].env for i in sorted(state.measuring)}}
             measured, failures = _run_round(evaluator, envs, buckets, rng)
@@ -757,6 +765,13 @@ def finalize(
             if -1 in measured:
                 rounds_data.append(measured)
         if not state.open_decisions:
+            break
+        if rounds_run < look_at:  # the deadline came before this look: its tests end undecided
+            notes.append(f"the time budget ran out after {rounds_run} of at most {max_rounds} rounds, before the "
+                         f"look at round {look_at}: the decisions still open keep the defaults")
+            for i in sorted(state.measuring):
+                rejected.setdefault(i, f"undecided: the time budget ran out after {rounds_run} rounds")
+                state.reject(i)
             break
         if len(rounds_data) < min_rounds(planned_family, thresholds.alpha) and k < len(looks) - 1:
             continue  # no test can pass yet; futility waits too (too few rounds to say anything)
@@ -780,12 +795,12 @@ def finalize(
         if thresholds.total_time_check:
             ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
         decisions[name] = _choose(name, baseline_env, ordered)
-    if tested and rounds_run < max_rounds:
+    if tested and rounds_run < max_rounds and not out_of_time.passed:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
-    decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
     decisions = _validated_reductions(evaluator, baseline_env, decisions, buckets, needs_validation, notes)
-    decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes)
+    decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
     overall = decisions[OVERALL]
     if len(names) == 1:  # one bucket: its decision is the overall one under the bucket's name
         per_bucket = {
@@ -871,12 +886,28 @@ def _unless_slower_in_total(comparison: Comparison, index: int, rounds: Sequence
     return replace(comparison, accepted=False, reason=reason)
 
 
+class _Deadline:
+    """Whether the deadline (time.monotonic(); None: none) has passed; `passed` remembers that it did."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.passed = False
+
+    def __call__(self) -> bool:
+        self.passed = self.passed or (self.deadline is not None and time.monotonic() >= self.deadline)
+        return self.passed
+
+
 def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], buckets: Sequence[SizeBucket],
-                     thresholds: Thresholds, rng: np.random.Generator) -> tuple[list[Measured], dict[int, str]]:
-    """`ablation_rounds` shuffled rounds of `envs` (keys: their indexes) and the first failure of each."""
+                     thresholds: Thresholds, rng: np.random.Generator,
+                     out_of_time: _Deadline) -> tuple[list[Measured], dict[int, str]] | None:
+    """`ablation_rounds` shuffled rounds of `envs` (keys: their indexes) and the first failure of each; None
+    when the deadline cuts them off."""
     rounds: list[Measured] = []
     failures: dict[int, str] = {}
     for _ in range(thresholds.ablation_rounds):
+        if out_of_time():
+            return None
         measured, failed = _run_round(evaluator, dict(enumerate(envs)), buckets, rng)
         rounds.append(measured)
         for key, reason in failed.items():
@@ -886,7 +917,7 @@ def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], bu
 
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
-                    notes: list[str]) -> dict[str, Decision]:
+                    notes: list[str], out_of_time: _Deadline) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
     Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
@@ -907,7 +938,11 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
     for name, d in multi.items():
         knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
         plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
-    rounds, failures = _ablation_rounds(evaluator, envs, buckets, thresholds, rng)
+    measured = _ablation_rounds(evaluator, envs, buckets, thresholds, rng, out_of_time)
+    if measured is None:
+        notes.append("no ablation: the time budget ran out; each winner is deployed whole")
+        return decisions
+    rounds, failures = measured
 
     def guarded(name: str) -> Sequence[SizeBucket]:
         return buckets if name == OVERALL and thresholds.never_slower and len(buckets) > 1 else ()
@@ -926,10 +961,14 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         for name, a in unmeasured.items():
             pairs += [dict(decisions[name].env), dict(a.env)]
         pairs = [env for i, env in enumerate(pairs) if env not in pairs[:i]]
-        confirm, failed = _ablation_rounds(evaluator, pairs, buckets, thresholds, rng)
+        confirmed = _ablation_rounds(evaluator, pairs, buckets, thresholds, rng, out_of_time)
+        confirm, failed = confirmed if confirmed is not None else ([], {})
         for name, a in unmeasured.items():
             winner_key, reduced_key = pairs.index(dict(decisions[name].env)), pairs.index(dict(a.env))
             winner_env = decisions[name].env
+            if confirmed is None:
+                ablated[name] = _keep_whole(a, winner_env, "the time budget ran out before the reduced set's rounds")
+                continue
             if winner_key in failed or reduced_key in failed:
                 reason = failed.get(reduced_key) or failed[winner_key]
                 ablated[name] = _keep_whole(a, winner_env, f"a confirmation round failed ({reason})")
@@ -1005,7 +1044,7 @@ def _validated_reductions(evaluator: Evaluator, baseline_env: Mapping[str, str],
 
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                    buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
-                   notes: list[str]) -> dict[str, Decision]:
+                   notes: list[str], out_of_time: _Deadline) -> dict[str, Decision]:
     """`holdout_rounds` rounds of the baseline and every deployed set, shuffled, after the choice: the
     gain each decision reports. A deployed set that fails in them is withdrawn (keep defaults)."""
     changed = {name: d for name, d in decisions.items() if d.change}
@@ -1018,6 +1057,10 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
     rounds: list[Measured] = []
     failures: dict[int, str] = {}
     for _ in range(thresholds.holdout_rounds):
+        if out_of_time():
+            notes.append(f"the time budget ran out after {len(rounds)} of {thresholds.holdout_rounds} held-out rounds"
+                         + ("" if rounds else ": the gain is the one from the rounds that chose the winner"))
+            break
         measured, failed = _run_round(evaluator, {-1: baseline_env, **dict(enumerate(envs))}, buckets, rng)
         for key, reason in failed.items():
             failures.setdefault(key, reason)

@@ -458,7 +458,7 @@ def register(app: typer.Typer) -> None:
             per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
             try:
-                recommendation = session.finalize(max_evaluations=int(left // per_run))
+                recommendation = session.finalize(max_evaluations=int(left // per_run), deadline=started + total)
             except UntestedDecision as exc:
                 raise _fail(errors, f"{exc}; {env_file} not written", ExitCode.FAILED) from None
             assert outcome.report is not None

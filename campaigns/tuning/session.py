@@ -292,11 +292,12 @@ class _FinalizationLog:
 
 
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
-                   max_evaluations: int | None = None,
+                   max_evaluations: int | None = None, deadline: float | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
     """Re-measure the best candidates against the baseline (tuners.finalize) and build the
-    recommendation. `max_evaluations` caps what finalization may run (fit_budget);
-    `log` gets a progress line at the start and then at most every 10 s."""
+    recommendation. `max_evaluations` caps what finalization plans to run (fit_budget), `deadline`
+    (time.monotonic()) when it stops starting rounds, whatever the plan (the runs may be slower than the
+    trials were); `log` gets a progress line at the start and then at most every 10 s."""
     fin = setup.spec.finalize
     configured = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
@@ -314,7 +315,7 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, at most {planned} runs")
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.unsafe_changes)
+                      needs_validation=setup.space.unsafe_changes, deadline=deadline)
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
@@ -385,8 +386,8 @@ class TuningSession:
             raise RuntimeError("the session has no trials yet: trials() or collect() first")
         return self.outcome
 
-    def finalize(self, max_evaluations: int | None = None) -> Recommendation:
-        """finalize_study on the trials. UntestedDecision when no trial completed (no round runs: the
+    def finalize(self, max_evaluations: int | None = None, deadline: float | None = None) -> Recommendation:
+        """finalize_study on the trials (`max_evaluations`, `deadline`: its budget). UntestedDecision when no trial completed (no round runs: the
         baseline failed as a trial too), when the baseline failed in every round, or when
         `max_evaluations` re-measures no candidate."""
         from tuners.study import study_progress
@@ -395,7 +396,8 @@ class TuningSession:
         if study_progress(outcome.study).complete == 0:
             raise UntestedDecision(NO_TRIAL_COMPLETED)
         outcome.report, recommendation = finalize_study(
-            self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, log=self.log)
+            self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, deadline=deadline,
+            log=self.log)
         if outcome.report.rounds_run and not outcome.report.rounds_used:
             raise UntestedDecision(f"the baseline (the site's defaults) failed in all {outcome.report.rounds_run} "
                                    "finalization rounds: no candidate was compared with it")
