@@ -17,6 +17,9 @@
   they reach `n_trials` (also across restarts and across workers sharing the storage) or when its
   own wall-time budget is spent. While the rest of the budget is other workers' running trials, a
   worker with heartbeats waits: they count, or a dead worker's trial goes stale and is run here.
+  Before its launch each trial checks that fewer than `n_trials` trials numbered below it are waiting,
+  running or counted (else it is skipped, uncounted): trials are numbered in the order they are made,
+  so across workers no more than `n_trials` launched trials count.
 - A worker killed mid-trial leaves a RUNNING trial. With heartbeats on, the next worker fails it
   (it never counts) and re-queues its parameters (`retry_of`), up to `max_retry` times, after which
   one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way. The
@@ -482,12 +485,19 @@ class Tuner:
         return self.storage.get_heartbeat_interval() if isinstance(self.storage, RDBStorage) else None
 
     def _budget_used(self, study: optuna.Study, before_number: int | None = None) -> int:
-        """Counted trials plus trials other workers are running (they will count)."""
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING))
+        """Counted trials plus trials other workers are running (they will count). With `before_number` (a trial's
+        own check), only the trials numbered below it, and the waiting ones among them too: a trial re-queued just
+        after this worker looked for a waiting one is numbered below this worker's new trial, and when another worker
+        pops it, that worker's check cannot see the new trial. Trials are numbered in the order they are made, so a
+        trial that counts was waiting, running or counted at the check of every later-numbered one, and no more than
+        `n_trials` pass their checks and count."""
+        states = (TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING)
+        if before_number is not None:
+            states += (TrialState.WAITING,)
         return sum(
             1
-            for t in trials
-            if (before_number is None or t.number < before_number) and (t.state is TrialState.RUNNING or is_counted(t))
+            for t in study.get_trials(deepcopy=False, states=states)
+            if (before_number is None or t.number < before_number) and (not t.state.is_finished() or is_counted(t))
         )
 
     @staticmethod
