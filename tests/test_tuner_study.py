@@ -602,6 +602,36 @@ def test_a_re_queued_trial_and_a_new_one_do_not_both_take_the_last_trial_of_the_
     assert (x_eval.calls, y_eval.calls) == (0, 1)
 
 
+def test_a_worker_lost_record_takes_its_place_in_the_budget_like_any_trial(sqlite_url: str) -> None:
+    """A setting lost a worker more than max_retry times: its "worker lost" FAIL counts. It was added counted, past every
+    check, after the lost trial had already failed as stale, so a trial made meanwhile (its check saw neither) also
+    counted: 3 of 2. It is queued now, recorded when a worker pops it and its check passes, not launched."""
+    storage = open_storage(sqlite_url, heartbeat_interval=None)
+    setup = make_tuner(storage, SyntheticEvaluator(SCENARIO), n_trials=1, sampler="random")
+    study = setup.run()  # trial 0, the defaults, counted
+    lost = study.ask()  # trial 1: a worker that dies while measuring it
+    assert setup.space.suggest(lost) != setup.baseline_env
+    study._storage.set_trial_state_values(lost._trial_id, optuna.trial.TrialState.FAIL)  # failed as stale
+    evaluator = SyntheticEvaluator(SCENARIO, seed=1)
+    worker = make_tuner(storage, evaluator, n_trials=2, seed=1, sampler="random")
+    budget_used = worker._budget_used
+
+    def requeued_after_the_check(study: optuna.Study, before_number: int | None = None) -> int:
+        used = budget_used(study, before_number)
+        if before_number == 2:  # trial 2 passed its check; the stale trial's callback runs now
+            _RequeueLostTrial(max_retry=0)(study, study._storage.get_trial(lost._trial_id))
+        return used
+
+    worker._budget_used = requeued_after_the_check
+    study = worker.run()
+    assert [t.number for t in counted(study)] == [0, 2] and evaluator.calls == 1
+    study = make_tuner(storage, evaluator, n_trials=3, seed=2, sampler="random").run()
+    assert [t.number for t in counted(study)] == [0, 2, 3] and evaluator.calls == 1
+    record = study.trials[3]
+    assert record.user_attrs[RETRY_OF] == [1] and record.user_attrs[OUTCOME] == "lost"
+    assert record.user_attrs[FAIL_REASON] == "worker lost 1 times while evaluating (trials [1])"
+
+
 def test_a_candidate_leaves_out_the_settings_that_change_nothing(sqlite_url: str) -> None:
     """The socket path's fastest trials set NCCL_NSOCKS_PERTHREAD=1 with 2 socket threads (1 is NCCL's own value)
     and NCCL_NSOCKS_PERTHREAD=8 without socket threads (no socket is opened: NCCL's defaults, run again). The

@@ -19,12 +19,13 @@
   worker with heartbeats waits: they count, or a dead worker's trial goes stale and is run here.
   Before its launch each trial checks that fewer than `n_trials` trials numbered below it are waiting,
   running or counted (else it is skipped, uncounted): trials are numbered in the order they are made,
-  so across workers no more than `n_trials` launched trials count.
+  so across workers no more than `n_trials` count.
 - A worker killed mid-trial leaves a RUNNING trial. With heartbeats on, the next worker fails it
   (it never counts) and re-queues its parameters (`retry_of`), up to `max_retry` times, after which
-  one counted FAIL records "worker lost". Ctrl-C re-queues the interrupted trial the same way. The
-  re-queued trial keeps its role (defaults, seeded, ...), where it comes from and its screen step.
-  So no measurement is lost and none is counted twice.
+  one counted FAIL records "worker lost" (queued as well, so that it passes the budget check like any
+  trial). Ctrl-C re-queues the interrupted trial the same way. The re-queued trial keeps its role
+  (defaults, seeded, ...), where it comes from and its screen step. So no measurement is lost and
+  none is counted twice.
 - Parallel workers: call `run()` in several processes on the same PostgreSQL URL. SQLite is for
   one process at a time (Optuna's documentation: concurrent writers lock it).
 """
@@ -133,7 +134,10 @@ def make_sampler(name: SamplerName | str, seed: int | None, n_startup_trials: in
 
 class _RequeueLostTrial:
     """Heartbeat-stale trial callback: re-queue the lost trial's parameters, or after `max_retry`
-    losses record one counted FAIL so that a setting that kills workers cannot loop forever."""
+    losses one counted FAIL so that a setting that kills workers cannot loop forever. That FAIL is
+    queued too (outcome "lost"), and recorded without a launch by the worker that pops it, after
+    the budget check: added as a counted FAIL here, it took a place in the budget past every check
+    (a trial made since the lost one failed as stale counted beside it, one more than the budget)."""
 
     def __init__(self, max_retry: int) -> None:
         self.max_retry = max_retry
@@ -142,7 +146,7 @@ class _RequeueLostTrial:
         history = _history(trial)
         if len(history) > self.max_retry:
             reason = f"worker lost {len(history)} times while evaluating (trials {history})"
-            _add_again(study, trial, TrialState.FAIL, {OUTCOME: LOST, FAIL_REASON: reason})
+            _add_again(study, trial, TrialState.WAITING, {OUTCOME: LOST, FAIL_REASON: reason})
         else:
             _add_again(study, trial, TrialState.WAITING)
 
@@ -513,6 +517,9 @@ class Tuner:
         if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
             trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
             raise optuna.TrialPruned()
+        if trial.user_attrs.get(OUTCOME) == LOST:  # queued by _RequeueLostTrial: recorded, not launched
+            logger.warning("trial %d %s", trial.number, trial.user_attrs[FAIL_REASON])
+            raise _TrialFailed(trial.user_attrs[FAIL_REASON])
         dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
         try:
             if ROLE in trial.user_attrs:
