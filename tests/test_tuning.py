@@ -461,6 +461,47 @@ def test_a_tune_whose_baseline_never_ran_publishes_nothing(tmp_path: Path) -> No
     assert {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()} == before
 
 
+def test_a_per_size_stage_that_fails_after_the_trials_is_a_failed_tune_and_publishes_nothing(tmp_path: Path) -> None:
+    """The trials and finalization ran, then the per-size sweep's records were unusable (here the library's
+    own choice gave wrong data at every size: commbench marks it valid=false and exits 1, so no size has a
+    baseline). That is a failed step after measurements, exit 1, not bad input (exit 2, "nothing ran"), and
+    what an earlier tune of the same scope published stays byte for byte."""
+    rec = tmp_path / "rec"
+    common = ("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--library-version", "4.1.4",
+              "--op", "allreduce", "--sizes", "64K", "--executor", "launcher", "--commbench", COMMBENCH,
+              "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--publish-dir", rec,
+              "--knobs", "OMPI_MCA_btl_tcp_sndbuf")
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({"site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce",
+                                    "sizes": ["64K"], "iters": 3, "warmup": 1,
+                                    "finalize": {"candidates": 1, "max_candidates": 1, "rounds": 5}}))
+    code, out = commcamp_output(*common, str(spec), "--trials", "2", "--launcher", " ".join(MPIRUN), env=OMPI_ENV)
+    assert code == 0 and "published: " in out, out
+    before = {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()}
+    (tmp_path / "mark.py").write_text(
+        "import json, sys\n"
+        "path = sys.argv[sys.argv.index('--output') + 1]\n"
+        "records = [json.loads(line) for line in open(path)]\n"
+        "for r in records:\n"
+        "    if r.get('selection', {}).get('name') == 'own': r['valid'] = False\n"
+        "open(path, 'w').write(''.join(json.dumps(r) + '\\n' for r in records))\n")
+    launcher = wrapper(tmp_path, f'{" ".join(MPIRUN)} "$@" || exit $?\n'
+                                 f'case " $* " in *" --selections "*) {sys.executable} {tmp_path / "mark.py"} "$@"; '
+                                 'exit 1;; esac', "launcher")
+    spec.write_text(yaml.safe_dump({**yaml.safe_load(spec.read_text()), "per_size": {"enabled": True, "rounds": 4}}))
+    code, out = commcamp_output(*common, str(spec), "--trials", "2", "--launcher", str(launcher),
+                                "--summary", tmp_path / "summary.json", env=OMPI_ENV)
+    assert code == 1, out
+    assert "trials: 2 counted" in out and "decision: " in out, out  # what was measured is reported
+    assert re.search(r"the per-size stage failed after the trials and finalization: size 65536: no valid "
+                     rf"measurement of the library's own choice \('own'\): nothing published \(what {rec} holds "
+                     r"is unchanged\)", out), out
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["per_size_failed"].endswith("no valid measurement of the library's own choice ('own')")
+    assert summary["files"] is None and summary["recommendation"]["per_size_selection"] is None
+    assert {path: path.read_bytes() for path in rec.rglob("*") if path.is_file()} == before
+
+
 def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: Path) -> None:
     """A tune of one knob keeps the site's defaults of the others, as the site's jobs run (Alps' may-corrupt
     NCCL_PROTO=^LL128 pin in a tune of NCCL_BUFFSIZE alone): here the planted 4 KiB receive buffer while only

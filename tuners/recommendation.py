@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket, format_bytes
 from tuners.finalize import Comparison, Decision, FinalReport
-from tuners.per_size import PerSizeResult, TunerRule, plugin_rows
+from tuners.per_size import PerSizeResult, SweepError, TunerRule, plugin_rows
 from tuners.scope import StudyScope
 from tuners.study import study_progress
 
@@ -241,7 +241,7 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
     # The scope counts GPUs, not CPU ranks (scope.ranks is nodes x GPUs per node): op and nodes must match;
     # the rule files name the sweep's own rank count.
     if (result.op, result.nodes) != (rec.scope.op, rec.scope.nodes):
-        raise ValueError(
+        raise SweepError(
             f"per-size sweep of {result.op} on {result.nodes} nodes does not belong to scope {rec.scope.describe()}"
         )
     rows = plugin_rows(result) if rec.scope.library in ("nccl", "rccl") else []

@@ -356,9 +356,10 @@ def register(app: typer.Typer) -> None:
             session.summary(summary)
         for line in report_lines(outcome):
             console.print(escape(line), highlight=False, soft_wrap=True)
-        if outcome.untested is not None:
+        unpublished = outcome.untested or outcome.per_size_failed
+        if unpublished is not None:
             kept = "" if spec_obj.publish_dir is None else f" (what {spec_obj.publish_dir} holds is unchanged)"
-            raise _fail(errors, f"{outcome.untested}: nothing published{kept}", ExitCode.FAILED)
+            raise _fail(errors, f"{unpublished}: nothing published{kept}", ExitCode.FAILED)
         if study_progress(outcome.study).complete == 0:
             raise _fail(errors, NO_TRIAL_COMPLETED, ExitCode.FAILED)
 

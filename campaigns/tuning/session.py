@@ -24,7 +24,7 @@ from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, finalize, fit_budget, planned_runs
-from tuners.per_size import PerSizeResult, decide_per_size, load_sweep, rounds_for
+from tuners.per_size import PerSizeResult, SweepError, TunerConfigError, decide_per_size, load_sweep, rounds_for
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
@@ -265,6 +265,7 @@ class TuningOutcome:
     recommendation: Recommendation | None = None
     published: PublishedFiles | None = None
     untested: str | None = None  # why finalization could decide nothing (then nothing is published)
+    per_size_failed: str | None = None  # why the per-size stage gave no result (then nothing is published)
 
 
 NO_TRIAL_COMPLETED = "no trial completed (see the trials' fail_reason)"
@@ -420,7 +421,8 @@ class TuningSession:
 
     def finish(self) -> TuningOutcome:
         """What the spec asks for after the trials: finalization, the per-size stage, publishing. An untested
-        decision (outcome.untested says why) is not published: earlier files of the scope stay as they were."""
+        decision (outcome.untested says why) or a per-size sweep whose records give no result
+        (outcome.per_size_failed) is not published: earlier files of the scope stay as they were."""
         outcome = self._trials_done()
         if self.setup.spec.finalize.enabled:
             try:
@@ -429,7 +431,11 @@ class TuningSession:
                 outcome.untested = str(exc)
                 return outcome
             if self.setup.spec.per_size.enabled:
-                self.per_size()
+                try:
+                    self.per_size()
+                except (SweepError, TunerConfigError) as exc:
+                    outcome.per_size_failed = f"the per-size stage failed after the trials and finalization: {exc}"
+                    return outcome
             self.publish()
         return outcome
 
@@ -482,6 +488,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
             "knobs_left_the_search": outcome.study.user_attrs.get(DROPPED_KNOBS, {}),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"), "untested": outcome.untested,
+            "per_size_failed": outcome.per_size_failed,
             "files": None if outcome.published is None else outcome.published.to_json(),
             "provenance": provenance()}
 
