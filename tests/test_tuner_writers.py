@@ -341,6 +341,7 @@ LOCAL = ("--root", "{root}", "--site", "local", "--system", "local")
     (("--op", "allreduce", "--nodes", "1", "--size", "0"), "--size 0: sizes [0] outside 1 B .. 1 TiB"),
     (("--op", "allreduce", "--nodes", "1", "--size", "5T"), "--size 5T: sizes [5497558138880] outside 1 B .. 1 TiB"),
     (("--op", "allreduce", "--nodes", "1", "--size", "1MB"), "--size 1MB: '1MB' is ambiguous"),
+    (("--op", "allreduce", "--nodes", "1", "--library-version", "4.1;id"), "--library-version '4.1;id' is not a"),
 ])
 def test_recommend_refuses_bad_input_as_a_usage_error(
         tmp_path: Path, catalog: KnobCatalog, args: tuple[str, ...], option: str) -> None:  # noqa: F811
@@ -367,6 +368,34 @@ def test_recommend_says_not_measured_for_a_valid_context(
                     "allreduce").code == 0
     code, stdout, stderr = commcamp("recommend", *(a.format(root=tmp_path) for a in LOCAL), *args)
     assert code == 3 and stdout.startswith("# NOT MEASURED: ") and "export" not in stdout, (stdout, stderr)
+
+
+def test_recommend_names_the_library_version_when_a_scope_is_published_under_several(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """The scope tuned again after an upgrade (Open MPI 4.1.4, then 5.0.5) is published under both versions.
+    Without a version recommend lists them and the option that picks one (exit 3: no version is chosen for
+    the job, each one's settings were measured on it alone); --library-version, tune's option and the scope's
+    library_version, picks one; a version not published is not measured, with the versions that are. Before,
+    no option named the version: that context exited 3 whatever was asked."""
+    older = local_recommendation()
+    newer = older.model_copy(update={
+        "scope": older.scope.model_copy(update={"library_version": "5.0.5"}),
+        "env": {**older.env, "OMPI_MCA_coll_tuned_allreduce_algorithm": "recursive_doubling"}})
+    publish(tmp_path, older, catalog)
+    publish(tmp_path, newer, catalog)
+    context = (*(a.format(root=tmp_path) for a in LOCAL), "--op", "allreduce", "--nodes", "1")
+    code, stdout, stderr = commcamp("recommend", *context)
+    assert code == 3 and stdout.startswith("# NOT MEASURED: 2 measured scopes match op=allreduce, nodes=1: "), stdout
+    assert "library=openmpi 4.1.4" in stdout and "library=openmpi 5.0.5" in stdout
+    assert "Say which: --library-version 4.1.4 or 5.0.5" in stdout and "export" not in stdout, stdout
+    for version, algorithm in (("5.0.5", "recursive_doubling"), ("4.1.4", "ring")):
+        code, stdout, stderr = commcamp("recommend", *context, "--library-version", version)
+        assert code == 0 and f"# measured scope: site=local system=local:cpu library=openmpi {version} " in stdout
+        assert f"export OMPI_MCA_coll_tuned_allreduce_algorithm='{algorithm}'" in stdout, (stdout, stderr)
+    code, stdout, stderr = commcamp("recommend", *context, "--library", "openmpi", "--library-version", "4.1.5")
+    assert code == 3 and "export" not in stdout, (stdout, stderr)
+    assert stdout.startswith("# NOT MEASURED: nothing measured for op=allreduce, library=openmpi, "
+                             "library_version=4.1.5 on local/local; published: --library-version 4.1.4 or 5.0.5")
 
 
 def local_recommendation() -> Recommendation:

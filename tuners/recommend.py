@@ -1,13 +1,20 @@
 """Look up the published settings for a job context. Never extrapolates: a node count, GPU count
-or size that was not measured is said to be unmeasured, with the nearest measured scope named."""
+or size that was not measured is said to be unmeasured, with the nearest measured scope named. Nor does it
+choose between measured scopes (another partition, transport, library or library version): the job's
+context names one, and the options that would are listed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuners.recommendation import Recommendation, SizeRangeResult
 from tuners.writers import RECOMMENDATIONS_FILE, load_recommendations, system_dir, verdict
+
+# The scope fields a job context may name besides op and nodes, and recommend's option for each.
+OPTIONS = {"partition": "--partition", "transport": "--transport", "library": "--library",
+           "library_version": "--library-version", "gpus_per_node": "--gpus-per-node"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ def lookup(
     partition: str | None = None,
     transport: str | None = None,
     library: str | None = None,
+    library_version: str | None = None,
     size: int | None = None,
 ) -> LookupResult:
     path = system_dir(root, site, system) / RECOMMENDATIONS_FILE
@@ -52,12 +60,17 @@ def lookup(
         "partition": partition,
         "transport": transport,
         "library": library,
+        "library_version": library_version,
         "gpus_per_node": gpus_per_node,
     }
-    matching = [r for r in entries if all(v is None or getattr(r.scope, k) == v for k, v in wanted.items())]
+    matching = _matching(entries, wanted)
     context = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None)
     if not matching:
-        return LookupResult(False, f"nothing measured for {context} on {site}/{system}", source=path)
+        message = f"nothing measured for {context} on {site}/{system}"
+        other_versions = _matching(entries, {**wanted, "library_version": None})  # none unless a version was named
+        if other_versions:
+            message += f"; published: --library-version {' or '.join(_values(other_versions, 'library_version'))}"
+        return LookupResult(False, message, source=path)
     exact = [r for r in matching if r.scope.nodes == nodes]
     if not exact:
         nearest = min(matching, key=lambda r: (abs(r.scope.nodes - nodes), r.scope.nodes))
@@ -70,10 +83,12 @@ def lookup(
         )
     if len(exact) > 1:
         listed = "; ".join(r.describe_scope() for r in exact)
+        which = "; ".join(f"{option} {' or '.join(values)}" for name, option in OPTIONS.items()
+                          if len(values := _values(exact, name)) > 1)
         return LookupResult(
             False,
-            f"{len(exact)} measured scopes match {context}, nodes={nodes}: {listed}. "
-            "Say which (partition, transport, library, gpus_per_node)",
+            f"{len(exact)} measured scopes match {context}, nodes={nodes}: {listed}. Say which: {which} (none is "
+            "chosen for the job: each one's settings were measured in its own scope)",
             source=path,
             candidates=tuple(exact),
         )
@@ -97,6 +112,15 @@ def lookup(
         if rec.per_size_selection is not None:
             message += "; " + describe_selection(rec, size)
     return LookupResult(True, message, rec, size_result, path)
+
+
+def _matching(entries: Sequence[Recommendation], wanted: Mapping[str, str | int | None]) -> list[Recommendation]:
+    return [r for r in entries if all(v is None or getattr(r.scope, k) == v for k, v in wanted.items())]
+
+
+def _values(recs: Sequence[Recommendation], name: str) -> list[str]:
+    """The values of scope field `name` in `recs`, each once, in their order."""
+    return list(dict.fromkeys(str(getattr(r.scope, name)) for r in recs))
 
 
 def describe_selection(rec: Recommendation, size: int) -> str:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from tuners.catalog import Library
 
 # Scope fields end up in study names, file names and comments: keep them to a plain alphabet.
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+SCOPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 class StudyScope(BaseModel):
@@ -32,8 +32,8 @@ class StudyScope(BaseModel):
     @field_validator("site", "system", "partition", "library_version", "op", "transport", "size_bucket")
     @classmethod
     def _plain(cls, value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(f"{value!r} must match {_NAME.pattern}")
+        if not SCOPE_NAME.fullmatch(value):
+            raise ValueError(f"{value!r} must match {SCOPE_NAME.pattern}")
         return value
 
     @property

@@ -486,11 +486,15 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: GpusOpt = None,
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
         transport: TransportOpt = None, library: LibraryOpt = None,
+        library_version: Annotated[Optional[str], typer.Option(
+            help="its version, as tune's --library-version (needed when several are published)")] = None,
         root: Annotated[Optional[Path], typer.Option(
             help="recommendations root \\[default: <workspace>/recommendations]")] = None,
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
-        count, GPU count or size that was not measured is said so; nothing is extrapolated."""
+        count, GPU count, size or library version that was not measured is said so; nothing is extrapolated,
+        and of several matching scopes (e.g. two library versions) none is chosen: the options that pick one
+        are listed."""
         from campaigns.tuning.lookup import check_query
         from tuners.evaluation import format_bytes
         from tuners.recommend import format_lookup, lookup
@@ -503,10 +507,10 @@ def register(app: typer.Typer) -> None:
         root = root or paths.recommendations_dir()
         try:
             size_bytes = check_query(root, site, system, partition=partition, op=op, nodes=nodes,
-                                     gpus_per_node=gpus_per_node, transport=transport, library=library, size=size)
-            result = lookup(root, site, system, op=op, nodes=nodes,
-                            gpus_per_node=gpus_per_node, partition=partition, transport=transport, library=library,
-                            size=size_bytes)
+                                     gpus_per_node=gpus_per_node, transport=transport, library=library,
+                                     library_version=library_version, size=size)
+            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
+                            transport=transport, library=library, library_version=library_version, size=size_bytes)
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))

@@ -1,7 +1,7 @@
 """What `commcamp recommend` is asked, checked before the lookup (tuners.recommend). A value no tune could
-have measured (a name that is not a site, system, op, transport or library, a node or GPU count below 1, a
-size commbench cannot send) is bad input naming its option, never "not measured": a job script must tell a
-typo from a context nobody tuned."""
+have measured (a name that is not a site, system, op, transport or library, a library version no scope can
+hold, a node or GPU count below 1, a size commbench cannot send) is bad input naming its option, never "not
+measured": a job script must tell a typo from a context nobody tuned."""
 from __future__ import annotations
 
 import re
@@ -12,6 +12,7 @@ from campaigns.model import vocabulary
 from campaigns.model.site import NAME_PATTERN, find_site_file, load_site
 from campaigns.model.sizes import check_measurable, parse_size
 from tuners.catalog import Library
+from tuners.scope import SCOPE_NAME
 
 
 def _choice(option: str, value: str | None, choices: tuple[str, ...], what: str) -> None:
@@ -20,7 +21,8 @@ def _choice(option: str, value: str | None, choices: tuple[str, ...], what: str)
 
 
 def check_query(root: Path, site: str, system: str, *, partition: str | None, op: str, nodes: int,
-                gpus_per_node: int | None, transport: str | None, library: str | None, size: str | None) -> int | None:
+                gpus_per_node: int | None, transport: str | None, library: str | None, library_version: str | None,
+                size: str | None) -> int | None:
     """The size in bytes (None when not given); ValueError naming the first bad option otherwise."""
     for option, name in (("--site", site), ("--system", system), ("--partition", partition)):
         if name is not None and not re.fullmatch(NAME_PATTERN, name):
@@ -28,6 +30,9 @@ def check_query(root: Path, site: str, system: str, *, partition: str | None, op
     _choice("--op", op, vocabulary.OPS, "a commbench op")
     _choice("--transport", transport, vocabulary.TRANSPORTS, "a commbench transport")
     _choice("--library", library, tuple(Library), "a library of the knob catalog")
+    if library_version is not None and not SCOPE_NAME.fullmatch(library_version):
+        raise ValueError(f"--library-version {library_version!r} is not a version a tune records (a letter or digit, "
+                         "then letters, digits, ., _, + or -)")
     if nodes < 1:
         raise ValueError(f"--nodes {nodes} must be at least 1")
     if gpus_per_node is not None and gpus_per_node < 1:
