@@ -697,3 +697,30 @@ def test_a_study_resumed_with_other_domains_is_refused_naming_them(sqlite_url: s
             tuner.run()
     with pytest.raises(ValueError, match="study mine exists with different domains of NCCL_ALGO "):
         tuner.run()
+
+
+def test_a_worker_whose_trial_was_taken_as_lost_drops_its_result_and_goes_on(sqlite_url: str) -> None:
+    """A live worker whose heartbeat was silent past the grace period (a suspended job, a database out of reach):
+    another worker fails its running trial as stale and re-queues it. Here trial 2's evaluation does that to its
+    own trial, as the other worker would. Its result is dropped (Optuna refuses to record it), the re-queued copy
+    measures the setting, and the run goes on to its budget. Before, the worker crashed: "ValueError: Cannot tell a
+    FAIL trial." (Optuna, after "Trial#2 has already finished and can not be updated")."""
+    storage = open_storage(sqlite_url, heartbeat_interval=60, grace_period=120)
+    inner = SyntheticEvaluator(SCENARIO)
+    launched: list[dict[str, str]] = []
+
+    def taken_as_lost_once(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        launched.append(dict(env))
+        if len(launched) == 3:
+            study = optuna.load_study(study_name=make_scope().study_name, storage=storage)
+            running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))[0]
+            storage.set_trial_state_values(running._trial_id, optuna.trial.TrialState.FAIL)
+            _RequeueLostTrial(max_retry=2)(study, storage.get_trial(running._trial_id))
+        return inner(env, validate=validate)
+
+    study = make_tuner(storage, taken_as_lost_once, n_trials=5).run()
+    lost = study.trials[2]
+    assert lost.state is optuna.trial.TrialState.FAIL and not is_counted(lost)
+    rerun = next(t for t in study.trials if t.user_attrs.get(RETRY_OF) == [2])
+    assert is_counted(rerun) and rerun.user_attrs[ENV] == launched[2] and launched.count(launched[2]) == 2
+    assert study_progress(study).counted == 5

@@ -26,6 +26,9 @@
   trial). Ctrl-C re-queues the interrupted trial the same way. The re-queued trial keeps its role
   (defaults, seeded, ...), where it comes from and its screen step. So no measurement is lost and
   none is counted twice.
+- A live worker whose trial another worker failed as stale (its heartbeat silent past the grace period: a
+  suspended job, a database out of reach) drops that trial's result (Optuna refuses it) and goes on; the
+  re-queued copy measures the setting.
 - Parallel workers: call `run()` in several processes on the same PostgreSQL URL. SQLite is for
   one process at a time (Optuna's documentation: concurrent writers lock it).
 """
@@ -359,6 +362,7 @@ class Tuner:
         self.progress = progress
         self._repeats_in_a_row = 0
         self._random_sampler: optuna.samplers.BaseSampler | None = None
+        self._trial_id: int | None = None  # the trial this worker runs (or ran last)
 
     def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
                  ) -> list[tuple[dict[str, str], str]]:
@@ -473,9 +477,27 @@ class Tuner:
                                    RANDOM_DRAWS, study_progress(study).counted)
                     break
                 study.sampler = sampler if self._repeats_in_a_row < MAX_REPEATS else self._random(study)
-                study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
+                try:
+                    study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
+                except (ValueError, AssertionError):
+                    if not self._taken_as_lost(study):
+                        raise
                 display.update(study_progress(study))
         return study
+
+    def _taken_as_lost(self, study: optuna.Study) -> bool:
+        """Whether the trial this worker was running was failed as lost by another worker (its heartbeat was
+        silent for the grace period: a suspended job, a database out of reach), which re-queued it: Optuna then
+        refuses this worker's result (ValueError "Cannot tell a FAIL trial", or its assertion after it). The
+        result is dropped, the re-queued copy measures the setting, and this worker goes on."""
+        if self._trial_id is None:
+            return False
+        trial = study._storage.get_trial(self._trial_id)
+        if trial.state is not TrialState.FAIL:
+            return False
+        logger.warning("trial %d was taken as lost by another worker while it ran here (no heartbeat for the grace "
+                       "period): its result is dropped, the re-queued copy measures it", trial.number)
+        return True
 
     def _random(self, study: optuna.Study) -> optuna.samplers.BaseSampler:
         """The sampler after MAX_REPEATS repeats in a row: uniform over the space, seeded from the study's length."""
@@ -513,6 +535,7 @@ class Tuner:
         raise
 
     def _objective(self, trial: optuna.Trial) -> float:
+        self._trial_id = trial._trial_id
         # Another worker may have filled the budget between our check and our ask.
         if self.n_trials is not None and self._budget_used(trial.study, before_number=trial.number) >= self.n_trials:
             trial.set_user_attr(FAIL_REASON, "skipped: budget already reached by other workers")
