@@ -707,6 +707,26 @@ def test_the_reported_gain_comes_from_rounds_after_the_choice() -> None:
                     thresholds=Thresholds(holdout_rounds=0)).overall.holdout is None
 
 
+def test_defaults_failing_in_every_held_out_round_are_said_in_a_note() -> None:
+    """The defaults fail in all 6 held-out rounds: no held-out gain, and a note says the gain shown is the one from
+    the rounds that chose the winner. Before, nothing said so."""
+    evaluate, _ = _knob_evaluator(4, {"P": 0.15})
+    unbounded = finalize(evaluate, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=4)
+    holdout_from = unbounded.evaluations - 2 * Thresholds().holdout_rounds
+    evaluate, calls = _knob_evaluator(4, {"P": 0.15})
+
+    def defaults_fail_late(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if len(calls) >= holdout_from and not env:
+            calls.append((dict(env), Evaluation.failed(FailureKind.FAILED, "node down")))
+            return calls[-1][1]
+        return evaluate(env, validate=validate)
+
+    report = finalize(defaults_fail_late, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=4)
+    assert report.overall.env == FASTER and report.overall.holdout is None
+    assert "the defaults failed in all 6 held-out rounds (failed: node down): the gain is the one from the rounds " \
+           "that chose the winner" in report.notes
+
+
 def test_the_benchmarks_noise_is_the_committed_measurement() -> None:
     """bench_finalize's noise scales come from the packed 4x H200 A/A launches: the same numbers its
     committed result recorded (the merge that packed the run folders had left it reading a folder that

@@ -1056,16 +1056,21 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
             envs.append(dict(d.env))
     rounds: list[Measured] = []
     failures: dict[int, str] = {}
+    started = 0
     for _ in range(thresholds.holdout_rounds):
         if out_of_time():
-            notes.append(f"the time budget ran out after {len(rounds)} of {thresholds.holdout_rounds} held-out rounds"
+            notes.append(f"the time budget ran out after {started} of {thresholds.holdout_rounds} held-out rounds"
                          + ("" if rounds else ": the gain is the one from the rounds that chose the winner"))
             break
+        started += 1
         measured, failed = _run_round(evaluator, {-1: baseline_env, **dict(enumerate(envs))}, buckets, rng)
         for key, reason in failed.items():
             failures.setdefault(key, reason)
         if -1 in measured:
             rounds.append(measured)
+    if started and not rounds:
+        notes.append(f"the defaults failed in all {started} held-out rounds ({failures[-1]}): the gain is the one from "
+                     "the rounds that chose the winner")
     result = dict(decisions)
     for name, d in changed.items():
         key = envs.index(dict(d.env))
