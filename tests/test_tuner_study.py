@@ -724,3 +724,26 @@ def test_a_worker_whose_trial_was_taken_as_lost_drops_its_result_and_goes_on(sql
     rerun = next(t for t in study.trials if t.user_attrs.get(RETRY_OF) == [2])
     assert is_counted(rerun) and rerun.user_attrs[ENV] == launched[2] and launched.count(launched[2]) == 2
     assert study_progress(study).counted == 5
+
+
+def test_a_setting_recorded_as_worker_lost_is_not_launched_again(sqlite_url: str) -> None:
+    """A setting that lost its worker more than max_retry times is recorded as a counted "worker lost" FAIL. Proposed
+    again (here: queued again), it is a repeat of that failure, uncounted and not launched. Before, the record held no
+    `env`, so the repeat rule did not see it: the setting was launched again (and could kill another worker)."""
+    storage = open_storage(sqlite_url, heartbeat_interval=None)
+    setup = make_tuner(storage, SyntheticEvaluator(SCENARIO), n_trials=1, sampler="random")
+    study = setup.run()  # trial 0, the defaults, counted
+    lost = study.ask()  # trial 1: a worker that dies while measuring it
+    env = setup.space.suggest(lost)
+    assert env != setup.baseline_env
+    lost.set_user_attr(ENV, env)  # as the objective sets it before the launch
+    study._storage.set_trial_state_values(lost._trial_id, optuna.trial.TrialState.FAIL)  # failed as stale
+    _RequeueLostTrial(max_retry=0)(study, study._storage.get_trial(lost._trial_id))  # trial 2: the record, queued
+    study.enqueue_trial(setup.space.params_for_env(env))  # trial 3: the same setting proposed again
+    evaluator = Recording(SyntheticEvaluator(SCENARIO, seed=1))
+    study = make_tuner(storage, evaluator, n_trials=3, seed=1, sampler="random").run()
+    assert study.trials[2].user_attrs[OUTCOME] == "lost" and is_counted(study.trials[2])
+    assert env not in evaluator.envs
+    again = study.trials[3]
+    assert again.user_attrs[REPEAT_OF] == 2 and not is_counted(again)
+    assert study_progress(study).counted == 3

@@ -140,7 +140,8 @@ class _RequeueLostTrial:
     losses one counted FAIL so that a setting that kills workers cannot loop forever. That FAIL is
     queued too (outcome "lost"), and recorded without a launch by the worker that pops it, after
     the budget check: added as a counted FAIL here, it took a place in the budget past every check
-    (a trial made since the lost one failed as stale counted beside it, one more than the budget)."""
+    (a trial made since the lost one failed as stale counted beside it, one more than the budget). It keeps
+    the lost trial's `env`, so that the setting is a repeat of that failure and never launched again."""
 
     def __init__(self, max_retry: int) -> None:
         self.max_retry = max_retry
@@ -149,7 +150,8 @@ class _RequeueLostTrial:
         history = _history(trial)
         if len(history) > self.max_retry:
             reason = f"worker lost {len(history)} times while evaluating (trials {history})"
-            _add_again(study, trial, TrialState.WAITING, {OUTCOME: LOST, FAIL_REASON: reason})
+            measured = {ENV: trial.user_attrs[ENV]} if ENV in trial.user_attrs else {}
+            _add_again(study, trial, TrialState.WAITING, {OUTCOME: LOST, FAIL_REASON: reason, **measured})
         else:
             _add_again(study, trial, TrialState.WAITING)
 
