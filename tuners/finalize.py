@@ -339,6 +339,7 @@ class FinalReport:
     looks: tuple[int, ...] = ()  # rounds after which it looked
     evaluations: int = 0  # evaluator calls of the whole finalization (validation, rounds, ablation, held-out)
     allocations: tuple[str, ...] = ()  # the batch allocations (Slurm job ids) its runs ran in, where known
+    cut_off: bool = False  # the deadline came before the first look: no test was made, nothing was decided
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -749,6 +750,7 @@ def finalize(
     state = _Sequential(names, tested, thresholds, looks, max_rounds)
     rounds_data: list[Measured] = []
     rounds_run = 0
+    looked = cut_off = False
     if not tested and candidates:
         notes.append("no candidate left to compare with the baseline: keep defaults")
     for k, look_at in enumerate(looks):
@@ -772,6 +774,7 @@ def finalize(
             for i in sorted(state.measuring):
                 rejected.setdefault(i, f"undecided: the time budget ran out after {rounds_run} rounds")
                 state.reject(i)
+            cut_off = not looked
             break
         if len(rounds_data) < min_rounds(planned_family, thresholds.alpha) and k < len(looks) - 1:
             continue  # no test can pass yet; futility waits too (too few rounds to say anything)
@@ -783,6 +786,7 @@ def finalize(
                 state.reject(i)
             break
         state.look(k, rounds_data, candidates)
+        looked = True
     decisions: dict[str, Decision] = {}
     for name in names:
         ordered = tuple(
@@ -830,6 +834,7 @@ def finalize(
         looks=looks,
         evaluations=runs.calls,
         allocations=tuple(sorted(runs.allocations)),
+        cut_off=cut_off,
     )
 
 

@@ -388,9 +388,9 @@ class TuningSession:
         return self.outcome
 
     def finalize(self, max_evaluations: int | None = None, deadline: float | None = None) -> Recommendation:
-        """finalize_study on the trials (`max_evaluations`, `deadline`: its budget). UntestedDecision when no trial completed (no round runs: the
-        baseline failed as a trial too), when the baseline failed in every round, or when
-        `max_evaluations` re-measures no candidate."""
+        """finalize_study on the trials (`max_evaluations`, `deadline`: its budget). UntestedDecision when no
+        trial completed (no round runs: the baseline failed as a trial too), when the baseline failed in every
+        round, when `max_evaluations` re-measures no candidate, or when the deadline came before the first look."""
         from tuners.study import study_progress
 
         outcome = self._trials_done()
@@ -399,6 +399,9 @@ class TuningSession:
         outcome.report, recommendation = finalize_study(
             self.setup, outcome.study, outcome.baseline_env, max_evaluations=max_evaluations, deadline=deadline,
             log=self.log)
+        if outcome.report.cut_off:
+            raise UntestedDecision(f"the time budget ran out after {outcome.report.rounds_run} finalization rounds, "
+                                   "before the first look: no candidate was tested against the defaults")
         if outcome.report.rounds_run and not outcome.report.rounds_used:
             raise UntestedDecision(f"the baseline (the site's defaults) failed in all {outcome.report.rounds_run} "
                                    "finalization rounds: no candidate was compared with it")
