@@ -747,3 +747,21 @@ def test_a_setting_recorded_as_worker_lost_is_not_launched_again(sqlite_url: str
     again = study.trials[3]
     assert again.user_attrs[REPEAT_OF] == 2 and not is_counted(again)
     assert study_progress(study).counted == 3
+
+
+def test_an_error_of_the_worker_s_own_is_not_taken_for_a_lost_trial(sqlite_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ValueError inside the objective (here planted in the repeat check, standing for a bug) leaves the trial
+    FAIL as a lost trial does, but nobody re-queued it: it is raised, not dropped with "taken as lost"."""
+    tuner = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=3)
+    calls = []
+
+    def broken(trial, env):
+        calls.append(trial.number)
+        if len(calls) == 2:
+            raise ValueError("planted")
+        return None
+
+    monkeypatch.setattr(tuner, "_measured_before", broken)
+    with pytest.raises(ValueError, match="planted"):
+        tuner.run()

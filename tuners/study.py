@@ -364,7 +364,7 @@ class Tuner:
         self.progress = progress
         self._repeats_in_a_row = 0
         self._random_sampler: optuna.samplers.BaseSampler | None = None
-        self._trial_id: int | None = None  # the trial this worker runs (or ran last)
+        self._trial_id: int | None = None  # the trial this worker runs (None until its objective starts)
 
     def _sourced(self, envs: Sequence[tuple[Mapping[str, str], str]], before: Sequence[Mapping[str, str]]
                  ) -> list[tuple[dict[str, str], str]]:
@@ -479,6 +479,7 @@ class Tuner:
                                    RANDOM_DRAWS, study_progress(study).counted)
                     break
                 study.sampler = sampler if self._repeats_in_a_row < MAX_REPEATS else self._random(study)
+                self._trial_id = None
                 try:
                     study.optimize(self._objective, n_trials=1, catch=(_TrialFailed,), gc_after_trial=False)
                 except (ValueError, AssertionError):
@@ -495,7 +496,8 @@ class Tuner:
         if self._trial_id is None:
             return False
         trial = study._storage.get_trial(self._trial_id)
-        if trial.state is not TrialState.FAIL:
+        requeued = any(trial.number in t.user_attrs.get(RETRY_OF, ()) for t in study.get_trials(deepcopy=False))
+        if trial.state is not TrialState.FAIL or not requeued:  # an error of its own: not another worker's doing
             return False
         logger.warning("trial %d was taken as lost by another worker while it ran here (no heartbeat for the grace "
                        "period): its result is dropped, the re-queued copy measures it", trial.number)
