@@ -307,8 +307,17 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     exact = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=4096)
     assert exact.measured and exact.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
     # The range the bucket covers, not its name (the sizes measured in it, which reads like a range too).
-    assert "size 4096 B is in the measured bucket [8, 1048576] B (sizes measured: 8B-1MiB): keep-defaults" \
+    assert "size 4096 B is in the measured bucket [8, 1048576] B (sizes measured: 8B-1MiB): keep-defaults for this " \
+        "bucket alone (no candidate shown faster here); the scope's environment below was not shown slower here" \
         in exact.message
+    # A bucket that chose another environment of its own: said as not deployed, beside the scope's exports.
+    rec = mpi_recommendation(nodes=16)
+    rec.per_size[0] = rec.per_size[0].model_copy(update={"decision": "change", "env": {"UCX_TLS": "sm"}})
+    publish(tmp_path, rec, catalog)
+    own = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=16, size=4096)
+    assert own.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
+    assert own.message.endswith("(sizes measured: 8B-1MiB): change for this bucket alone (UCX_TLS=sm), not deployed: "
+                                "one environment serves every size, the lines below are the scope's")
     # A size outside every bucket: the scope's environment was tuned on other sizes, so it is not applied.
     unmeasured = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=1 << 30)
     assert not unmeasured.measured and unmeasured.settings == {} and unmeasured.unset == []

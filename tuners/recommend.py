@@ -108,10 +108,23 @@ def lookup(
             )
         # The bucket's name lists the sizes measured in it; the range it covers is wider.
         message += (f"; size {size} B is in the measured bucket [{size_result.min_bytes}, {size_result.max_bytes}] B "
-                    f"(sizes measured: {size_result.bucket}): {size_result.decision}")
+                    f"(sizes measured: {size_result.bucket}): {bucket_decision(rec, size_result)}")
         if rec.per_size_selection is not None:
             message += "; " + describe_selection(rec, size)
     return LookupResult(True, message, rec, size_result, path)
+
+
+def bucket_decision(rec: Recommendation, bucket: SizeRangeResult) -> str:
+    """The bucket's own decision, said as what it is beside the scope's environment, which is what a job gets: one
+    environment serves every size of a process."""
+    if bucket.decision == "change" and bucket.env != rec.env:
+        chosen = " ".join(f"{k}={v}" for k, v in sorted(bucket.env.items()))
+        return (f"change for this bucket alone ({chosen}), not deployed: one environment serves every size, the "
+                "lines below are the scope's")
+    if bucket.decision == "keep-defaults" and rec.decision == "change":
+        return ("keep-defaults for this bucket alone (no candidate shown faster here); the scope's environment below "
+                "was not shown slower here")
+    return bucket.decision
 
 
 def _matching(entries: Sequence[Recommendation], wanted: Mapping[str, str | int | None]) -> list[Recommendation]:
