@@ -495,7 +495,7 @@ class Tuner:
         result is dropped, the re-queued copy measures the setting, and this worker goes on."""
         if self._trial_id is None:
             return False
-        trial = study._storage.get_trial(self._trial_id)
+        trial = self.storage.get_trial(self._trial_id)
         requeued = any(trial.number in t.user_attrs.get(RETRY_OF, ()) for t in study.get_trials(deepcopy=False))
         if trial.state is not TrialState.FAIL or not requeued:  # an error of its own: not another worker's doing
             return False
