@@ -292,6 +292,21 @@ def test_an_interrupted_reframe_trial_leaves_no_process(tmp_path: Path, catalog:
     assert processes_under(tmp_path) == []
 
 
+def test_paths_typed_relative_to_the_working_directory_reach_the_launch(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """--commbench, --runs-dir and a launcher script typed relative to where commcamp starts: the launch runs in
+    its run directory, where they meant nothing before (every trial failed: 'could not access or execute')."""
+    monkeypatch.chdir(tmp_path)
+    wrapper(tmp_path, f'exec {" ".join(MPIRUN)} "$@"', "launch.sh")
+    code, out = commcamp_output(
+        "tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--library-version", "4.1.4",
+        "--op", "allreduce", "--sizes", "64K", "--executor", "launcher", "--launcher", "./launch.sh",
+        "--commbench", os.path.relpath(COMMBENCH, tmp_path), "--runs-dir", "runs", "--db", "sqlite:///study.db",
+        "--knobs", "OMPI_MCA_btl_tcp_sndbuf", "--trials", "2", "--no-finalize", "--no-publish", env=OMPI_ENV)
+    assert code == 0 and "trials: 2 counted (2 complete, 0 failed)" in out, out
+    assert len(list((tmp_path / "runs").glob("run-*/commbench.jsonl"))) == 2
+
+
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:
     """The whole path on this machine (launcher executor, Open MPI over its TCP BTL so that the planted
     4 KiB socket buffers hurt), then the lookup of what was published."""
