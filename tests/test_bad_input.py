@@ -168,6 +168,8 @@ CASES = [
     # outputs checked before any run (the later option wins over TUNE's --publish-dir)
     Case("tune-publish-dir-unwritable", (*TUNE, *SIZES, "--publish-dir", "/proc/commcamp-rec"),
          ("--publish-dir /proc/commcamp-rec: cannot create files in /proc",)),
+    Case("tune-runs-dir-under-a-file", (*TUNE, *SIZES, "--runs-dir", "{dir}/notes.txt/runs"),
+         ("--runs-dir", "/notes.txt/runs: cannot create files in", "/notes.txt (Not a directory)"), {"notes.txt": "x\n"}),
     Case("tune-summary-in-a-missing-directory", (*TUNE, *SIZES, "--summary", "{dir}/rec/summary.json"),
          ("--summary", "/rec/summary.json: directory", "/rec does not exist")),
     # commbench JSON lines on ingest

@@ -307,6 +307,24 @@ def test_paths_typed_relative_to_the_working_directory_reach_the_launch(tmp_path
     assert len(list((tmp_path / "runs").glob("run-*/commbench.jsonl"))) == 2
 
 
+def test_a_study_stopped_by_its_runs_directory_does_not_blame_the_database() -> None:
+    """An evaluation aborted by a runs directory that filled up mid-study stops the study (exit 1); the remedy
+    named is the cause's, not 'once the database answers'."""
+    from rich.console import Console
+    import typer
+
+    from campaigns.cli.tune import _study_errors
+    from tuners.evaluation import EvaluationAborted
+
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit) as stopped, _study_errors(console, "sqlite:///study.db"):
+        raise EvaluationAborted("cannot create a run directory under /runs: No space left on device")
+    assert stopped.value.exit_code == 1
+    assert console.export_text().strip() == (
+        "study stopped: cannot create a run directory under /runs: No space left on device. Every finished trial is "
+        "stored; run the same command again once that is mended (a trial that was running is queued again).")
+
+
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:
     """The whole path on this machine (launcher executor, Open MPI over its TCP BTL so that the planted
     4 KiB socket buffers hurt), then the lookup of what was published."""

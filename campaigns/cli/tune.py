@@ -109,10 +109,13 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
         cause = _stopping_cause(exc)
         if cause is None:
             raise
-        reason = storage_problem(url, cause) if isinstance(cause, SQLAlchemyError) else cause
+        # A database error or an aborted evaluation (a runs directory that filled up, a store that refused a run)
+        if isinstance(cause, SQLAlchemyError):
+            reason, when = storage_problem(url, cause), "once the database answers"
+        else:
+            reason, when = cause, "once that is mended"
         raise _fail(console, f"study stopped: {reason}. Every finished trial is stored; run the same command "
-                             "again once the database answers (a trial that was running is queued again).",
-                    ExitCode.FAILED) from None
+                             f"again {when} (a trial that was running is queued again).", ExitCode.FAILED) from None
     finally:
         threading.excepthook = previous_hook
 
@@ -205,8 +208,8 @@ def _fields(**kwargs: Any) -> dict[str, Any]:
 
 def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | None]) -> None:
     """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
-    --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir) exists
-    or is made under the nearest one above it that does. Either must take new files."""
+    --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir,
+    --runs-dir) exists or is made under the nearest one above it that does. Either must take new files."""
     for option, path in [*files.items(), *directories.items()]:
         if path is None:
             continue
@@ -320,7 +323,7 @@ def register(app: typer.Typer) -> None:
                     update={"enabled": finalize})})
             if no_publish:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
-            check_outputs({"--summary": summary}, {"--publish-dir": spec_obj.publish_dir})
+            check_outputs({"--summary": summary}, {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir})
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
@@ -433,7 +436,8 @@ def register(app: typer.Typer) -> None:
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
-            check_outputs({"--env-file": env_file, "--summary": summary}, {"--publish-dir": publish_dir})
+            check_outputs({"--env-file": env_file, "--summary": summary},
+                          {"--publish-dir": publish_dir, "--runs-dir": spec_obj.runs_dir})
             setup = prepare(spec_obj, inside_allocation=True)
             # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
             stem = study or setup.study_name
