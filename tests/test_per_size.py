@@ -281,6 +281,27 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
     )
 
 
+def test_a_scope_republished_without_per_size_changes_leaves_no_rule_file(
+    tmp_path: Path, catalog: KnobCatalog  # noqa: F811
+) -> None:
+    """The rule file of a scope whose new recommendation has no per-size change is removed with the republish
+    (before, it stayed beside a .env that no longer pointed at it); another scope's rule file stays."""
+    from test_tuner_writers import mpi_recommendation
+
+    rec = mpi_recommendation(nodes=1)
+    bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
+    result = result_with("allreduce", "ring", 4, 1 << 20, 1 << 22)
+    one, two = (make_scope(library="openmpi", library_version=version, transport="mpi", nodes=1)
+                for version in ("4.1.4", "4.1.5"))
+    recs = [rec.model_copy(update={"env": {}, "scope": scope, "per_size": [bucket]}) for scope in (one, two)]
+    files = [publish(tmp_path, with_per_size(r, result), catalog) for r in recs]
+    rules = [f.env_file.parent / f"{r.scope.slug}.coll_tuned_rules" for f, r in zip(files, recs)]
+    assert all(path.exists() for path in rules)
+    publish(tmp_path, recs[0], catalog)  # measured again: no per-size change this time
+    assert not rules[0].exists() and rules[1].exists()
+    assert "dynamic_rules_filename" not in files[0].env_file.read_text()
+
+
 def test_a_rule_file_s_enabling_line_is_not_unset_after_it(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
     """The site forces allreduce algorithm 4 (with coll_tuned_use_dynamic_rules=1, its companion); the winner
     leaves both unset, and the per-size stage under it deploys ring at 1-4 MiB through a rules file, which

@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pydantic
 import pytest
+import yaml
 from fixtures_cli import commcamp
 from fixtures_tuner import catalog, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
@@ -414,6 +415,16 @@ def local_recommendation() -> Recommendation:
         transport="mpi", nodes=1, gpus_per_node=1)})
 
 
+def with_plugin_rows(rec: Recommendation, op: str, low: int, high: int, name: str) -> Recommendation:
+    """`rec` with a per-size result whose one range the tuner plugin serves (NCCL's per-size output)."""
+    result = PerSizeResult(
+        op=op, library="nccl", ranks=8, nodes=2, rounds=26, selection_rounds=13, confirmation_rounds=13,
+        family_size=1, test="t", sizes=[],
+        ranges=[SizeRange(min_bytes=low, max_bytes=high, selection=Selection(name=name, mechanism="plugin"),
+                          gains=[0.2])])
+    return with_per_size(rec, result)
+
+
 def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_version(
     tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
 ) -> None:  # noqa: F811
@@ -421,21 +432,13 @@ def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_ve
     name them), never another partition's or version's jobs, where they were not measured: a job of the gpu2
     partition got the gpu partition's tree/LL/8 at 8 B .. 32 KiB, which its own sweep had left to NCCL."""
 
-    def with_rows(rec: Recommendation, op: str, low: int, high: int, name: str) -> Recommendation:
-        result = PerSizeResult(
-            op=op, library="nccl", ranks=8, nodes=2, rounds=26, selection_rounds=13, confirmation_rounds=13,
-            family_size=1, test="t", sizes=[],
-            ranges=[SizeRange(min_bytes=low, max_bytes=high, selection=Selection(name=name, mechanism="plugin"),
-                              gains=[0.2])])
-        return with_per_size(rec, result)
-
     def scope(**fields: str) -> Recommendation:
         return nccl_recommendation.model_copy(update={"scope": nccl_recommendation.scope.model_copy(update=fields)})
 
-    gpu = with_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
-    gpu_bcast = with_rows(scope(op="bcast"), "bcast", 8, 1024, "Ring/LL/4")
-    gpu2 = with_rows(scope(partition="gpu2"), "allreduce", 65536, 1 << 20, "Ring/Simple/4")
-    newer = with_rows(scope(library_version="2.29.1"), "allreduce", 1 << 20, 1 << 22, "Ring/LL128/16")
+    gpu = with_plugin_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
+    gpu_bcast = with_plugin_rows(scope(op="bcast"), "bcast", 8, 1024, "Ring/LL/4")
+    gpu2 = with_plugin_rows(scope(partition="gpu2"), "allreduce", 65536, 1 << 20, "Ring/Simple/4")
+    newer = with_plugin_rows(scope(library_version="2.29.1"), "allreduce", 1 << 20, 1 << 22, "Ring/LL128/16")
     files = {key: publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
              for key, rec in (("gpu", gpu), ("gpu_bcast", gpu_bcast), ("gpu2", gpu2), ("newer", newer))}
 
@@ -452,6 +455,30 @@ def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_ve
     publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None}), catalog)
     assert files["gpu2"].tuner_config is not None and not files["gpu2"].tuner_config.exists()
     assert files["gpu"].tuner_config is not None and files["gpu"].tuner_config.exists()
+
+
+def test_a_tuner_config_of_the_old_name_goes_when_no_scope_points_at_it(
+    tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
+) -> None:  # noqa: F811
+    """Before the config's name said partition and library version, every scope's rows went to nccl_tuner.conf.
+    A scope published then keeps it while its .env points there; republished, it moves to its own config and
+    the old file goes (before, it stayed for good)."""
+    rec = with_plugin_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
+    files = publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
+    assert files.tuner_config is not None
+    directory = files.recommendations.parent
+    old = (directory / "nccl_tuner.conf").resolve()
+    old.write_text(files.tuner_config.read_text())  # as that code published it: its rows, its paths
+    files.tuner_config.unlink()
+    document = yaml.safe_load(files.recommendations.read_text())
+    document["recommendations"][0]["plugin_env"]["NCCL_TUNER_CONFIG_FILE"] = str(old)
+    files.recommendations.write_text(yaml.safe_dump(document, sort_keys=False))
+    other = nccl_recommendation.model_copy(update={"scope": nccl_recommendation.scope.model_copy(
+        update={"op": "bcast"}), "plugin_rules": [], "per_size_selection": None})
+    publish(tmp_path, other, catalog)  # another scope: the old scope still points at the old file
+    assert old.exists()
+    publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
+    assert not old.exists() and files.tuner_config.exists()
 
 
 def test_tuner_config_rows_are_validated() -> None:

@@ -260,6 +260,19 @@ def load_recommendations(path: Path) -> RecommendationFile:
         raise ValueError(f"{exc.source}{line}: not a valid recommendations file: {problem}{more}") from None
 
 
+def _remove_unreferenced(directory: Path, recommendations: list[Recommendation]) -> None:
+    """Removes the tuner configs and rule files of `directory` that no published scope's environment points
+    the library at any more: a group's config after its last rows, a scope's rule file after it was
+    republished without per-size changes, a config of a name no longer written (nccl_tuner.conf before the
+    name said partition and library version)."""
+    referenced = {Path(value).name for r in recommendations for value in (*r.plugin_env.values(),
+                                                                           *r.rule_files.values())}
+    for pattern in ("nccl_tuner*.conf", "*.coll_tuned_rules", "*.mpich_coll.json"):
+        for path in directory.glob(pattern):
+            if path.name not in referenced:
+                path.unlink()
+
+
 def publish(
     root: Path, rec: Recommendation, catalog: KnobCatalog, *, plugin_library: str | None = None
 ) -> PublishedFiles:
@@ -306,8 +319,7 @@ def publish(
         document = RecommendationFile(site=rec.scope.site, system=rec.scope.system, recommendations=everything)
         texts[yaml_path] = yaml.safe_dump(document.model_dump(mode="json"), sort_keys=False)
         write_files(texts)  # all or nothing: a scope's .env never disagrees with recommendations.yaml
-        if not groups and config_path.exists():  # no scope of its group points NCCL at it any more
-            config_path.unlink()
+        _remove_unreferenced(directory, everything)
     return PublishedFiles(
         env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
     )
