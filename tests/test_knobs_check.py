@@ -90,3 +90,26 @@ def test_the_default_commbench_is_the_workspace_build(commbench_builds: dict[str
     code, stdout, stderr = commcamp("knobs", "check", "--library", "openmpi", "--library-version", "4.1.4",
                                     env=workspace)
     assert code == 0 and stdout.strip().endswith(", 0 problem(s)"), stdout + stderr
+
+
+@pytest.mark.parametrize(("library", "environment", "unset_note"), [
+    # a single-node setting that leaves the tcp BTL unopened, one without coll/tuned, a sourced trial env
+    ("openmpi", {"OMPI_MCA_btl": "self,vader", "OMPI_MCA_coll": "^tuned",
+                 "OMPI_MCA_coll_tuned_allreduce_algorithm": "ring"},
+     "unset = coll_tuned_allreduce_algorithm=ignore in the library"),
+    # MPICH reads MPICH_NAME as well as MPIR_CVAR_NAME
+    ("mpich", {"MPICH_ALLREDUCE_SHORT_MSG_SIZE": "4096", "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "smp"},
+     "unset = MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE=2048 in the library"),
+])
+def test_the_callers_control_variables_do_not_reach_the_listing(commbench_builds: dict[str, CommbenchBuild],
+                                                                library: str, environment: dict[str, str],
+                                                                unset_note: str) -> None:
+    """The listing is the library's own: variables of the caller's environment (component selections, a
+    sourced .env file) made knobs of unloaded components 'missing' and showed the caller's value as the
+    library's unset value."""
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--commbench",
+                                    commbench_builds[library].binary, "--library-version", VERSIONS[library],
+                                    "--notes", env=environment)
+    assert code == 0 and stdout.strip().endswith(", 0 problem(s)"), stdout + stderr
+    assert unset_note in stdout
+    assert "library values not searched: ['auto']" not in stdout and "['ignore']" not in stdout

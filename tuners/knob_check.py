@@ -27,6 +27,10 @@ from typing import Any
 from tuners.catalog import Knob, KnobCatalog, KnobType, Library, parse_version
 
 CVAR_PREFIX = {Library.OPENMPI: "OMPI_MCA_", Library.MPICH: "MPIR_CVAR_"}
+# Every environment name the library reads its control variables from: Open MPI OMPI_MCA_<var> (component
+# selections such as OMPI_MCA_btl included); MPICH 4.0.2 MPIR_CVAR_<NAME> and its aliases MPICH_<NAME> and
+# MPIR_PARAM_<NAME> (`strings libmpich.so.12` lists all three for ALLREDUCE_SHORT_MSG_SIZE, and each sets it).
+ENV_PREFIXES = {Library.OPENMPI: ("OMPI_MCA_",), Library.MPICH: ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")}
 INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned_long", "unsigned_long_long", "count"})
 BOOL_NAMES = frozenset({"false", "true"})
 
@@ -93,6 +97,13 @@ def cvar_name(library: Library, knob: str) -> str | None:
     if not knob.startswith(prefix):
         return None
     return knob.removeprefix(prefix) if library is Library.OPENMPI else knob
+
+
+def library_environment(library: Library | str, environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without the variables through which the library reads control variables: the listing is then
+    the library's own (every component opened, each variable at its unset value), not the caller's settings."""
+    prefixes = ENV_PREFIXES[Library(library)]
+    return {name: value for name, value in environ.items() if not name.startswith(prefixes)}
 
 
 def listed_library(cvars: Mapping[str, Cvar]) -> Library | None:

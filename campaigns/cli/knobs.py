@@ -2,13 +2,16 @@
 
 Runs the library's commbench build (by default the workspace's, where `commcamp bench build` puts it) with
 `--list-cvars` (one process: the MPI_T control variables with names, types and enum values;
-bench_src/src/mpit.c), reads the library version from the library's own tool, and reports catalog knobs
-that are missing, stale or whose domain differs (tuners.knob_check). Exit codes: 0 consistent, 1 problems
-found, 2 commbench or the version tool could not be run or printed something else (another MPI's control
-variables included: a commbench linked against the other MPI).
+bench_src/src/mpit.c) in an environment without the library's control variables (OMPI_MCA_*; MPIR_CVAR_*,
+MPICH_*, MPIR_PARAM_*: a component selection or a sourced .env file would hide variables or show the
+caller's value as the library's unset one), reads the library version from the library's own tool, and
+reports catalog knobs that are missing, stale or whose domain differs (tuners.knob_check). Exit codes:
+0 consistent, 1 problems found, 2 commbench or the version tool could not be run or printed something else
+(another MPI's control variables included: a commbench linked against the other MPI).
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -26,9 +29,9 @@ VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]
 TIMEOUT_S = 120
 
 
-def _output(cmd: list[str], what: str) -> str:
+def _output(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RuntimeError(f"{what}: {' '.join(cmd)}: {exc}") from None
     if done.returncode != 0:
@@ -57,7 +60,7 @@ def check(
 ) -> None:
     """Compare the knob catalog with the installed MPI's MPI_T control variables."""
     from tuners.catalog import CatalogError, KnobCatalog  # pydantic: loaded when the command runs
-    from tuners.knob_check import CvarListError, check_catalog, format_report, parse_cvars
+    from tuners.knob_check import CvarListError, check_catalog, format_report, library_environment, parse_cvars
 
     errors = Console(stderr=True)
     if library not in LIBRARIES:
@@ -71,7 +74,8 @@ def check(
     try:
         catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
         version = library_version_ or library_version(library)
-        listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars")
+        listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars",
+                          library_environment(library, os.environ))
         source = f"{binary} --list-cvars"
         report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), source), source)
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
