@@ -113,3 +113,39 @@ def test_the_callers_control_variables_do_not_reach_the_listing(commbench_builds
     assert code == 0 and stdout.strip().endswith(", 0 problem(s)"), stdout + stderr
     assert unset_note in stdout
     assert "library values not searched: ['auto']" not in stdout and "['ignore']" not in stdout
+
+
+@pytest.mark.parametrize(("library", "knobs", "expected"), [
+    ("openmpi", {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": {**KNOB, "libraries": ["openmpi"], "type": "bool",
+                                                  "unset_equals": "1"},
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": {**KNOB, "libraries": ["openmpi"], "choices": ["ring", "ignore"],
+                                                    "unset_equals": "ring"},
+        "OMPI_MCA_btl_tcp_sndbuf": {**KNOB, "libraries": ["openmpi"], "type": "int", "low": 0, "high": 65536,
+                                     "unset_equals": "4096"},
+        "OMPI_MCA_btl_tcp_rcvbuf": {**KNOB, "libraries": ["openmpi"], "type": "int", "low": 0, "high": 65536,
+                                     "unset_equals": "0"},  # right: no finding
+    }, ["unset: OMPI_MCA_coll_tuned_use_dynamic_rules: unset_equals 1 in the catalog, but "
+        "coll_tuned_use_dynamic_rules is 0 when unset",
+        "unset: OMPI_MCA_coll_tuned_allreduce_algorithm: unset_equals ring in the catalog, but "
+        "coll_tuned_allreduce_algorithm is ignore when unset",
+        "unset: OMPI_MCA_btl_tcp_sndbuf: unset_equals 4096 in the catalog, but btl_tcp_sndbuf is 0 when unset"]),
+    ("mpich", {
+        "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": {**KNOB, "libraries": ["mpich"], "type": "pow2", "low": 256,
+                                               "high": 65536, "unset_equals": "4096"},
+    }, ["unset: MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE: unset_equals 4096 in the catalog, but "
+        "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE is 2048 when unset"]),
+])
+def test_an_unset_equals_the_library_does_not_hold_is_reported(commbench_builds: dict[str, CommbenchBuild],
+                                                               tmp_path: Path, library: str,
+                                                               knobs: dict[str, dict[str, object]],
+                                                               expected: list[str]) -> None:
+    """unset_equals makes the search treat setting that value as leaving the variable unset (never measured
+    twice): a value the library does not hold when unset was reported as consistent."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": knobs}))
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--catalog", catalog, "--commbench",
+                                    commbench_builds[library].binary, "--library-version", VERSIONS[library])
+    assert code == 1, stdout + stderr
+    assert sorted(line for line in stdout.splitlines() if line.startswith("unset: ")) == sorted(expected)
+    assert stdout.strip().endswith(f", {len(expected)} problem(s)")

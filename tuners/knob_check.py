@@ -10,6 +10,8 @@ name. Findings per knob of the library:
   library has it;
 - domain: a categorical choice the library does not list, a bool the library does not take as a
   boolean, or an int/pow2 knob the library does not type as an integer;
+- unset: the catalog's unset_equals is not the value the library holds when the variable is unset
+  (the search would take that setting for the library's own and never measure it);
 - note (not a failure): library values the catalog does not search (besides the default that
   equals unset), and the library's value when the variable is unset.
 
@@ -51,12 +53,12 @@ class Cvar:
 @dataclass(frozen=True)
 class KnobFinding:
     knob: str
-    kind: str  # "missing", "stale", "domain", "note", "unchecked"
+    kind: str  # "missing", "stale", "domain", "unset", "note", "unchecked"
     message: str
 
     @property
     def failure(self) -> bool:
-        return self.kind in ("missing", "stale", "domain")
+        return self.kind in ("missing", "stale", "domain", "unset")
 
 
 @dataclass(frozen=True)
@@ -178,9 +180,24 @@ def _domain_findings(knob: Knob, cvar: Cvar, versions: Mapping[Library, str | No
     elif cvar.type not in INTEGER_TYPES or cvar.enum:
         found.append(KnobFinding(knob.name, "domain", f"{knob.type} in the catalog, {cvar.name} is {cvar.type}"
                                  + (f" with values {list(cvar.enum)}" if cvar.enum else "")))
+    unset = _catalog_form(cvar)
+    if knob.unset_equals is not None and unset is not None and knob.unset_equals != unset:
+        found.append(KnobFinding(knob.name, "unset", f"unset_equals {knob.unset_equals} in the catalog, but "
+                                 f"{cvar.name} is {unset} when unset"))
     found.append(KnobFinding(knob.name, "note", f"unset = {cvar.name}={_shown(cvar)} in the library; "
                              f"catalog: {knob.unset}"))
     return found
+
+
+def _catalog_form(cvar: Cvar) -> str | None:
+    """The variable's unset value as the catalog writes values (bool 0/1, an enum item's name, an integer's
+    digits), or None where it could not be read."""
+    if isinstance(cvar.value, bool):
+        return str(int(cvar.value))
+    name = _unset_value(cvar)
+    if name is not None:
+        return name
+    return str(cvar.value) if isinstance(cvar.value, int) else None
 
 
 def _unset_value(cvar: Cvar) -> str | None:
@@ -201,7 +218,7 @@ def _shown(cvar: Cvar) -> str:
 
 def format_report(report: CheckReport, *, notes: bool = False) -> Sequence[str]:
     """One line per finding (failures first), then a summary line."""
-    kinds = ("missing", "stale", "domain", "unchecked", *(("note",) if notes else ()))
+    kinds = ("missing", "stale", "domain", "unset", "unchecked", *(("note",) if notes else ()))
     lines = [f"{f.kind}: {f.knob}: {f.message}" for kind in kinds for f in report.findings if f.kind == kind]
     lines.append(f"{report.library} {report.version}: {len(report.checked)} catalog knob(s) compared with MPI_T, "
                  f"{len(report.failures)} problem(s)")
