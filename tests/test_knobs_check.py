@@ -149,3 +149,19 @@ def test_an_unset_equals_the_library_does_not_hold_is_reported(commbench_builds:
     assert code == 1, stdout + stderr
     assert sorted(line for line in stdout.splitlines() if line.startswith("unset: ")) == sorted(expected)
     assert stdout.strip().endswith(f", {len(expected)} problem(s)")
+
+
+def test_a_component_closed_by_a_one_process_init_is_not_missing(commbench_builds: dict[str, CommbenchBuild],
+                                                                 tmp_path: Path) -> None:
+    """Open MPI deregisters the variables of components MPI_Init closes (a singleton closes btl/vader: no local
+    peer); `ompi_info --param btl vader --level 9` lists btl_vader_single_copy_mechanism, 1:"cma", 4:"emulated",
+    3:"none". A listing made after MPI_Init reported it missing."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": {
+        "OMPI_MCA_btl_vader_single_copy_mechanism": {**KNOB, "libraries": ["openmpi"],
+                                                     "choices": ["cma", "emulated", "none"]}}}))
+    code, stdout, stderr = commcamp("knobs", "check", "--library", "openmpi", "--catalog", catalog, "--commbench",
+                                    commbench_builds["openmpi"].binary, "--library-version", "4.1.4", "--notes")
+    assert code == 0, stdout + stderr
+    assert "unset = btl_vader_single_copy_mechanism=cma in the library" in stdout
+    assert stdout.strip().endswith("1 catalog knob(s) compared with MPI_T, 0 problem(s)")

@@ -65,8 +65,9 @@ static void print_help(const char *prog)
            "  --transport LIST     comma-separated transports (default: every transport of this backend)\n"
            "  --list               print the transports of this build and their ops, then exit\n"
            "  --list-cvars [PREFIX] print the MPI library's MPI_T control variables (names starting with\n"
-           "                       PREFIX) as JSON Lines after MPI_Init: name, type, scope, bound, enum\n"
-           "                       (value/name items or null), value (current; null when unreadable)\n"
+           "                       PREFIX) as JSON Lines, as MPI_T has them before MPI_Init: name, type,\n"
+           "                       scope, bound, enum (value/name items or null), value (current; null when\n"
+           "                       unreadable)\n"
            "Selection sweep (collective ops allreduce, allgather, alltoall, bcast, reduce_scatter)\n"
            "  --selections all|LIST  per size, time the library's own choice (\"own\") and every forced\n"
            "                       selection it offers (or the named ones), interleaved round by round\n"
@@ -243,18 +244,39 @@ static int run(struct cb_ctx *ctx)
     return code;
 }
 
-/* --list-cvars: after MPI_Init, when the collective components have registered theirs. */
+/* --list-cvars lists before MPI_Init: MPI_T_init_thread registers every component's variables (Open MPI 4.1.4
+ * lists ompi_info's whole set, coll_tuned's included), and MPI_Init deregisters those of the components it
+ * closes (a one-process job closes btl/vader: btl_vader_* are gone after it), which would then read as
+ * missing. Rank 0 prints the listing, or why it could not be made, after MPI_Init. */
+static char *cvar_listing;
+static size_t cvar_listing_len;
+static char cvar_listing_error[CB_TEXT_MAX];
+
+static void capture_cvars(const char *prefix)
+{
+    FILE *out = open_memstream(&cvar_listing, &cvar_listing_len);
+    if (!out) {
+        snprintf(cvar_listing_error, sizeof cvar_listing_error, "open_memstream failed");
+        return;
+    }
+    if (cb_mpit_init() != CB_OK || cb_mpit_list_json(prefix, out) != CB_OK)
+        snprintf(cvar_listing_error, sizeof cvar_listing_error, "%s", cb_last_error());
+    fclose(out);
+}
+
 static int list_cvars(const struct cb_ctx *ctx)
 {
-    if (ctx->rank != 0)
-        return CB_EXIT_OK;
-    if (cb_mpit_init() != CB_OK || cb_mpit_list_json(ctx->args->list_cvars_prefix, stdout) != CB_OK) {
-        fprintf(stderr, "commbench: --list-cvars: %s\n", cb_last_error());
-        return CB_EXIT_RUNTIME;
+    int code = CB_EXIT_OK;
+    if (ctx->rank == 0 && cvar_listing_error[0]) {
+        fprintf(stderr, "commbench: --list-cvars: %s\n", cvar_listing_error);
+        code = CB_EXIT_RUNTIME;
+    } else if (ctx->rank == 0) {
+        fwrite(cvar_listing, 1, cvar_listing_len, stdout);
+        fflush(stdout);
     }
-    fflush(stdout);
+    free(cvar_listing);
     cb_mpit_finalize();
-    return CB_EXIT_OK;
+    return code;
 }
 
 /* MPICH 4.0 over UCX can deadlock in MPI_Finalize (pmodels/mpich#6596, fixed in 4.2): a rank waits
@@ -295,6 +317,8 @@ int main(int argc, char **argv)
             print_list();
         return CB_EXIT_OK;
     case CB_ACT_LIST_CVARS:
+        capture_cvars(args.list_cvars_prefix);
+        break;
     case CB_ACT_RUN: break;
     }
 

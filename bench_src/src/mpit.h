@@ -1,6 +1,6 @@
 /* MPI tool information interface (MPI_T) control variables: the one place commbench reads,
- * writes and lists them (--list-cvars, --selections). Needs MPI_Init first for the collective
- * components' variables (Open MPI registers coll_tuned's only when the component opens). */
+ * writes and lists them (--list-cvars, --selections). --list-cvars lists before MPI_Init, when Open MPI
+ * has every component's variables registered; MPI_Init deregisters those of the components it closes. */
 #ifndef COMMBENCH_MPIT_H
 #define COMMBENCH_MPIT_H
 
