@@ -757,6 +757,42 @@ def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_ro
     assert len(calls) == planned_runs(thresholds, 1, len(one), n_knobs=3)
 
 
+def _per_size(small: float, large: float) -> dict[int, float]:
+    """A speed-up of `small` at 64 B and 1 KiB (TWO_BUCKETS' small), `large` at 1 MiB and 64 MiB."""
+    return {64: small, 1024: small, 1 << 20: large, 1 << 26: large}
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize(("scenario", "candidates", "buckets", "n_knobs", "look_every"), [
+    # NCCL_PROTO acts at the small sizes only, NCCL_BUFFSIZE at the large ones, the socket threads nowhere: the
+    # small bucket deploys NCCL_PROTO alone, the large one NCCL_BUFFSIZE alone (each reduced set confirmed beside
+    # the winner), the overall decision both (without either, a bucket is slower).
+    ("one winner, three deployed sets", [THREE_KNOBS], TWO_BUCKETS, 3, 40),
+    ("one winner, four buckets", [{"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}], buckets_for_sizes(SIZES, 1),
+     2, 40),
+    ("two candidates, sequential", [THREE_KNOBS, {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}],
+     buckets_for_sizes(SIZES, 1), 3, 5),
+])
+def test_planned_runs_bounds_finalizations_whose_decisions_deploy_different_sets(
+        scenario: str, candidates: list[dict[str, str]], buckets: Sequence[SizeBucket], n_knobs: int, look_every: int,
+        seed: int) -> None:
+    """planned_runs is the plan `commcamp tune` prints ("at most N runs") and what fit_budget fits into a budget:
+    no finalization may take more. Here the overall and per-bucket decisions of one winner keep other knobs, so
+    the held-out rounds measure more deployed sets than there are candidates, and the confirmation rounds and
+    validated runs more reduced sets than one per winner. Before, the bound counted n_candidates + 1 held-out
+    settings and 2 x n_candidates confirmed ones: the first scenario took 163 runs against 144, the second
+    130 against 122."""
+    speedups = {"P": _per_size(0.1, 0.0), "B": _per_size(0.0, 0.1), "PB": _per_size(0.1, 0.1)}
+    evaluate, calls = _knob_evaluator(seed, speedups)
+    thresholds = Thresholds(look_every=look_every)
+    report = finalize(evaluate, {}, [Candidate(c) for c in candidates], buckets, seed=seed, thresholds=thresholds,
+                      needs_validation=lambda baseline, env: ("NCCL_PROTO",) if "NCCL_PROTO" in env else ())
+    deployed = {tuple(sorted(d.env)) for d in report.decisions if d.change}
+    assert len(deployed) >= 2, (scenario, report.notes)  # the decisions deploy different sets
+    assert report.evaluations == len(calls) <= planned_runs(thresholds, len(candidates), len(buckets), n_knobs), (
+        scenario, deployed)
+
+
 def test_the_report_counts_every_run_and_the_allocations_they_ran_in() -> None:
     """`evaluations` is every evaluator call (validation, rounds, ablation, held-out) and `allocations` the
     distinct batch allocations the runs reported (a run without one, e.g. outside Slurm, adds none)."""

@@ -192,17 +192,33 @@ def planned_rounds(thresholds: Thresholds, n_candidates: int, n_buckets: int) ->
 
 
 def planned_runs(thresholds: Thresholds, n_candidates: int, n_buckets: int, n_knobs: int) -> int:
-    """The most runs a finalization can take, for budgets: a validated run of each candidate, the rounds
-    of the baseline and the candidates, the ablation rounds (each candidate a winner somewhere, measured
-    with and without each of its at most `n_knobs` changed knobs, then beside its reduced set), a
-    validated run of each decision's reduced set and the held-out rounds (the baseline and each candidate
-    deployed)."""
+    """The most runs a finalization of `n_candidates` candidates over `n_buckets` buckets can take, each
+    candidate changing at most `n_knobs` knobs from the baseline: what budgets size it with (fit_budget, the
+    plan `commcamp tune` prints). Every phase (module docstring) at its worst, with D = decisions_tested
+    decisions and at most W = min(D, n_candidates) distinct winners (one per decision that changes):
+    - validated runs: one per candidate (1) and one per distinct reduced set deployed (5): a decision deploys
+      one set, a winner less a non-empty proper subset of its knobs: at most min(D, W x (2**n_knobs - 2));
+    - the sequential rounds: planned_rounds, each of the baseline and every candidate (2);
+    - ablation (5, where a winner can change two or more knobs and ablation_rounds > 0): ablation_rounds of
+      every winner and of it without each of its knobs: W x (1 + n_knobs) settings;
+    - confirmation (where a winner can change three or more knobs, so that ablation can drop two and keep
+      one): ablation_rounds of every winner and every decision's reduced set, W + min(D, W x (2**n_knobs -
+      n_knobs - 2)) settings. The decisions of one winner can each keep other knobs (the overall decision,
+      guarded by every bucket, keeps more than a bucket where one knob acts): up to D reduced sets, not one;
+    - held-out rounds: holdout_rounds of the baseline and every distinct deployed set, one per decision that
+      changes: at most W without ablation (the winners), min(D, W x (2**n_knobs - 1)) with it (a winner less
+      any proper subset of its knobs). The overall and per-bucket decisions can deploy D distinct sets, more
+      than the n_candidates + 1 settings of a round."""
+    decisions = decisions_tested(n_buckets)
+    winners = min(decisions, n_candidates)
+    ablates = n_knobs >= 2 and thresholds.ablation_rounds > 0
     rounds = planned_rounds(thresholds, n_candidates, n_buckets) * (n_candidates + 1)
-    ablation = thresholds.ablation_rounds * n_candidates * (1 + n_knobs) if n_knobs >= 2 else 0
-    confirmation = thresholds.ablation_rounds * n_candidates * 2 if n_knobs >= 3 else 0  # winner + reduced set
-    reduced = decisions_tested(n_buckets) if n_knobs >= 2 and thresholds.ablation_rounds > 0 else 0
-    validation = n_candidates + reduced
-    return validation + rounds + ablation + confirmation + thresholds.holdout_rounds * (n_candidates + 1)
+    reduced = min(decisions, winners * (2**n_knobs - 2)) if ablates else 0
+    ablation = thresholds.ablation_rounds * winners * (1 + n_knobs) if ablates else 0
+    confirmed = winners + min(decisions, winners * (2**n_knobs - n_knobs - 2)) if ablates and n_knobs >= 3 else 0
+    deployed = min(decisions, winners * (2**n_knobs - 1)) if ablates else winners
+    return (n_candidates + reduced + rounds + ablation + thresholds.ablation_rounds * confirmed
+            + thresholds.holdout_rounds * (1 + deployed))
 
 
 def fit_budget(thresholds: Thresholds, found: int, n_buckets: int, n_knobs: int,
