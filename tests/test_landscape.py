@@ -324,3 +324,23 @@ def test_each_strategy_draws_on_its_own_stream() -> None:
     assert random[0] == tpe[0] and all(a != b for a, b in zip(random[1:], tpe[1:]))  # trial 1: the site defaults
     assert [t.env for t in search(landscape, document, "random", 0, 4)] == random
     assert len({stream_seed(name, seed) for name in STRATEGIES for seed in range(50)}) == 50 * len(STRATEGIES)
+
+
+def test_a_numeric_knob_s_unset_is_its_unset_equals_value_to_the_nearest_neighbour(tmp_path: Path) -> None:
+    """Where the catalog names the value a library takes for an unset knob (unset_equals: MPICH's short-message
+    threshold 2048, NCCL's buffer 4 MiB), a measured unset point IS that value (the pooling rule already counts it as
+    one configuration), so a value between grid values is answered by it when it is the nearest measured one: 1024 is
+    one power of two from 2048 and two from 256 and 4096; 8 MiB one from 4 MiB and three from 64 MiB. (Before, unset
+    was 1 away from every value, as far as another category: 1024 took the 256 point, 8 MiB the 64 MiB point.)"""
+    size = 1 << 20
+    for scenario, knob, measured, query in (
+            ("cpu-mpich", "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE", ["256", None, "4096"], "1024"),
+            ("h200x2-socket-grid", "NCCL_BUFFSIZE", [str(1 << 26), None], str(1 << 23))):
+        landscape, _ = load_scenario(scenario, REPO / LANDSCAPE_DIR)
+        document = {"configs": [{"env": {} if value is None else {knob: value},
+                                 "runs": [{"median_us": {str(size): 100.0 + i}}]} for i, value in enumerate(measured)]}
+        path = tmp_path / f"{scenario}.json"
+        path.write_text(json.dumps(document))
+        replay = ReplayLandscape.load(path, landscape.space, buckets_for_sizes([size], 1))
+        assert replay.points[replay.point_of({knob: query})].env == {}
+        assert replay.point_of({knob: measured[0]}) == 0  # a measured value is still its own point

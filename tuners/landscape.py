@@ -5,7 +5,9 @@ A landscape file (written by tests/bench/sweep_landscape.py or tests/bench/gpu_l
 measured points: a configuration (searched knobs only; none set = the library defaults) and every launch
 measured at it, each either the per-size median times (us) or a failure. A sampled configuration is
 answered by its nearest measured point (per knob: unset vs set or another category = 1, numeric values
-|log2 a - log2 b| over the log2 width of the knob's domain; ties to the first point in file order) with
+|log2 a - log2 b| over the log2 width of the knob's domain, a numeric knob's unset being the value the library then
+takes where the catalog names it (unset_equals: 8 MiB is one power of two from NCCL's unset 4 MiB buffer, not as far
+as another category); ties to the first point in file order) with
 ONE of that point's launches, drawn at random, so launch-to-launch noise, heavy tails and failures are as
 measured. On a full grid the nearest point of a grid value is the point itself; between grid values
 (a power of two the grid skipped) the landscape is flat up to the nearest measured neighbour.
@@ -127,10 +129,12 @@ class ReplayLandscape:
     def _distance(self, a: Mapping[str, str], b: Mapping[str, str]) -> float:
         total = 0.0
         for dimension in self.space.dimensions:
-            x, y = a.get(dimension.name), b.get(dimension.name)
+            knob = dimension.knob
+            # unset_equals: the library's value when unset (the pooling rule already takes that value as unset)
+            unset = knob.unset_equals if dimension.numeric else None
+            x, y = a.get(dimension.name, unset), b.get(dimension.name, unset)
             if x == y:
                 continue
-            knob = dimension.knob
             if x is None or y is None or not dimension.numeric:
                 total += 1.0
             else:
