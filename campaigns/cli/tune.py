@@ -154,7 +154,8 @@ OverridesOpt = Annotated[Optional[list[Path]], typer.Option(
     "--knob-overrides", help="knob override file (defaults/pinned/forbidden/restrict); repeatable")]
 TrialsOpt = Annotated[Optional[int], typer.Option(help="trial budget (trials counted across workers/restarts)")]
 SamplerOpt = Annotated[Optional[str], typer.Option(help="tpe (default), gp or random")]
-SeedOpt = Annotated[Optional[int], typer.Option(help="sampler seed")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="seed of the search: the screen's order and the sampler "
+                                                    "(default: the order drawn for each new study, printed)")]
 ExecutorOpt = Annotated[Optional[str], typer.Option(help="reframe (campaign executor) or launcher")]
 LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor command, e.g. 'mpirun -np 4'")]
 CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
@@ -253,11 +254,14 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
-    from tuners.study import DROPPED_KNOBS, study_progress
+    from tuners.study import DROPPED_KNOBS, SCREEN_SEED, study_progress
     from tuners.writers import verdict
 
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
+    if SCREEN_SEED in outcome.study.user_attrs:
+        lines.append(f"screen order: seed {outcome.study.user_attrs[SCREEN_SEED]} (the study's; --seed with that "
+                     "value gives a new study the same order)")
     lines.extend(f"left the search: {name} ({why})"
                  for name, why in outcome.study.user_attrs.get(DROPPED_KNOBS, {}).items())
     if progress.best_speedup is not None:
