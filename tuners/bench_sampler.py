@@ -13,7 +13,9 @@ and sockets per thread 1-8, NCCL_ALGO Ring or Tree), then the scenario's site de
   seed_library_defaults (the library defaults as trial 1); the scope, catalog and objective are the measured
   tune's spec, as above and below, not TuningSpec's defaults (sizes_per_bucket 2); the scenarios are a site
   without documented settings (a site catalog's `documented` settings are never enqueued) and, but for
-  cpu-openmpi-3node-warm, without published winners to warm-start from);
+  cpu-openmpi-3node-warm, without published winners to warm-start from); the Tuner's seed is the benchmark
+  seed's stream: each benchmark seed is one draw of the screen's order, as `tune` draws it for each new study
+  (TuningSpec.seed None; shipped_settings refuses a fixed default, whose one order would be what ships);
 - tpe, gp, random: the real `Tuner` with that sampler, the same start-up trials, NO screen and NO seed (like
   shipped, none launches a setting it measured before);
 - sobol: optuna's QMCSampler (scrambled Sobol; the conditional parameters of unset-able numeric knobs fall
@@ -163,6 +165,9 @@ def shipped_settings() -> dict[str, Any]:
     from campaigns.tuning.spec import TuningSpec
 
     fields = TuningSpec.model_fields
+    if fields["seed"].default is not None:
+        raise ValueError(f"TuningSpec.seed defaults to {fields['seed'].default}: every study then screens in that one "
+                         "order, and the benchmark's per-seed draws are not what ships")
     return {name: fields[name].default
             for name in ("sampler", "n_startup_trials", "screen_trials", "seed_library_defaults")}
 
