@@ -314,16 +314,19 @@ def test_sobol_skips_a_configuration_it_measured_as_every_other_strategy_does(sc
 def test_each_strategy_draws_on_its_own_stream() -> None:
     """TPE's start-up sampler is RandomSampler(seed): on one seed TPE's first trials were random's, trial for trial, and
     the two strategies' per-seed values correlated. A benchmark seed gives each strategy its own stream (stream_seed):
-    random's and TPE's first trials differ, and a strategy's search on a seed is still reproducible."""
+    random's and TPE's first trials differ, and a strategy's search on a seed is still reproducible; and one on each
+    scenario (before, shipped's per-seed values were identical on the five socket grids: one draw, not five)."""
     landscape, document = load_scenario("h200x2-socket-grid", REPO / LANDSCAPE_DIR)
     plain = {**shipped_settings(), "screen_trials": 0, "seed_library_defaults": False}
     one_seed = [[t.env for t in run_tuner(landscape, document, {**plain, "sampler": name}, 0, 4)]
                 for name in ("random", "tpe")]
     assert one_seed[0] == one_seed[1]  # what a shared seed did (TPE's 4 start-up trials)
-    random, tpe = ([t.env for t in search(landscape, document, name, 0, 4)] for name in ("random", "tpe"))
+    scenario = "h200x2-socket-grid"
+    random, tpe = ([t.env for t in search(scenario, landscape, document, name, 0, 4)] for name in ("random", "tpe"))
     assert random[0] == tpe[0] and all(a != b for a, b in zip(random[1:], tpe[1:]))  # trial 1: the site defaults
-    assert [t.env for t in search(landscape, document, "random", 0, 4)] == random
-    assert len({stream_seed(name, seed) for name in STRATEGIES for seed in range(50)}) == 50 * len(STRATEGIES)
+    assert [t.env for t in search(scenario, landscape, document, "random", 0, 4)] == random
+    streams = {stream_seed(name, scenario, seed) for name in STRATEGIES for scenario in SCENARIOS for seed in range(50)}
+    assert len(streams) == 50 * len(STRATEGIES) * len(SCENARIOS)
 
 
 def test_a_numeric_knob_s_unset_is_its_unset_equals_value_to_the_nearest_neighbour(tmp_path: Path) -> None:

@@ -97,7 +97,8 @@ BOOTSTRAP_REPLICATES = 2000
 SEEDS_PER_TASK = 5
 # Seeds 0-19 chose the one-knob screen's design (tuners/screen.py: its rounds of 8, a centre fixed within a round, two
 # rounds); medians over the seeds after them are reported apart, as the figures that did not pick it. (The design was
-# chosen when a seed was its own stream for every strategy, before stream_seed; seeds 20 on did not pick it either way.)
+# chosen when a seed was its own stream for every strategy and scenario, before stream_seed; seeds 20 on did not pick
+# it either way.)
 DESIGN_SEEDS = 20
 LANDSCAPE_DIR = Path("results/bench/landscapes")
 STRATEGIES = ("shipped", "random", "sobol", "coordinate", "tpe", "gp")
@@ -395,18 +396,21 @@ def score(landscape: ReplayLandscape, history: list[Trial], cpu_s: float) -> Out
     return Outcome(hit, hit_unseeded, hit_second, incumbent_quality, cpu_s / max(len(history), 1))
 
 
-def stream_seed(strategy: str, seed: int) -> int:
-    """The seed of `strategy`'s own stream for benchmark seed `seed` (its sampler, screen, order and replayed launches):
-    no two strategies draw the same numbers (TPE's and GP's start-up samplers are RandomSampler(seed), so with one
-    seed their first trials were random's, and the per-seed values of the strategies correlated)."""
-    return int(np.random.SeedSequence([seed, zlib.crc32(strategy.encode())]).generate_state(1)[0])
+def stream_seed(strategy: str, scenario: str, seed: int) -> int:
+    """The seed of `strategy`'s own stream on `scenario` for benchmark seed `seed` (its sampler, screen, order and
+    replayed launches): no two strategies draw the same numbers (TPE's and GP's start-up samplers are
+    RandomSampler(seed), so with one seed their first trials were random's, and the per-seed values of the strategies
+    correlated), nor one strategy on two scenarios (with one stream per seed for every scenario, the shipped search's
+    per-seed values were identical on the five socket grids: one draw of the search, not five)."""
+    return int(np.random.SeedSequence([seed, zlib.crc32(strategy.encode()), zlib.crc32(scenario.encode())])
+               .generate_state(1)[0])
 
 
-def search(landscape: ReplayLandscape, document: Mapping[str, Any], strategy: str, seed: int, trials: int,
-           warm: Sequence[tuple[Mapping[str, str], str]] = ()) -> list[Trial]:
-    """One search of `strategy` (STRATEGIES) for benchmark seed `seed`, on the strategy's own stream (stream_seed);
-    `warm`: the shipped search's warm starts."""
-    stream, shipped = stream_seed(strategy, seed), shipped_settings()
+def search(scenario: str, landscape: ReplayLandscape, document: Mapping[str, Any], strategy: str, seed: int,
+           trials: int, warm: Sequence[tuple[Mapping[str, str], str]] = ()) -> list[Trial]:
+    """One search of `strategy` (STRATEGIES) on `scenario`'s landscape for benchmark seed `seed`, on its own stream
+    (stream_seed); `warm`: the shipped search's warm starts."""
+    stream, shipped = stream_seed(strategy, scenario, seed), shipped_settings()
     if strategy == "shipped":
         return run_tuner(landscape, document, shipped, stream, trials, warm)
     if strategy == "sobol":
@@ -427,7 +431,7 @@ def run_seeds(directory: Path, scenario: str, strategy: str, seeds: range, trial
     outcomes = []
     for seed in seeds:
         started = time.process_time()
-        history = search(landscape, document, strategy, seed, trials, warm)
+        history = search(scenario, landscape, document, strategy, seed, trials, warm)
         outcomes.append(score(landscape, history, time.process_time() - started))
     return outcomes
 
