@@ -630,10 +630,11 @@ def markdown(document: Mapping[str, Any]) -> str:
     lines = [f"# Sampler benchmark on measured replay landscapes ({document['date']}, commit {document['commit']})",
              "", f"{document['seeds']} seeds x {document['trials']} trials per cell; trials to a configuration within "
              "95 % (and 90 %) of the landscape's best (true median), median [IQR], reached/seeds; budget + 1 when never. "
-             "`unseeded` counts only trials that are neither the site defaults (trial 0) nor seeded, nor answered by "
-             "the replay with a point a seeded trial measured. "
-             f"Shipped = {document['shipped']} (TuningSpec's defaults of the search; each landscape's scope, catalog "
-             "and objective - sizes, sizes per bucket - are its measured tune spec's). "
+             "`unseeded` counts only trials that are neither the site defaults (trial 1 as counted here) nor seeded, "
+             "nor answered by the replay with a point a seeded trial measured. "
+             f"Shipped = {document['shipped']} (TuningSpec's defaults of the search, the screen's order a draw per "
+             "seed as tune draws one per study; each landscape's scope, catalog and objective - sizes, sizes per "
+             "bucket - are its measured tune spec's). "
              f"Written by `{document['command']}`.", "", *summary_table(document), ""]
     for scenario, info in document["landscapes"].items():
         settings = info.get("measured_settings", info["points"])
