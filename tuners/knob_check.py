@@ -146,7 +146,8 @@ def check_catalog(catalog: KnobCatalog, library: Library | str, version: str, cv
             continue
         checked.append(knob.name)
         if not applies:
-            findings.append(KnobFinding(knob.name, "stale", f"the catalog's versions {knob.versions} exclude "
+            versions_text = ", ".join(f"{lib.value} {spec}" for lib, spec in knob.versions.items())
+            findings.append(KnobFinding(knob.name, "stale", f"the catalog's versions {versions_text} exclude "
                                         f"{library} {version}, which has {name}"))
         findings.extend(_domain_findings(knob, cvar, versions))
     return CheckReport(library, version, tuple(checked), tuple(findings))
