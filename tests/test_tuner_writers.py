@@ -527,6 +527,32 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
     assert {k: v for k, v in first[2].user_attrs["env"].items() if k in knobs} == winner
 
 
+def test_a_warm_start_is_the_related_winner_on_top_of_the_site_defaults(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """A published winner says what to export and what to unset on top of the site's jobs (its .env): a knob the
+    related tune did not search ran there at the site default, and runs so in the warm start too; one the winner
+    unsets is unset. Before, every searched knob the winner's env did not name was left unset: the warm start
+    dropped the site's TCP send buffer that the 2-node winner ran with, a setting never measured there."""
+    from campaigns.tuning.session import warm_start_envs
+
+    site = catalog.for_site({"defaults": {"OMPI_MCA_btl_tcp_sndbuf": "65536", "OMPI_MCA_btl_tcp_rcvbuf": "65536"}},
+                            "site.yaml")
+    # The 2-node tune searched the algorithm and the receive buffer: its winner forces ring and unsets the
+    # receive buffer; the send buffer, not searched there, ran at the site default.
+    related = mpi_recommendation(nodes=2).model_copy(update={
+        "env": {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1"},
+        "unset": ["OMPI_MCA_btl_tcp_rcvbuf"], "baseline_env": {"OMPI_MCA_btl_tcp_rcvbuf": "65536"}})
+    root = tmp_path / "rec"
+    publish(root, related, site)
+    knobs = ["OMPI_MCA_coll_tuned_allreduce_algorithm", "OMPI_MCA_coll_tuned_use_dynamic_rules",
+             "OMPI_MCA_btl_tcp_sndbuf", "OMPI_MCA_btl_tcp_rcvbuf"]
+    space = build_space(site, {Library.OPENMPI: "4.1.4"}, knobs=knobs)
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=3)
+    assert warm_start_envs(root, scope, space) == [(
+        {"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring", "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+         "OMPI_MCA_btl_tcp_sndbuf": "65536"}, related.describe_scope())]
+
+
 def test_the_site_s_documented_settings_are_measured_after_the_seeds_with_their_source(
         catalog: KnobCatalog, sqlite_url: str) -> None:  # noqa: F811
     """site.yaml `knobs.documented`: each setting the space can measure is enqueued after the seeds, on top of

@@ -235,8 +235,10 @@ def documented_envs(catalog: KnobCatalog, space: SearchSpace) -> list[tuple[dict
 def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
     """Winners published in `publish_dir` for the same site, system:partition, library, op, transport and GPUs
     per node at other node counts (a related scope: its winner is a good first guess, and is measured here
-    like any trial), restricted to the searched knobs; with the scope each came from. A winner whose values
-    this space does not offer is left out."""
+    like any trial), restricted to the searched knobs; with the scope each came from. A winner is what its .env
+    does to the site's jobs: its `env` set and its `unset` removed on top of the site defaults (a knob the
+    related tune did not search ran there at the site default). A winner whose values this space does not
+    offer is left out."""
     if publish_dir is None:
         return []
     path = system_dir(publish_dir, scope.site, scope.system) / RECOMMENDATIONS_FILE
@@ -248,7 +250,8 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
         if rec.decision != "change" or rec.scope.nodes == scope.nodes or \
                 any(getattr(rec.scope, field) != getattr(scope, field) for field in same):
             continue
-        env = {k: v for k, v in rec.env.items() if k in space.knob_names}
+        on_site = {k: v for k, v in space.catalog.default_env(space.knob_names).items() if k not in rec.unset}
+        env = {k: v for k, v in {**on_site, **rec.env}.items() if k in space.knob_names}
         try:
             space.params_for_env(env)
         except ValueError:
