@@ -765,3 +765,19 @@ def test_an_error_of_the_worker_s_own_is_not_taken_for_a_lost_trial(sqlite_url: 
     monkeypatch.setattr(tuner, "_measured_before", broken)
     with pytest.raises(ValueError, match="planted"):
         tuner.run()
+
+
+def test_pretune_seeds_come_from_studies_of_its_own_stem_only(sqlite_url: str) -> None:
+    """pretune names its study <stem>/job<ID>-<time> and seeds it with the best settings of the earlier studies of
+    that stem (the stem's own study, e.g. a `tune` of the same setup, and <stem>/...). A study of a stem that
+    merely begins with the same letters (`--study nccl` beside `--study nccl-alps`) is another setup: before, its
+    best settings seeded this one too."""
+    from tuners.study import best_envs_of_studies, top_envs
+
+    storage = open_storage(sqlite_url, heartbeat_interval=None)
+    mine = make_tuner(storage, SyntheticEvaluator(SCENARIO, seed=1), n_trials=4, seed=1,
+                      study_name="nccl/job1-20261127T000000").run()
+    make_tuner(storage, SyntheticEvaluator(SCENARIO, seed=2), n_trials=4, seed=2, seed_envs=[{}],
+               study_name="nccl-alps/job2-20261127T000000").run()
+    space = synthetic_space(scenario=SCENARIO)
+    assert best_envs_of_studies(storage, "nccl", space) == [env for _, env, _ in top_envs(mine, 2)]

@@ -718,10 +718,11 @@ def top_envs(study: optuna.Study, k: int, bucket: str | None = None) -> list[tup
 def best_envs_of_studies(
     storage: str | optuna.storages.BaseStorage, prefix: str, space: SearchSpace, k: int = 2
 ) -> list[dict[str, str]]:
-    """The k best distinct settings of each stored study whose name starts with `prefix`, newest study
-    first, as far as `space` holds them (seeds for a new study)."""
+    """The k best distinct settings of the stored study named `prefix` and of each study named `prefix`/...,
+    newest study first, as far as `space` holds them (seeds for a new study). A study whose name merely
+    begins with the same characters (`prefix`-other/...) is another setup's."""
     found: list[dict[str, str]] = []
-    names = [name for name in optuna.get_all_study_names(storage) if name.startswith(prefix)]
+    names = [name for name in optuna.get_all_study_names(storage) if name == prefix or name.startswith(f"{prefix}/")]
     for name in reversed(names):
         for _, env, _ in top_envs(optuna.load_study(study_name=name, storage=storage), k):
             try:
