@@ -109,6 +109,20 @@ def test_a_run_measures_every_size_and_credits_only_read_knobs(tmp_path: Path, c
     assert exempt({"OMPI_MCA_coll_tuned_no_such_param": "1"}).ok
 
 
+def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Path, catalog: KnobCatalog,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """OMPI_MCA_mpi_show_mca_params_file in the caller's environment sends Open MPI's read log to that file, none of
+    it to the output: before, the knob the trial set read as unread, the trial was invalid and the tuner took the
+    knob out of the search. The variables that divert a read log are not passed on (NCCL_DEBUG_FILE alike)."""
+    diverted = tmp_path / "mca_params.txt"
+    monkeypatch.setenv("OMPI_MCA_mpi_show_mca_params_file", str(diverted))
+    result = evaluator(tmp_path, catalog)({"OMPI_MCA_btl_tcp_sndbuf": "65536"})
+    assert result.ok and result.unread == (), result.reason
+    assert not diverted.exists()
+    assert strip_knobs({"NCCL_DEBUG_FILE": "/scratch/nccl.%h.%p", "HOME": "/h"}, catalog, Library.NCCL) == {
+        "HOME": "/h"}
+
+
 class NcclReadLog:
     """An executor whose run measures 10 us at every size and prints NCCL's read log of the knobs set, but for those
     in `unread` (a code path that does not read them: NCCL_IB_SL on a run without InfiniBand)."""

@@ -9,7 +9,8 @@ run by an executor:
   `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
 
 Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
-(an inherited NCCL_PROTO must not leak into a trial that leaves it unset), plus the trial's knobs, plus
+(an inherited NCCL_PROTO must not leak into a trial that leaves it unset) and without what would send the read log
+below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE, OMPI_MCA_mpi_show_mca_params_file), plus the trial's knobs, plus
 the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
 variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
 Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
@@ -59,6 +60,14 @@ READ_LOG_ENV: dict[Library, dict[str, str]] = {
     Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
     Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro"},
 }
+# What sends that log to a file instead of the run's output, where the evaluator reads it: inherited, it made every knob
+# look unread (each changed one an invalid trial, every one out of the search). Open MPI 4.1.4 on this machine writes
+# the parameters to OMPI_MCA_mpi_show_mca_params_file and none to the output.
+READ_LOG_ELSEWHERE: dict[Library, tuple[str, ...]] = {
+    Library.NCCL: ("NCCL_DEBUG_FILE",),
+    Library.RCCL: ("NCCL_DEBUG_FILE",),
+    Library.OPENMPI: ("OMPI_MCA_mpi_show_mca_params_file",),
+}
 # NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
 _NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
 # Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
@@ -73,8 +82,9 @@ def knobs_read(library: Library, output: str) -> dict[str, str] | None:
 
 
 def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
-    """The caller's environment without any catalog knob or read-log switch."""
-    switches = set(READ_LOG_ENV.get(library, {}))
+    """The caller's environment without any catalog knob, read-log switch or variable that sends the read log
+    elsewhere (READ_LOG_ELSEWHERE)."""
+    switches = {*READ_LOG_ENV.get(library, {}), *READ_LOG_ELSEWHERE.get(library, ())}
     return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
 
 
