@@ -606,6 +606,26 @@ def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:
     assert names[0] == names[2] != names[1]
 
 
+def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
+    """A study's trials are comparable only if they measure the same thing. The scope names nodes and GPUs per node,
+    not ranks per node (1 GPU per node on a CPU partition, whatever tasks_per_node), and the stored study checks the
+    buckets' ranges, not their sizes: before, a tune with 4 ranks per node resumed the 2-rank study (its budget
+    spent, its measurements taken as repeats), and sizes 8, 64, 1K shared the study of 8, 1K."""
+    from campaigns.tuning.session import study_name
+    from campaigns.tuning.spec import TuningSpec
+
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", gpus_per_node=1)
+    space = build_space(KnobCatalog.load(), {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
+    base = TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=[8, 1024],
+                      sizes_per_bucket=3, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
+    specs = [base, base.model_copy(update={"tasks_per_node": 4}), base.model_copy(update={"sizes": [8, 64, 1024]}),
+             base.model_copy(update={"sizes": [1024, 8], "trials": 50})]
+    ranges = [[(b.name, b.min_bytes, b.max_bytes) for b in buckets_for_sizes(spec.sizes, 3)] for spec in specs]
+    assert ranges[0] == ranges[2]  # what the stored study checks
+    names = [study_name(spec, scope, [], space) for spec in specs]
+    assert len({names[0], names[1], names[2]}) == 3 and names[3] == names[0]
+
+
 def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_never_chosen(tmp_path: Path) -> None:
     """A per-size rule forces an algorithm (for NCCL a protocol) over a range of sizes: the sweep runs with
     commbench's data check, and a selection whose data was wrong (commbench exits 1, its records say

@@ -104,11 +104,14 @@ def executor_label(spec: TuningSpec) -> str:
 
 def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
     """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
-    content and the searched domains: trials of another executor or another knob setup go to a study of their
-    own, and so do those of a catalog whose domains changed (Optuna cannot resume a changed domain)."""
+    content, the searched domains, the ranks per node and the message sizes: trials of another executor, another
+    knob setup or another measurement (the scope names GPUs per node, not ranks; the stored study checks the
+    buckets' ranges, not their sizes) go to a study of their own, and so do those of a catalog whose domains
+    changed (Optuna cannot resume a changed domain)."""
     if spec.study is not None:
         return spec.study
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
+             "tasks_per_node": spec.tasks_per_node, "sizes": sorted(set(spec.sizes)),
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
              "executor": executor_label(spec),
              "domains": space.domains()}
