@@ -497,7 +497,9 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
         tmp_path: Path, catalog: KnobCatalog, sqlite_url: str) -> None:  # noqa: F811
     """A tune for 3 nodes starts from what was published for 2 nodes of the same site, system, library, op
     and transport (after the defaults and the seeds), marked with where it came from; another transport's
-    winner is not used; with no publish directory there is nothing to start from."""
+    winner is not used; with no publish directory there is nothing to start from. A new study of the 2-node scope
+    (other sizes, another knob setup) starts from what is deployed for it now (before, a scope's own published
+    winner was never a warm start: the issue's 'other size sets' had none)."""
     from campaigns.tuning.session import warm_start_envs
     from tuners.study import ROLE, WARM_START, WARM_START_FROM
 
@@ -512,7 +514,7 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
     assert warm == [(winner, mpi_recommendation(nodes=2).describe_scope())]
     assert warm_start_envs(None, scope, space) == []
     assert warm_start_envs(root, make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=2),
-                           space) == []  # the scope's own node count is not a related scope
+                           space) == warm  # what is deployed for the scope itself
 
     def evaluate(env, *, validate=False):  # noqa: ANN001, ANN202  (the trials' outcome does not matter here)
         from tuners.evaluation import Evaluation

@@ -237,8 +237,10 @@ def documented_envs(catalog: KnobCatalog, space: SearchSpace) -> list[tuple[dict
 
 def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
     """Winners published in `publish_dir` for the same site, system:partition, library, op, transport and GPUs
-    per node at other node counts (a related scope: its winner is a good first guess, and is measured here
-    like any trial), restricted to the searched knobs; with the scope each came from. A winner is what its .env
+    per node, at any node count and library version (a related scope: its winner is a good first guess, and is
+    measured here like any trial; at this node count it is what is deployed now, from an earlier tune, maybe of
+    other sizes: the scope does not name its sizes), restricted to the searched knobs; with the scope each came
+    from. A winner is what its .env
     does to the site's jobs: its `env` set and its `unset` removed on top of the site defaults (a knob the
     related tune did not search ran there at the site default). A winner whose values this space does not
     offer is left out."""
@@ -250,8 +252,7 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
     same = ("partition", "library", "op", "transport", "gpus_per_node")
     found = []
     for rec in load_recommendations(path).recommendations:
-        if rec.decision != "change" or rec.scope.nodes == scope.nodes or \
-                any(getattr(rec.scope, field) != getattr(scope, field) for field in same):
+        if rec.decision != "change" or any(getattr(rec.scope, field) != getattr(scope, field) for field in same):
             continue
         on_site = {k: v for k, v in space.catalog.default_env(space.knob_names).items() if k not in rec.unset}
         env = {k: v for k, v in {**on_site, **rec.env}.items() if k in space.knob_names}

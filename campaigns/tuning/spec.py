@@ -94,7 +94,7 @@ class TuningSpec(_Model):
         "measure the site's documented settings (site.yaml knobs.documented) after the seeds"))
     warm_start: bool = Field(default=True, description=(
         "enqueue the winners published for the same site, system, library, op, transport and GPUs per node "
-        "at other node counts (marked warm_start) after the seeds"))
+        "at any node count, this one included (marked warm_start), after the seeds"))
     executor: Literal["reframe", "launcher"] = "reframe"
     launcher: list[str] | None = Field(default=None, description="launcher executor: command before commbench")
     commbench: Path | None = Field(default=None, description="launcher executor: the binary")
