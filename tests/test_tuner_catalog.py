@@ -420,3 +420,16 @@ def test_a_factor_with_no_value_that_fits_stays_unset_or_is_refused(catalog: Kno
     space = build_space(KnobCatalog.from_document(required, "t.yaml"), NCCL_NEW, knobs=["A", "B"])
     with pytest.raises(SpaceError, match="B: no value from its low 1 fits"):
         space.suggest(study.ask(), fixed={"A": "8"})
+
+
+def test_mpich_4_allreduce_tunes_do_not_search_the_short_message_threshold(catalog: KnobCatalog) -> None:
+    """MPICH >= 3.4's blocking MPI_Allreduce selects through its csel tree and never reads
+    MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE (v4.0.2: only MPII_Allreduce_group and MPIR_Iallreduce_intra_sched_auto do);
+    the catalog offered it to every MPICH allreduce tune, where each trial of it measured the library default again."""
+    knob = "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE"
+    mpich = {Library.MPICH: "4.0.2"}
+    space = build_space(catalog, mpich, op="allreduce", transport="mpi")
+    assert knob not in space.knob_names
+    assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM" in space.knob_names  # the knob that does select the algorithm
+    with pytest.raises(SpaceError, match=f"{knob} cannot be searched: it does not affect op=allreduce"):
+        build_space(catalog, mpich, knobs=[knob], op="allreduce", transport="mpi")
