@@ -850,3 +850,38 @@ def test_no_round_starts_after_the_deadline(monkeypatch: pytest.MonkeyPatch, dea
         assert report.overall.env == FASTER and report.overall.winner == unbounded.overall.winner
         assert report.overall.holdout is not None and report.overall.holdout.rounds == 3
         assert "the time budget ran out after 3 of 6 held-out rounds" in report.notes and not report.cut_off
+
+
+def test_finalize_study_shuffles_its_rounds_with_the_studys_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """commcamp tune's finalization (finalize_study) draws its rounds' order from the study's seed (drawn once per
+    study unless --seed; SCREEN_SEED), not from finalize's fixed default 0: with 0, every tune everywhere ran the
+    same order sequence, while bench_finalize (a seed per finalization) and bench_tuner_aa (a seed per tune)
+    measured finalizations whose orders differ."""
+    from types import SimpleNamespace
+
+    import campaigns.tuning.session as session
+    from campaigns.tuning.spec import FinalizeSpec
+    from tuners.study import SCREEN_SEED
+
+    monkeypatch.setattr(session, "finalization_candidates", lambda *args, **kwargs: [(1, dict(FASTER)), (2, dict(OTHER))])
+    monkeypatch.setattr(session, "build_recommendation", lambda *args, **kwargs: None)
+
+    def order(study_seed: int | None, spec_seed: int | None = None) -> list[str]:
+        evaluator = DriftingEvaluator(FIVE_SIZES, {}, 0.02, seed=0)
+        setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=spec_seed), evaluator=evaluator,
+                                buckets=FIVE_BUCKETS, scope=None, versions={},
+                                space=SimpleNamespace(knob_names=["NCCL_PROTO"], unsafe_changes=lambda b, e: ()))
+        study = SimpleNamespace(user_attrs={} if study_seed is None else {SCREEN_SEED: study_seed})
+        session.finalize_study(setup, study, BASELINE)
+        return evaluator.order
+
+    def finalize_order(seed: int) -> list[str]:
+        evaluator = DriftingEvaluator(FIVE_SIZES, {}, 0.02, seed=0)
+        finalize(evaluator, BASELINE, [Candidate(FASTER, 1), Candidate(OTHER, 2)], FIVE_BUCKETS,
+                 thresholds=FinalizeSpec().thresholds(), seed=seed)
+        return evaluator.order
+
+    assert order(7) == finalize_order(7) and order(8) == finalize_order(8)
+    assert order(7) != order(8)
+    assert order(None, spec_seed=9) == finalize_order(9)  # a study older than SCREEN_SEED: the spec's --seed
+    assert order(None) != order(None)  # neither: a fresh draw per finalization

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -28,7 +29,7 @@ from tuners.per_size import PerSizeResult, SweepError, TunerConfigError, decide_
 from tuners.recommendation import Recommendation, build_recommendation, with_per_size
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
-from tuners.study import Tuner, check_reachable, finalization_candidates, open_storage
+from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
 from tuners.writers import (RECOMMENDATIONS_FILE, PublishedFiles, env_file_text, load_recommendations, publish,
                             system_dir, write_atomic)
 
@@ -322,8 +323,13 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         planned = planned_runs(thresholds, keep, len(setup.buckets), knobs)
         log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, at most {planned} runs")
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
+    # The rounds' order: the study's seed (drawn once per study unless --seed, printed with the screen order), so
+    # tunes do not all run finalize's one default order sequence (bench_finalize and bench_tuner_aa measure
+    # finalizations whose orders differ); a study older than SCREEN_SEED: the spec's seed, else a fresh draw.
+    seed = study.user_attrs.get(SCREEN_SEED, setup.spec.seed)
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.unsafe_changes, deadline=deadline)
+                      needs_validation=setup.space.unsafe_changes, deadline=deadline,
+                      seed=secrets.randbits(32) if seed is None else int(seed))
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
