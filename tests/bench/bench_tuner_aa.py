@@ -20,9 +20,10 @@ accepts is therefore a false change. Thresholds are the tuner's defaults (alpha 
 Holm over candidates x (overall + each size bucket)); sizes 64 KiB and 1 MiB, one bucket each.
 
 Reported: tunes, tunes with any change (overall or a bucket), that rate's Clopper-Pearson 95 % interval
-(tuners.bench_finalize.clopper_pearson), the rounds each tune ran, and per tune the closest comparison
-(smallest Holm-adjusted p) so the margin to a false change is visible, finalization's notes (failed runs: a
-baseline that failed drops its round, a candidate that failed is left untested) and the untested candidates.
+(tuners.bench_finalize.clopper_pearson), the rounds each tune ran, and per tune the closest comparison of any
+decision (smallest Holm-adjusted p, with its decision) so the margin to a false change is visible, finalization's
+notes (failed runs: a baseline that failed drops its round, a candidate that failed is left untested) and the
+untested candidates.
 A tune that the cluster aborts (EvaluationAborted, an OS or subprocess error) is recorded as aborted, not
 counted, and the next one starts. The result is rewritten after every tune ("complete": false until the last).
 
@@ -97,13 +98,16 @@ def run_tune(setup: Any, tune: int, candidates: int) -> dict[str, Any]:
         # the cluster, not finalization, failed (a failed run inside finalize is a note, not this):
         # recorded as an aborted tune, not counted, and the benchmark goes on
         return {"tune": tune, "aborted": f"{type(exc).__name__}: {exc}"}
-    closest = report.overall.closest
+    # the closest test of ANY decision (a change in a size bucket is a false change too), not the overall one's
+    tested = [c for d in report.decisions for c in d.comparisons if c.tested]
+    closest = min(tested, key=lambda c: (c.p_adjusted, -(c.gain or 0.0)), default=None)
     return {"tune": tune, "rounds_run": report.rounds_run, "rounds_used": report.rounds_used,
             "changes": [d.name for d in report.decisions if d.change], "notes": list(report.notes),
             "untested": [f"trial {c.candidate.trial_number}: {c.reason}"
                          for c in report.overall.comparisons if not c.tested],
             "closest": None if closest is None else {
-                "gain": closest.gain, "p_adjusted": closest.p_adjusted, "ratios": closest.ratios},
+                "decision": closest.decision, "gain": closest.gain, "p_adjusted": closest.p_adjusted,
+                "ratios": closest.ratios},
             "seconds": round(time.time() - started, 1)}
 
 
