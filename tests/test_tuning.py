@@ -202,7 +202,7 @@ exec sleep 300""")
         "site": "local", "system": "local:cpu", "library": "openmpi", "library_version": "4.1.4",
         "op": "allreduce", "nodes": 1, "tasks_per_node": 2, "sizes": ["64K"], "knobs": ["OMPI_MCA_btl_tcp_sndbuf"],
         "trials": 3, "executor": "launcher", "launcher": [str(launcher)], "commbench": str(COMMBENCH), "db": db,
-        "runs_dir": str(tmp_path / "runs")}))
+        "runs_dir": str(tmp_path / "runs"), "seed": 0}))  # seed: trial 1 not a repeat of the failed defaults
     cmd = [str(Path(sys.executable).with_name("commcamp")), "tune", str(spec), "--no-finalize", "--no-publish"]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**os.environ, "COLUMNS": "300"},
