@@ -321,6 +321,24 @@ def test_paths_typed_relative_to_the_working_directory_reach_the_launch(tmp_path
     assert len(list((tmp_path / "runs").glob("run-*/commbench.jsonl"))) == 2
 
 
+def test_a_worker_s_spec_names_the_paths_typed_relative_to_the_tune(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Slurm worker starts in its own directory and a ReFrame trial under its prefix: the spec carries the paths
+    typed relative to where `tune` started as absolute ones (before, the worker spec kept 'cb' and 'runs', and every
+    worker stopped: 'commbench binary cb does not exist')."""
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.workers import worker_spec
+
+    monkeypatch.chdir(tmp_path)
+    spec = TuningSpec(site="localslurm", system="localslurm:debug", library="openmpi", op="allreduce", sizes=[65536],
+                      trials=2, executor="launcher", launcher=["./launch.sh", "-n", "2"], commbench=Path("cb"),
+                      runs_dir=Path("runs"), publish_dir=Path("rec"), knob_overrides=[Path("knobs.yaml")])
+    written = json.loads(worker_spec(spec).model_dump_json())
+    assert (written["commbench"], written["runs_dir"], written["knob_overrides"]) == (
+        str(tmp_path / "cb"), str(tmp_path / "runs"), [str(tmp_path / "knobs.yaml")])
+    assert spec.launcher == [str(tmp_path / "launch.sh"), "-n", "2"] and spec.publish_dir == tmp_path / "rec"
+
+
 def test_each_new_study_draws_its_screen_order_unless_a_seed_is_given(tmp_path: Path) -> None:
     """The sampler benchmark's per-seed figures are draws of the screen's order: so is what `tune` ships. Before,
     every study of one knob space screened in one order (seed 0): on three Open MPI grids a median of 16-27 trials

@@ -160,12 +160,9 @@ class LauncherExecutor:
             raise ValueError("the launcher command is empty")
         if not os.access(commbench, os.X_OK):
             raise ValueError(f"commbench binary {commbench} does not exist or is not executable")
-        # The launch runs in its run directory: paths typed relative to where commcamp was started are made
-        # absolute here (a launcher given by name is looked up on PATH, as typed)
-        program = Path(launcher[0])
-        self.launcher = [str(program.absolute()) if "/" in launcher[0] else launcher[0], *launcher[1:]]
-        self.commbench = Path(commbench).absolute()
-        self.runs_dir = Path(runs_dir).absolute()
+        self.launcher = list(launcher)
+        self.commbench = Path(commbench)
+        self.runs_dir = runs_dir
         self.base_env = dict(base_env)
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:

@@ -128,6 +128,24 @@ class TuningSpec(_Model):
             return {**data, "system": only_partition(data["site"], data["system"])}
         return data
 
+    @field_validator("knob_overrides", "commbench", "publish_dir", "plugin_library", "runs_dir")
+    @classmethod
+    def _absolute(cls, value: Any) -> Any:
+        """Paths typed relative to where commcamp starts: the launch runs in its run directory, a Slurm worker in
+        its own, ReFrame under its prefix, where a relative path meant something else (every trial failed)."""
+        if isinstance(value, list):
+            return [path.absolute() for path in value]
+        return value.absolute() if isinstance(value, Path) else value
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher_program(cls, value: list[str] | None) -> list[str] | None:
+        """A launcher program given as a relative path (./srun-wrapper), as the paths above; one given by name is
+        looked up on PATH as typed."""
+        if value and "/" in value[0] and not value[0].startswith("/"):
+            return [str(Path(value[0]).absolute()), *value[1:]]
+        return value
+
     @field_validator("op")
     @classmethod
     def _op(cls, value: str) -> str:
