@@ -312,7 +312,9 @@ def publish(
         groups = [
             ([comment(f"scope: {r.describe_scope()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
              r.plugin_rules)
-            for r in everything if r.plugin_rules and tuner_config_name(r.scope) == config_path.name
+            # the scopes that point NCCL at this config (one published before its name said partition and version
+            # points at nccl_tuner.conf, which holds its rows until it is published again)
+            for r in everything if r.plugin_rules and Path(r.plugin_env.get(PLUGIN_ENV[1], "")).name == config_path.name
         ]
         if groups:
             texts[config_path] = format_config(groups)
