@@ -455,7 +455,8 @@ def register(app: typer.Typer) -> None:
                                    grace_period=2 * spec_obj.heartbeat_s)
             seeds = best_envs_of_studies(storage, stem, setup.space)
             if seeds:
-                console.print(f"seeded with {len(seeds)} setting(s) of earlier studies {escape(stem)}*",
+                console.print(f"seeded with {len(seeds)} setting(s) of the earlier studies {escape(stem)} and "
+                              f"{escape(stem)}/...",
                               highlight=False, soft_wrap=True)
             session = TuningSession(setup)
             outcome = session.trials(make_tuner(setup, storage=storage, progress=True,
