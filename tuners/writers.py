@@ -39,6 +39,8 @@ from tuners.scope import StudyScope
 RECOMMENDATIONS_FILE = "recommendations.yaml"
 MODULE_FAMILY = "commcamp"
 PLUGIN_ENV = ("NCCL_TUNER_PLUGIN", "NCCL_TUNER_CONFIG_FILE")
+TUNER_CONFIG_STEM = "nccl_tuner"  # tuner_config_name
+RULE_FILE_SUFFIX = {"openmpi": ".coll_tuned_rules", "mpich": ".mpich_coll.json"}  # rule_file, per library
 _COMMENT_CHARS = re.compile(r"[^ -~]")  # printable ASCII only: no newline can end a comment early
 _COMMENT_MAX = 200  # NCCL's example plugin reads 256-byte lines; a longer comment would spill
 
@@ -103,7 +105,7 @@ def tuner_config_name(scope: StudyScope) -> str:
     """The tuner-plugin config `scope`'s jobs read: shared by the scopes of its partition, library version and
     transport (a row names its collective, node and rank counts, so one job of several ops finds each op's
     rows), never with another partition's or version's, whose rows were not measured for these jobs."""
-    return f"nccl_tuner_{scope.partition}_{scope.library}-{scope.library_version}_{scope.transport}.conf"
+    return f"{TUNER_CONFIG_STEM}_{scope.partition}_{scope.library}-{scope.library_version}_{scope.transport}.conf"
 
 
 @dataclass(frozen=True)
@@ -185,13 +187,13 @@ def rule_file(directory: Path, rec: Recommendation) -> tuple[Path, str, dict[str
         return None
     evidence = evidence_lines(rec)
     if rec.scope.library == "openmpi":
-        path = (directory / f"{rec.scope.slug}.coll_tuned_rules").resolve()
+        path = (directory / f"{rec.scope.slug}{RULE_FILE_SUFFIX['openmpi']}").resolve()
         return path, rule_files.ompi_rules_text([result], evidence), {
             rule_files.OMPI_MCA[0]: "1",
             rule_files.OMPI_MCA[1]: str(path),
         }
     if rec.scope.library == "mpich":
-        path = (directory / f"{rec.scope.slug}.mpich_coll.json").resolve()
+        path = (directory / f"{rec.scope.slug}{RULE_FILE_SUFFIX['mpich']}").resolve()
         return path, rule_files.mpich_json_text([result], evidence), {rule_files.MPICH_JSON_ENV: str(path)}
     return None
 
@@ -267,7 +269,8 @@ def _remove_unreferenced(directory: Path, recommendations: list[Recommendation])
     name said partition and library version)."""
     referenced = {Path(value).name for r in recommendations for value in (*r.plugin_env.values(),
                                                                            *r.rule_files.values())}
-    for pattern in ("nccl_tuner*.conf", "*.coll_tuned_rules", "*.mpich_coll.json"):
+    # TUNER_CONFIG_STEM.conf: the one config of every scope before the name said partition and library version
+    for pattern in (f"{TUNER_CONFIG_STEM}*.conf", *(f"*{suffix}" for suffix in RULE_FILE_SUFFIX.values())):
         for path in directory.glob(pattern):
             if path.name not in referenced:
                 path.unlink()

@@ -327,7 +327,8 @@ def register(app: typer.Typer) -> None:
                     update={"enabled": finalize})})
             if no_publish:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
-            check_outputs({"--summary": summary}, {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir})
+            check_outputs({"--summary": summary},
+                          {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir})
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")

@@ -9,9 +9,9 @@ run by an executor:
   `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
 
 Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
-(an inherited NCCL_PROTO must not leak into a trial that leaves it unset) and without what would send the read log
-below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE, OMPI_MCA_mpi_show_mca_params_file), plus the trial's knobs, plus
-the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
+(an inherited NCCL_PROTO must not leak into a trial that leaves it unset) and without what would send the
+read log below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE, OMPI_MCA_mpi_show_mca_params_file), plus the
+trial's knobs, plus the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
 variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
 Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
 credited: the trial is INVALID with the names in its reason (a typo, a name this version does not know,

@@ -241,10 +241,9 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
     per node, at any node count and library version (a related scope: its winner is a good first guess, and is
     measured here like any trial; at this node count it is what is deployed now, from an earlier tune, maybe of
     other sizes: the scope does not name its sizes), restricted to the searched knobs; with the scope each came
-    from. A winner is what its .env
-    does to the site's jobs: its `env` set and its `unset` removed on top of the site defaults (a knob the
-    related tune did not search ran there at the site default). A winner whose values this space does not
-    offer is left out."""
+    from. A winner is what its .env does to the site's jobs: its `env` set and its `unset` removed on top of the
+    site defaults (a knob the related tune did not search ran there at the site default). A winner whose values
+    this space does not offer is left out."""
     if publish_dir is None:
         return []
     path = system_dir(publish_dir, scope.site, scope.system) / RECOMMENDATIONS_FILE
