@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,26 @@ def test_a_commbench_of_another_mpi_is_refused(commbench_builds: dict[str, Commb
     assert code == 2 and stdout == "", stdout
     assert f"{binary} --list-cvars: these are {other}'s control variables, not {library}'s: the binary is " \
            f"linked against {other}" in " ".join(stderr.split())
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--commbench", binary)
+    assert code == 2 and stdout == "", stdout
+    assert f"{binary} links {'Open MPI' if other == 'openmpi' else 'MPICH'}" in stderr
+    assert f"not {library}: build it against {library}" in " ".join(stderr.split())
+
+
+@pytest.mark.parametrize("library", ["openmpi", "mpich"])
+def test_the_version_is_the_linked_librarys_not_the_tool_on_path(commbench_builds: dict[str, CommbenchBuild],
+                                                                  tmp_path: Path, library: str) -> None:
+    """ompi_info / mpichversion on PATH can belong to another MPI than the one commbench links (a Spack MPI
+    beside the system's): the catalog's version ranges are judged against the linked one."""
+    for tool in ("ompi_info", "mpichversion"):
+        fake = tmp_path / tool
+        fake.write_text("#!/bin/sh\necho 'Open MPI: 9.9.9'\necho 'MPICH Version:\t9.9.9'\n")
+        fake.chmod(0o755)
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library,
+                                    "--commbench", commbench_builds[library].binary,
+                                    env={"PATH": f"{tmp_path}:{os.environ['PATH']}"})
+    assert code == 0, stdout + stderr
+    assert stdout.strip().splitlines()[-1].startswith(f"{library} {VERSIONS[library]}: ")
 
 
 def test_the_default_commbench_is_the_workspace_build(commbench_builds: dict[str, CommbenchBuild],

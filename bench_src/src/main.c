@@ -116,7 +116,9 @@ static void print_help(const char *prog)
            "                       (the watchdog fires, exit 3); 'crash' makes rank 0 die of SIGSEGV after\n"
            "                       its records, while the others wait in MPI (their watchdog fires, exit 3).\n"
            "                       Never use for measurements.\n"
-           "  --version, --help\n\n",
+           "  --version            commbench's version, backend and record schema; then the first line of\n"
+           "                       the linked MPI's MPI_Get_library_version (\"mpi_library ...\")\n"
+           "  --help\n\n",
            CB_MAX_BATCH, CB_SCHEMA_VERSION);
     printf("Timing and definitions\n"
            "  Every sample is timed with MPI_Wtime on each rank from just after a barrier (not timed) to\n"
@@ -141,6 +143,17 @@ static void print_help(const char *prog)
     printf("Ops\n");
     for (int i = 0; cb_ops[i]; i++)
         printf("  %-15s %s\n", cb_ops[i]->name, cb_ops[i]->summary);
+}
+
+/* The MPI library is the one commbench links, not the one a tool on PATH belongs to (a Spack MPI can differ);
+ * MPI_Get_library_version may be called before MPI_Init. */
+static void print_version(void)
+{
+    char library[MPI_MAX_LIBRARY_VERSION_STRING];
+    cb_mpi_library(library, sizeof library);
+    library[strcspn(library, "\n")] = '\0';
+    printf("commbench %s backend %s schema %d\n", CB_VERSION, cb_backend->name, CB_SCHEMA_VERSION);
+    printf("mpi_library %s\n", library);
 }
 
 static int usage_error(const char *msg)
@@ -310,7 +323,7 @@ int main(int argc, char **argv)
         return CB_EXIT_OK;
     case CB_ACT_VERSION:
         if (launcher_rank_zero())
-            printf("commbench %s backend %s schema %d\n", CB_VERSION, cb_backend->name, CB_SCHEMA_VERSION);
+            print_version();
         return CB_EXIT_OK;
     case CB_ACT_LIST:
         if (launcher_rank_zero())

@@ -4,15 +4,15 @@ Runs the library's commbench build (by default the workspace's, where `commcamp 
 `--list-cvars` (one process: the MPI_T control variables with names, types and enum values;
 bench_src/src/mpit.c) in an environment without the library's control variables (OMPI_MCA_*; MPIR_CVAR_*,
 MPICH_*, MPIR_PARAM_*: a component selection or a sourced .env file would hide variables or show the
-caller's value as the library's unset one), reads the library version from the library's own tool, and
-reports catalog knobs that are missing, stale or whose domain differs (tuners.knob_check). Exit codes:
-0 consistent, 1 problems found, 2 commbench or the version tool could not be run or printed something else
-(another MPI's control variables included: a commbench linked against the other MPI).
+caller's value as the library's unset one), reads the library version from the same binary (`--version`:
+the linked MPI's MPI_Get_library_version, not ompi_info's or mpichversion's on PATH, which can belong to
+another MPI), and reports catalog knobs that are missing, stale or whose domain differs (tuners.knob_check).
+Exit codes: 0 consistent, 1 problems found, 2 commbench could not be run or printed something else (another
+MPI's control variables or version: a commbench linked against the other MPI).
 """
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from pathlib import Path
 from typing import Annotated, Optional
@@ -25,7 +25,6 @@ from campaigns.cli import bench
 from campaigns.exit_codes import ExitCode
 
 LIBRARIES = ("openmpi", "mpich")  # the MPIs commbench is built against (bench variant cpu-LIBRARY)
-VERSION_TOOL = {"openmpi": ["ompi_info", "--version"], "mpich": ["mpichversion"]}
 TIMEOUT_S = 120
 
 
@@ -39,12 +38,21 @@ def _output(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str
     return done.stdout
 
 
-def library_version(library: str) -> str:
-    text = _output(VERSION_TOOL[library], f"{library} version")
-    found = re.search(r"(\d+\.\d+(?:\.\d+)?)", text)
-    if found is None:
-        raise RuntimeError(f"{library} version: no version number in: {text.strip()[:200]}")
-    return found.group(1)
+def linked_library_version(binary: Path, library: str, env: dict[str, str]) -> str:
+    """The version of the MPI `binary` links, from its `--version` (the `mpi_library` line)."""
+    from campaigns.model.records import mpi_library_version  # numpy, jsonschema: loaded when the command runs
+
+    text = _output([str(binary), "--version"], f"{binary} --version", env)
+    line = next((line.removeprefix("mpi_library ") for line in text.splitlines()
+                 if line.startswith("mpi_library ")), None)
+    if line is None:
+        raise RuntimeError(f"{binary} --version names no MPI library (a commbench older than this commcamp: "
+                           f"rebuild it, or give --library-version): {text.strip()[:200]}")
+    version = mpi_library_version(line, library)
+    if version is None:
+        raise RuntimeError(f"{binary} links {line.strip()[:120]}, not {library}: build it against {library} "
+                           f"(commcamp bench build cpu-{library}) or give --commbench")
+    return version
 
 
 def check(
@@ -52,8 +60,8 @@ def check(
     commbench: Annotated[Optional[Path], typer.Option(help="commbench built against that MPI "
                                                       "\\[default: <workspace builds>/bench/cpu-LIBRARY/commbench, "
                                                       "as `commcamp bench path`]")] = None,
-    library_version_: Annotated[Optional[str], typer.Option("--library-version", help="instead of asking "
-                                                            "ompi_info / mpichversion")] = None,
+    library_version_: Annotated[Optional[str], typer.Option("--library-version", help="instead of the version "
+                                                            "of the MPI commbench links")] = None,
     catalog_path: Annotated[Optional[Path], typer.Option("--catalog", help="knob catalog file")] = None,
     notes: Annotated[bool, typer.Option(help="also print notes (values not searched, the library's unset values)")]
     = False,
@@ -73,9 +81,9 @@ def check(
         raise typer.Exit(ExitCode.USAGE)
     try:
         catalog = KnobCatalog.load(catalog_path) if catalog_path else KnobCatalog.load()
-        version = library_version_ or library_version(library)
-        listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars",
-                          library_environment(library, os.environ))
+        environment = library_environment(library, os.environ)
+        version = library_version_ or linked_library_version(binary, library, environment)
+        listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars", environment)
         source = f"{binary} --list-cvars"
         report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), source), source)
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:

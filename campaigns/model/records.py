@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,15 @@ def load_records(path: Path) -> list[dict[str, Any]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordError(str(path), None, f"cannot read: {exc}") from exc
     return parse_records(text, str(path))
+
+
+def mpi_library_version(text: str, library: str) -> str | None:
+    """The version in MPI_Get_library_version's text (a record's `mpi_library`, the `mpi_library` line of
+    `commbench --version`) when that text is `library`'s ("openmpi" or "mpich"); None otherwise."""
+    if library == "openmpi" and "Open MPI" in text:
+        match = re.search(r"v(\d+\.\d+\.\d+)", text)
+    elif library == "mpich" and "MPICH" in text:
+        match = re.search(r"Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
+    else:
+        return None
+    return match.group(1) if match else None

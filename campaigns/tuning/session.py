@@ -7,7 +7,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import secrets
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from campaigns import paths
+from campaigns.model.records import mpi_library_version
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, strip_knobs, output_tail)
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
@@ -41,13 +41,9 @@ def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> s
         versions = record.get("versions") or {}
         if library in (Library.NCCL, Library.RCCL) and versions.get(library.value):
             return str(versions[library.value])
-        text = record.get("mpi_library") or ""
-        if library is Library.OPENMPI and "Open MPI" in text:
-            match = re.search(r"v(\d+\.\d+\.\d+)", text)
-            return match.group(1) if match else None
-        if library is Library.MPICH and "MPICH" in text:
-            match = re.search(r"Version:\s*(\d+\.\d+(?:\.\d+)?)", text)
-            return match.group(1) if match else None
+        version = mpi_library_version(record.get("mpi_library") or "", library.value)
+        if version is not None:
+            return version
     return None
 
 
