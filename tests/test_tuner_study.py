@@ -28,7 +28,7 @@ from tuners.catalog import KnobCatalog
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, buckets_for_sizes
 from tuners.space import build_space
 from tuners.study import (
-    DROPPED_KNOBS,
+    dropped_knobs,
     BUCKET_US,
     DEFAULT_SAMPLER,
     DOCUMENTED,
@@ -171,9 +171,26 @@ def test_a_knob_the_library_did_not_read_leaves_the_search(sqlite_url: str, samp
     study = make_tuner(sqlite_url, evaluator, n_trials=16, sampler=sampler).run()
     setting = [i for i, env in enumerate(evaluator.envs) if evaluator.knob in env]
     assert len(setting) == 1, f"calls that set the unread knob: {setting}"  # the first one shows it, then never
-    assert study.user_attrs[DROPPED_KNOBS] == {
+    assert dropped_knobs(study) == {
         evaluator.knob: f"not read by the library in trial {counted(study)[setting[0]].number}"}
     assert study_progress(study).complete == 15
+
+
+def test_two_workers_dropping_different_knobs_at_once_lose_neither(sqlite_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker A reads the study's attributes, worker B drops a knob, A drops another: both stay dropped (with
+    one dictionary attribute A wrote back its stale copy plus its knob, and B's drop was lost)."""
+    tuner = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO, seed=1), n_trials=2)
+    study = tuner.load_study()
+    first, second = study.ask(), study.ask()
+    knob_a, knob_b = tuner.space.knob_names[:2]
+    before_b = dict(study.user_attrs)
+    tuner._drop_knobs(second, [knob_b])
+    with monkeypatch.context() as patch:  # A's reads happened before B's write
+        patch.setattr(optuna.Study, "user_attrs", property(lambda self: before_b))
+        tuner._drop_knobs(first, [knob_a])
+    assert dropped_knobs(study) == {knob_b: f"not read by the library in trial {second.number}",
+                                    knob_a: f"not read by the library in trial {first.number}"}
 
 
 @pytest.mark.filterwarnings("ignore:Fixed parameter NCCL_SOCKET_NTHREADS with value 16 is out of range")

@@ -27,7 +27,7 @@ from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import FailureKind, buckets_for_sizes
 from tuners.finalize import Thresholds, fit_budget, planned_runs
 from tuners.space import build_space
-from tuners.study import DROPPED_KNOBS, OUTCOME, Tuner, is_counted
+from tuners.study import OUTCOME, Tuner, dropped_knobs, is_counted
 
 REPO = Path(__file__).resolve().parents[1]
 COMMBENCH = REPO / "build" / "bench" / "cpu-openmpi" / "commbench"
@@ -154,7 +154,7 @@ def test_a_site_default_the_library_does_not_read_fails_no_trial(catalog: KnobCa
     study = Tuner(make_scope(), space, evaluate, optuna.storages.InMemoryStorage(), buckets_for_sizes(sizes),
                   n_trials=6, seed=0).run()
     assert [t.user_attrs[OUTCOME] for t in study.trials if is_counted(t)] == ["complete"] * 6
-    assert study.user_attrs[DROPPED_KNOBS] == {"NCCL_IB_SL": "not read by the library in trial 0"}
+    assert dropped_knobs(study) == {"NCCL_IB_SL": "not read by the library in trial 0"}
 
 
 def test_hang_corruption_crash_and_hard_limit_are_failed_trials(tmp_path: Path, catalog: KnobCatalog) -> None:

@@ -24,7 +24,7 @@ they build the screen with the study's seed (tuners/study.py SCREEN_SEED), so th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,13 +42,14 @@ ROUND_STEPS = 8  # per round, one screened trial each unless passed over; a roun
 
 class OneKnobScreen(optuna.samplers.BaseSampler):
     def __init__(self, base: optuna.samplers.BaseSampler, space: SearchSpace, n_screen: int, seed: int | None,
-                 env_attr: str, role_attr: str, dropped_attr: str) -> None:
+                 env_attr: str, role_attr: str,
+                 dropped_knobs: Callable[[optuna.Study], Mapping[str, Any]]) -> None:
         self.base = base
         self.space = space
         self.n_screen = n_screen
         self.env_attr = env_attr  # user attribute holding a trial's environment
         self.role_attr = role_attr  # user attribute of the starting points (defaults, seeds, ...)
-        self.dropped_attr = dropped_attr  # study user attribute: knobs that left the search
+        self.dropped_knobs = dropped_knobs  # the study's knobs that left the search
         rng = np.random.default_rng(seed)
         self.knob_order = [int(i) for i in rng.permutation(len(space.dimensions))]
         self.values = [[ladder[int(i)] for i in rng.permutation(len(ladder))]
@@ -82,7 +83,7 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         steps = {t.system_attrs[SCREEN_ATTR] for t in trials if SCREEN_ATTR in t.system_attrs}  # a retry keeps its step
         if len(steps) >= self.n_screen:
             return
-        planned = self._next(trials, max(steps, default=-1) + 1, study.user_attrs.get(self.dropped_attr, {}))
+        planned = self._next(trials, max(steps, default=-1) + 1, self.dropped_knobs(study))
         if planned is not None:
             step, params = planned
             self._plans[trial.number] = params

@@ -92,10 +92,13 @@ REPEAT_OF = "repeat_of"  # the counted trial that already measured this trial's 
 MAX_REPEATS = 20  # repeats in a row before the proposals are drawn at random
 RANDOM_DRAWS = 100  # random draws, all repeats, after which the space is taken as measured (one unmeasured setting of
 # 30 is missed by 100 draws with probability (29/30)^100 = 3 %)
-# Study user attribute: knob -> why it left the search (the library did not read it in that trial); later
-# trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing, and a
-# starting point (seed, documented, warm start) that changes it is skipped rather than measured as another setting.
-DROPPED_KNOBS = "dropped_knobs"
+# Study user attributes DROPPED_KNOB + name: why that knob left the search (the library did not read it in that
+# trial); later trials keep it at the baseline's value, so the budget is not spent on a knob that changes nothing,
+# and a starting point (seed, documented, warm start) that changes it is skipped rather than measured as another
+# setting. One attribute per knob: two workers that drop different knobs at once write different rows (one
+# dictionary attribute, read and written back by each, lost one of them).
+DROPPED_KNOB = "dropped_knob:"
+LEGACY_DROPPED_KNOBS = "dropped_knobs"  # the one dictionary of studies made before
 SCREEN_SEED = "screen_seed"  # study user attribute: the seed of the one-knob screen's order (the study's seed)
 COMPLETE = "complete"
 LOST = "lost"
@@ -451,7 +454,7 @@ class Tuner:
             # another worker goes on with the order the screen began with (a study older than SCREEN_SEED: the seed).
             study.sampler = OneKnobScreen(study.sampler, self.space, self.screen_trials,
                                           study.user_attrs.get(SCREEN_SEED, self.seed), env_attr=ENV, role_attr=ROLE,
-                                          dropped_attr=DROPPED_KNOBS)
+                                          dropped_knobs=dropped_knobs)
         return study
 
     def run(self) -> optuna.Study:
@@ -548,7 +551,7 @@ class Tuner:
         if trial.user_attrs.get(OUTCOME) == LOST:  # queued by _RequeueLostTrial: recorded, not launched
             logger.warning("trial %d %s", trial.number, trial.user_attrs[FAIL_REASON])
             raise _TrialFailed(trial.user_attrs[FAIL_REASON])
-        dropped = trial.study.user_attrs.get(DROPPED_KNOBS, {})
+        dropped = dropped_knobs(trial.study)
         try:
             if ROLE in trial.user_attrs:
                 # A starting point is measured as it was queued or not at all: with a knob that left the search put
@@ -623,15 +626,15 @@ class Tuner:
         return float(earlier.values[0])
 
     def _drop_knobs(self, trial: optuna.Trial, unread: Sequence[str]) -> None:
-        """Takes the searched knobs the library did not read out of the search for every later trial (read
-        again from storage just before: another worker may have dropped some meanwhile)."""
-        dropped = dict(trial.study.user_attrs.get(DROPPED_KNOBS, {}))
-        new = {name: f"not read by the library in trial {trial.number}" for name in unread
-               if name in self.space.knob_names and name not in dropped}
+        """Takes the searched knobs the library did not read out of the search for every later trial (the
+        trial that showed it first keeps its name: another worker may have dropped some meanwhile)."""
+        dropped = dropped_knobs(trial.study)
+        new = [name for name in unread if name in self.space.knob_names and name not in dropped]
         if new:
             logger.warning("%s: %s leave the search (the library did not read them in trial %d)",
                            self.study_name, ", ".join(new), trial.number)
-            trial.study.set_user_attr(DROPPED_KNOBS, {**dropped, **new})
+        for name in new:
+            trial.study.set_user_attr(DROPPED_KNOB + name, f"not read by the library in trial {trial.number}")
 
 
 @contextmanager
@@ -733,6 +736,13 @@ def best_envs_of_studies(
             if env not in found:
                 found.append(env)
     return found
+
+
+def dropped_knobs(study: optuna.Study) -> dict[str, str]:
+    """Knob -> why it left the search (DROPPED_KNOB)."""
+    attrs = study.user_attrs
+    return {**attrs.get(LEGACY_DROPPED_KNOBS, {}),
+            **{key.removeprefix(DROPPED_KNOB): why for key, why in attrs.items() if key.startswith(DROPPED_KNOB)}}
 
 
 def finalization_candidates(

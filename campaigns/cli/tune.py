@@ -254,7 +254,7 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
-    from tuners.study import DROPPED_KNOBS, SCREEN_SEED, study_progress
+    from tuners.study import SCREEN_SEED, dropped_knobs, study_progress
     from tuners.writers import verdict
 
     progress = study_progress(outcome.study)
@@ -263,7 +263,7 @@ def report_lines(outcome: TuningOutcome) -> list[str]:
         lines.append(f"screen order: seed {outcome.study.user_attrs[SCREEN_SEED]} (the study's; --seed with that "
                      "value gives a new study the same order)")
     lines.extend(f"left the search: {name} ({why})"
-                 for name, why in outcome.study.user_attrs.get(DROPPED_KNOBS, {}).items())
+                 for name, why in dropped_knobs(outcome.study).items())
     if progress.best_speedup is not None:
         lines.append(f"best trial: {(progress.best_speedup - 1) * 100:+.1f}% vs the defaults (single measurement)")
     rec = outcome.recommendation

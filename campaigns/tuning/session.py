@@ -484,8 +484,8 @@ def provenance() -> dict[str, Any]:
 def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str, Any]:
     """Everything a committed result needs: spec, scope, every counted trial, the finalization evidence,
     the files written, and the provenance."""
-    from tuners.study import (BUCKET_US, DOCUMENTED_FROM, DROPPED_KNOBS, ENV, FAIL_REASON, OUTCOME, ROLE,
-                              WARM_START_FROM, is_counted, study_progress)
+    from tuners.study import (BUCKET_US, DOCUMENTED_FROM, ENV, FAIL_REASON, OUTCOME, ROLE,
+                              WARM_START_FROM, dropped_knobs, is_counted, study_progress)
 
     trials = [{"number": t.number, "role": t.user_attrs.get(ROLE, ""), "outcome": t.user_attrs[OUTCOME],
                "from": t.user_attrs.get(DOCUMENTED_FROM) or t.user_attrs.get(WARM_START_FROM),
@@ -496,7 +496,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
     return {"spec": setup.spec.model_dump(mode="json"), "scope": setup.scope.model_dump(mode="json"),
             "study": setup.study_name, "knob_files": setup.knob_files,
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
-            "knobs_left_the_search": outcome.study.user_attrs.get(DROPPED_KNOBS, {}),
+            "knobs_left_the_search": dropped_knobs(outcome.study),
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"), "untested": outcome.untested,
             "per_size_failed": outcome.per_size_failed,
