@@ -286,10 +286,11 @@ def test_job_env_is_checked_against_domains_pins_and_the_whitelist(catalog: Knob
     """What a ReFrame check accepts as env_vars (issue 11 item 5): catalog knobs in their domain, no
     forbidden knob unless the site pins it to that very value, other variables whitelisted values only."""
     site = catalog.for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}}, "h200/site.yaml")
-    assert site.check_job_env({"NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}) == {
-        "NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c"}
+    assert site.check_job_env({"NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c", "EMPTY": ""}) == {
+        "NCCL_PROTO": "^LL128", "NCCL_NVLS_ENABLE": "0", "MY_FLAG": "a,b:c", "EMPTY": ""}
     for env, message in [({"NCCL_NVLS_ENABLE": "1"}, "the site pins it to '0', not '1'"),
                          ({"NCCL_PROTO": "LL64"}, "is not one of"),
+                         ({"NCCL_PROTO": ""}, "NCCL_PROTO: value '' is not allowed"),
                          ({"MY_FLAG": "$(id)"}, "value '$(id)' is not allowed"),
                          ({"1BAD": "x"}, "'1BAD' is not a valid environment variable name")]:
         with pytest.raises(UnsafeValueError, match=re.escape(message)):

@@ -113,9 +113,18 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """OMPI_MCA_mpi_show_mca_params_file in the caller's environment sends Open MPI's read log to that file, none of
     it to the output: before, the knob the trial set read as unread, the trial was invalid and the tuner took the
-    knob out of the search. The variables that divert a read log are not passed on (NCCL_DEBUG_FILE alike)."""
+    knob out of the search. The variables that divert a read log are not passed on (NCCL_DEBUG_FILE alike), and Open
+    MPI's is set empty (an mca-params.conf can name a file too)."""
     diverted = tmp_path / "mca_params.txt"
     monkeypatch.setenv("OMPI_MCA_mpi_show_mca_params_file", str(diverted))
+    result = evaluator(tmp_path, catalog)({"OMPI_MCA_btl_tcp_sndbuf": "65536"})
+    assert result.ok and result.unread == (), result.reason
+    assert not diverted.exists()
+    # A site's or the user's mca-params.conf naming such a file diverted the log alike
+    monkeypatch.delenv("OMPI_MCA_mpi_show_mca_params_file")
+    (tmp_path / ".openmpi").mkdir()
+    (tmp_path / ".openmpi" / "mca-params.conf").write_text(f"mpi_show_mca_params_file = {diverted}\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
     result = evaluator(tmp_path, catalog)({"OMPI_MCA_btl_tcp_sndbuf": "65536"})
     assert result.ok and result.unread == (), result.reason
     assert not diverted.exists()

@@ -516,13 +516,13 @@ class KnobCatalog:
     def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
         """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
         inside their domain, not forbidden and not against a site pin; any other variable a valid name
-        with a whitelisted value."""
+        with a whitelisted value or empty (the tuner's read log sets OMPI_MCA_mpi_show_mca_params_file empty)."""
         checked = {}
         for name, value in env.items():
             check_env_name(name)
             knob = self._knobs.get(name)
             if knob is None:
-                checked[name] = check_safe_value(value, name)
+                checked[name] = "" if value == "" else check_safe_value(value, name)
                 continue
             text = knob.check_value(value)
             pinned = self.pinned.get(name)

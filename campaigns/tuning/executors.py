@@ -10,7 +10,7 @@ run by an executor:
 
 Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
 (an inherited NCCL_PROTO must not leak into a trial that leaves it unset) and without what would send the
-read log below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE, OMPI_MCA_mpi_show_mca_params_file), plus the
+read log below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE; OMPI_MCA_mpi_show_mca_params_file is set empty), plus the
 trial's knobs, plus the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
 variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
 Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
@@ -58,15 +58,15 @@ OUTPUT_FILE = "output.txt"
 READ_LOG_ENV: dict[Library, dict[str, str]] = {
     Library.NCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
     Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
-    Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro"},
+    # An empty file name sends the log to the output: a file named in an mca-params.conf (the site's or
+    # ~/.openmpi/) would take all of it otherwise (Open MPI 4.1.4 here; the environment outranks those files).
+    Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro", "OMPI_MCA_mpi_show_mca_params_file": ""},
 }
 # What sends that log to a file instead of the run's output, where the evaluator reads it: inherited, it made every knob
-# look unread (each changed one an invalid trial, every one out of the search). Open MPI 4.1.4 on this machine writes
-# the parameters to OMPI_MCA_mpi_show_mca_params_file and none to the output.
+# look unread (each changed one an invalid trial, every one out of the search).
 READ_LOG_ELSEWHERE: dict[Library, tuple[str, ...]] = {
     Library.NCCL: ("NCCL_DEBUG_FILE",),
     Library.RCCL: ("NCCL_DEBUG_FILE",),
-    Library.OPENMPI: ("OMPI_MCA_mpi_show_mca_params_file",),
 }
 # NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
 _NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
