@@ -737,6 +737,30 @@ def test_the_benchmarks_noise_is_the_committed_measurement() -> None:
     assert {k: v for k, v in measured.items() if k != "source"} == {k: v for k, v in recorded.items() if k != "source"}
 
 
+
+def test_bench_finalize_candidates_finalizes_that_many_distinct_candidates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--candidates K: finalize gets K distinct candidates, LL128 (the one that may be faster) first, and the
+    document records them; the default stays the committed results' two."""
+    import tuners.bench_finalize as bench
+
+    seen: list[list[dict[str, str]]] = []
+    real = bench.finalize
+
+    def spy(evaluate, baseline, candidates, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append([dict(c.env) for c in candidates])
+        return real(evaluate, baseline, candidates, *args, **kwargs)
+
+    monkeypatch.setattr(bench, "finalize", spy)
+    out = tmp_path / "k3.json"
+    assert bench.main(["--candidates", "3", "--finalizations", "2", "--gains", "0", "--noise", "gaussian",
+                       "--out", str(out)]) == 0
+    document = json.loads(out.read_text())
+    assert document["candidates"] == 3 and document["family_size"] == 3 * 6
+    assert len(seen) == 2 and all(envs == document["candidate_envs"] for envs in seen)
+    assert seen[0][0] == {"NCCL_PROTO": "LL128"} and len({json.dumps(env, sort_keys=True) for env in seen[0]}) == 3
+    assert bench.candidate_envs() == [dict(env) for env in bench.CANDIDATES]
+
 def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_rounds() -> None:
     """Budgets (finalize_study, the tuning demo) size finalization with planned_runs: it must cover the
     ablation and held-out rounds, which the rounds x (candidates + 1) it replaced left out."""

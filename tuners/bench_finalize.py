@@ -3,12 +3,15 @@ noise is MEASURED.
 
 Each scenario finalizes `--finalizations` times (own seed each) with the default thresholds (group-
 sequential: looks every 5 rounds, at most 40, O'Brien-Fleming spending inside Holm, futility; ablation;
-held-out rounds): a baseline and two candidates over five one-size buckets (8 KiB .. 64 MiB, the GPU
-demo's sizes). Per run and size the time is divided by the setting's true speed-up and multiplied by a
-common slow drift (1 % log-normal random walk + 0.2 % steady trend per run: ASSUMED, not measured) and
-by per-launch noise of one of three shapes (`--noise`), whose scales are MEASURED (`measured_noise`:
-the committed 4x H200 A/A run, results/tuning/gpu-h200x4/aa/runs.jsonl, launches of one environment on one
-GPU pair grouped, log(median time) per size around the group's median; recorded in the output):
+held-out rounds): a baseline and `--candidates` K candidates (default 2) over five one-size buckets (8 KiB
+.. 64 MiB, the GPU demo's sizes): NCCL_PROTO=LL128, the one that may be faster, and K-1 never faster
+(`candidate_envs`: NCCL_PROTO=LL, then LL with NCCL_MIN_NCHANNELS 2, 4, 8, ...: distinct settings, so the
+Holm family is K x (overall + 5 buckets); the shipped defaults hand finalize up to 8 for five buckets).
+Per run and size the time is divided by the setting's true speed-up and multiplied by a common slow drift
+(1 % log-normal random walk + 0.2 % steady trend per run: ASSUMED, not measured) and by per-launch
+noise of one of three shapes (`--noise`), whose scales are MEASURED (`measured_noise`: the committed 4x
+H200 A/A run, results/tuning/gpu-h200x4/aa/runs.jsonl, launches of one environment on one GPU pair
+grouped, log(median time) per size around the group's median; recorded in the output):
 
 - gaussian: log-normal, per size the measured standard deviation;
 - heavy: Student t with 3 degrees of freedom on the log scale, scaled to the same standard deviation;
@@ -16,7 +19,7 @@ GPU pair grouped, log(median time) per size around the group's median; recorded 
   rate a whole launch is slow by the measured factor (launches whose mean over sizes lies > 3 robust sd
   above their group's median: the slow mode).
 
-Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidate is never faster): A/A
+Scenarios (`--gains`; the candidate NCCL_PROTO=LL128, the other candidates are never faster): A/A
 (gain 0: no candidate faster anywhere); `boundary`: the candidate exactly `min_effect` (3 %) faster at
 every size, overall and in every bucket (H0 holds with equality: every acceptance is a false change;
 the rate must stay <= alpha); `stall`: the candidate 5 % faster at every size but 2x slower in 10 % of
@@ -50,7 +53,7 @@ import scipy
 from scipy import stats
 
 from tuners.evaluation import Evaluation, buckets_for_sizes
-from tuners.finalize import OVERALL, Candidate, Comparison, FinalReport, Thresholds, finalize, holm
+from tuners.finalize import OVERALL, Candidate, Comparison, FinalReport, Thresholds, family_size, finalize, holm
 
 SIZES = (8192, 262144, 2097152, 16777216, 67108864)
 EFFECT_SIZE = 2097152
@@ -62,6 +65,15 @@ BOUNDARY = "boundary"
 STALL = "stall"
 STALL_GAIN, STALL_RATE, STALL_FACTOR = 0.05, 0.1, 2.0  # 5 % faster, but 2x slower in 10 % of its runs
 WORDS = (BOUNDARY, STALL)
+
+
+def candidate_envs(k: int = len(CANDIDATES)) -> list[dict[str, str]]:
+    """k distinct candidates: CANDIDATES[0] (the one that may be faster), NCCL_PROTO=LL, then LL with
+    NCCL_MIN_NCHANNELS 2, 4, 8, ... (never faster: the evaluator's speed-ups go by NCCL_PROTO)."""
+    if k < 1:
+        raise ValueError(f"{k} candidates: at least 1")
+    extra = [{**CANDIDATES[1], "NCCL_MIN_NCHANNELS": str(2**i)} for i in range(1, k - 1)]
+    return [dict(env) for env in CANDIDATES][:k] + extra
 
 
 class DriftingEvaluator:
@@ -272,13 +284,14 @@ def measured_evaluator(speedups: Mapping[str, float | Mapping[int, float]], seed
 
 
 def _one_finalization(seed: int, gain: float | str, shape: str, noise: MeasuredNoise,
-                      thresholds: Thresholds) -> dict[str, object]:
+                      thresholds: Thresholds, candidates: int = len(CANDIDATES)) -> dict[str, object]:
     buckets = buckets_for_sizes(SIZES, 1)
     effect_bucket = next(b.name for b in buckets if b.contains(EFFECT_SIZE))
     speedups, true_gain = _true_gains(gain, thresholds.min_effect, len(buckets), effect_bucket)
     stalls = {CANDIDATES[0]["NCCL_PROTO"]: (STALL_RATE, STALL_FACTOR)} if gain == STALL else None
     report = finalize(measured_evaluator(speedups, seed, shape, noise, stalls), BASELINE,
-                      [Candidate(env) for env in CANDIDATES], buckets, thresholds=thresholds, seed=seed)
+                      [Candidate(env) for env in candidate_envs(candidates)], buckets, thresholds=thresholds,
+                      seed=seed)
     accepted = [d.winner for d in report.decisions if d.winner is not None]
     effect = report.buckets[effect_bucket]
     found = effect.winner is not None and true_gain(effect.winner) > thresholds.min_effect
@@ -293,9 +306,10 @@ def _one_finalization(seed: int, gain: float | str, shape: str, noise: MeasuredN
 
 
 def run_scenario(gain: float | str, finalizations: int, thresholds: Thresholds, shape: str, noise: MeasuredNoise,
-                 workers: int = 1) -> dict[str, object]:
+                 workers: int = 1, candidates: int = len(CANDIDATES)) -> dict[str, object]:
     """Counts over `finalizations` seeds (0 .. finalizations-1) of one scenario and noise shape."""
-    one = partial(_one_finalization, gain=gain, shape=shape, noise=noise, thresholds=thresholds)
+    one = partial(_one_finalization, gain=gain, shape=shape, noise=noise, thresholds=thresholds,
+                  candidates=candidates)
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
             outcomes = list(pool.map(one, range(finalizations), chunksize=8))
@@ -337,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"0 (A/A), {BOUNDARY} (exactly the minimum effect everywhere), {STALL} (faster in "
                         "most runs, slower in mean time) or a gain in the 2 MiB bucket")
     parser.add_argument("--noise", nargs="+", default=list(NOISE_SHAPES), choices=NOISE_SHAPES)
+    parser.add_argument("--candidates", type=int, default=len(CANDIDATES),
+                        help="candidates per finalization: LL128 (may be faster) and K-1 never faster")
     parser.add_argument("--rounds", type=int, default=Thresholds().rounds, help="the sequential phase's maximum")
     parser.add_argument("--look-every", type=int, default=Thresholds().look_every,
                         help=">= --rounds: one look, a fixed budget")
@@ -356,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
             gains.append(float(gain))
         except ValueError:
             parser.error(f"--gains: {gain!r} is neither a number nor one of {', '.join(WORDS)}")
+    if args.candidates < 1:
+        parser.error("--candidates: at least 1")
     noise = measured_noise()
     started = time.time()
     results: list[dict[str, object]] = []
@@ -364,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         thresholds = Thresholds(alpha=alpha, rounds=args.rounds, look_every=args.look_every,
                                 futility=args.futility, total_time_check=args.total_time_check)
         result = {"alpha": alpha, "min_effect": thresholds.min_effect,
-                  **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers)}
+                  **run_scenario(gain, args.finalizations, thresholds, shape, noise, args.workers, args.candidates)}
         print(json.dumps(result), file=sys.stderr, flush=True)
         results.append(result)
         # Written after every scenario: a run stopped early keeps what it finished, and says so.
@@ -381,6 +399,9 @@ def _write(args: argparse.Namespace, argv: list[str] | None, noise: MeasuredNois
                                                    futility=args.futility,
                                                    total_time_check=args.total_time_check).__dict__.items()
                        if k != "alpha"},
+        "candidates": args.candidates,
+        "candidate_envs": candidate_envs(args.candidates),
+        "family_size": family_size(args.candidates, len(SIZES)),
         "measured_noise": noise.as_json(),
         "assumed": "common drift: log-normal random walk 1 % per run + 0.2 % steady trend per run (not measured)",
         "scenarios_done": f"{len(results)} of {planned}",
