@@ -292,6 +292,29 @@ def test_failures_during_remeasurement() -> None:
     assert sum("baseline failed" in note for note in report.notes) == 2
 
 
+def test_a_candidate_that_fails_after_a_look_accepted_it_is_not_deployed() -> None:
+    """LL128 is 30 % faster at the large sizes, 4 % at the small ones: the overall test is accepted at round 20,
+    the small bucket's runs on, and in round 25 LL128 hangs. A candidate that fails in any round is rejected;
+    before, the overall acceptance of round 20 stood and the setting that hung was deployed."""
+    for seed in range(3):
+        inner = DriftingEvaluator(SIZES, {"LL128": {64: 0.04, 1024: 0.04, 1 << 20: 0.3, 1 << 26: 0.3}}, 0.02, seed)
+
+        runs: list[str] = []
+
+        def hangs_once(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+            runs.append(env["NCCL_PROTO"])
+            if env == FASTER and runs.count("LL128") == 25:  # its 25th run only: the held-out rounds pass
+                return Evaluation.failed(FailureKind.TIMEOUT, "hung: watchdog")
+            return inner(env, validate=validate)
+
+        report = finalize(hangs_once, BASELINE, [Candidate(FASTER)], TWO_BUCKETS, seed=seed)
+        assert report.rounds_run >= 25 and report.overall.comparisons[0].rounds == 20, seed
+        assert report.overall.verdict == "keep-defaults" and report.overall.env == BASELINE, seed
+        assert report.overall.comparisons[0].reason == ("accepted at a look, then failed in re-measurement round 25: "
+                                                        "timeout: hung: watchdog")
+        assert all(d.verdict == "keep-defaults" for d in report.buckets.values()), seed
+
+
 def test_simplest_statistically_equal_candidate_wins() -> None:
     bigger = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
     evaluator = DriftingEvaluator(SIZES, {"LL128": 0.2}, 0.02, 5)  # BUFFSIZE does nothing: both 20 % faster

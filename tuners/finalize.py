@@ -746,6 +746,7 @@ def finalize(
     out_of_time = _Deadline(deadline)
     notes: list[str] = []
     rejected: dict[int, str] = {}
+    failed_in_round: set[int] = set()  # refused also where a look accepted them before the failure
     evaluator = runs = _Runs(evaluator)
     for i, candidate in enumerate(candidates):
         risky = needs_validation(baseline_env, candidate.env)
@@ -779,6 +780,7 @@ def finalize(
                     notes.append(f"round {rounds_run}: baseline failed ({reason}); round dropped")
                 else:
                     rejected[i] = f"failed in re-measurement round {rounds_run}: {reason}"
+                    failed_in_round.add(i)
                     state.reject(i)
             if -1 in measured:
                 rounds_data.append(measured)
@@ -809,6 +811,10 @@ def finalize(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
             for i in range(len(candidates))
         )
+        # Accepted at a look while its other tests ran on, then failed (a hang, wrong data): not deployed either.
+        # The look's rejection stands in Holm's step-down; refusing a change cannot raise the false-change rate.
+        ordered = tuple(replace(c, accepted=False, reason=f"accepted at a look, then {rejected[i]}")
+                        if c.accepted and i in failed_in_round else c for i, c in enumerate(ordered))
         if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
             ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, notes)
                             for i, c in enumerate(ordered))
