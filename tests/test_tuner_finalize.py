@@ -639,6 +639,36 @@ def test_ablation_keeps_a_knob_without_which_a_size_is_slower_than_the_defaults(
         assert kept.kept and "without it bucket 64B-64B" in kept.reason and "is slower" in kept.reason, kept.reason
 
 
+def test_a_winner_that_fails_in_an_ablation_or_confirmation_round_is_withdrawn() -> None:
+    """The winner (LL128 + an inert buffer size, +15 %) hangs once after the sequential phase: in an ablation
+    round, or (three knobs, two inert) in a confirmation round beside the reduced set. A candidate that fails in
+    any round is rejected, as in the held-out rounds (withdrawn, keep defaults); before, it was deployed whole."""
+    two_knobs = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
+    for winner, phase in ((two_knobs, "ablation"), (THREE_KNOBS, "confirmation")):
+        evaluate, calls = _knob_evaluator(2, {"P": 0.15, "PB": 0.15})
+        unbounded = finalize(evaluate, {}, [Candidate(winner)], TWO_BUCKETS, seed=2)
+        assert unbounded.overall.env == {"NCCL_PROTO": "LL128"}, unbounded.notes  # the inert knobs dropped
+        sequential = unbounded.rounds_run * 2
+        ablation = Thresholds().ablation_rounds * (1 + len(winner))
+        hang_at = sequential + (3 if phase == "ablation" else ablation + 3)  # a run in that phase's first rounds
+        evaluate, calls = _knob_evaluator(2, {"P": 0.15, "PB": 0.15})
+        runs: list[dict[str, str]] = []
+
+        def hangs_once(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+            runs.append(dict(env))
+            if env == winner and len(runs) >= hang_at and not any("hung" in str(e.reason) for _, e in calls):
+                calls.append((dict(env), Evaluation.failed(FailureKind.TIMEOUT, "hung: watchdog")))
+                return calls[-1][1]
+            return evaluate(env, validate=validate)
+
+        report = finalize(hangs_once, {}, [Candidate(winner)], TWO_BUCKETS, seed=2)
+        assert sum("hung" in str(e.reason) for _, e in calls) == 1 and report.rounds_run == unbounded.rounds_run
+        assert report.overall.verdict == "keep-defaults" and report.overall.env == {}, (phase, report.notes)
+        assert any(f"the winner failed in a{'n' if phase == 'ablation' else ''} {phase} round (timeout: hung: "
+                   "watchdog): withdrawn, keep defaults" in n
+                   for n in report.notes), (phase, report.notes)
+
+
 def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_validated_run() -> None:
     """The winner NCCL_PROTO=Simple (may-corrupt) + NCCL_BUFFSIZE=8 MiB (may-hang, inert here) is validated;
     ablation drops the buffer size. NCCL_PROTO=Simple alone was never validated (another combination): it runs

@@ -54,7 +54,8 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    the winner, whole). A reduced set that still makes an unsafe change (1) gets a validated run of its own:
    the winner's covered another combination of knobs (NCCL_PROTO=Simple was validated with a larger
    NCCL_BUFFSIZE, not alone). It is deployed only if that run passes; else the winner, validated, is deployed
-   whole. The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
+   whole. A winner that fails in an ablation or confirmation round is withdrawn (keep defaults), as in 2 and 6.
+   The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
    held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
@@ -975,9 +976,10 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         return buckets if name == OVERALL and thresholds.never_slower and len(buckets) > 1 else ()
 
     ablated: dict[str, _Ablated] = {}
+    withdrawn: dict[str, str] = {}  # decision -> the phase and failure of its winner: not deployed (as in 2 and 6)
     for name, (winner_key, keys) in plan.items():
         if winner_key in failures:
-            notes.append(f"{name}: the winner failed in an ablation round ({failures[winner_key]}): all its knobs kept")
+            withdrawn[name] = f"an ablation round ({failures[winner_key]})"
             continue
         ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
                                 thresholds, guarded(name))
@@ -996,9 +998,12 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
             if confirmed is None:
                 ablated[name] = _keep_whole(a, winner_env, "the time budget ran out before the reduced set's rounds")
                 continue
-            if winner_key in failed or reduced_key in failed:
-                reason = failed.get(reduced_key) or failed[winner_key]
-                ablated[name] = _keep_whole(a, winner_env, f"a confirmation round failed ({reason})")
+            if winner_key in failed:
+                withdrawn[name] = f"a confirmation round ({failed[winner_key]})"
+                del ablated[name]
+                continue
+            if reduced_key in failed:
+                ablated[name] = _keep_whole(a, winner_env, f"a confirmation round failed ({failed[reduced_key]})")
                 continue
             loss = _log_ratios(confirm, reduced_key, winner_key, name)
             p = signed_rank_p(loss)[0]
@@ -1018,6 +1023,9 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
                          f"p < {thresholds.ablation_alpha}, {thresholds.ablation_rounds} rounds); the gain above is "
                          "the tested set's, the held-out rounds measure what is deployed")
         result[name] = replace(decisions[name], env=dict(a.env), ablation=a.ablation)
+    for name, where in withdrawn.items():
+        notes.append(f"{name}: the winner failed in {where}: withdrawn, keep defaults")
+        result[name] = replace(decisions[name], env=dict(baseline_env), winner=None, ablation=())
     return result
 
 
