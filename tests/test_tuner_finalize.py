@@ -948,7 +948,8 @@ def test_finalize_study_shuffles_its_rounds_with_the_studys_seed(monkeypatch: py
         evaluator = DriftingEvaluator(FIVE_SIZES, {}, 0.02, seed=0)
         setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=spec_seed), evaluator=evaluator,
                                 buckets=FIVE_BUCKETS, scope=None, versions={},
-                                space=SimpleNamespace(knob_names=["NCCL_PROTO"], unsafe_changes=lambda b, e: ()))
+                                space=SimpleNamespace(knob_names=["NCCL_PROTO"], changeable=["NCCL_PROTO"],
+                                                      unsafe_changes=lambda b, e: ()))
         study = SimpleNamespace(user_attrs={} if study_seed is None else {SCREEN_SEED: study_seed})
         session.finalize_study(setup, study, BASELINE)
         return evaluator.order
@@ -963,6 +964,41 @@ def test_finalize_study_shuffles_its_rounds_with_the_studys_seed(monkeypatch: py
     assert order(7) != order(8)
     assert order(None, spec_seed=9) == finalize_order(9)  # a study older than SCREEN_SEED: the spec's --seed
     assert order(None) != order(None)  # neither: a fresh draw per finalization
+
+
+def test_finalize_studys_plan_counts_the_companions_a_knob_requires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Open MPI algorithm knob requires coll_tuned_use_dynamic_rules=1: a tune of the algorithm alone searches
+    one knob, but its candidates change two, and ablation measures the winner without each. The plan (the "at
+    most N runs" commcamp tune prints, and what fit_budget fits into a budget) must count both; before, it
+    counted the searched knob only and said 93 runs for a finalization that took 106."""
+    from types import SimpleNamespace
+
+    import campaigns.tuning.session as session
+    from campaigns.tuning.spec import FinalizeSpec
+
+    space = build_space(load_site("local").knob_catalog(), {"openmpi": "4.1.4"},
+                        knobs=["OMPI_MCA_coll_tuned_allreduce_algorithm"], op="allreduce", transport="mpi")
+    ring = space.env_from_values({"OMPI_MCA_coll_tuned_allreduce_algorithm": "ring"})
+    assert space.knob_names == ("OMPI_MCA_coll_tuned_allreduce_algorithm",) and len(ring) == 2
+    monkeypatch.setattr(session, "finalization_candidates", lambda *args, **kwargs: [(1, dict(ring))])
+    monkeypatch.setattr(session, "build_recommendation", lambda *args, **kwargs: None)
+    sizes = (8, 65536)
+    rng = np.random.default_rng(2)
+
+    class Evaluator:
+        run_done = None
+
+        def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+            t = 10.0 / 1.06 if env == ring else 10.0  # the algorithm acts only with dynamic rules on
+            return Evaluation(times_us={s: list(t * rng.lognormal(0, 0.03, 1)) for s in sizes}, validated=validate)
+
+    setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=2), evaluator=Evaluator(),
+                            buckets=buckets_for_sizes(sizes, 1), scope=None, versions={}, space=space)
+    logs: list[str] = []
+    report, _ = session.finalize_study(setup, SimpleNamespace(user_attrs={}), {}, log=logs.append)
+    assert report.overall.env == ring and len(report.overall.ablation) == 2
+    planned = int(logs[0].split("at most ")[1].split()[0])
+    assert report.evaluations <= planned, (report.evaluations, logs[0])
 
 
 def test_bench_tuner_aa_reports_the_closest_test_of_every_decision() -> None:

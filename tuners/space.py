@@ -120,6 +120,14 @@ class SearchSpace:
     def knob_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
 
+    @property
+    def changeable(self) -> tuple[str, ...]:
+        """Names two environments of this space can differ in: the searched knobs and the companions they require
+        (env_from_values sets those with them; pinned values are in every environment). Finalization's ablation
+        measures a winner without each one it changes: what its plan (finalize.planned_runs) counts."""
+        names = dict.fromkeys([*self.knob_names, *(n for d in self.dimensions for n in d.knob.requires)])
+        return tuple(name for name in names if name not in self.pinned)
+
     def domains(self) -> list[list[object]]:
         """Each searched knob's domain, in JSON's terms: a study stored with other domains cannot be resumed
         (Optuna refuses a changed distribution)."""

@@ -151,7 +151,7 @@ def busbw_gbs(op: str, ranks: int, size: int, time_us: float) -> float:
 def reserve_runs(setup: TuningSetup) -> int:
     """Runs to keep for finalizing one candidate: its rounds (for its family: overall + each bucket),
     each baseline + candidate, and its ablation and held-out rounds."""
-    return planned_runs(setup.spec.finalize.thresholds(), 1, len(setup.buckets), len(setup.space.knob_names))
+    return planned_runs(setup.spec.finalize.thresholds(), 1, len(setup.buckets), len(setup.space.changeable))
 
 
 def per_run_s(setup: TuningSetup, default: float) -> float:

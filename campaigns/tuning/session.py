@@ -305,7 +305,7 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     fin = setup.spec.finalize
     configured = fin.thresholds()
     found = finalization_candidates(study, setup.space, setup.buckets, k=fin.candidates)[:fin.max_candidates]
-    knobs = len(setup.space.knob_names)
+    knobs = len(setup.space.changeable)  # a candidate changes the companions of its knobs too
     keep, thresholds = fit_budget(configured, len(found), len(setup.buckets), knobs, max_evaluations)
     if keep == 0 < len(found):
         fewest = planned_runs(dataclasses.replace(configured, rounds=1), 1, len(setup.buckets), knobs)
