@@ -119,6 +119,25 @@ def test_nothing_significant_keeps_the_library_choice_and_bad_sweeps_are_refused
         load_sweep([])
 
 
+def test_a_size_without_a_valid_record_is_no_gap_a_rule_spans() -> None:
+    """alg4 wins at every size; at 64 KiB every selection's data was wrong (valid=false: commbench's check), alg4's
+    included. A rule forcing alg4 over [8 B, 1 MiB] would force it at 64 KiB, where it corrupted data:
+    the sweep is refused as when only the own choice is invalid there. Before, 64 KiB was left out and the
+    neighbouring sizes merged over it."""
+    rounds = rounds_for(len(SIZES), top=3, alpha=0.01)
+    records = sweep_records({"alg4": {s: [1.3] for s in SIZES}}, rounds)
+    assert [(r.min_bytes, r.max_bytes, r.selection and r.selection.name)
+            for r in decide_per_size(load_sweep(records)).ranges] == [(8, 1 << 20, "alg4")]
+    corrupt = [r | {"valid": False} if r["bytes"] == 65536 else r for r in records]
+    with pytest.raises(SweepError, match="size 65536: no valid measurement of the library's own choice"):
+        load_sweep(corrupt)
+    # So is a size whose every run ended in an error record (no result record at all).
+    errors = [r | {"kind": "error", "error": "runtime failure", "reason": "runtime"} if r["bytes"] == 65536 else r
+              for r in records]
+    with pytest.raises(SweepError, match="size 65536: no valid measurement of the library's own choice"):
+        load_sweep(errors)
+
+
 def result_with(op: str, name: str, value: int, low: int, high: int, cvar: str = OMPI_CVAR, ranks: int = 4,
                 mechanism: str = "mpi_t", segsize: int | None = None) -> PerSizeResult:
     chosen = Selection(name=name, mechanism=mechanism, cvar=cvar, value=value, segsize=segsize)  # type: ignore[arg-type]

@@ -200,7 +200,7 @@ class Sweep:
 
 
 def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
-    """The sweep in result records (already schema-validated by campaigns.model.records). Every size needs
+    """The sweep in result records (already schema-validated by campaigns.model.records). Every swept size needs
     the library's own choice and the same number of rounds for all its available selections."""
     results = [r for r in records if r.get("kind", "result") == "result" and "selection" in r]
     if not results:
@@ -225,6 +225,10 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
         if not medians or min(medians) <= 0 or not all(np.isfinite(medians)):
             raise SweepError(f"{where} selection {selection.name!r}: round_medians must be positive numbers")
         rounds.setdefault(int(record["bytes"]), {})[selection.name] = medians
+    # A swept size without a valid record (wrong data, an error record) is no gap between neighbouring sizes: merged
+    # over, their rule would force a selection there that was never validated at it (or corrupted data there).
+    for size in {int(r["bytes"]) for r in records if "selection" in r and r.get("bytes")} - set(rounds):
+        rounds[size] = {}
     for size, by_name in rounds.items():
         if OWN not in by_name:
             raise SweepError(f"size {size}: no valid measurement of the library's own choice ({OWN!r})")
