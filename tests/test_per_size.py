@@ -138,6 +138,30 @@ def test_a_size_without_a_valid_record_is_no_gap_a_rule_spans() -> None:
         load_sweep(errors)
 
 
+def test_the_reported_gain_is_not_from_the_rounds_that_chose_the_winner() -> None:
+    """Three selections, each truly 10 % faster at 64 KiB (3 % noise per round): all three are accepted. The
+    winner is the one the selection rounds ranked first, so that its gain on the confirmation rounds is an
+    unbiased estimate; choosing the largest confirmation gain (as before) reported the largest of three
+    estimates: +0.94 points on average over these 200 sweeps (standard error 0.06)."""
+    rounds = 26
+    errors: list[float] = []
+    firsts: list[bool] = []
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        own = 10.0 * np.exp(rng.normal(0, 0.01, rounds))
+        records = [{"op": "allreduce", "bytes": 65536, "ranks": 4, "nodes": 2, "mpi_library": "openmpi", "valid": True,
+                    "selection": selection(OWN, None, None) | {"mechanism": "mpi_t"}, "round_medians": list(own)}]
+        records += [{"op": "allreduce", "bytes": 65536, "ranks": 4, "nodes": 2, "mpi_library": "openmpi",
+                     "valid": True, "selection": selection(f"alg{v}", v),
+                     "round_medians": list(own / 1.1 * np.exp(rng.normal(0, 0.03, rounds)))} for v in (1, 2, 3)]
+        decided = decide_per_size(load_sweep(records)).sizes[0]
+        assert decided.winner is not None and decided.gain is not None, seed
+        errors.append(decided.gain - 0.10)
+        firsts.append(decided.winner == decided.candidates[0])
+    assert abs(float(np.mean(errors))) < 0.003, np.mean(errors)
+    assert all(firsts)
+
+
 def result_with(op: str, name: str, value: int, low: int, high: int, cvar: str = OMPI_CVAR, ranks: int = 4,
                 mechanism: str = "mpi_t", segsize: int | None = None) -> PerSizeResult:
     chosen = Selection(name=name, mechanism=mechanism, cvar=cvar, value=value, segsize=segsize)  # type: ignore[arg-type]

@@ -12,8 +12,8 @@ across the selections of one size (they ran interleaved in one process).
 3. On the confirmation rounds only, each (size, candidate) is tested with finalize's rule
    (finalize.decide_paired: one-sided exact Wilcoxon on the paired per-round log ratios minus
    log(1 + min_effect), order-statistic CI of the median, ONE Holm correction over every test of every
-   size). The gains reported are those of the confirmation rounds, which did not pick the
-   candidates.
+   size). A size's winner is, of its accepted candidates, the one the selection rounds ranked first. The gains
+   reported are those of the confirmation rounds, which neither picked the candidates nor chose among them.
 4. Neighbouring measured sizes with the same winner merge into a range [first, last measured
    size]; sizes without a significant winner keep the library's choice. Ranges cover measured
    sizes only: between two ranges, and outside the measured span, the library decides.
@@ -326,11 +326,15 @@ def decide_per_size(
     sizes = []
     for size in sweep.sizes:
         decision = decisions[str(size)]
-        shown = decision.winner or decision.closest
+        # Of the accepted candidates, the one the selection rounds ranked first: the largest gain on the
+        # confirmation rounds (finalize's choice) would report, from the rounds that chose it, the largest of
+        # several estimates, biased upwards.
+        winner = next((c for c in decision.comparisons if c.accepted), None)
+        shown = winner or decision.closest
         sizes.append(
             SizeDecision(
                 bytes=size,
-                winner=decision.winner.candidate.env["selection"] if decision.winner else None,
+                winner=winner.candidate.env["selection"] if winner else None,
                 candidates=[c.env["selection"] for c in candidates[str(size)]],
                 gain=None if shown is None else shown.gain,
                 ci_low=None if shown is None else shown.ci_low,
