@@ -15,6 +15,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 LOAD_AT_START = [round(x, 2) for x in os.getloadavg()]  # the scripts import this module first
+# The code that ran is the checkout's at the start: a commit made while a long run goes on is not it.
+COMMIT_AT_START = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, check=False).stdout.strip()
 
 
 @contextlib.contextmanager
@@ -32,12 +35,10 @@ def slurm_cluster_env() -> Iterator[dict[str, str]]:
 
 
 def provenance(argv: list[str]) -> dict[str, Any]:
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(), "cpus": os.cpu_count(),
             "command": " ".join([str(Path(argv[0]).relative_to(REPO)) if Path(argv[0]).is_absolute() else argv[0],
                                  *argv[1:]]),
-            "commit": commit, "load_avg_at_start": LOAD_AT_START,
+            "commit": COMMIT_AT_START, "load_avg_at_start": LOAD_AT_START,
             "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
