@@ -1077,6 +1077,38 @@ def _validated_reductions(evaluator: Evaluator, baseline_env: Mapping[str, str],
     return result
 
 
+def holdout_rounds(evaluator: Evaluator, baseline_env: Mapping[str, str], envs: Sequence[Mapping[str, str]],
+                   buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
+                   out_of_time: Callable[[], bool] = lambda: False) -> tuple[list[Measured], dict[int, str], int]:
+    """`holdout_rounds` rounds of the baseline (key -1) and `envs` (keys: their indexes), shuffled: the rounds
+    whose baseline worked, the first failure of each setting, and how many rounds started (`out_of_time` stops
+    them)."""
+    rounds: list[Measured] = []
+    failures: dict[int, str] = {}
+    started = 0
+    for _ in range(thresholds.holdout_rounds):
+        if out_of_time():
+            break
+        started += 1
+        measured, failed = _run_round(evaluator, {-1: baseline_env, **dict(enumerate(envs))}, buckets, rng)
+        for key, reason in failed.items():
+            failures.setdefault(key, reason)
+        if -1 in measured:
+            rounds.append(measured)
+    return rounds, failures, started
+
+
+def holdout_of(rounds: Sequence[Measured], key: int, decision: str, confidence: float) -> Holdout | None:
+    """Setting `key`'s median per-round speed-up over the baseline (key -1) in `decision` (OVERALL or a bucket's
+    name), with its order-statistic CI; None when no round measured both."""
+    log_ratios = _log_ratios(rounds, -1, key, decision)
+    if len(log_ratios) == 0:
+        return None
+    ratios = np.exp(log_ratios)
+    low, high = median_ci(ratios, confidence)
+    return Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios), tuple(float(r) for r in ratios))
+
+
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                    buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
                    notes: list[str], out_of_time: _Deadline) -> dict[str, Decision]:
@@ -1089,20 +1121,10 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
     for d in changed.values():
         if dict(d.env) not in envs:
             envs.append(dict(d.env))
-    rounds: list[Measured] = []
-    failures: dict[int, str] = {}
-    started = 0
-    for _ in range(thresholds.holdout_rounds):
-        if out_of_time():
-            notes.append(f"the time budget ran out after {started} of {thresholds.holdout_rounds} held-out rounds"
-                         + ("" if rounds else ": the gain is the one from the rounds that chose the winner"))
-            break
-        started += 1
-        measured, failed = _run_round(evaluator, {-1: baseline_env, **dict(enumerate(envs))}, buckets, rng)
-        for key, reason in failed.items():
-            failures.setdefault(key, reason)
-        if -1 in measured:
-            rounds.append(measured)
+    rounds, failures, started = holdout_rounds(evaluator, baseline_env, envs, buckets, thresholds, rng, out_of_time)
+    if started < thresholds.holdout_rounds:
+        notes.append(f"the time budget ran out after {started} of {thresholds.holdout_rounds} held-out rounds"
+                     + ("" if rounds else ": the gain is the one from the rounds that chose the winner"))
     if started and not rounds:
         notes.append(f"the defaults failed in all {started} held-out rounds ({failures[-1]}): the gain is the one from "
                      "the rounds that chose the winner")
@@ -1114,11 +1136,8 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
                          "keep defaults")
             result[name] = replace(d, env=dict(baseline_env), winner=None, ablation=())
             continue
-        log_ratios = _log_ratios(rounds, -1, key, name)
-        if len(log_ratios) == 0:
-            continue
-        ratios = np.exp(log_ratios)
-        low, high = median_ci(ratios, thresholds.confidence)
-        result[name] = replace(d, holdout=Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios),
-                                                  tuple(float(r) for r in ratios)))
+        holdout = holdout_of(rounds, key, name, thresholds.confidence)
+        if holdout is not None:
+            result[name] = replace(d, holdout=holdout)
     return result
+
