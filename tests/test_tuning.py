@@ -12,9 +12,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -24,7 +27,7 @@ from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, Launch
 from fixtures_cli import commcamp_output
 from fixtures_tuner import make_scope
 from tuners.catalog import KnobCatalog, Library
-from tuners.evaluation import FailureKind, buckets_for_sizes
+from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
 from tuners.finalize import Thresholds, fit_budget, planned_runs
 from tuners.space import build_space
 from tuners.study import OUTCOME, Tuner, dropped_knobs, is_counted
@@ -680,6 +683,135 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
     result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
     assert "--check" in (tmp_path / "args").read_text().split()
     assert [size.candidates for size in result.sizes] == [[], []]
+
+
+class DeployedSetEvaluator:
+    """A stand-in for the evaluator and its executor after finalization: the per-size sweep (alg4 +25 % over the
+    library's choice at every size, 26 rounds) and the rounds of the defaults vs the deployed set, whose time per
+    size is `factors` x the defaults' when the rule file is set; `wrong_data`: its validated run gives wrong data."""
+
+    def __init__(self, request: BenchRequest, factors: dict[int, float], wrong_data: bool = False) -> None:
+        self.request, self.factors, self.wrong_data = request, factors, wrong_data
+        self.executor = self
+        self.calls: list[tuple[dict[str, str], bool]] = []
+        self.durations_s: list[float] = []  # the summary lists run durations
+        self.rng = np.random.default_rng(3)
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        from test_per_size import SIZES, sweep_records
+
+        return RunOutcome([{**r, "nodes": 1} for r in sweep_records({"alg4": {s: [1.25] for s in SIZES}}, 26)], "", 0)
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        self.calls.append((dict(env), validate))
+        rules = "OMPI_MCA_coll_tuned_dynamic_rules_filename" in env
+        if rules and validate and self.wrong_data:
+            return Evaluation.failed(FailureKind.INVALID, "data validation failed (1048576 B: 3 wrong)")
+        return Evaluation(times_us={size: [100.0 * (self.factors[size] if rules else 1.0)
+                                           * float(np.exp(self.rng.normal(0, 0.01)))] for size in self.factors},
+                          validated=validate)
+
+
+def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator) -> Any:
+    """A session after finalization (recommendation: keep the defaults) whose per-size stage gives one rule."""
+    from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
+    from campaigns.tuning.spec import TuningSpec
+    from test_tuner_writers import mpi_recommendation
+
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
+                      sizes=["64K", "1M"], sizes_per_bucket=1, executor="launcher", launcher=MPIRUN,
+                      commbench=COMMBENCH, per_size={"enabled": True, "top": 1}, seed=1,
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs",
+                      publish_dir=tmp_path / "rec")
+    setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
+    evaluator.request = setup.evaluator.request
+    setup = replace(setup, evaluator=evaluator)
+    template = mpi_recommendation(nodes=1)
+    rec = template.model_copy(update={
+        "scope": setup.scope, "decision": "keep-defaults", "env": {}, "gain": None,
+        "per_size": [template.per_size[0].model_copy(update={"bucket": b.name, "min_bytes": b.min_bytes,
+                                                             "max_bytes": b.max_bytes}) for b in setup.buckets]})
+    study = optuna.create_study(study_name="deployed")
+    return TuningSession(setup, log=None, outcome=TuningOutcome(study, {}, recommendation=rec))
+
+
+def test_the_deployed_set_is_measured_against_the_site_defaults(tmp_path: Path) -> None:
+    """Finalization measured the environment against the defaults, the per-size stage its rules against the
+    library's own choice under it: environment + rule file together, what a job gets, are measured against the
+    site's defaults (issue 14 item 3), its first run validated, and the summary, report and .env say the gain."""
+    from campaigns.cli.tune import report_lines
+
+    evaluator = DeployedSetEvaluator(REQUEST, {65536: 0.8, 1 << 20: 0.8})
+    session = deployed_set_session(tmp_path, evaluator)
+    session.per_size()
+    session.publish()
+    session.summary(tmp_path / "summary.json")
+    rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    deployed = rec["deployed"]
+    assert deployed["rounds"] == 6 and deployed["withdrawn"] is None
+    assert deployed["overall"]["median"] == pytest.approx(0.25, abs=0.03)
+    assert set(deployed["buckets"]) == {"64KiB-64KiB", "1MiB-1MiB"}
+    assert all(b["ci_low"] > 0.2 for b in deployed["buckets"].values())
+    assert rec["per_size_selection"]["ranges"][0]["selection"]["name"] == "alg4"
+    # the first run of the deployed set validated, with the rule file written into this tune's runs
+    (env, validated), *rounds = evaluator.calls
+    rules = Path(env["OMPI_MCA_coll_tuned_dynamic_rules_filename"])
+    assert validated and rules.parent.parent == tmp_path / "runs" and "alg4" in rules.read_text()
+    assert env["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+    assert len(rounds) == 12 and sum("OMPI_MCA_coll_tuned_dynamic_rules_filename" in e for e, _ in rounds) == 6
+    report = "\n".join(report_lines(session.outcome))
+    assert "deployed set (environment + per-size rules) vs the site's defaults, 6 rounds: overall +2" in report
+    assert "(deployed set +2" in report
+    env_text = session.outcome.published.env_file.read_text()
+    assert "# deployed set (environment + per-size rules) vs the site's defaults" in env_text
+    assert "OMPI_MCA_coll_tuned_dynamic_rules_filename" in env_text
+
+
+@pytest.mark.parametrize(("factors", "wrong_data", "why"), [
+    ({65536: 0.8, 1 << 20: 1.2}, False, "slower in bucket 1MiB-1MiB: -1"),
+    ({65536: 0.8, 1 << 20: 0.8}, True, "data validation failed (1048576 B: 3 wrong)"),
+])
+def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
+        tmp_path: Path, factors: dict[int, float], wrong_data: bool, why: str) -> None:
+    """The rules won against the library's own choice under the environment, yet the environment + rules are
+    slower than the site's defaults at 1 MiB (or give wrong data): the rules are withdrawn, the environment alone
+    is published, and a note says why."""
+    session = deployed_set_session(tmp_path, DeployedSetEvaluator(REQUEST, factors, wrong_data))
+    session.per_size()
+    session.publish()
+    session.summary(tmp_path / "summary.json")
+    rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    assert why in rec["deployed"]["withdrawn"]
+    assert rec["per_size_selection"] is None and rec["rule_files"] == {}
+    (note,) = [n for n in rec["evidence"]["notes"] if "withdrawn" in n]
+    assert note.startswith("per-size rules ([8, 1048576] B alg4) withdrawn, the environment alone is deployed; the "
+                           "environment with them against the site's defaults: ")
+    assert why in note
+    published = session.outcome.published.env_file.parent
+    assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
+    assert not list(published.glob("*.coll_tuned_rules"))
+
+
+def test_the_deployed_nccl_set_points_nccl_at_a_tuner_config_of_its_own(tmp_path: Path) -> None:
+    """NCCL's per-size rules are tuner-plugin rows: the deployed set measured against the defaults reads them from
+    a config written into the tune's runs, through the plugin library publish would name."""
+    from types import SimpleNamespace
+
+    from campaigns.tuning.session import deployed_rules
+    from test_per_size import result_with
+    from test_tuner_writers import mpi_recommendation
+    from tuners.per_size import parse_config
+    from tuners.recommendation import with_per_size
+
+    rec = mpi_recommendation(nodes=1).model_copy(update={"scope": make_scope(nodes=1)})
+    rec = with_per_size(rec, result_with("allreduce", "Ring/Simple/8", 0, 65536, 1 << 20, cvar="", mechanism="plugin"))
+    setup = SimpleNamespace(spec=SimpleNamespace(runs_dir=tmp_path / "runs", plugin_library=tmp_path / "tuner.so"))
+    env = deployed_rules(setup, rec)
+    assert env is not None and env["NCCL_TUNER_PLUGIN"] == str(tmp_path / "tuner.so")
+    config = Path(env["NCCL_TUNER_CONFIG_FILE"])
+    assert config.parent.parent == tmp_path / "runs" and parse_config(config.read_text()) == rec.plugin_rules
+    assert deployed_rules(setup, with_per_size(rec, result_with("allreduce", "x", 0, 64, 128).model_copy(
+        update={"ranges": []}))) is None  # no rule: nothing written, nothing measured
 
 
 def test_pretune_writes_no_env_file_when_every_trial_failed(tmp_path: Path) -> None:

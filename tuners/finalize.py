@@ -65,6 +65,9 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    false-change rate); looks already made stand. Ablation cut off deploys each winner whole; held-out
    rounds cut off report the gain from the rounds they ran (none: from the rounds that chose the winner,
    said in a note). Validated runs (1, 5) are never skipped.
+After the per-size stage (tuners/per_size.py), `check_deployed` measures what is deployed, the environment
+with its per-size rules, against the baseline the same way: one validated run, then `holdout_rounds` rounds
+(6); refused (the rules withdrawn) when it fails, gives wrong data or is slower in a bucket as in 4.
 
 Rounds: with n rounds the smallest p value the exact one-sided test can give is 2**-n (every round
 in the candidate's favour), and Holm's first step needs F * p < alpha, so no change at all is
@@ -1141,3 +1144,29 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
             result[name] = replace(d, holdout=holdout)
     return result
 
+
+@dataclass(frozen=True)
+class DeployedCheck:
+    """What is deployed (the environment with its per-size rules) against the baseline, on rounds of its own."""
+
+    overall: Holdout | None
+    buckets: Mapping[str, Holdout]
+    rounds: int  # rounds whose baseline worked
+    refused: str | None  # why it may not be deployed: it failed, gave wrong data or is slower in a bucket
+
+
+def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deployed_env: Mapping[str, str],
+                   buckets: Sequence[SizeBucket], thresholds: Thresholds, seed: int = 0) -> DeployedCheck:
+    """The deployed set's validated run (data checked at every size), then `holdout_rounds` interleaved rounds
+    beside the baseline: its gain overall and per bucket. Refused when a run fails or gives wrong data, or when a
+    bucket is slower than the baseline beyond noise (its CI wholly below 0, as in step 4)."""
+    failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets)
+    if failed:
+        return DeployedCheck(None, {}, 0, failed)
+    rounds, failures, _ = holdout_rounds(evaluator, baseline_env, [deployed_env], buckets, thresholds,
+                                         np.random.default_rng(seed))
+    per_bucket = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence))}
+    slower = _slower_bucket(rounds, -1, 0, buckets, thresholds.confidence)
+    refused = (f"failed in a round ({failures[0]})" if 0 in failures
+               else None if slower is None else f"slower in bucket {slower}")
+    return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused)

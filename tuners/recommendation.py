@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket, format_bytes
-from tuners.finalize import Comparison, Decision, FinalReport
+from tuners.finalize import Comparison, Decision, DeployedCheck, FinalReport, Holdout
 from tuners.per_size import PerSizeResult, SweepError, TunerRule, plugin_rows
 from tuners.scope import StudyScope
 from tuners.study import study_progress
@@ -74,13 +74,36 @@ class HeldOut(_Model):
 
     @classmethod
     def of(cls, decision: Decision) -> HeldOut | None:
-        h = decision.holdout
+        return cls.of_holdout(decision.holdout)
+
+    @classmethod
+    def of_holdout(cls, h: Holdout | None) -> HeldOut | None:
         return None if h is None else cls(median=h.gain, ci_low=h.ci_low, ci_high=h.ci_high, rounds=h.rounds,
                                           ratios=list(h.ratios))
 
     def describe(self) -> str:
         return (f"held out: {self.median:+.1%} median speed-up of what is deployed (CI {self.ci_low:+.1%} .. "
                 f"{self.ci_high:+.1%}), {self.rounds} rounds after the choice")
+
+    def short(self) -> str:
+        return f"{self.median:+.1%} [{self.ci_low:+.1%}, {self.ci_high:+.1%}]"
+
+
+class DeployedGain(_Model):
+    """The deployed set (the environment with its per-size rules) vs the site's defaults, on rounds run after
+    the per-size stage (finalize.check_deployed): what a job gets from everything published together."""
+
+    overall: HeldOut | None
+    buckets: dict[str, HeldOut]
+    rounds: int
+    withdrawn: str | None = None  # why the per-size rules were withdrawn (then the environment alone is deployed)
+
+    def describe(self) -> str:
+        gains = "; ".join([*([f"overall {self.overall.short()}"] if self.overall else []),
+                           *(f"{name} {h.short()}" for name, h in self.buckets.items())])
+        return (f"deployed set (environment + per-size rules) vs the site's defaults, {self.rounds} rounds: "
+                f"{gains or 'no round compared them'}"
+                + ("" if self.withdrawn is None else f"; per-size rules withdrawn: {self.withdrawn}"))
 
 
 class SizeRangeResult(_Model):
@@ -131,6 +154,7 @@ class Recommendation(_Model):
     rule_files: dict[str, str] = Field(default_factory=dict)  # library rule files written on publish: kind -> path
     plugin_notes: list[str] = Field(default_factory=list)
     plugin_env: dict[str, str] = Field(default_factory=dict)  # NCCL_TUNER_PLUGIN / _CONFIG_FILE, set on publish
+    deployed: DeployedGain | None = None  # the environment + per-size rules vs the defaults (with_deployed_check)
     evidence: Evidence
     date: str
     versions: dict[str, str]
@@ -246,3 +270,19 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
         )
     rows = plugin_rows(result) if rec.scope.library in ("nccl", "rccl") else []
     return rec.model_copy(update={"per_size_selection": result, "plugin_rules": rows})
+
+
+def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommendation:
+    """`rec` with the deployed set's comparison with the defaults; a set refused there loses its per-size rules
+    (the environment, measured by finalization, stays) and a note says why."""
+    buckets = {name: HeldOut.of_holdout(h) for name, h in check.buckets.items()}
+    deployed = DeployedGain(overall=HeldOut.of_holdout(check.overall), rounds=check.rounds, withdrawn=check.refused,
+                            buckets={name: h for name, h in buckets.items() if h is not None})
+    if check.refused is None or rec.per_size_selection is None:
+        return rec.model_copy(update={"deployed": deployed})
+    rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in rec.per_size_selection.ranges
+                      if r.selection is not None)
+    note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
+            f"against the site's defaults: {check.refused}")
+    return rec.model_copy(update={"deployed": deployed, "per_size_selection": None, "plugin_rules": [],
+                                  "evidence": rec.evidence.model_copy(update={"notes": [*rec.evidence.notes, note]})})

@@ -135,6 +135,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     lines = [
         f"scope: {rec.describe_scope()}",
         f"decision: {verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}",
+        *([] if rec.deployed is None else [rec.deployed.describe()]),
         f"test: {ev.test}",
     ]
     if ev.family_size is not None:
@@ -177,6 +178,12 @@ def per_size_lines(rec: Recommendation) -> list[str]:
             gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
             lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
     return lines
+
+
+def config_comments(rec: Recommendation) -> list[str]:
+    """The comment lines above a scope's rows in the tuner-plugin config."""
+    return [comment(f"scope: {rec.describe_scope()}"),
+            *(part for line in per_size_lines(rec) for part in comment_lines(line))]
 
 
 def rule_file(directory: Path, rec: Recommendation) -> tuple[Path, str, dict[str, str]] | None:
@@ -313,8 +320,7 @@ def publish(
         texts[env_path] = env_file_text(rec, env, unset)
         texts[module_path] = modulefile_text(rec, env, unset)
         groups = [
-            ([comment(f"scope: {r.describe_scope()}"), *(c for line in per_size_lines(r) for c in comment_lines(line))],
-             r.plugin_rules)
+            (config_comments(r), r.plugin_rules)
             # the scopes that point NCCL at this config (one published before its name said partition and version
             # points at nccl_tuner.conf, which holds its rows until it is published again)
             for r in everything if r.plugin_rules and Path(r.plugin_env.get(PLUGIN_ENV[1], "")).name == config_path.name

@@ -270,12 +270,16 @@ def report_lines(outcome: TuningOutcome) -> list[str]:
     if rec is None:
         return lines
     lines.append(f"decision: {verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}")
+    if rec.deployed is not None:
+        lines.append(rec.deployed.describe())
     lines.append("export: " + (" ".join(f"{k}={v}" for k, v in rec.env.items()) or "(nothing)")
                  + ("; unset: " + " ".join(rec.unset) if rec.unset else ""))
     for size in rec.per_size:
         lines.append(f"  {size.bucket:>16} {size.metric:8} {size.decision}"
                      + (f" {size.gain.median:+.1%}" if size.gain else "")
-                     + (f" (held out {size.held_out.median:+.1%})" if size.held_out else ""))
+                     + (f" (held out {size.held_out.median:+.1%})" if size.held_out else "")
+                     + (f" (deployed set {rec.deployed.buckets[size.bucket].median:+.1%})"
+                        if rec.deployed and not rec.deployed.withdrawn and size.bucket in rec.deployed.buckets else ""))
     lines.extend(f"note: {n}" for n in [*rec.evidence.notes, *rec.plugin_notes])
     if outcome.published is not None:
         lines.append(f"published: {outcome.published.recommendations} ({outcome.published.env_file.name}, "

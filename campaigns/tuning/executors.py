@@ -141,7 +141,7 @@ def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
 
 
-def _new_directory(parent: Path, label: str) -> Path:
+def new_directory(parent: Path, label: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = parent / f"{label}-{stamp}-{uuid.uuid4().hex[:6]}"
     try:
@@ -166,7 +166,7 @@ class LauncherExecutor:
         self.base_env = dict(base_env)
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
-        directory = _new_directory(self.runs_dir, "run")
+        directory = new_directory(self.runs_dir, "run")
         records_path = directory / RECORDS_FILE
         cmd = [*self.launcher, str(self.commbench), *request.commbench_args(validate, records_path)]
         (directory / "command.txt").write_text(
@@ -263,7 +263,7 @@ class ReframeExecutor:
         from campaigns.reframe.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases
 
         if self.directory is None:
-            self.directory = _new_directory(self.runs_dir, "reframe")
+            self.directory = new_directory(self.runs_dir, "reframe")
             (self.directory / "campaign.yaml").write_text(self.spec_text)
             self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1

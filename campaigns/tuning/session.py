@@ -20,18 +20,20 @@ from typing import Any
 from campaigns import paths
 from campaigns.model.records import mpi_library_version
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
-                                        ReframeExecutor, RunOutcome, strip_knobs, output_tail)
+                                        ReframeExecutor, RunOutcome, new_directory, strip_knobs, output_tail)
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
-from tuners.finalize import Candidate, FinalReport, finalize, fit_budget, planned_runs
-from tuners.per_size import PerSizeResult, SweepError, TunerConfigError, decide_per_size, load_sweep, rounds_for
-from tuners.recommendation import Recommendation, build_recommendation, with_per_size
+from tuners.finalize import Candidate, FinalReport, check_deployed, finalize, fit_budget, planned_runs
+from tuners.per_size import (PerSizeResult, SweepError, TunerConfigError, decide_per_size, format_config,
+                             load_sweep, rounds_for)
+from tuners.recommendation import Recommendation, build_recommendation, with_deployed_check, with_per_size
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
-from tuners.writers import (RECOMMENDATIONS_FILE, PublishedFiles, env_file_text, load_recommendations, publish,
-                            system_dir, write_atomic)
+from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, PublishedFiles, env_file_text, load_recommendations,
+                            config_comments, publish, rule_file, system_dir, tuner_config_name,
+                            write_atomic)
 
 
 def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
@@ -295,6 +297,15 @@ class _FinalizationLog:
             self.log(f"finalization: {self.done} of {self.planned} planned runs, {now - self.started:.0f} s")
 
 
+def rounds_seed(setup: TuningSetup, study: Any) -> int:
+    """The seed of interleaved rounds' order: the study's (drawn once per study unless --seed, printed with the
+    screen order), so tunes do not all run finalize's one default order sequence (bench_finalize and
+    bench_tuner_aa measure finalizations whose orders differ); a study older than SCREEN_SEED: the spec's seed,
+    else a fresh draw."""
+    seed = study.user_attrs.get(SCREEN_SEED, setup.spec.seed)
+    return secrets.randbits(32) if seed is None else int(seed)
+
+
 def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, str],
                    max_evaluations: int | None = None, deadline: float | None = None,
                    log: Callable[[str], None] | None = None) -> tuple[FinalReport, Recommendation]:
@@ -318,13 +329,8 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         planned = planned_runs(thresholds, keep, len(setup.buckets), knobs)
         log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, at most {planned} runs")
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
-    # The rounds' order: the study's seed (drawn once per study unless --seed, printed with the screen order), so
-    # tunes do not all run finalize's one default order sequence (bench_finalize and bench_tuner_aa measure
-    # finalizations whose orders differ); a study older than SCREEN_SEED: the spec's seed, else a fresh draw.
-    seed = study.user_attrs.get(SCREEN_SEED, setup.spec.seed)
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.unsafe_changes, deadline=deadline,
-                      seed=secrets.randbits(32) if seed is None else int(seed))
+                      needs_validation=setup.space.unsafe_changes, deadline=deadline, seed=rounds_seed(setup, study))
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
@@ -354,13 +360,53 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
     return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
 
 
+def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | None:
+    """The per-size rules of `rec` as publish writes them (the rule file, or the tuner-plugin config), written into
+    a run directory of this tune: the env lines that point the library at them; None when there is no rule."""
+    result = rec.per_size_selection
+    if result is None or all(r.selection is None for r in result.ranges):
+        return None
+    directory = new_directory(Path(setup.spec.runs_dir), "deployed")
+    rules = rule_file(directory, rec)
+    if rules is not None:
+        write_atomic(rules[0], rules[1])
+        return rules[2]
+    if not rec.plugin_rules:  # a library whose per-size choices are comments only (not run here)
+        return None
+    config = (directory / tuner_config_name(rec.scope)).resolve()
+    write_atomic(config, format_config([(config_comments(rec), rec.plugin_rules)]))
+    library = plugin_library(setup.spec, rec)
+    assert library is not None  # plugin rows: the spec's library, else the one built here
+    return {PLUGIN_ENV[0]: library, PLUGIN_ENV[1]: str(config)}
+
+
+def deployed_check(setup: TuningSetup, rec: Recommendation, baseline_env: Mapping[str, str], seed: int,
+                   log: Callable[[str], None] | None = None) -> Recommendation:
+    """What is deployed, the environment with the per-size rules, against the site's defaults
+    (finalize.check_deployed): finalization measured the environment alone, the per-size stage the rules against
+    the library's own choice under it. Refused there, the rules are withdrawn (with_deployed_check)."""
+    rules_env = deployed_rules(setup, rec)
+    if rules_env is None:
+        return rec
+    thresholds = setup.spec.finalize.thresholds()
+    if log is not None:
+        log(f"deployed set (environment + per-size rules) vs the defaults: at most {1 + 2 * thresholds.holdout_rounds} "
+            "runs")
+    check = check_deployed(setup.evaluator, baseline_env, {**rec.env, **rules_env}, setup.buckets, thresholds, seed)
+    return with_deployed_check(rec, check)
+
+
+def plugin_library(spec: TuningSpec, rec: Recommendation) -> str | None:
+    """The tuner-plugin library the recommendation's plugin rows need (spec's, else the one built here)."""
+    plugin = spec.plugin_library or (paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if rec.plugin_rules else None)
+    return None if plugin is None else str(Path(plugin).resolve())
+
+
 def publish_recommendation(setup: TuningSetup, rec: Recommendation) -> PublishedFiles | None:
     spec = setup.spec
     if spec.publish_dir is None:
         return None
-    plugin = spec.plugin_library or (paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if rec.plugin_rules else None)
-    return publish(Path(spec.publish_dir), rec, setup.catalog,
-                   plugin_library=None if plugin is None else str(Path(plugin).resolve()))
+    return publish(Path(spec.publish_dir), rec, setup.catalog, plugin_library=plugin_library(spec, rec))
 
 
 def print_progress(line: str) -> None:
@@ -370,9 +416,10 @@ def print_progress(line: str) -> None:
 
 @dataclasses.dataclass
 class TuningSession:
-    """One tuning run: trials -> finalize (-> the per-size stage) -> publish -> summary. `commcamp tune`
-    (trials here or in Slurm workers), `pretune` and the demonstrations (campaigns/tools/tuning_demo.py)
-    all go through it; they differ in who runs the trials and how many runs finalization may take."""
+    """One tuning run: trials -> finalize (-> the per-size stage -> the deployed set vs the defaults) -> publish
+    -> summary. `commcamp tune` (trials here or in Slurm workers), `pretune` and the demonstrations
+    (campaigns/tools/tuning_demo.py) all go through it; they differ in who runs the trials and how many runs
+    finalization may take."""
 
     setup: TuningSetup
     log: Callable[[str], None] | None = print_progress  # progress lines (None: quiet)
@@ -417,11 +464,13 @@ class TuningSession:
         return recommendation
 
     def per_size(self) -> Recommendation:
-        """The per-size stage under the recommended environment, merged into the recommendation."""
+        """The per-size stage under the recommended environment, merged into the recommendation, then what is
+        deployed (environment + rules) against the site's defaults (deployed_check)."""
         outcome = self._trials_done()
         assert outcome.recommendation is not None, "finalize() first"
-        outcome.recommendation = with_per_size(outcome.recommendation,
-                                               per_size_stage(self.setup, outcome.recommendation))
+        rec = with_per_size(outcome.recommendation, per_size_stage(self.setup, outcome.recommendation))
+        outcome.recommendation = deployed_check(self.setup, rec, outcome.baseline_env,
+                                                rounds_seed(self.setup, outcome.study), self.log)
         return outcome.recommendation
 
     def publish(self) -> PublishedFiles | None:
@@ -431,9 +480,10 @@ class TuningSession:
         return outcome.published
 
     def finish(self) -> TuningOutcome:
-        """What the spec asks for after the trials: finalization, the per-size stage, publishing. An untested
-        decision (outcome.untested says why) or a per-size sweep whose records give no result
-        (outcome.per_size_failed) is not published: earlier files of the scope stay as they were."""
+        """What the spec asks for after the trials: finalization, the per-size stage (with the deployed set's
+        comparison), publishing. An untested decision (outcome.untested says why) or a per-size sweep whose
+        records give no result (outcome.per_size_failed) is not published: earlier files of the scope stay as
+        they were."""
         outcome = self._trials_done()
         if self.setup.spec.finalize.enabled:
             try:
