@@ -1027,3 +1027,21 @@ def test_bench_tuner_aa_reports_the_closest_test_of_every_decision() -> None:
         assert outcome["closest"]["p_adjusted"] == smallest
         closer_in_a_bucket += smallest < min(c.p_adjusted for c in report.overall.comparisons if c.tested)
     assert closer_in_a_bucket  # the case the overall decision's closest comparison missed
+
+
+def test_a_deployed_set_no_round_compared_is_refused() -> None:
+    """check_deployed: the deployed set (environment + per-size rules) +25 % is kept; when the defaults fail in
+    every round, nothing compared the two and untested rules are not deployed (before: kept, no reason given)."""
+    from tuners.finalize import check_deployed
+
+    evaluate, _ = _knob_evaluator(3, {"P": 0.25})
+    deployed = {"NCCL_PROTO": "LL128"}
+    kept = check_deployed(evaluate, {}, deployed, TWO_BUCKETS, Thresholds(), seed=1)
+    assert kept.refused is None and kept.rounds == Thresholds().holdout_rounds and kept.overall.gain > 0.1
+
+    def defaults_fail(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        return Evaluation.failed(FailureKind.FAILED, "exit 1") if env == {} else evaluate(env, validate=validate)
+
+    refused = check_deployed(defaults_fail, {}, deployed, TWO_BUCKETS, Thresholds(), seed=1)
+    assert refused.rounds == 0 and refused.overall is None
+    assert refused.refused == f"not compared: the defaults failed in all {Thresholds().holdout_rounds} rounds"

@@ -800,12 +800,17 @@ def test_the_deployed_nccl_set_points_nccl_at_a_tuner_config_of_its_own(tmp_path
     from campaigns.tuning.session import deployed_rules
     from test_per_size import result_with
     from test_tuner_writers import mpi_recommendation
-    from tuners.per_size import parse_config
+    from tuners.per_size import TunerConfigError, parse_config
     from tuners.recommendation import with_per_size
 
     rec = mpi_recommendation(nodes=1).model_copy(update={"scope": make_scope(nodes=1)})
     rec = with_per_size(rec, result_with("allreduce", "Ring/Simple/8", 0, 65536, 1 << 20, cvar="", mechanism="plugin"))
     setup = SimpleNamespace(spec=SimpleNamespace(runs_dir=tmp_path / "runs", plugin_library=tmp_path / "tuner.so"))
+    # NCCL runs on without a tuner plugin it cannot load: the check would measure the environment alone
+    with pytest.raises(TunerConfigError, match=f"the tuner plugin {tmp_path / 'tuner.so'} does not exist"):
+        deployed_rules(setup, rec)
+    assert not (tmp_path / "runs").exists()
+    (tmp_path / "tuner.so").write_bytes(b"")
     env = deployed_rules(setup, rec)
     assert env is not None and env["NCCL_TUNER_PLUGIN"] == str(tmp_path / "tuner.so")
     config = Path(env["NCCL_TUNER_CONFIG_FILE"])

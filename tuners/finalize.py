@@ -1158,8 +1158,9 @@ class DeployedCheck:
 def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deployed_env: Mapping[str, str],
                    buckets: Sequence[SizeBucket], thresholds: Thresholds, seed: int = 0) -> DeployedCheck:
     """The deployed set's validated run (data checked at every size), then `holdout_rounds` interleaved rounds
-    beside the baseline: its gain overall and per bucket. Refused when a run fails or gives wrong data, or when a
-    bucket is slower than the baseline beyond noise (its CI wholly below 0, as in step 4)."""
+    beside the baseline: its gain overall and per bucket. Refused when a run fails or gives wrong data, when a
+    bucket is slower than the baseline beyond noise (its CI wholly below 0, as in step 4), or when no round
+    compared them (the baseline failed in every one)."""
     failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets)
     if failed:
         return DeployedCheck(None, {}, 0, failed)
@@ -1168,5 +1169,7 @@ def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deploy
     per_bucket = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence))}
     slower = _slower_bucket(rounds, -1, 0, buckets, thresholds.confidence)
     refused = (f"failed in a round ({failures[0]})" if 0 in failures
+               # untested rules are not deployed, whatever failed
+               else f"not compared: the defaults failed in all {thresholds.holdout_rounds} rounds" if not rounds
                else None if slower is None else f"slower in bucket {slower}")
     return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused)

@@ -363,7 +363,8 @@ def decide_per_size(
             f"log(1+{thresholds.min_effect:g}), Holm over all {family} tests (every size x its candidates), "
             f"alpha={thresholds.alpha} (a family of its own: with the environment's finalization, P(any false "
             f"change in the recommendation) <= {2 * thresholds.alpha:g}); accepted if Holm-adjusted p < alpha, median speed-up >= "
-            f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} CI's lower bound > 0 (order statistics)"
+            f"{thresholds.min_effect:.0%} and the {thresholds.confidence:.0%} CI's lower bound > 0 (order statistics); "
+            "a size's winner: of its accepted selections, the one the selection rounds ranked first"
         ),
         sizes=sizes,
         ranges=merge_ranges(sweep, sizes),

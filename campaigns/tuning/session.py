@@ -366,17 +366,21 @@ def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | 
     result = rec.per_size_selection
     if result is None or all(r.selection is None for r in result.ranges):
         return None
+    if rec.scope.library not in ("openmpi", "mpich") and not rec.plugin_rules:
+        return None  # per-size choices that are comments only (not run here): no file, no empty run directory
+    library = plugin_library(setup.spec, rec) if rec.plugin_rules else None
+    if rec.plugin_rules and (library is None or not Path(library).is_file()):
+        # NCCL ignores a tuner plugin it cannot load: the check would measure the environment alone
+        raise TunerConfigError(f"the tuner plugin {library} does not exist: build it (commcamp plugin build) or "
+                               "give --plugin-library")
     directory = new_directory(Path(setup.spec.runs_dir), "deployed")
     rules = rule_file(directory, rec)
     if rules is not None:
         write_atomic(rules[0], rules[1])
         return rules[2]
-    if not rec.plugin_rules:  # a library whose per-size choices are comments only (not run here)
-        return None
+    assert library is not None
     config = (directory / tuner_config_name(rec.scope)).resolve()
     write_atomic(config, format_config([(config_comments(rec), rec.plugin_rules)]))
-    library = plugin_library(setup.spec, rec)
-    assert library is not None  # plugin rows: the spec's library, else the one built here
     return {PLUGIN_ENV[0]: library, PLUGIN_ENV[1]: str(config)}
 
 
