@@ -532,7 +532,8 @@ def provenance() -> dict[str, Any]:
             "optuna": optuna.__version__, "command": sys.argv,
             "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
             "slurm": _command_output(["sinfo", "--version"]),
-            "open_mpi": _command_output(["ompi_info", "--version"])}
+            # the tool on PATH, which need not be the MPI commbench links (that one: the scope's library_version)
+            "ompi_info_on_path": _command_output(["ompi_info", "--version"])}
 
 
 def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str, Any]:
