@@ -388,6 +388,23 @@ def test_a_study_stopped_by_its_runs_directory_does_not_blame_the_database() -> 
         "stored; run the same command again once that is mended (a trial that was running is queued again).")
 
 
+def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_path: Path) -> None:
+    """A 2-rank scope launched with `mpirun -np 1` (or `srun` alone for a 3-node scope: 1 rank on 1 node,
+    seen on the local cluster) measured another job in every trial and finalization round, and published it
+    under the scope; the first run now stops the tune, naming the remedy."""
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce", "nodes": 1,
+        "tasks_per_node": 2, "sizes": ["64K"], "iters": 3, "warmup": 1, "library_version": "4.1.4",
+        "knobs": ["OMPI_MCA_btl_tcp_sndbuf"], "trials": 3, "executor": "launcher",
+        "launcher": ["mpirun.openmpi", "-np", "1"], "db": f"sqlite:///{tmp_path / 'study.db'}",
+        "publish_dir": str(tmp_path / "rec"), "runs_dir": str(tmp_path / "runs")}))
+    code, out = commcamp_output("tune", str(spec), env=OMPI_ENV)
+    assert code != 0 and "the launcher started 1 rank(s), the scope's job has 2 (nodes x tasks_per_node): give a " \
+        "launcher that starts them (e.g. srun -N NODES -n 2, mpirun -np 2)" in " ".join(out.split()), out
+    assert not (tmp_path / "rec").exists()
+
+
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:
     """The whole path on this machine (launcher executor, Open MPI over its TCP BTL so that the planted
     4 KiB socket buffers hurt), then the lookup of what was published."""

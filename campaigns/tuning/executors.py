@@ -107,6 +107,7 @@ class BenchRequest:
     bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
     time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
     selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
+    ranks: int | None = None  # the ranks the scope's job has (nodes x tasks per node); None: not checked
 
     def selection_args(self) -> list[str]:
         return ["--selections", "all", "--rounds", str(self.selection_rounds)] if self.selection_rounds else []
@@ -352,6 +353,14 @@ class CommbenchEvaluator:
         errors = [r for r in outcome.records if r["kind"] == "error"]
         tail = output_tail(outcome.output)
         where = f" (run directory {outcome.directory})" if outcome.directory else ""
+        ranks = {r["ranks"] for r in outcome.records if "ranks" in r}
+        if self.request.ranks is not None and ranks - {self.request.ranks}:
+            # Every run would measure another job than the scope's (a launcher without its -n / -np / -N): stop.
+            # Nodes are not compared: one host may stand in for several (the GPU demos' emulated network path).
+            raise EvaluationAborted(
+                f"the launcher started {', '.join(map(str, sorted(ranks)))} rank(s), the scope's job has "
+                f"{self.request.ranks} (nodes x tasks_per_node): give a launcher that starts them (e.g. srun -N "
+                f"NODES -n {self.request.ranks}, mpirun -np {self.request.ranks}){where}")
         if outcome.timed_out or outcome.exit_code == 3 or any(r.get("reason") == "timeout" for r in errors):
             detail = outcome.failure or next((r["error"] for r in errors), "commbench's watchdog fired (exit 3)")
             return Evaluation.failed(FailureKind.TIMEOUT, f"hung: {detail}{where}")

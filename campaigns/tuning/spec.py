@@ -174,7 +174,7 @@ class TuningSpec(_Model):
 
     def request(self) -> BenchRequest:
         return BenchRequest(self.op, self.transport, tuple(self.sizes), self.warmup, self.iters, self.batch,
-                            self.bench_timeout_s, self.time_limit_s)
+                            self.bench_timeout_s, self.time_limit_s, ranks=self.ranks)
 
     def storage_url(self) -> str:
         from campaigns.store import default_url  # lazily: the store pulls in alembic
