@@ -27,7 +27,7 @@ from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, Launch
 from fixtures_cli import commcamp_output
 from fixtures_tuner import make_scope
 from tuners.catalog import KnobCatalog, Library
-from tuners.evaluation import Evaluation, FailureKind, buckets_for_sizes
+from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, buckets_for_sizes
 from tuners.finalize import Thresholds, fit_budget, planned_runs
 from tuners.space import build_space
 from tuners.study import OUTCOME, Tuner, dropped_knobs, is_counted
@@ -377,7 +377,6 @@ def test_a_study_stopped_by_its_runs_directory_does_not_blame_the_database() -> 
     import typer
 
     from campaigns.cli.tune import _study_errors
-    from tuners.evaluation import EvaluationAborted
 
     console = Console(record=True, width=300)
     with pytest.raises(typer.Exit) as stopped, _study_errors(console, "sqlite:///study.db"):
@@ -700,6 +699,28 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
     result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
     assert "--check" in (tmp_path / "args").read_text().split()
     assert [size.candidates for size in result.sizes] == [[], []]
+
+
+def test_a_per_size_sweep_past_its_time_limit_names_the_settings_that_give_it_more(tmp_path: Path) -> None:
+    """24 rounds of every allreduce selection at 1 and 16 MiB over the local 3-node cluster took more than the
+    sweep's 600 s: the study stopped with the launcher's output tail only; now the message says what to change."""
+    from types import SimpleNamespace
+
+    from campaigns.tuning.executors import RunOutcome
+    from campaigns.tuning.session import per_size_stage, prepare
+    from campaigns.tuning.spec import TuningSpec
+
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
+                      sizes=["4K", "64K"], sizes_per_bucket=1, executor="launcher", launcher=MPIRUN,
+                      commbench=COMMBENCH, per_size={"enabled": True, "rounds": 24, "time_limit_s": 600},
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
+    setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
+    setup.evaluator.executor = SimpleNamespace(run=lambda env, request, validate: RunOutcome(
+        [], "killed", None, True, "killed at the hard time limit of 600 s"))
+    with pytest.raises(EvaluationAborted, match=re.escape(
+            "the per-size sweep failed (24 rounds of every selection at 2 size(s) did not fit: give "
+            "per_size.time_limit_s more than 600 s, or fewer per_size.rounds): exit None, 0 records")):
+        per_size_stage(setup, SimpleNamespace(env={}))
 
 
 class DeployedSetEvaluator:

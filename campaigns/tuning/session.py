@@ -356,7 +356,10 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
     # valid=false and load_sweep leaves them out, so a selection that corrupts data is never chosen.
     outcome = setup.evaluator.executor.run({**rec.env, **SWEEP_ENV.get(setup.scope.library, {})}, request, True)
     if outcome.failure or outcome.exit_code not in (0, 1) or (outcome.exit_code == 1 and not outcome.records):
-        raise EvaluationAborted(f"the per-size sweep failed: {outcome_summary(outcome)}")
+        remedy = (f" ({rounds} rounds of every selection at {len(spec.sizes)} size(s) did not fit: give "
+                  f"per_size.time_limit_s more than {spec.per_size.time_limit_s} s, or fewer per_size.rounds)"
+                  if outcome.timed_out else "")
+        raise EvaluationAborted(f"the per-size sweep failed{remedy}: {outcome_summary(outcome)}")
     return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
 
 
