@@ -73,11 +73,7 @@ class HeldOut(_Model):
     ratios: list[float]
 
     @classmethod
-    def of(cls, decision: Decision) -> HeldOut | None:
-        return cls.of_holdout(decision.holdout)
-
-    @classmethod
-    def of_holdout(cls, h: Holdout | None) -> HeldOut | None:
+    def of(cls, h: Holdout | None) -> HeldOut | None:
         return None if h is None else cls(median=h.gain, ci_low=h.ci_low, ci_high=h.ci_high, rounds=h.rounds,
                                           ratios=list(h.ratios))
 
@@ -211,7 +207,7 @@ def build_recommendation(
         baseline_env=dict(report.baseline_env),
         gain=_gain(overall, report),
         closest=_closest(overall, report),
-        held_out=HeldOut.of(overall),
+        held_out=HeldOut.of(overall.holdout),
         per_size=[
             SizeRangeResult(
                 bucket=b.name,
@@ -222,7 +218,7 @@ def build_recommendation(
                 env=dict(report.buckets[b.name].env),
                 gain=_gain(report.buckets[b.name], report),
                 closest=_closest(report.buckets[b.name], report),
-                held_out=HeldOut.of(report.buckets[b.name]),
+                held_out=HeldOut.of(report.buckets[b.name].holdout),
             )
             for b in buckets
         ],
@@ -275,8 +271,8 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
 def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommendation:
     """`rec` with the deployed set's comparison with the defaults; a set refused there loses its per-size rules
     (the environment, measured by finalization, stays) and a note says why."""
-    buckets = {name: HeldOut.of_holdout(h) for name, h in check.buckets.items()}
-    deployed = DeployedGain(overall=HeldOut.of_holdout(check.overall), rounds=check.rounds, withdrawn=check.refused,
+    buckets = {name: HeldOut.of(h) for name, h in check.buckets.items()}
+    deployed = DeployedGain(overall=HeldOut.of(check.overall), rounds=check.rounds, withdrawn=check.refused,
                             buckets={name: h for name, h in buckets.items() if h is not None})
     if check.refused is None or rec.per_size_selection is None:
         return rec.model_copy(update={"deployed": deployed})

@@ -31,8 +31,8 @@ from tuners.recommendation import Recommendation, build_recommendation, with_dep
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
-from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, PublishedFiles, env_file_text, load_recommendations,
-                            config_comments, publish, rule_file, system_dir, tuner_config_name,
+from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, config_comments,
+                            env_file_text, load_recommendations, publish, rule_file, system_dir, tuner_config_name,
                             write_atomic)
 
 
@@ -369,7 +369,7 @@ def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | 
     result = rec.per_size_selection
     if result is None or all(r.selection is None for r in result.ranges):
         return None
-    if rec.scope.library not in ("openmpi", "mpich") and not rec.plugin_rules:
+    if rec.scope.library not in RULE_FILE_SUFFIX and not rec.plugin_rules:
         return None  # per-size choices that are comments only (not run here): no file, no empty run directory
     library = plugin_library(setup.spec, rec) if rec.plugin_rules else None
     if rec.plugin_rules and (library is None or not Path(library).is_file()):
