@@ -135,6 +135,26 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
         "HOME": "/h"}
 
 
+def test_an_nccl_conf_naming_a_debug_file_does_not_make_every_knob_unread(tmp_path: Path, catalog: KnobCatalog) -> None:
+    """An nccl.conf (/etc/nccl.conf, ~/.nccl.conf, NCCL_CONF_FILE) naming NCCL_DEBUG_FILE took all of NCCL's read log
+    into that file: every knob a trial set read as unread. Measured with NCCL 2.28.3 on the GPU machine
+    (results/reference/single-gpu/nccl-read-log-2026-11-27: 0 lines in the output with such a file, 1 with
+    NCCL_DEBUG_FILE empty in the environment). Here a 'commbench' that logs as NCCL does in those runs: conf values
+    only where the environment lacks the variable, an empty file name = the output."""
+    conf, diverted = tmp_path / "nccl.conf", tmp_path / "diverted.log"
+    conf.write_text(f"NCCL_DEBUG_FILE={diverted}\n")
+    nccl_like = wrapper(tmp_path, f"""file=${{NCCL_DEBUG_FILE-$(sed -n 's/^NCCL_DEBUG_FILE=//p' "$NCCL_CONF_FILE")}}
+env | sed -n '/^NCCL_DEBUG/d; s/^\\(NCCL_[A-Z0-9_]*\\)=\\(.*\\)/vm:1:2 [0] NCCL INFO \\1 set by environment to \\2./p' \\
+  >> "${{file:-/dev/stdout}}"
+exec {COMMBENCH} "$@"
+""")
+    base = strip_knobs({**os.environ, **OMPI_ENV, "NCCL_CONF_FILE": str(conf)}, catalog, Library.NCCL)
+    nccl = CommbenchEvaluator(LauncherExecutor(MPIRUN, nccl_like, tmp_path, base), REQUEST, Library.NCCL, catalog)
+    result = nccl({"NCCL_MAX_NCHANNELS": "4"})
+    assert result.ok and result.unread == (), result.reason
+    assert not diverted.exists()
+
+
 class NcclReadLog:
     """An executor whose run measures 10 us at every size and prints NCCL's read log of the knobs set, but for those
     in `unread` (a code path that does not read them: NCCL_IB_SL on a run without InfiniBand)."""

@@ -9,16 +9,15 @@ run by an executor:
   `srun` inside an allocation (commcamp pretune, Slurm tuning workers) or making its own.
 
 Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
-(an inherited NCCL_PROTO must not leak into a trial that leaves it unset) and without what would send the
-read log below to a file (READ_LOG_ELSEWHERE: NCCL_DEBUG_FILE; OMPI_MCA_mpi_show_mca_params_file is set empty), plus the
-trial's knobs, plus the library's read-log switch: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_*
-variable it took ("NCCL_PROTO set by environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes
-Open MPI print every MCA parameter it took from the environment. A knob the library did not read is not
-credited: the trial is INVALID with the names in its reason (a typo, a name this version does not know,
-or a code path this run does not take). A knob at the site's default (or pinned) value is what the baseline
-runs too: unread, it is inert on this run's path and does not make the run invalid (it is named in the
-evaluation's `unread`, so the tuner takes it out of the search). Libraries without such a log (MPICH, UCX,
-...) are recorded as unverified in the trial, never silently as read.
+(an inherited NCCL_PROTO must not leak into a trial that leaves it unset), plus the trial's knobs, plus the
+library's read-log switches (READ_LOG_ENV; the caller's own values of them dropped): NCCL_DEBUG=INFO
+NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_* variable it took ("NCCL_PROTO set by environment to LL"),
+OMPI_MCA_mpi_show_mca_params=enviro makes Open MPI print every MCA parameter it took from the environment. A
+knob the library did not read is not credited: the trial is INVALID with the names in its reason (a typo, a
+name this version does not know, or a code path this run does not take). A knob at the site's default (or
+pinned) value is what the baseline runs too: unread, it is inert on this run's path and does not make the run
+invalid (it is named in the evaluation's `unread`, so the tuner takes it out of the search). Libraries without
+such a log (MPICH, UCX, ...) are recorded as unverified in the trial, never silently as read.
 
 Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
 wrong data (a validated record with valid=false: commbench then exits 1) or an unread knob = INVALID;
@@ -56,22 +55,21 @@ OUTPUT_FILE = "output.txt"
 
 # How each library says which variables it took from the environment (None: it does not say).
 READ_LOG_ENV: dict[Library, dict[str, str]] = {
-    Library.NCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
-    Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV"},
-    # An empty file name sends the log to the output: a file named in an mca-params.conf (the site's or
-    # ~/.openmpi/) would take all of it otherwise (Open MPI 4.1.4 here; the environment outranks those files).
+    # An empty file name sends each log to the run's output, where the evaluator reads it: a file named by an inherited
+    # variable or in the library's config file would take all of it (every knob then reads as unread: invalid trials,
+    # knobs out of the search). Config files never outrank the environment. NCCL 2.28.3 with an nccl.conf naming
+    # NCCL_DEBUG_FILE: results/reference/single-gpu/nccl-read-log-2026-11-27; Open MPI 4.1.4 with an mca-params.conf
+    # naming mpi_show_mca_params_file: checked here (tests/test_tuning.py).
+    Library.NCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV", "NCCL_DEBUG_FILE": ""},
+    Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV", "NCCL_DEBUG_FILE": ""},
     Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro", "OMPI_MCA_mpi_show_mca_params_file": ""},
-}
-# What sends that log to a file instead of the run's output, where the evaluator reads it: inherited, it made every knob
-# look unread (each changed one an invalid trial, every one out of the search).
-READ_LOG_ELSEWHERE: dict[Library, tuple[str, ...]] = {
-    Library.NCCL: ("NCCL_DEBUG_FILE",),
-    Library.RCCL: ("NCCL_DEBUG_FILE",),
 }
 # NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
 _NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
 # Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
 _OMPI_READ = re.compile(r"^\[[^\]]*\] ([A-Za-z0-9_]+)=(.*) \(environment\)\s*$", re.MULTILINE)
+
+
 def knobs_read(library: Library, output: str) -> dict[str, str] | None:
     """The variables the library reports it took, name -> value as printed; None if it has no such log."""
     if library in (Library.NCCL, Library.RCCL):
@@ -82,9 +80,8 @@ def knobs_read(library: Library, output: str) -> dict[str, str] | None:
 
 
 def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
-    """The caller's environment without any catalog knob, read-log switch or variable that sends the read log
-    elsewhere (READ_LOG_ELSEWHERE)."""
-    switches = {*READ_LOG_ENV.get(library, {}), *READ_LOG_ELSEWHERE.get(library, ())}
+    """The caller's environment without any catalog knob or read-log switch (READ_LOG_ENV)."""
+    switches = READ_LOG_ENV.get(library, {})
     return {k: v for k, v in environ.items() if k not in catalog and k not in switches}
 
 
