@@ -1045,3 +1045,24 @@ def test_a_deployed_set_no_round_compared_is_refused() -> None:
     refused = check_deployed(defaults_fail, {}, deployed, TWO_BUCKETS, Thresholds(), seed=1)
     assert refused.rounds == 0 and refused.overall is None
     assert refused.refused == f"not compared: the defaults failed in all {Thresholds().holdout_rounds} rounds"
+
+
+@pytest.mark.parametrize("environment_fails", [False, True])
+def test_a_deployed_set_that_fails_its_validated_run_blames_the_environment_only_if_it_fails_alone(
+        environment_fails: bool) -> None:
+    """check_deployed: the set (environment + rules) gives wrong data in its validated run; the environment alone
+    then runs validated too: the environment is named only when it fails as well."""
+    from tuners.finalize import check_deployed
+
+    evaluate, _ = _knob_evaluator(3, {"B": 0.25})
+    environment = {"NCCL_BUFFSIZE": "8388608"}
+
+    def wrong_data(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if validate and ("RULES" in env or environment_fails):
+            return Evaluation.failed(FailureKind.INVALID, "data validation failed")
+        return evaluate(env, validate=validate)
+
+    check = check_deployed(wrong_data, {}, {**environment, "RULES": "file"}, TWO_BUCKETS, Thresholds(), seed=1,
+                           environment=environment)
+    assert check.rounds == 0 and "data validation failed" in check.refused
+    assert (check.environment_refused is not None) == environment_fails

@@ -746,10 +746,13 @@ def test_a_per_size_sweep_past_its_time_limit_names_the_settings_that_give_it_mo
 class DeployedSetEvaluator:
     """A stand-in for the evaluator and its executor after finalization: the per-size sweep (alg4 +25 % over the
     library's choice at every size, 26 rounds) and the rounds of the defaults vs the deployed set, whose time per
-    size is `factors` x the defaults' when the rule file is set; `wrong_data`: its validated run gives wrong data."""
+    size is `factors` x the defaults' when the rule file is set (`env_factors` x when the recommended environment,
+    SNDBUF, is set without it); `wrong_data`: its validated run gives wrong data."""
 
-    def __init__(self, request: BenchRequest, factors: dict[int, float], wrong_data: bool = False) -> None:
+    def __init__(self, request: BenchRequest, factors: dict[int, float], wrong_data: bool = False,
+                 env_factors: dict[int, float] | None = None) -> None:
         self.request, self.factors, self.wrong_data = request, factors, wrong_data
+        self.env_factors = env_factors or dict.fromkeys(factors, 1.0)
         self.executor = self
         self.calls: list[tuple[dict[str, str], bool]] = []
         self.durations_s: list[float] = []  # the summary lists run durations
@@ -765,13 +768,17 @@ class DeployedSetEvaluator:
         rules = "OMPI_MCA_coll_tuned_dynamic_rules_filename" in env
         if rules and validate and self.wrong_data:
             return Evaluation.failed(FailureKind.INVALID, "data validation failed (1048576 B: 3 wrong)")
-        return Evaluation(times_us={size: [100.0 * (self.factors[size] if rules else 1.0)
-                                           * float(np.exp(self.rng.normal(0, 0.01)))] for size in self.factors},
-                          validated=validate)
+        factors = self.factors if rules else self.env_factors if SNDBUF in env else dict.fromkeys(self.factors, 1.0)
+        return Evaluation(times_us={size: [100.0 * factors[size] * float(np.exp(self.rng.normal(0, 0.01)))]
+                                    for size in self.factors}, validated=validate)
 
 
-def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator) -> Any:
-    """A session after finalization (recommendation: keep the defaults) whose per-size stage gives one rule."""
+SNDBUF = "OMPI_MCA_btl_tcp_sndbuf"
+
+
+def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator, env: dict[str, str] | None = None) -> Any:
+    """A session after finalization (recommendation: keep the defaults, or change to `env`) whose per-size stage
+    gives one rule."""
     from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
     from campaigns.tuning.spec import TuningSpec
     from test_tuner_writers import mpi_recommendation
@@ -786,7 +793,8 @@ def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator) -> Any
     setup = replace(setup, evaluator=evaluator)
     template = mpi_recommendation(nodes=1)
     rec = template.model_copy(update={
-        "scope": setup.scope, "decision": "keep-defaults", "env": {}, "gain": None,
+        "scope": setup.scope, "decision": "change" if env else "keep-defaults", "env": env or {},
+        "gain": template.gain if env else None,
         "per_size": [template.per_size[0].model_copy(update={"bucket": b.name, "min_bytes": b.min_bytes,
                                                              "max_bytes": b.max_bytes}) for b in setup.buckets]})
     study = optuna.create_study(study_name="deployed")
@@ -848,6 +856,39 @@ def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
     published = session.outcome.published.env_file.parent
     assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
     assert not list(published.glob("*.coll_tuned_rules"))
+
+
+@pytest.mark.parametrize("environment_slower", [False, True])
+def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_alone_too(
+        tmp_path: Path, environment_slower: bool) -> None:
+    """Finalization changed the send buffer; with the rule the set is slower than the defaults at 1 MiB. The
+    environment alone runs in the same rounds: when it is fine there the rules alone are withdrawn; when it is slower
+    at 1 MiB as well, it is withdrawn with them and the defaults are kept (before: the rules were blamed and the
+    environment published, unmeasured in those rounds)."""
+    env_factors = {65536: 0.8, 1 << 20: 1.2 if environment_slower else 0.8}
+    evaluator = DeployedSetEvaluator(REQUEST, {65536: 0.8, 1 << 20: 1.2}, env_factors=env_factors)
+    session = deployed_set_session(tmp_path, evaluator, {SNDBUF: "65536"})
+    session.per_size()
+    session.publish()
+    session.summary(tmp_path / "summary.json")
+    rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    # each round measured the defaults, the set and the environment alone
+    rounds = [e for e, validated in evaluator.calls[1:] if not validated]
+    assert len(rounds) == 18 and sum(e.get(SNDBUF) == "65536" and len(e) == 1 for e in rounds) == 6
+    assert "slower in bucket 1MiB-1MiB" in rec["deployed"]["withdrawn"] and rec["per_size_selection"] is None
+    env_text = session.outcome.published.env_file.read_text()
+    if not environment_slower:
+        assert rec["deployed"]["environment_withdrawn"] is None
+        assert rec["decision"] == "change" and rec["env"] == {SNDBUF: "65536"}
+        assert f"export {SNDBUF}='65536'" in env_text
+        return
+    assert "slower in bucket 1MiB-1MiB" in rec["deployed"]["environment_withdrawn"]
+    assert rec["decision"] == "keep-defaults" and rec["env"] == {} and rec["gain"] is None
+    assert rec["closest"]["median"] == 0.12  # the withdrawn winner's finalization gain, for the record
+    (note,) = [n for n in rec["evidence"]["notes"] if "withdrawn" in n]
+    assert note.startswith(f"per-size rules ([8, 1048576] B alg4) and the environment ({SNDBUF}=65536) withdrawn, "
+                           "keep the defaults: ")
+    assert f"export {SNDBUF}" not in env_text and "dynamic_rules_filename" not in env_text
 
 
 def test_the_deployed_nccl_set_points_nccl_at_a_tuner_config_of_its_own(tmp_path: Path) -> None:

@@ -67,7 +67,8 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    said in a note). Validated runs (1, 5) are never skipped.
 After the per-size stage (tuners/per_size.py), `check_deployed` measures what is deployed, the environment
 with its per-size rules, against the baseline the same way: one validated run, then `holdout_rounds` rounds
-(6); refused (the rules withdrawn) when it fails, gives wrong data or is slower in a bucket as in 4.
+(6); refused (the rules withdrawn) when it fails, gives wrong data or is slower in a bucket as in 4. The
+environment alone runs in the same rounds: refused alike too, it is withdrawn with the rules (keep defaults).
 
 Rounds: with n rounds the smallest p value the exact one-sided test can give is 2**-n (every round
 in the candidate's favour), and Holm's first step needs F * p < alpha, so no change at all is
@@ -1153,23 +1154,40 @@ class DeployedCheck:
     buckets: Mapping[str, Holdout]
     rounds: int  # rounds whose baseline worked
     refused: str | None  # why it may not be deployed: it failed, gave wrong data or is slower in a bucket
+    # The environment alone, measured beside it, refused as well (then the environment, not only the rules, is to
+    # blame): why; None when it passed or was not measured (refused is None, or the environment is the baseline's).
+    environment_refused: str | None = None
 
 
 def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deployed_env: Mapping[str, str],
-                   buckets: Sequence[SizeBucket], thresholds: Thresholds, seed: int = 0) -> DeployedCheck:
+                   buckets: Sequence[SizeBucket], thresholds: Thresholds, seed: int = 0,
+                   environment: Mapping[str, str] | None = None) -> DeployedCheck:
     """The deployed set's validated run (data checked at every size), then `holdout_rounds` interleaved rounds
     beside the baseline: its gain overall and per bucket. Refused when a run fails or gives wrong data, when a
     bucket is slower than the baseline beyond noise (its CI wholly below 0, as in step 4), or when no round
-    compared them (the baseline failed in every one)."""
+    compared them (the baseline failed in every one). `environment`, the deployed set without its rules (None: the
+    baseline's), runs in the same rounds and is judged alike when the set is refused: whether the rules alone are to
+    blame (finalization measured the environment on other rounds)."""
     failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets)
     if failed:
-        return DeployedCheck(None, {}, 0, failed)
-    rounds, failures, _ = holdout_rounds(evaluator, baseline_env, [deployed_env], buckets, thresholds,
+        alone = None if environment is None else _validation_failure(evaluator, environment, ["environment"], buckets)
+        return DeployedCheck(None, {}, 0, failed, alone)
+    envs = [deployed_env, *([] if environment is None else [environment])]
+    rounds, failures, _ = holdout_rounds(evaluator, baseline_env, envs, buckets, thresholds,
                                          np.random.default_rng(seed))
     per_bucket = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence))}
-    slower = _slower_bucket(rounds, -1, 0, buckets, thresholds.confidence)
-    refused = (f"failed in a round ({failures[0]})" if 0 in failures
-               # untested rules are not deployed, whatever failed
-               else f"not compared: the defaults failed in all {thresholds.holdout_rounds} rounds" if not rounds
-               else None if slower is None else f"slower in bucket {slower}")
-    return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused)
+    refused = _deployed_refusal(rounds, failures, 0, buckets, thresholds)
+    alone = _deployed_refusal(rounds, failures, 1, buckets, thresholds) if refused and environment is not None else None
+    return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused,
+                         alone)
+
+
+def _deployed_refusal(rounds: Sequence[Measured], failures: Mapping[int, str], key: int,
+                      buckets: Sequence[SizeBucket], thresholds: Thresholds) -> str | None:
+    """Why setting `key` of the deployed-set rounds may not be deployed; None when it may."""
+    if key in failures:
+        return f"failed in a round ({failures[key]})"
+    if not rounds:  # untested settings are not deployed, whatever failed
+        return f"not compared: the defaults failed in all {thresholds.holdout_rounds} rounds"
+    slower = _slower_bucket(rounds, -1, key, buckets, thresholds.confidence)
+    return None if slower is None else f"slower in bucket {slower}"

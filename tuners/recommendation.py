@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import optuna
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -93,13 +93,17 @@ class DeployedGain(_Model):
     buckets: dict[str, HeldOut]
     rounds: int
     withdrawn: str | None = None  # why the per-size rules were withdrawn (then the environment alone is deployed)
+    # why the environment, measured alone in the same rounds, was withdrawn with them (then the defaults are kept)
+    environment_withdrawn: str | None = None
 
     def describe(self) -> str:
         gains = "; ".join([*([f"overall {self.overall.short()}"] if self.overall else []),
                            *(f"{name} {h.short()}" for name, h in self.buckets.items())])
         return (f"deployed set (environment + per-size rules) vs the site's defaults, {self.rounds} rounds: "
                 f"{gains or 'no round compared them'}"
-                + ("" if self.withdrawn is None else f"; per-size rules withdrawn: {self.withdrawn}"))
+                + ("" if self.withdrawn is None else f"; per-size rules withdrawn: {self.withdrawn}")
+                + ("" if self.environment_withdrawn is None
+                   else f"; the environment alone withdrawn too: {self.environment_withdrawn}"))
 
 
 class SizeRangeResult(_Model):
@@ -270,15 +274,29 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
 
 def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommendation:
     """`rec` with the deployed set's comparison with the defaults; a set refused there loses its per-size rules
-    (the environment, measured by finalization, stays) and a note says why."""
+    (the environment, measured by finalization, stays), or, when the environment alone measured in the same rounds
+    was refused as well, everything (keep the defaults); a note says why."""
     buckets = {name: HeldOut.of(h) for name, h in check.buckets.items()}
     deployed = DeployedGain(overall=HeldOut.of(check.overall), rounds=check.rounds, withdrawn=check.refused,
+                            environment_withdrawn=check.environment_refused,
                             buckets={name: h for name, h in buckets.items() if h is not None})
     if check.refused is None or rec.per_size_selection is None:
         return rec.model_copy(update={"deployed": deployed})
     rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in rec.per_size_selection.ranges
                       if r.selection is not None)
-    note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
-            f"against the site's defaults: {check.refused}")
-    return rec.model_copy(update={"deployed": deployed, "per_size_selection": None, "plugin_rules": [],
-                                  "evidence": rec.evidence.model_copy(update={"notes": [*rec.evidence.notes, note]})})
+    update: dict[str, Any] = {"deployed": deployed, "per_size_selection": None, "plugin_rules": []}
+    if check.environment_refused is None:
+        note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
+                f"against the site's defaults: {check.refused}")
+    else:
+        note = (f"per-size rules ({rules}) and the environment ({_env_text(rec.env)}) withdrawn, keep the defaults: "
+                f"the environment with the rules against the site's defaults: {check.refused}; the environment alone "
+                f"in the same rounds: {check.environment_refused}")
+        update |= {"decision": "keep-defaults", "env": dict(rec.baseline_env), "unset": [], "gain": None,
+                   "closest": rec.gain, "held_out": None}
+    notes = [*rec.evidence.notes, note]
+    return rec.model_copy(update={**update, "evidence": rec.evidence.model_copy(update={"notes": notes})})
+
+
+def _env_text(env: Mapping[str, str]) -> str:
+    return " ".join(f"{name}={value}" for name, value in sorted(env.items())) or "the defaults"

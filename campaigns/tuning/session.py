@@ -391,15 +391,19 @@ def deployed_check(setup: TuningSetup, rec: Recommendation, baseline_env: Mappin
                    log: Callable[[str], None] | None = None) -> Recommendation:
     """What is deployed, the environment with the per-size rules, against the site's defaults
     (finalize.check_deployed): finalization measured the environment alone, the per-size stage the rules against
-    the library's own choice under it. Refused there, the rules are withdrawn (with_deployed_check)."""
+    the library's own choice under it. Refused there, the rules are withdrawn, and the environment with them when,
+    measured alone in the same rounds, it is refused too (with_deployed_check)."""
     rules_env = deployed_rules(setup, rec)
     if rules_env is None:
         return rec
     thresholds = setup.spec.finalize.thresholds()
+    environment = None if dict(rec.env) == dict(baseline_env) else rec.env  # beside it: who is to blame if refused
+    settings = 2 if environment is None else 3  # in each round, with the defaults; validated runs: 1 (+1 if refused)
     if log is not None:
-        log(f"deployed set (environment + per-size rules) vs the defaults: at most {1 + 2 * thresholds.holdout_rounds} "
-            "runs")
-    check = check_deployed(setup.evaluator, baseline_env, {**rec.env, **rules_env}, setup.buckets, thresholds, seed)
+        log(f"deployed set (environment + per-size rules) vs the defaults: at most "
+            f"{settings - 1 + settings * thresholds.holdout_rounds} runs")
+    check = check_deployed(setup.evaluator, baseline_env, {**rec.env, **rules_env}, setup.buckets, thresholds, seed,
+                           environment)
     return with_deployed_check(rec, check)
 
 
