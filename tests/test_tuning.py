@@ -818,6 +818,8 @@ def test_the_deployed_set_is_measured_against_the_site_defaults(tmp_path: Path) 
     assert deployed["overall"]["median"] == pytest.approx(0.25, abs=0.03)
     assert set(deployed["buckets"]) == {"64KiB-64KiB", "1MiB-1MiB"}
     assert all(b["ci_low"] > 0.2 for b in deployed["buckets"].values())
+    # the rules' own effect: the environment is the defaults', so the same comparison
+    assert deployed["rules_effect"] == deployed["buckets"]
     assert rec["per_size_selection"]["ranges"][0]["selection"]["name"] == "alg4"
     # the first run of the deployed set validated, with the rule file written into this tune's runs
     (env, validated), *rounds = evaluator.calls
@@ -877,6 +879,10 @@ def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_a
     assert len(rounds) == 18 and sum(e.get(SNDBUF) == "65536" and len(e) == 1 for e in rounds) == 6
     assert "slower in bucket 1MiB-1MiB" in rec["deployed"]["withdrawn"] and rec["per_size_selection"] is None
     env_text = session.outcome.published.env_file.read_text()
+    # the rules' own effect, the set against the environment alone: none at 64 KiB, -33 % at 1 MiB
+    effect = rec["deployed"]["rules_effect"]
+    assert effect["64KiB-64KiB"]["median"] == pytest.approx(0.0, abs=0.03)
+    assert effect["1MiB-1MiB"]["median"] == pytest.approx(0.8 / 1.2 - 1 if not environment_slower else 0.0, abs=0.03)
     if not environment_slower:
         assert rec["deployed"]["environment_withdrawn"] is None
         assert rec["decision"] == "change" and rec["env"] == {SNDBUF: "65536"}

@@ -1102,10 +1102,11 @@ def holdout_rounds(evaluator: Evaluator, baseline_env: Mapping[str, str], envs: 
     return rounds, failures, started
 
 
-def holdout_of(rounds: Sequence[Measured], key: int, decision: str, confidence: float) -> Holdout | None:
-    """Setting `key`'s median per-round speed-up over the baseline (key -1) in `decision` (OVERALL or a bucket's
-    name), with its order-statistic CI; None when no round measured both."""
-    log_ratios = _log_ratios(rounds, -1, key, decision)
+def holdout_of(rounds: Sequence[Measured], key: int, decision: str, confidence: float,
+               reference: int = -1) -> Holdout | None:
+    """Setting `key`'s median per-round speed-up over `reference` (the baseline, key -1) in `decision` (OVERALL or
+    a bucket's name), with its order-statistic CI; None when no round measured both."""
+    log_ratios = _log_ratios(rounds, reference, key, decision)
     if len(log_ratios) == 0:
         return None
     ratios = np.exp(log_ratios)
@@ -1157,6 +1158,9 @@ class DeployedCheck:
     # The environment alone, measured beside it, refused as well (then the environment, not only the rules, is to
     # blame): why; None when it passed or was not measured (refused is None, or the environment is the baseline's).
     environment_refused: str | None = None
+    # The rules' own effect per bucket: the set's speed-up over the environment alone in the same rounds (over the
+    # baseline when the environment is the baseline's); near 0 where a rule claimed a gain, the library ignored it.
+    rules_effect: Mapping[str, Holdout] = field(default_factory=dict)
 
 
 def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deployed_env: Mapping[str, str],
@@ -1176,10 +1180,12 @@ def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deploy
     rounds, failures, _ = holdout_rounds(evaluator, baseline_env, envs, buckets, thresholds,
                                          np.random.default_rng(seed))
     per_bucket = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence))}
+    reference = -1 if environment is None else 1
+    effect = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence, reference))}
     refused = _deployed_refusal(rounds, failures, 0, buckets, thresholds)
     alone = _deployed_refusal(rounds, failures, 1, buckets, thresholds) if refused and environment is not None else None
     return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused,
-                         alone)
+                         alone, effect)
 
 
 def _deployed_refusal(rounds: Sequence[Measured], failures: Mapping[int, str], key: int,

@@ -95,12 +95,17 @@ class DeployedGain(_Model):
     withdrawn: str | None = None  # why the per-size rules were withdrawn (then the environment alone is deployed)
     # why the environment, measured alone in the same rounds, was withdrawn with them (then the defaults are kept)
     environment_withdrawn: str | None = None
+    # the buckets a rule covers: the set's speed-up over the environment alone in the same rounds (the rules' own
+    # effect; near 0 where the per-size stage found a gain, the library did not apply the rule file)
+    rules_effect: dict[str, HeldOut] = Field(default_factory=dict)
 
     def describe(self) -> str:
         gains = "; ".join([*([f"overall {self.overall.short()}"] if self.overall else []),
                            *(f"{name} {h.short()}" for name, h in self.buckets.items())])
+        effect = ", ".join(f"{name} {h.short()}" for name, h in self.rules_effect.items())
         return (f"deployed set (environment + per-size rules) vs the site's defaults, {self.rounds} rounds: "
                 f"{gains or 'no round compared them'}"
+                + (f"; the rules alone (the set vs the environment alone): {effect}" if effect else "")
                 + ("" if self.withdrawn is None else f"; per-size rules withdrawn: {self.withdrawn}")
                 + ("" if self.environment_withdrawn is None
                    else f"; the environment alone withdrawn too: {self.environment_withdrawn}"))
@@ -277,13 +282,16 @@ def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommenda
     (the environment, measured by finalization, stays), or, when the environment alone measured in the same rounds
     was refused as well, everything (keep the defaults); a note says why."""
     buckets = {name: HeldOut.of(h) for name, h in check.buckets.items()}
+    ranges = [] if rec.per_size_selection is None else [r for r in rec.per_size_selection.ranges if r.selection]
+    ruled = {b.bucket for b in rec.per_size for r in ranges if r.min_bytes <= b.max_bytes and b.min_bytes <= r.max_bytes}
+    effect = {name: HeldOut.of(h) for name, h in check.rules_effect.items() if name in ruled}
     deployed = DeployedGain(overall=HeldOut.of(check.overall), rounds=check.rounds, withdrawn=check.refused,
                             environment_withdrawn=check.environment_refused,
-                            buckets={name: h for name, h in buckets.items() if h is not None})
+                            buckets={name: h for name, h in buckets.items() if h is not None},
+                            rules_effect={name: h for name, h in effect.items() if h is not None})
     if check.refused is None or rec.per_size_selection is None:
         return rec.model_copy(update={"deployed": deployed})
-    rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in rec.per_size_selection.ranges
-                      if r.selection is not None)
+    rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in ranges if r.selection)
     update: dict[str, Any] = {"deployed": deployed, "per_size_selection": None, "plugin_rules": []}
     if check.environment_refused is None:
         note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
