@@ -116,8 +116,8 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """OMPI_MCA_mpi_show_mca_params_file in the caller's environment sends Open MPI's read log to that file, none of
     it to the output: before, the knob the trial set read as unread, the trial was invalid and the tuner took the
-    knob out of the search. The variables that divert a read log are not passed on (NCCL_DEBUG_FILE alike), and Open
-    MPI's is set empty (an mca-params.conf can name a file too)."""
+    knob out of the search. The variables that divert a read log are set empty, whatever the caller's (NCCL_DEBUG_FILE
+    alike: the test below), and an mca-params.conf naming a file is outranked by the empty variable."""
     diverted = tmp_path / "mca_params.txt"
     monkeypatch.setenv("OMPI_MCA_mpi_show_mca_params_file", str(diverted))
     result = evaluator(tmp_path, catalog)({"OMPI_MCA_btl_tcp_sndbuf": "65536"})
@@ -753,6 +753,7 @@ class DeployedSetEvaluator:
                  env_factors: dict[int, float] | None = None) -> None:
         self.request, self.factors, self.wrong_data = request, factors, wrong_data
         self.env_factors = env_factors or dict.fromkeys(factors, 1.0)
+        self.env_wrong_data = False  # the recommended environment alone gives wrong data in a validated run
         self.executor = self
         self.calls: list[tuple[dict[str, str], bool]] = []
         self.durations_s: list[float] = []  # the summary lists run durations
@@ -766,7 +767,7 @@ class DeployedSetEvaluator:
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         self.calls.append((dict(env), validate))
         rules = "OMPI_MCA_coll_tuned_dynamic_rules_filename" in env
-        if rules and validate and self.wrong_data:
+        if validate and (self.wrong_data if rules else self.env_wrong_data and SNDBUF in env):
             return Evaluation.failed(FailureKind.INVALID, "data validation failed (1048576 B: 3 wrong)")
         factors = self.factors if rules else self.env_factors if SNDBUF in env else dict.fromkeys(self.factors, 1.0)
         return Evaluation(times_us={size: [100.0 * factors[size] * float(np.exp(self.rng.normal(0, 0.01)))]
@@ -890,11 +891,67 @@ def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_a
         return
     assert "slower in bucket 1MiB-1MiB" in rec["deployed"]["environment_withdrawn"]
     assert rec["decision"] == "keep-defaults" and rec["env"] == {} and rec["gain"] is None
-    assert rec["closest"]["median"] == 0.12  # the withdrawn winner's finalization gain, for the record
+    assert rec["closest"] is None  # not a candidate "nearest to acceptance": it was accepted, then withdrawn
     (note,) = [n for n in rec["evidence"]["notes"] if "withdrawn" in n]
-    assert note.startswith(f"per-size rules ([8, 1048576] B alg4) and the environment ({SNDBUF}=65536) withdrawn, "
-                           "keep the defaults: ")
+    assert note.startswith(f"per-size rules ([8, 1048576] B alg4) and the environment ({SNDBUF}=65536 (finalization: "
+                           "+12.0% median speed-up")  # the withdrawn winner's gain, for the record
+    assert "withdrawn, keep the defaults: " in note
     assert f"export {SNDBUF}" not in env_text and "dynamic_rules_filename" not in env_text
+
+
+def test_the_deployed_check_names_the_rules_effect_where_a_rule_applies_and_an_environment_failing_alone() -> None:
+    """with_deployed_check: the rules' own effect is reported for the buckets a rule covers only (a rule for 1 MiB:
+    not the 64 KiB bucket); a set that passes while the environment alone failed in a round is deployed as
+    measured, with a note; a set refused when the defaults failed in every round loses its rules, not the
+    environment (nothing compared them)."""
+    from test_per_size import result_with
+    from test_tuner_writers import mpi_recommendation
+    from tuners.finalize import DeployedCheck, Holdout
+    from tuners.recommendation import with_deployed_check, with_per_size
+
+    template = mpi_recommendation(nodes=1)
+    buckets = [template.per_size[0].model_copy(update={"bucket": name, "min_bytes": size, "max_bytes": size})
+               for name, size in (("64KiB-64KiB", 65536), ("1MiB-1MiB", 1 << 20))]
+    rec = with_per_size(template.model_copy(update={"scope": make_scope(nodes=1), "per_size": buckets}),
+                        result_with(template.scope.op, "alg4", 4, 1 << 20, 1 << 20))
+    gain = Holdout(0.2, 0.1, 0.3, 6, (1.2,) * 6)
+    both = {"64KiB-64KiB": gain, "1MiB-1MiB": gain}
+    passed = with_deployed_check(rec, DeployedCheck(gain, both, 6, None, "failed in a round (TIMEOUT: hung)", both))
+    assert set(passed.deployed.rules_effect) == {"1MiB-1MiB"}
+    assert passed.per_size_selection is not None and passed.decision == "change"
+    assert passed.evidence.notes[-1] == ("the environment alone in the rounds of the deployed-set check: failed in a "
+                                         "round (TIMEOUT: hung); the deployed set (with the per-size rules) was not: "
+                                         "deployed as measured")
+    assert "the environment alone: failed in a round" in passed.deployed.describe()
+    not_compared = with_deployed_check(rec, DeployedCheck(None, {}, 0, "not compared: the defaults failed in all 6 "
+                                                          "rounds", None))
+    assert not_compared.per_size_selection is None and not_compared.env == rec.env
+
+
+@pytest.mark.parametrize("environment_fails", [False, True])
+def test_a_deployed_set_whose_validated_run_fails_blames_the_environment_only_if_it_fails_alone(
+        tmp_path: Path, environment_fails: bool) -> None:
+    """Through the session: the set (environment + rule file) gives wrong data in its validated run; the
+    environment alone runs validated then too. Only when that fails as well is the environment withdrawn (keep the
+    defaults, in the buckets that chose it too)."""
+    evaluator = DeployedSetEvaluator(REQUEST, {65536: 0.8, 1 << 20: 0.8}, wrong_data=True)
+    if environment_fails:
+        evaluator.env_wrong_data = True
+    session = deployed_set_session(tmp_path, evaluator, {SNDBUF: "65536"})
+    session.outcome.recommendation = session.outcome.recommendation.model_copy(update={"per_size": [
+        b.model_copy(update={"decision": "change", "env": {SNDBUF: "65536"}})
+        for b in session.outcome.recommendation.per_size]})
+    session.per_size()
+    rec = session.outcome.recommendation
+    assert "validated run of the deployed set" in rec.deployed.withdrawn and rec.per_size_selection is None
+    assert [validated for _, validated in evaluator.calls] == [True, True]
+    if not environment_fails:
+        assert rec.decision == "change" and rec.deployed.environment_withdrawn is None
+        return
+    assert "validated run of the environment alone" in rec.deployed.environment_withdrawn
+    assert rec.decision == "keep-defaults" and rec.env == {} and rec.gain is None and rec.closest is None
+    assert all(b.decision == "keep-defaults" and b.env == {} for b in rec.per_size)
+    assert "(finalization: +12.0% median speed-up" in rec.evidence.notes[-1]
 
 
 def test_the_deployed_nccl_set_points_nccl_at_a_tuner_config_of_its_own(tmp_path: Path) -> None:

@@ -217,7 +217,7 @@ def _true_gains(gain: float | str, min_effect: float, n_buckets: int, effect_buc
 
 
 AA_RUNS = Path(__file__).resolve().parents[1] / "results" / "tuning" / "gpu-h200x4" / "aa" / "runs.jsonl"
-NOT_KNOBS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_TESTS_DIR", "NCCL_VERSION")
+NOT_KNOBS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "NCCL_TESTS_DIR", "NCCL_VERSION")
 
 
 @dataclass(frozen=True)

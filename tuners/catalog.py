@@ -516,7 +516,8 @@ class KnobCatalog:
     def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
         """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
         inside their domain, not forbidden and not against a site pin; any other variable a valid name
-        with a whitelisted value or empty (the tuner's read log sets OMPI_MCA_mpi_show_mca_params_file empty)."""
+        with a whitelisted value or empty (the tuner's read log sets OMPI_MCA_mpi_show_mca_params_file and
+        NCCL_DEBUG_FILE empty)."""
         checked = {}
         for name, value in env.items():
             check_env_name(name)

@@ -1034,12 +1034,13 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
 
 
 def _validation_failure(evaluator: Evaluator, env: Mapping[str, str], risky: Sequence[str],
-                        buckets: Sequence[SizeBucket]) -> str | None:
-    """Why a validated run of `env`, which makes the unsafe changes `risky`, does not clear it (None: it
-    does). It must work, validate the data and measure every requested size: data can go wrong at one
-    size only (a protocol is chosen per size), so each size's record must be there and valid."""
+                        buckets: Sequence[SizeBucket], of: str | None = None) -> str | None:
+    """Why a validated run of `env`, which makes the unsafe changes `risky` (or is the setting `of` names),
+    does not clear it (None: it does). It must work, validate the data and measure every requested size: data
+    can go wrong at one size only (a protocol is chosen per size), so each size's record must be there and valid."""
     check = evaluator(env, validate=True)
-    what = f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)"
+    what = (f"validated run of {of}" if of is not None
+            else f"validated re-run ({', '.join(risky)}: may-hang/may-corrupt, changed from the baseline)")
     if not check.ok:
         return f"{what} failed: {check.failure}: {check.reason}"
     if not check.validated:
@@ -1155,8 +1156,9 @@ class DeployedCheck:
     buckets: Mapping[str, Holdout]
     rounds: int  # rounds whose baseline worked
     refused: str | None  # why it may not be deployed: it failed, gave wrong data or is slower in a bucket
-    # The environment alone, measured beside it, refused as well (then the environment, not only the rules, is to
-    # blame): why; None when it passed or was not measured (refused is None, or the environment is the baseline's).
+    # The environment alone, measured beside it: why it would be refused on these rounds (it failed in one, or is
+    # slower in a bucket); None when it would not or was not measured (the environment is the baseline's). With the
+    # set refused too, the environment, not only the rules, is to blame.
     environment_refused: str | None = None
     # The rules' own effect per bucket: the set's speed-up over the environment alone in the same rounds (over the
     # baseline when the environment is the baseline's); near 0 where a rule claimed a gain, the library ignored it.
@@ -1170,11 +1172,13 @@ def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deploy
     beside the baseline: its gain overall and per bucket. Refused when a run fails or gives wrong data, when a
     bucket is slower than the baseline beyond noise (its CI wholly below 0, as in step 4), or when no round
     compared them (the baseline failed in every one). `environment`, the deployed set without its rules (None: the
-    baseline's), runs in the same rounds and is judged alike when the set is refused: whether the rules alone are to
-    blame (finalization measured the environment on other rounds)."""
-    failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets)
+    baseline's), runs in the same rounds and is judged alike (validated too when the set's validated run fails):
+    whether the rules alone are to blame (finalization measured the environment on other rounds). Rounds the
+    baseline failed in blame neither."""
+    failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets, "the deployed set")
     if failed:
-        alone = None if environment is None else _validation_failure(evaluator, environment, ["environment"], buckets)
+        alone = None if environment is None else _validation_failure(evaluator, environment, [], buckets,
+                                                                     "the environment alone")
         return DeployedCheck(None, {}, 0, failed, alone)
     envs = [deployed_env, *([] if environment is None else [environment])]
     rounds, failures, _ = holdout_rounds(evaluator, baseline_env, envs, buckets, thresholds,
@@ -1183,17 +1187,18 @@ def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deploy
     reference = -1 if environment is None else 1
     effect = {b.name: h for b in buckets if (h := holdout_of(rounds, 0, b.name, thresholds.confidence, reference))}
     refused = _deployed_refusal(rounds, failures, 0, buckets, thresholds)
-    alone = _deployed_refusal(rounds, failures, 1, buckets, thresholds) if refused and environment is not None else None
+    if refused is None and not rounds:  # untested rules are not deployed, whatever failed
+        refused = f"not compared: the defaults failed in all {thresholds.holdout_rounds} rounds"
+    alone = None if environment is None else _deployed_refusal(rounds, failures, 1, buckets, thresholds)
     return DeployedCheck(holdout_of(rounds, 0, OVERALL, thresholds.confidence), per_bucket, len(rounds), refused,
                          alone, effect)
 
 
 def _deployed_refusal(rounds: Sequence[Measured], failures: Mapping[int, str], key: int,
                       buckets: Sequence[SizeBucket], thresholds: Thresholds) -> str | None:
-    """Why setting `key` of the deployed-set rounds may not be deployed; None when it may."""
+    """Why setting `key` of the deployed-set rounds failed there (in a round, or slower in a bucket than the
+    baseline); None when it did not."""
     if key in failures:
         return f"failed in a round ({failures[key]})"
-    if not rounds:  # untested settings are not deployed, whatever failed
-        return f"not compared: the defaults failed in all {thresholds.holdout_rounds} rounds"
     slower = _slower_bucket(rounds, -1, key, buckets, thresholds.confidence)
     return None if slower is None else f"slower in bucket {slower}"

@@ -92,8 +92,9 @@ class DeployedGain(_Model):
     overall: HeldOut | None
     buckets: dict[str, HeldOut]
     rounds: int
-    withdrawn: str | None = None  # why the per-size rules were withdrawn (then the environment alone is deployed)
-    # why the environment, measured alone in the same rounds, was withdrawn with them (then the defaults are kept)
+    withdrawn: str | None = None  # why the per-size rules were withdrawn
+    # why the environment, measured alone in the same rounds, would be refused there; with `withdrawn` it went too
+    # (keep the defaults), without it the set was deployed as measured (a note says so)
     environment_withdrawn: str | None = None
     # the buckets a rule covers: the set's speed-up over the environment alone in the same rounds (the rules' own
     # effect; near 0 where the per-size stage found a gain, the library did not apply the rule file)
@@ -108,7 +109,8 @@ class DeployedGain(_Model):
                 + (f"; the rules alone (the set vs the environment alone): {effect}" if effect else "")
                 + ("" if self.withdrawn is None else f"; per-size rules withdrawn: {self.withdrawn}")
                 + ("" if self.environment_withdrawn is None
-                   else f"; the environment alone withdrawn too: {self.environment_withdrawn}"))
+                   else f"; the environment alone{' withdrawn too' if self.withdrawn else ''}: "
+                        f"{self.environment_withdrawn}"))
 
 
 class SizeRangeResult(_Model):
@@ -280,7 +282,8 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
 def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommendation:
     """`rec` with the deployed set's comparison with the defaults; a set refused there loses its per-size rules
     (the environment, measured by finalization, stays), or, when the environment alone measured in the same rounds
-    was refused as well, everything (keep the defaults); a note says why."""
+    failed there as well, everything (keep the defaults, also in the buckets that chose that environment); a note
+    says why."""
     buckets = {name: HeldOut.of(h) for name, h in check.buckets.items()}
     ranges = [] if rec.per_size_selection is None else [r for r in rec.per_size_selection.ranges if r.selection]
     ruled = {b.bucket for b in rec.per_size for r in ranges if r.min_bytes <= b.max_bytes and b.min_bytes <= r.max_bytes}
@@ -290,18 +293,27 @@ def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommenda
                             buckets={name: h for name, h in buckets.items() if h is not None},
                             rules_effect={name: h for name, h in effect.items() if h is not None})
     if check.refused is None or rec.per_size_selection is None:
-        return rec.model_copy(update={"deployed": deployed})
+        notes = rec.evidence.notes
+        if check.environment_refused is not None:
+            notes = [*notes, f"the environment alone in the rounds of the deployed-set check: "
+                             f"{check.environment_refused}; the deployed set (with the per-size rules) was not: "
+                             "deployed as measured"]
+        return rec.model_copy(update={"deployed": deployed,
+                                      "evidence": rec.evidence.model_copy(update={"notes": notes})})
     rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in ranges if r.selection)
     update: dict[str, Any] = {"deployed": deployed, "per_size_selection": None, "plugin_rules": []}
     if check.environment_refused is None:
         note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
                 f"against the site's defaults: {check.refused}")
     else:
-        note = (f"per-size rules ({rules}) and the environment ({_env_text(rec.env)}) withdrawn, keep the defaults: "
-                f"the environment with the rules against the site's defaults: {check.refused}; the environment alone "
-                f"in the same rounds: {check.environment_refused}")
-        update |= {"decision": "keep-defaults", "env": dict(rec.baseline_env), "unset": [], "gain": None,
-                   "closest": rec.gain, "held_out": None}
+        found = "" if rec.gain is None else f" (finalization: {rec.gain.describe()})"
+        note = (f"per-size rules ({rules}) and the environment ({_env_text(rec.env)}{found}) withdrawn, keep the "
+                f"defaults: the environment with the rules against the site's defaults: {check.refused}; the "
+                f"environment alone in the same rounds: {check.environment_refused}")
+        kept = {"decision": "keep-defaults", "env": dict(rec.baseline_env), "gain": None, "closest": None,
+                "held_out": None}
+        update |= {**kept, "unset": [],
+                   "per_size": [b.model_copy(update=kept) if b.env == rec.env else b for b in rec.per_size]}
     notes = [*rec.evidence.notes, note]
     return rec.model_copy(update={**update, "evidence": rec.evidence.model_copy(update={"notes": notes})})
 

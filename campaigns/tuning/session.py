@@ -397,11 +397,13 @@ def deployed_check(setup: TuningSetup, rec: Recommendation, baseline_env: Mappin
     if rules_env is None:
         return rec
     thresholds = setup.spec.finalize.thresholds()
-    environment = None if dict(rec.env) == dict(baseline_env) else rec.env  # beside it: who is to blame if refused
-    settings = 2 if environment is None else 3  # in each round, with the defaults; validated runs: 1 (+1 if refused)
+    effective = setup.catalog.effective_env
+    # beside it in every round (unless the library runs it as the defaults): who is to blame if the set is refused
+    environment = None if effective(rec.env) == effective(baseline_env) else rec.env
+    settings = 2 if environment is None else 3  # per round, the defaults included; + 1 validated run first
     if log is not None:
         log(f"deployed set (environment + per-size rules) vs the defaults: at most "
-            f"{settings - 1 + settings * thresholds.holdout_rounds} runs")
+            f"{1 + settings * thresholds.holdout_rounds} runs")
     check = check_deployed(setup.evaluator, baseline_env, {**rec.env, **rules_env}, setup.buckets, thresholds, seed,
                            environment)
     return with_deployed_check(rec, check)
