@@ -988,3 +988,31 @@ def test_pretune_writes_no_env_file_when_every_trial_failed(tmp_path: Path) -> N
                                 env=allocation(tmp_path, "exit 1"))
     assert code == 1 and f"no trial completed (see the trials' fail_reason); {env_file} not written" in out, out
     assert not env_file.exists() and "wrote " not in out
+
+
+def test_a_tune_s_provenance_names_the_commit_it_started_from(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary's provenance was read when the summary was written: a tune that outlived an update of its checkout
+    named the new commit beside a recommendation whose versions named the old one (a real tune on the local cluster:
+    546a1ca for code of 92d3497). Both now say the commit at the start."""
+    from campaigns import paths
+    from campaigns.tuning import session
+
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("commit", "-q", "--allow-empty", "-m", "start")
+    started = git("rev-parse", "--short", "HEAD")
+    monkeypatch.setattr(paths, "CHECKOUT", repo)
+    session._checkout_at_start.cache_clear()
+    try:
+        assert session._git_commit() == started  # prepare() asks first, for the recommendation's versions
+        git("commit", "-q", "--allow-empty", "-m", "an update while the tune runs")
+        (repo / "edited.py").write_text("")
+        assert session.provenance()["commit"] == started and session.provenance()["changed_files"] == 0
+    finally:
+        session._checkout_at_start.cache_clear()

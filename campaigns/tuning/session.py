@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -186,14 +187,26 @@ def outcome_summary(outcome: RunOutcome) -> str:
             + (f", {outcome.failure}" if outcome.failure else "") + f"; output ends: {output_tail(outcome.output)}")
 
 
-def _git_commit() -> str:
+@functools.cache
+def _checkout_at_start() -> tuple[str, int]:
+    """The checkout's commit and number of changed files when this process first asked (prepare(), at the start):
+    the code it runs. A tune that takes hours can outlive an update of its checkout; read at the end, its summary
+    named the new commit (a real tune on the local cluster recorded 546a1ca for code of 92d3497)."""
+    if paths.CHECKOUT is None:
+        return "unknown", 0
+    git = ["git", "-C", str(paths.CHECKOUT)]
     try:
-        out = "" if paths.CHECKOUT is None else subprocess.run(
-            ["git", "-C", str(paths.CHECKOUT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-            timeout=10, check=False).stdout.strip()
-    except OSError:
-        out = ""
-    return out or "unknown"
+        commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                                check=False).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, timeout=20,
+                                 check=False).stdout.count("\n")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown", 0
+    return commit or "unknown", changed
+
+
+def _git_commit() -> str:
+    return _checkout_at_start()[0]
 
 
 def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = False,
@@ -533,11 +546,9 @@ def provenance() -> dict[str, Any]:
 
     import optuna
 
-    dirty = 0 if paths.CHECKOUT is None else subprocess.run(
-        ["git", "-C", str(paths.CHECKOUT), "status", "--porcelain"], capture_output=True, text=True, timeout=20,
-        check=False).stdout.count("\n")
+    commit, changed = _checkout_at_start()
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
-            "commit": _git_commit(), "changed_files": dirty, "python": platform.python_version(),
+            "commit": commit, "changed_files": changed, "python": platform.python_version(),
             "optuna": optuna.__version__, "command": sys.argv,
             "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
             "slurm": _command_output(["sinfo", "--version"]),
