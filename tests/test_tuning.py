@@ -329,9 +329,14 @@ def test_an_interrupted_reframe_trial_leaves_no_process(tmp_path: Path, catalog:
             time.sleep(0.2)
         os.kill(os.getpid(), signal.SIGINT)
 
-    threading.Thread(target=interrupt_when_measuring, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        executor.run({}, long, False)
+    # Python keeps SIGINT ignored when it starts ignored (a job started with & by a shell without job control)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_when_measuring, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            executor.run({}, long, False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 10
     while processes_under(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -1013,6 +1018,7 @@ def test_a_tune_s_provenance_names_the_commit_it_started_from(tmp_path: Path, mo
         assert session._git_commit() == started  # prepare() asks first, for the recommendation's versions
         git("commit", "-q", "--allow-empty", "-m", "an update while the tune runs")
         (repo / "edited.py").write_text("")
-        assert session.provenance()["commit"] == started and session.provenance()["changed_files"] == 0
+        provenance = session.provenance()
+        assert provenance["commit"] == started and provenance["changed_files"] == 0
     finally:
         session._checkout_at_start.cache_clear()
