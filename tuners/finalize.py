@@ -1175,7 +1175,7 @@ def check_deployed(evaluator: Evaluator, baseline_env: Mapping[str, str], deploy
     baseline's), runs in the same rounds and is judged alike (validated too when the set's validated run fails):
     whether the rules alone are to blame (finalization measured the environment on other rounds). Rounds the
     baseline failed in blame neither."""
-    failed = _validation_failure(evaluator, deployed_env, ["per-size rules"], buckets, "the deployed set")
+    failed = _validation_failure(evaluator, deployed_env, [], buckets, "the deployed set")
     if failed:
         alone = None if environment is None else _validation_failure(evaluator, environment, [], buckets,
                                                                      "the environment alone")
