@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 
 from campaigns.model.records import validate_record
+from tuners.per_size import stops_early
 from fixtures_bench import CommbenchBuild, read_records, run_commbench
 
 COLLECTIVES = ["allreduce", "allgather", "alltoall", "bcast", "reduce_scatter"]
@@ -195,10 +196,50 @@ def test_sweep_openmpi_refuses_without_dynamic_rules(
     (["--op", "pingpong", "--selections", "all"], "pingpong"),
     (["--selections", "Ring"], "Ring"),
     (["--rounds", "0"], "--rounds"),
+    (["--stop-slower", "2"], "--selections"),
+    (["--selections", "all", "--stop-slower", "2", "--stop-after", "2"], "--stop-after"),
 ])
 def test_sweep_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
     done = run_commbench(commbench_builds["mpich"], 1, args)
     assert done.returncode == 2 and named in done.stderr
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_sweep_stop_slower_stops_exactly_what_the_rule_names(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path,
+    mpi: str
+) -> None:
+    """--stop-slower F --stop-after K: a selection that took >= F x own's time in K - 1 or all of the first K rounds
+    runs no more rounds (its record: those K rounds, selection.stopped_after); every other one runs all of them.
+    Checked against the rule (tuners.per_size.stops_early, what the tuner replays) on the records' own round
+    medians. F = 1 stops any selection not faster than own in most judged rounds: some always do, as the library's
+    own choice is seldom beaten everywhere; F = 10^6 stops none."""
+    rounds, after = 6, 3
+    stopped_counts = []
+    for factor in ("1", "1000000"):
+        (tmp_path / factor).mkdir()
+        done, records = sweep_op(commbench_builds[mpi], 2, "allreduce", "all", tmp_path / factor,
+                                 ("--rounds", str(rounds), "--stop-slower", factor, "--stop-after", str(after)))
+        assert done.returncode == 0, done.stderr[-3000:]
+        stopped = 0
+        for size in SIZES:
+            of_size = {r["selection"]["name"]: r for r in records if r["requested_bytes"] == size}
+            own = of_size.pop("own")["round_medians"]
+            assert len(own) == rounds
+            for name, record in of_size.items():
+                record_validator.validate(record)
+                medians, selection = record["round_medians"], record["selection"]
+                if "stopped_after" in selection:
+                    stopped += 1
+                    assert selection["stopped_after"] == after == record["rounds"] == len(medians)
+                    assert record["iters"] == after * ITERS == len(record["samples_us"])
+                    assert selection["reason"].startswith(f"stopped after {after} rounds: ")
+                    assert stops_early(own, medians + own[after:], float(factor), after), (size, name)
+                else:
+                    assert record["rounds"] == rounds == len(medians) and selection["reason"] is None
+                    assert not stops_early(own, medians, float(factor), after), (size, name)
+        stopped_counts.append(stopped)
+    assert stopped_counts[0] > 0 and stopped_counts[1] == 0
 
 
 def test_sweep_without_run_time_switch_measures_own_per_process(

@@ -30,6 +30,7 @@ from tuners.per_size import (
     load_sweep,
     plugin_rows,
     rounds_for,
+    stops_early,
 )
 from tuners.recommend import format_lookup, lookup
 from tuners.recommendation import Recommendation, with_per_size
@@ -40,7 +41,7 @@ from tuners.rule_files import (
     parse_ompi_rules,
     strip_c_comment,
 )
-from tuners.writers import publish
+from tuners.writers import per_size_lines, publish
 
 FINGERPRINT_C = Path(__file__).parent / "data" / "coll_fingerprint.c"
 SIZES = [8, 64, 1024, 65536, 1 << 20]
@@ -117,6 +118,46 @@ def test_nothing_significant_keeps_the_library_choice_and_bad_sweeps_are_refused
         load_sweep([r | {"round_medians": [0.0] * 26} for r in records])
     with pytest.raises(SweepError, match="no selection-sweep records"):
         load_sweep([])
+
+
+def stopped_after(records: list[dict[str, Any]], name: str, size: int, after: int) -> list[dict[str, Any]]:
+    """`records` with `name` at `size` as commbench --stop-slower writes a stopped selection: its first rounds."""
+    return [r | {"round_medians": r["round_medians"][:after],
+                 "selection": r["selection"] | {"stopped_after": after, "reason": f"stopped after {after} rounds"}}
+            if (r["bytes"], r["selection"]["name"]) == (size, name) else r for r in records]
+
+
+def test_a_selection_the_sweep_stopped_early_is_no_candidate_and_pairs_nothing() -> None:
+    """A selection commbench stopped (--stop-slower) has fewer rounds: it is left out of that size's pairing and
+    named as stopped there, not refused as 'different round counts'; at other sizes it is measured as usual, and
+    the selection itself carries no one size's stop."""
+    rounds = rounds_for(len(SIZES), top=3, alpha=0.01)
+    records = sweep_records({"alg4": {s: [1.3] for s in SIZES}, "alg2": {s: [0.4] for s in SIZES}}, rounds)
+    sweep = load_sweep(stopped_after(records, "alg2", 8, 4))
+    assert sweep.stopped == {8: ["alg2"]} and "alg2" not in sweep.rounds[8] and "alg2" in sweep.rounds[64]
+    assert sweep.selections["alg2"].stopped_after is None and sweep.selections["alg2"].reason is None
+    result = decide_per_size(sweep)
+    assert [(d.bytes, d.stopped) for d in result.sizes[:2]] == [(8, ["alg2"]), (64, [])]
+    assert {d.winner for d in result.sizes} == {"alg4"}
+    from test_tuner_writers import mpi_recommendation
+
+    lines = per_size_lines(mpi_recommendation(nodes=1).model_copy(update={"per_size_selection": result}))
+    assert "stopped early by the sweep (at least per_size.stop_slower times" in lines[-1] and "8 B: alg2" in lines[-1]
+    # Before: the stopped selection's short record was a pairing error.
+    with pytest.raises(SweepError, match="different round counts"):
+        load_sweep([r | {"selection": {k: v for k, v in r["selection"].items() if k != "stopped_after"}}
+                    for r in stopped_after(records, "alg2", 8, 4)])
+
+
+@pytest.mark.parametrize(("own", "times", "stops"), [
+    ([10, 10, 10, 10, 10], [20, 20, 20, 20, 1], True),  # 2x in all 4 judged rounds
+    ([10, 900, 10, 10, 10], [20, 20, 20, 20, 1], True),  # a stall of own's in one round does not save it
+    ([10, 900, 900, 10, 10], [20, 20, 20, 20, 1], False),  # below 2x in two of the 4
+    ([10, 10, 10, 10, 10], [19, 30, 30, 30, 1], True),
+    ([10, 10, 10, 10], [20, 20, 20, 20], False),  # a sweep of 4 rounds never gets to the rule
+])
+def test_stops_early_is_commbenchs_rule(own: list[float], times: list[float], stops: bool) -> None:
+    assert stops_early(own, times, 2.0, 4) is stops
 
 
 def test_a_size_without_a_valid_record_is_no_gap_a_rule_spans() -> None:

@@ -722,8 +722,28 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
                       db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
     setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
     result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
-    assert "--check" in (tmp_path / "args").read_text().split()
+    args = (tmp_path / "args").read_text().split()
+    assert "--check" in args and " ".join(args[args.index("--stop-slower"):][:4]) == "--stop-slower 2 --stop-after 4"
     assert [size.candidates for size in result.sizes] == [[], []]
+
+
+def test_the_sweeps_stop_rule_is_checked_and_reaches_commbench() -> None:
+    """per_size.stop_slower / stop_after become commbench's --stop-slower / --stop-after (0: no stopping); a factor
+    below 1 would stop selections faster than the library's choice, and fewer than 3 rounds leave no round for a
+    stall of own's: both refused, naming the setting."""
+    from pydantic import ValidationError
+
+    from campaigns.tuning.spec import PerSizeSpec
+
+    request = BenchRequest(op="allreduce", transport="mpi", sizes=(8,), selection_rounds=32)
+    assert replace(request, stop_slower=1.5, stop_after=6).selection_args() == [
+        "--selections", "all", "--rounds", "32", "--stop-slower", "1.5", "--stop-after", "6"]
+    assert request.selection_args() == ["--selections", "all", "--rounds", "32"]
+    assert (PerSizeSpec().stop_slower, PerSizeSpec().stop_after) == (2.0, 4)
+    with pytest.raises(ValidationError, match=r"stop_slower\n.*0.5 is neither 0 \(off\) nor a factor in \[1, 1e6\]"):
+        PerSizeSpec(stop_slower=0.5)
+    with pytest.raises(ValidationError, match="stop_after"):
+        PerSizeSpec(stop_after=2)
 
 
 def test_a_per_size_sweep_past_its_time_limit_names_the_settings_that_give_it_more(tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ across the selections of one size (they ran interleaved in one process).
    Alternating, not first half / second half, so slow drift hits both halves alike.
 2. Per size, rank the available forced selections by their median per-round speed-up over the
    library's own choice in the selection rounds; the best `top` that are faster there are the
-   candidates of that size (none faster: nothing tested, keep the library's choice).
+   candidates of that size (none faster: nothing tested, keep the library's choice). A selection the
+   sweep stopped early (commbench --stop-slower F --stop-after K: at least F times own's time in K - 1 or
+   all of the first K rounds) is no candidate: it saves the sweep's longest cells, and replayed on the
+   committed sweeps (results/bench/sweep_stop_rule.json) the shipped rule changes no size's candidates.
 3. On the confirmation rounds only, each (size, candidate) is tested with finalize's rule
    (finalize.decide_paired: one-sided exact Wilcoxon on the paired per-round log ratios minus
    log(1 + min_effect), order-statistic CI of the median, ONE Holm correction over every test of every
@@ -174,6 +177,7 @@ class Selection(BaseModel):
     reported: dict[str, int | str] | None = None  # what the library reported it used (last round)
     available: bool = True
     reason: str | None = None
+    stopped_after: int | None = None  # the sweep stopped it after these rounds: far slower than own (--stop-slower)
 
     @property
     def deployable(self) -> bool:
@@ -193,6 +197,7 @@ class Sweep:
     nodes: int
     selections: Mapping[str, Selection]
     rounds: Mapping[int, Mapping[str, tuple[float, ...]]]  # size -> selection name -> per-round medians
+    stopped: Mapping[int, Sequence[str]]  # size -> the selections the sweep stopped early there (no candidates)
 
     @property
     def sizes(self) -> list[int]:
@@ -201,7 +206,9 @@ class Sweep:
 
 def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
     """The sweep in result records (already schema-validated by campaigns.model.records). Every swept size needs
-    the library's own choice and the same number of rounds for all its available selections."""
+    the library's own choice and the same number of rounds for all its available selections, except those the
+    sweep stopped early (commbench --stop-slower: at least that many times slower than own over the first rounds),
+    which are no candidates there."""
     results = [r for r in records if r.get("kind", "result") == "result" and "selection" in r]
     if not results:
         raise SweepError("no selection-sweep records (result records with a 'selection')")
@@ -209,17 +216,24 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
     op, library, ranks, nodes = first["op"], first.get("mpi_library") or "", int(first["ranks"]), int(first["nodes"])
     selections: dict[str, Selection] = {}
     rounds: dict[int, dict[str, tuple[float, ...]]] = {}
+    stopped: dict[int, list[str]] = {}
     for record in results:
         where = f"record op={record.get('op')} bytes={record.get('bytes')}"
         if (record["op"], int(record["ranks"]), int(record["nodes"])) != (op, ranks, nodes):
             raise SweepError(f"{where}: mixes sweeps (expected op={op}, ranks={ranks}, nodes={nodes})")
         selection = Selection.model_validate(record["selection"])
-        known = selections.setdefault(selection.name, selection)
+        # stopped_after and its reason belong to one size, not to the selection
+        known = selections.setdefault(selection.name, selection.model_copy(update={"stopped_after": None,
+                                                                                   "reason": None})
+                                      if selection.stopped_after else selection)
         if (known.mechanism, known.cvar, known.value, known.segsize, known.algorithm, known.protocol,
                 known.channels) != (selection.mechanism, selection.cvar, selection.value, selection.segsize,
                                     selection.algorithm, selection.protocol, selection.channels):
             raise SweepError(f"{where}: selection {selection.name!r} is not the same selection as before")
         if not selection.available or not record.get("valid", True):
+            continue
+        if selection.stopped_after:
+            stopped.setdefault(int(record["bytes"]), []).append(selection.name)
             continue
         medians = tuple(float(t) for t in record.get("round_medians") or ())
         if not medians or min(medians) <= 0 or not all(np.isfinite(medians)):
@@ -235,7 +249,7 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
         lengths = {len(m) for m in by_name.values()}
         if len(lengths) != 1:
             raise SweepError(f"size {size}: selections have different round counts {sorted(lengths)}: not paired")
-    return Sweep(op, library, ranks, nodes, selections, rounds)
+    return Sweep(op, library, ranks, nodes, selections, rounds, stopped)
 
 
 class SizeDecision(BaseModel):
@@ -246,6 +260,7 @@ class SizeDecision(BaseModel):
     bytes: int
     winner: str | None  # a selection name; None = keep the library's choice
     candidates: list[str]  # picked on the selection rounds, tested on the confirmation rounds
+    stopped: list[str] = []  # stopped early by the sweep (far slower than the library's choice): no candidates
     gain: float | None = None  # the winner's (or the closest candidate's) median speed-up, confirmation rounds
     ci_low: float | None = None
     ci_high: float | None = None
@@ -287,6 +302,17 @@ class PerSizeResult(BaseModel):
 def split_rounds(n_rounds: int) -> tuple[list[int], list[int]]:
     """(selection rounds, confirmation rounds): even and odd round indices."""
     return list(range(0, n_rounds, 2)), list(range(1, n_rounds, 2))
+
+
+def stops_early(own: Sequence[float], times: Sequence[float], factor: float, after: int) -> bool:
+    """commbench's --stop-slower rule (bench_src/src/driver.c, stop_slow_selections) on recorded round medians, to
+    replay it on sweeps run without it: in all but at most one of the first `after` rounds the selection took at
+    least `factor` times own's time. A sweep of `after` rounds or fewer never stops (the rule runs before round
+    `after`)."""
+    if len(own) <= after:
+        return False
+    slower = sum(t >= factor * o for o, t in zip(own[:after], times[:after]))
+    return slower >= after - 1
 
 
 def rounds_for(n_sizes: int, top: int, alpha: float) -> int:
@@ -336,6 +362,7 @@ def decide_per_size(
                 bytes=size,
                 winner=winner.candidate.env["selection"] if winner else None,
                 candidates=[c.env["selection"] for c in candidates[str(size)]],
+                stopped=list(sweep.stopped.get(size, ())),
                 gain=None if shown is None else shown.gain,
                 ci_low=None if shown is None else shown.ci_low,
                 ci_high=None if shown is None else shown.ci_high,

@@ -177,6 +177,10 @@ def per_size_lines(rec: Recommendation) -> list[str]:
         else:
             gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
             lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
+    stopped = [f"{size.bytes} B: {', '.join(size.stopped)}" for size in result.sizes if size.stopped]
+    if stopped:
+        lines.append("stopped early by the sweep (at least per_size.stop_slower times the library's choice's time "
+                     "over its first rounds; no candidates): " + "; ".join(stopped))
     return lines
 
 

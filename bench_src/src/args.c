@@ -79,14 +79,15 @@ static int parse_long(const char *text, long lo, long hi, long *out)
     return 0;
 }
 
-static int parse_seconds(const char *text, double *out)
+/* Whole-string number in [lo, hi] (lo excluded when open_lo). */
+static int parse_double(const char *text, double lo, int open_lo, double hi, double *out)
 {
     char *end;
     if (!*text || isspace((unsigned char)*text))
         return -1;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno || *end || !(v > 0.0) || v > CB_MAX_TIMEOUT_S)
+    if (errno || *end || !(open_lo ? v > lo : v >= lo) || !(v <= hi))
         return -1;
     *out = v;
     return 0;
@@ -171,6 +172,8 @@ enum opt_id {
     OPT_ASSUME_GPU_AWARE,
     OPT_SELECTIONS,
     OPT_ROUNDS,
+    OPT_STOP_SLOWER,
+    OPT_STOP_AFTER,
     OPT_LIST_CVARS,
 };
 
@@ -202,6 +205,8 @@ static const struct {
     {"--assume-gpu-aware-mpi", OPT_ASSUME_GPU_AWARE, 0},
     {"--selections", OPT_SELECTIONS, 1},
     {"--rounds", OPT_ROUNDS, 1},
+    {"--stop-slower", OPT_STOP_SLOWER, 1},
+    {"--stop-after", OPT_STOP_AFTER, 1},
     {"--list-cvars", OPT_LIST_CVARS, 2},
 };
 
@@ -217,6 +222,8 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
     a->device = -1;
     a->timeout_s = 300.0;
     a->rounds = 5;
+    a->stop_after = 4;
+    int stop_after_given = 0;
     uint64_t min = 8, max = 4ull << 20, factor = 2;
     int series_given = 0, min_given = 0, max_given = 0;
     size_t used = 0;
@@ -303,7 +310,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
             a->device = (int)v;
             break;
         case OPT_TIMEOUT:
-            if (parse_seconds(value, &a->timeout_s))
+            if (parse_double(value, 0.0, 1, CB_MAX_TIMEOUT_S, &a->timeout_s))
                 return fail(err, errlen, "%s: '%s' is not a number of seconds in (0, %.0f]", name, value,
                             CB_MAX_TIMEOUT_S);
             break;
@@ -335,12 +342,26 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                 return fail(err, errlen, "%s: '%s' is not an integer in [1, %d]", name, value, CB_MAX_ROUNDS);
             a->rounds = (int)v;
             break;
+        case OPT_STOP_SLOWER:
+            if (parse_double(value, 1.0, 0, CB_MAX_STOP_SLOWER, &a->stop_slower))
+                return fail(err, errlen, "%s: '%s' is not a factor in [1, %g]", name, value, CB_MAX_STOP_SLOWER);
+            break;
+        case OPT_STOP_AFTER:
+            if (parse_long(value, 3, CB_MAX_ROUNDS, &v)) /* one round may be below the factor: 3 or more */
+                return fail(err, errlen, "%s: '%s' is not an integer in [3, %d]", name, value, CB_MAX_ROUNDS);
+            a->stop_after = (int)v;
+            stop_after_given = 1;
+            break;
         case OPT_LIST_CVARS:
             a->action = CB_ACT_LIST_CVARS;
             a->list_cvars_prefix = value && *value ? value : NULL;
             break;
         }
     }
+    if (a->stop_slower > 0 && !a->selections)
+        return fail(err, errlen, "--stop-slower applies to a selection sweep: give --selections too");
+    if (stop_after_given && !(a->stop_slower > 0))
+        return fail(err, errlen, "--stop-after needs --stop-slower");
     if (a->nsizes && series_given)
         return fail(err, errlen, "--sizes cannot be combined with --min-bytes/--max-bytes/--step-factor");
     if (!a->nsizes) {

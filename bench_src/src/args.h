@@ -12,6 +12,7 @@
 #define CB_MAX_BATCH 100000
 #define CB_MAX_TIMEOUT_S 604800.0 /* one week */
 #define CB_MAX_ROUNDS 10000
+#define CB_MAX_STOP_SLOWER 1e6
 
 enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST, CB_ACT_LIST_CVARS };
 enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG, CB_INJECT_CRASH };
@@ -38,6 +39,8 @@ struct cb_args {
     const char *selection_names[CB_MAX_NAMES];
     int nselection_names;
     int rounds;                   /* interleaved rounds of a selection sweep */
+    double stop_slower;           /* --stop-slower F: 0 = off; else a selection F x slower than own stops */
+    int stop_after;               /* ... judged over its first --stop-after rounds */
     const char *list_cvars_prefix; /* --list-cvars [PREFIX]; NULL: every variable */
     char name_store[4096]; /* backing store of ops/transports */
 };

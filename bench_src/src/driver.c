@@ -264,6 +264,8 @@ struct sweep_cell {
     int status;             /* CB_OK, or why the candidate dropped out (CB_UNSUPPORTED: refused) */
     struct cb_kv reported[CB_MAX_REPORTED]; /* what the library reported it used in the last round */
     int nreported;
+    int stopped_after;      /* > 0: --stop-slower stopped it after this many rounds */
+    int slower_rounds;      /* rank 0: of them, the rounds it took >= --stop-slower x own's time */
 };
 
 /* Selects sel (NULL: the library's own state again, and the candidates' resources released). */
@@ -331,6 +333,30 @@ static int sweep_agree(struct run *run, const struct cb_op *op, const struct cb_
     return status;
 }
 
+/* --stop-slower: after the first `done` rounds, a selection that took at least F times the library's own
+ * choice's time (same round, so paired) in all of them but at most one runs no further rounds. It could not
+ * become a candidate (those are faster than own), and such cells are what a sweep spends most on (Open MPI's
+ * segmented_ring with 8 KiB segments: 5.7 s a call where own took 56 ms). One round may be below F: a stall
+ * of own's (a 100x round happens on loaded TCP nodes) must not save a selection that is slower in all others.
+ * Rank 0 holds the round medians and decides; every rank learns the verdict. */
+static void stop_slow_selections(struct run *run, struct sweep_cell *cells, int n, int done)
+{
+    int stopped[CB_MAX_SELECTIONS] = {0};
+    for (int s = 1; run->ctx->rank == 0 && !cells[0].status && s < n; s++) {
+        if (cells[s].status)
+            continue;
+        int slower = 0;
+        for (int r = 0; r < done; r++)
+            slower += cells[s].round_medians[r] >= run->args->stop_slower * cells[0].round_medians[r];
+        cells[s].slower_rounds = slower;
+        stopped[s] = slower >= done - 1;
+    }
+    MPI_Bcast(stopped, n, MPI_INT, 0, MPI_COMM_WORLD);
+    for (int s = 1; s < n; s++)
+        if (stopped[s])
+            cells[s].stopped_after = done;
+}
+
 static void sweep_size(struct run *run, const struct cb_exec *exec, const struct cb_op *op, const struct cb_bufs *bufs,
                        const struct cb_selection *sels, int n, const char *process_reason)
 {
@@ -349,9 +375,11 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         cb_errorf("out of memory for %d selections x %d rounds x %d samples", n, rounds, iters);
     if (!all_ok(run, rc, op->name, t->name, exec->plan, exec->inst))
         goto out;
-    for (int r = 0; r < rounds; r++)
+    for (int r = 0; r < rounds; r++) {
+        if (args->stop_slower > 0 && r == args->stop_after)
+            stop_slow_selections(run, cells, n, r);
         for (int s = 0; s < n; s++) {
-            if (cells[s].status)
+            if (cells[s].status || cells[s].stopped_after)
                 continue;
             struct cb_selection_record current = {.sel = &sels[s], .available = 1, .reason = process_reason};
             cb_record_selection(&current); /* a watchdog timeout record names the selection */
@@ -371,6 +399,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             cb_watchdog_step_done();
             cb_record_selection(NULL);
         }
+    }
     for (int s = 0; s < n; s++) {
         if (cells[s].status)
             continue;
@@ -384,12 +413,19 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
         uint64_t total_wrong = 0;
         MPI_Reduce(&cells[s].wrong, &total_wrong, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
         if (root) {
-            struct cb_selection_record rec = {.sel = &sels[s], .available = 1, .reason = process_reason,
-                                              .reported = cells[s].reported, .nreported = cells[s].nreported};
+            char stopped[CB_TEXT_MAX];
+            if (cells[s].stopped_after)
+                snprintf(stopped, sizeof stopped,
+                         "stopped after %d rounds: %d of them took at least %g times the library's own choice's "
+                         "time (--stop-slower)", cells[s].stopped_after, cells[s].slower_rounds, args->stop_slower);
+            struct cb_selection_record rec = {.sel = &sels[s], .available = 1,
+                                              .reason = cells[s].stopped_after ? stopped : process_reason,
+                                              .reported = cells[s].reported, .nreported = cells[s].nreported,
+                                              .stopped_after = cells[s].stopped_after};
             run->saw_wrong |= total_wrong != 0;
             cb_record_selection(&rec);
-            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong, rounds, cells[s].round_medians,
-                 NULL);
+            emit(run, op, t, exec->plan, exec->inst, cells[s].samples, total_wrong,
+                 cells[s].stopped_after ? cells[s].stopped_after : rounds, cells[s].round_medians, NULL);
             cb_record_selection(NULL);
         }
     }

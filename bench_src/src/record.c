@@ -429,6 +429,8 @@ static void selection_json_locked(struct cb_json *j)
         cb_json_end_object(j);
     }
     cb_json_kbool(j, "available", current_selection.available);
+    if (current_selection.stopped_after > 0)
+        cb_json_kint(j, "stopped_after", current_selection.stopped_after);
     cb_json_key(j, "reason");
     if (current_selection.reason)
         cb_json_string(j, current_selection.reason);

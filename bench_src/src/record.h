@@ -28,9 +28,10 @@ struct cb_result {
 struct cb_selection_record {
     const struct cb_selection *sel;
     int available;      /* 0: the library refused the forced choice */
-    const char *reason; /* why unavailable, or why mechanism is "process"; NULL */
+    const char *reason; /* why unavailable, why mechanism is "process", or why stopped early; NULL */
     const struct cb_kv *reported; /* what the library reported it used (the transport's reported) */
     int nreported;
+    int stopped_after; /* > 0: the sweep stopped it after this many rounds (--stop-slower) */
 };
 
 /* Whether an environment variable belongs in a record's "env": tuning prefixes, minus the

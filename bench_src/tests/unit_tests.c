@@ -81,6 +81,15 @@ static void test_args(void)
     CHECK(parse("--selections", "ring,", NULL) == -1 && err_mentions("--selections"));
     CHECK(parse("--op", "a/b", NULL) == -1 && err_mentions("'a/b'")); /* '/' only in selection names */
     CHECK(parse("--rounds", "0", NULL) == -1 && err_mentions("--rounds"));
+    CHECK(parse("--selections", "all", NULL) == 0 && args.stop_slower == 0 && args.stop_after == 4);
+    CHECK(parse("--selections", "all", "--stop-slower", "2", "--stop-after", "6", NULL) == 0);
+    CHECK(args.stop_slower == 2.0 && args.stop_after == 6);
+    CHECK(parse("--selections", "all", "--stop-slower", "0.5", NULL) == -1 && err_mentions("'0.5'"));
+    CHECK(parse("--selections", "all", "--stop-slower", "2x", NULL) == -1 && err_mentions("--stop-slower"));
+    CHECK(parse("--selections", "all", "--stop-slower", "2", "--stop-after", "2", NULL) == -1 &&
+          err_mentions("--stop-after") && err_mentions("[3, "));
+    CHECK(parse("--stop-slower", "2", NULL) == -1 && err_mentions("--selections"));
+    CHECK(parse("--selections", "all", "--stop-after", "3", NULL) == -1 && err_mentions("--stop-slower"));
     CHECK(parse("--list-cvars", NULL) == 0 && args.action == CB_ACT_LIST_CVARS && args.list_cvars_prefix == NULL);
     CHECK(parse("--list-cvars", "coll_tuned_", NULL) == 0 && strcmp(args.list_cvars_prefix, "coll_tuned_") == 0);
     CHECK(parse("--list-cvars=MPIR_CVAR_", NULL) == 0 && strcmp(args.list_cvars_prefix, "MPIR_CVAR_") == 0);

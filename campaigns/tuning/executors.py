@@ -104,10 +104,16 @@ class BenchRequest:
     bench_timeout_s: int = 60  # commbench's watchdog: the longest one step may take
     time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
     selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
+    stop_slower: float = 0  # > 0: the sweep stops a selection this many times slower than own (--stop-slower)
+    stop_after: int = 4  # ... over its first rounds (--stop-after)
     ranks: int | None = None  # the ranks the scope's job has (nodes x tasks per node); None: not checked
 
     def selection_args(self) -> list[str]:
-        return ["--selections", "all", "--rounds", str(self.selection_rounds)] if self.selection_rounds else []
+        if not self.selection_rounds:
+            return []
+        stop = (["--stop-slower", f"{self.stop_slower:g}", "--stop-after", str(self.stop_after)]
+                if self.stop_slower else [])
+        return ["--selections", "all", "--rounds", str(self.selection_rounds), *stop]
 
     def commbench_args(self, validate: bool, output: Path) -> list[str]:
         return ["--op", self.op, "--transport", self.transport, "--sizes", ",".join(map(str, self.sizes)),

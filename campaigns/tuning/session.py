@@ -363,6 +363,7 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
     rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
     # commbench's watchdog step is one size with all its selections and rounds: it gets the whole limit.
     request = dataclasses.replace(setup.evaluator.request, selection_rounds=rounds,
+                                  stop_slower=spec.per_size.stop_slower, stop_after=spec.per_size.stop_after,
                                   time_limit_s=spec.per_size.time_limit_s, bench_timeout_s=spec.per_size.time_limit_s)
     # Validated: a per-size rule forces an algorithm or protocol (may-corrupt, may-hang knobs' territory), so
     # every selection's data is checked. Exit 1 is wrong data in some selections: their records say

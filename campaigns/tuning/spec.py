@@ -50,6 +50,17 @@ class PerSizeSpec(_Model):
     top: int = Field(default=3, ge=1, description="candidates per size, picked on the sweep's even rounds")
     rounds: int = Field(default=0, ge=0, description="sweep rounds; 0: the fewest with which a change is possible")
     time_limit_s: int = Field(default=600, ge=10, description="the sweep run's hard limit")
+    stop_slower: float = Field(default=2.0, description="a selection that took at least this many times the "
+                               "library's own choice's time in all but at most one of its first stop_after rounds "
+                               "runs no further rounds (no candidate); 0: every selection runs every round")
+    stop_after: int = Field(default=4, ge=3, description="the rounds that judge stop_slower")
+
+    @field_validator("stop_slower")
+    @classmethod
+    def _stop_factor(cls, value: float) -> float:
+        if value != 0 and not 1 <= value <= 1e6:
+            raise ValueError(f"{value} is neither 0 (off) nor a factor in [1, 1e6]")
+        return value
 
 
 class TuningSpec(_Model):
