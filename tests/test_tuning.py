@@ -412,6 +412,26 @@ def test_a_study_stopped_by_its_runs_directory_does_not_blame_the_database() -> 
         "stored; run the same command again once that is mended (a trial that was running is queued again).")
 
 
+def test_a_bare_srun_launcher_becomes_the_scopes_srun(tmp_path: Path) -> None:
+    """`launcher: [srun]` for a 3-node scope started 1 rank on 1 node (the run was then refused, below): it becomes
+    the srun of the site's MPI plugin with the scope's nodes and ranks, and the partition's options outside an
+    allocation. A launcher with arguments is used as given."""
+    from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.workers import completed_launcher
+
+    fields = {"site": "localslurm", "system": "localslurm:debug", "library": "openmpi", "op": "allreduce", "nodes": 3,
+              "tasks_per_node": 1, "sizes": ["64K"], "executor": "launcher", "launcher": ["srun"],
+              "db": f"sqlite:///{tmp_path / 'study.db'}"}
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump(fields))
+    code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": ""})
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
+    code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": "7"})
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1\n" in out, out
+    given = TuningSpec.model_validate(fields | {"launcher": ["srun", "-N", "3"]})
+    assert completed_launcher(given, False) == given
+
+
 def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_path: Path) -> None:
     """A 2-rank scope launched with `mpirun -np 1` (or `srun` alone for a 3-node scope: 1 rank on 1 node,
     seen on the local cluster) measured another job in every trial and finalization round, and published it

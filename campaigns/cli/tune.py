@@ -250,7 +250,8 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
             f"knob files: {', '.join(knob_files) or 'none'}",
             f"sizes: {', '.join(format_bytes(size) for size in spec.sizes)}; budget: "
             + ", ".join(part for part in (f"{spec.trials} trials" if spec.trials else "",
-                                          f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part)]
+                                          f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part),
+            *([f"launcher: {shlex.join(spec.launcher)}"] if spec.executor == "launcher" and spec.launcher else [])]
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
@@ -313,7 +314,7 @@ def register(app: typer.Typer) -> None:
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
         from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner, prepare,
                                               study_name)
-        from campaigns.tuning.workers import submit_workers, wait_for_jobs, worker_spec
+        from campaigns.tuning.workers import completed_launcher, submit_workers, wait_for_jobs, worker_spec
         from tuners.study import study_progress
 
         console, errors = make_console(), make_console(stderr=True)
@@ -331,6 +332,7 @@ def register(app: typer.Typer) -> None:
                     update={"enabled": finalize})})
             if no_publish:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
+            spec_obj = completed_launcher(spec_obj, inside_allocation=bool(os.environ.get("SLURM_JOB_ID")))
             check_outputs({"--summary": summary},
                           {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir})
             if workers and spec_obj.storage_url().startswith("sqlite"):

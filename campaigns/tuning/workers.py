@@ -27,6 +27,16 @@ def slurm_launcher(spec: TuningSpec, inside_allocation: bool) -> list[str]:
     return cmd if inside_allocation else [*cmd, *partition.access]
 
 
+def completed_launcher(spec: TuningSpec, inside_allocation: bool) -> TuningSpec:
+    """`launcher: [srun]` alone starts one task on one node outside an allocation (a 3-node scope measured 1 rank
+    on the local cluster), so for a site with a site.yaml it becomes the srun slurm_launcher builds for the scope
+    (the site's MPI plugin, -N nodes -n ranks, the partition's access options outside an allocation). Any other
+    launcher, or one for a site of knob files only, is used as given."""
+    if spec.executor != "launcher" or spec.launcher != ["srun"] or site_partition(spec) is None:
+        return spec
+    return spec.model_copy(update={"launcher": slurm_launcher(spec, inside_allocation)})
+
+
 def worker_spec(spec: TuningSpec) -> TuningSpec:
     """The spec a Slurm worker runs: launcher executor with srun in its own allocation, no finalization."""
     return spec.model_copy(update={"executor": "launcher", "launcher": slurm_launcher(spec, True),
