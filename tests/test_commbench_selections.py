@@ -209,12 +209,13 @@ def test_sweep_stop_slower_stops_exactly_what_the_rule_names(
     commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path,
     mpi: str
 ) -> None:
-    """--stop-slower F --stop-after K: a selection that took >= F x own's time in K - 1 or all of the first K rounds
-    runs no more rounds (its record: those K rounds, selection.stopped_after); every other one runs all of them.
+    """--stop-slower F --stop-after K: a selection that took >= F x own's time in K - 1 or all of the even-indexed
+    rounds 0, 2, ..., 2K-2 runs no more rounds (its record: rounds 0 .. 2K-2, selection.stopped_after 2K-1); every
+    other one runs all of them.
     Checked against the rule (tuners.per_size.stops_early, what the tuner replays) on the records' own round
     medians. F = 1 stops any selection not faster than own in most judged rounds: some always do, as the library's
     own choice is seldom beaten everywhere; F = 10^6 stops none."""
-    rounds, after = 6, 3
+    rounds, after = 8, 3
     stopped_counts = []
     for factor in ("1", "1000000"):
         (tmp_path / factor).mkdir()
@@ -231,10 +232,10 @@ def test_sweep_stop_slower_stops_exactly_what_the_rule_names(
                 medians, selection = record["round_medians"], record["selection"]
                 if "stopped_after" in selection:
                     stopped += 1
-                    assert selection["stopped_after"] == after == record["rounds"] == len(medians)
-                    assert record["iters"] == after * ITERS == len(record["samples_us"])
-                    assert selection["reason"].startswith(f"stopped after {after} rounds: ")
-                    assert stops_early(own, medians + own[after:], float(factor), after), (size, name)
+                    assert selection["stopped_after"] == 2 * after - 1 == record["rounds"] == len(medians)
+                    assert record["iters"] == (2 * after - 1) * ITERS == len(record["samples_us"])
+                    assert selection["reason"].startswith(f"stopped after {2 * after - 1} rounds: ")
+                    assert stops_early(own, medians + own[len(medians):], float(factor), after), (size, name)
                 else:
                     assert record["rounds"] == rounds == len(medians) and selection["reason"] is None
                     assert not stops_early(own, medians, float(factor), after), (size, name)

@@ -141,8 +141,10 @@ def test_a_selection_the_sweep_stopped_early_is_no_candidate_and_pairs_nothing()
     assert {d.winner for d in result.sizes} == {"alg4"}
     from test_tuner_writers import mpi_recommendation
 
+    result = result.model_copy(update={"stop_slower": 2.0, "stop_after": 4})
     lines = per_size_lines(mpi_recommendation(nodes=1).model_copy(update={"per_size_selection": result}))
-    assert "stopped early by the sweep (at least per_size.stop_slower times" in lines[-1] and "8 B: alg2" in lines[-1]
+    assert ("stopped early by the sweep (at least 2x the library's choice's time in 3 or all of the selection rounds "
+            "0, 2, ..., 6; no candidates): 8 B: alg2") in lines[-1]
     # Before: the stopped selection's short record was a pairing error.
     with pytest.raises(SweepError, match="different round counts"):
         load_sweep([r | {"selection": {k: v for k, v in r["selection"].items() if k != "stopped_after"}}
@@ -150,11 +152,12 @@ def test_a_selection_the_sweep_stopped_early_is_no_candidate_and_pairs_nothing()
 
 
 @pytest.mark.parametrize(("own", "times", "stops"), [
-    ([10, 10, 10, 10, 10], [20, 20, 20, 20, 1], True),  # 2x in all 4 judged rounds
-    ([10, 900, 10, 10, 10], [20, 20, 20, 20, 1], True),  # a stall of own's in one round does not save it
-    ([10, 900, 900, 10, 10], [20, 20, 20, 20, 1], False),  # below 2x in two of the 4
-    ([10, 10, 10, 10, 10], [19, 30, 30, 30, 1], True),
-    ([10, 10, 10, 10], [20, 20, 20, 20], False),  # a sweep of 4 rounds never gets to the rule
+    ([10] * 8, [20] * 7 + [1], True),  # 2x in all 4 judged rounds 0, 2, 4, 6
+    ([10, 10, 900] + [10] * 5, [20] * 8, True),  # a stall of own's in one judged round does not save it
+    ([10, 10, 900, 10, 900] + [10] * 3, [20] * 8, False),  # below 2x in two of the 4
+    ([10] * 8, [20, 1, 20, 1, 20, 1, 20, 1], True),  # the odd rounds, which confirm, play no part
+    ([10] * 8, [1, 20, 1, 20, 19, 20, 20, 20], False),
+    ([10] * 7, [20] * 7, False),  # a sweep of 7 rounds never gets to the rule
 ])
 def test_stops_early_is_commbenchs_rule(own: list[float], times: list[float], stops: bool) -> None:
     assert stops_early(own, times, 2.0, 4) is stops

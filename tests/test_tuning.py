@@ -428,14 +428,18 @@ def test_a_bare_srun_launcher_becomes_the_scopes_srun(tmp_path: Path) -> None:
     assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
     code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": "7"})
     assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1\n" in out, out
+    # With the library's version given the dry run describes the study (no probe run): the launcher too.
+    spec.write_text(yaml.safe_dump(fields | {"library_version": "4.1.4"}))
+    code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": ""})
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
     given = TuningSpec.model_validate(fields | {"launcher": ["srun", "-N", "3"]})
     assert completed_launcher(given, False) == given
 
 
 def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_path: Path) -> None:
-    """A 2-rank scope launched with `mpirun -np 1` (or `srun` alone for a 3-node scope: 1 rank on 1 node,
-    seen on the local cluster) measured another job in every trial and finalization round, and published it
-    under the scope; the first run now stops the tune, naming the remedy."""
+    """A 2-rank scope launched with `mpirun -np 1` (or, before completed_launcher, `srun` alone for a 3-node scope:
+    1 rank on 1 node, seen on the local cluster) measured another job in every trial and finalization round, and
+    published it under the scope; the first run now stops the tune, naming the remedy."""
     spec = tmp_path / "tune.yaml"
     spec.write_text(yaml.safe_dump({
         "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce", "nodes": 1,
@@ -743,7 +747,7 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
     setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
     result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
     args = (tmp_path / "args").read_text().split()
-    assert "--check" in args and " ".join(args[args.index("--stop-slower"):][:4]) == "--stop-slower 2 --stop-after 4"
+    assert "--check" in args and " ".join(args[args.index("--stop-slower"):][:4]) == "--stop-slower 2.0 --stop-after 4"
     assert [size.candidates for size in result.sizes] == [[], []]
 
 
@@ -758,6 +762,7 @@ def test_the_sweeps_stop_rule_is_checked_and_reaches_commbench() -> None:
     request = BenchRequest(op="allreduce", transport="mpi", sizes=(8,), selection_rounds=32)
     assert replace(request, stop_slower=1.5, stop_after=6).selection_args() == [
         "--selections", "all", "--rounds", "32", "--stop-slower", "1.5", "--stop-after", "6"]
+    assert replace(request, stop_slower=2.0000001).selection_args()[5] == "2.0000001"  # not rounded to 2
     assert request.selection_args() == ["--selections", "all", "--rounds", "32"]
     assert (PerSizeSpec().stop_slower, PerSizeSpec().stop_after) == (2.0, 4)
     with pytest.raises(ValidationError, match=r"stop_slower\n.*0.5 is neither 0 \(off\) nor a factor in \[1, 1e6\]"):

@@ -78,6 +78,21 @@ def test_gpu_demo_script_plumbing_on_cpu(tmp_path: Path) -> None:
     assert probe["library_version"] and probe["not_reported"] == []
 
 
+@pytest.mark.parametrize("config_file", ["gpu-demo.yaml", "gpu-socket-x2.yaml", "gpu-demo-cpu.yaml"])
+def test_every_phase_of_the_tool_configs_fits_its_sites_partition(tmp_path: Path, config_file: str) -> None:
+    """A tune checks its scope against the site's partition (nodes, GPUs per node) since d8a432a; the socket-path
+    phases asked for 2 nodes of the one-host h200 site and every GPU run of them stopped there (the sampler
+    benchmark's socket grid on 2x H200, 2026-11-27). Each phase's spec passes the check tune makes."""
+    import yaml
+
+    from campaigns.tools.tuning_demo import Context, DemoConfig
+    from campaigns.tuning.spec import check_partition_size
+
+    config = DemoConfig.model_validate(yaml.safe_load((REPO / "tools/tuning" / config_file).read_text()))
+    for name, phase in config.phases.items():
+        check_partition_size(Context(config, name, phase, tmp_path, 0.0).spec())
+
+
 def test_gpu_demo_config_builds_every_phase_with_multicast_pinned_off(tmp_path: Path) -> None:
     """What can be checked of the GPU run here: every phase of gpu-demo.yaml gives a valid spec and search
     space on the h200 site, NCCL_NVLS_ENABLE is never searched and is 0 in every trial's environment."""

@@ -10,8 +10,9 @@ across the selections of one size (they ran interleaved in one process).
    library's own choice in the selection rounds; the best `top` that are faster there are the
    candidates of that size (none faster: nothing tested, keep the library's choice). A selection the
    sweep stopped early (commbench --stop-slower F --stop-after K: at least F times own's time in K - 1 or
-   all of the first K rounds) is no candidate: it saves the sweep's longest cells, and replayed on the
-   committed sweeps (results/bench/sweep_stop_rule.json) the shipped rule changes no size's candidates.
+   all of the selection rounds 0, 2, ..., 2K-2; the confirmation rounds play no part) is no candidate: it
+   saves the sweep's costliest cells, and replayed on the committed sweeps (results/bench/sweep_stop_rule.json)
+   the shipped rule changes no size's candidates.
 3. On the confirmation rounds only, each (size, candidate) is tested with finalize's rule
    (finalize.decide_paired: one-sided exact Wilcoxon on the paired per-round log ratios minus
    log(1 + min_effect), order-statistic CI of the median, ONE Holm correction over every test of every
@@ -293,6 +294,8 @@ class PerSizeResult(BaseModel):
     test: str
     sizes: list[SizeDecision]
     ranges: list[SizeRange]
+    stop_slower: float = 0  # the sweep's stop rule (commbench --stop-slower F --stop-after K); 0: none
+    stop_after: int = 0
 
     def at(self, size: int) -> SizeRange | None:
         """The range holding `size` (None: outside every range, the library decides)."""
@@ -306,12 +309,12 @@ def split_rounds(n_rounds: int) -> tuple[list[int], list[int]]:
 
 def stops_early(own: Sequence[float], times: Sequence[float], factor: float, after: int) -> bool:
     """commbench's --stop-slower rule (bench_src/src/driver.c, stop_slow_selections) on recorded round medians, to
-    replay it on sweeps run without it: in all but at most one of the first `after` rounds the selection took at
-    least `factor` times own's time. A sweep of `after` rounds or fewer never stops (the rule runs before round
-    `after`)."""
-    if len(own) <= after:
+    replay it on sweeps run without it: in all but at most one of the even-indexed rounds 0, 2, ..., 2 x after - 2
+    the selection took at least `factor` times own's time. It runs once those rounds are done, before round
+    2 x after - 1: a sweep with fewer rounds than 2 x after never stops."""
+    if len(own) < 2 * after:
         return False
-    slower = sum(t >= factor * o for o, t in zip(own[:after], times[:after]))
+    slower = sum(times[r] >= factor * own[r] for r in range(0, 2 * after, 2))
     return slower >= after - 1
 
 

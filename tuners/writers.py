@@ -179,8 +179,9 @@ def per_size_lines(rec: Recommendation) -> list[str]:
             lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
     stopped = [f"{size.bytes} B: {', '.join(size.stopped)}" for size in result.sizes if size.stopped]
     if stopped:
-        lines.append("stopped early by the sweep (at least per_size.stop_slower times the library's choice's time "
-                     "over its first rounds; no candidates): " + "; ".join(stopped))
+        lines.append(f"stopped early by the sweep (at least {result.stop_slower:g}x the library's choice's time in "
+                     f"{result.stop_after - 1} or all of the selection rounds 0, 2, ..., {2 * result.stop_after - 2}; "
+                     "no candidates): " + "; ".join(stopped))
     return lines
 
 

@@ -347,8 +347,8 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                 return fail(err, errlen, "%s: '%s' is not a factor in [1, %g]", name, value, CB_MAX_STOP_SLOWER);
             break;
         case OPT_STOP_AFTER:
-            if (parse_long(value, 3, CB_MAX_ROUNDS, &v)) /* one round may be below the factor: 3 or more */
-                return fail(err, errlen, "%s: '%s' is not an integer in [3, %d]", name, value, CB_MAX_ROUNDS);
+            if (parse_long(value, 3, CB_MAX_ROUNDS / 2, &v)) /* one judged round may be below F: 3 or more */
+                return fail(err, errlen, "%s: '%s' is not an integer in [3, %d]", name, value, CB_MAX_ROUNDS / 2);
             a->stop_after = (int)v;
             stop_after_given = 1;
             break;

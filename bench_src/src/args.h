@@ -40,7 +40,7 @@ struct cb_args {
     int nselection_names;
     int rounds;                   /* interleaved rounds of a selection sweep */
     double stop_slower;           /* --stop-slower F: 0 = off; else a selection F x slower than own stops */
-    int stop_after;               /* ... judged over its first --stop-after rounds */
+    int stop_after;               /* ... judged on the even rounds 0, 2, ..., 2 x stop_after - 2 */
     const char *list_cvars_prefix; /* --list-cvars [PREFIX]; NULL: every variable */
     char name_store[4096]; /* backing store of ops/transports */
 };

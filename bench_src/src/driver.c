@@ -265,7 +265,7 @@ struct sweep_cell {
     struct cb_kv reported[CB_MAX_REPORTED]; /* what the library reported it used in the last round */
     int nreported;
     int stopped_after;      /* > 0: --stop-slower stopped it after this many rounds */
-    int slower_rounds;      /* rank 0: of them, the rounds it took >= --stop-slower x own's time */
+    int slower_rounds;      /* rank 0: its judged (even) rounds that took >= --stop-slower x own's time */
 };
 
 /* Selects sel (NULL: the library's own state again, and the candidates' resources released). */
@@ -333,23 +333,25 @@ static int sweep_agree(struct run *run, const struct cb_op *op, const struct cb_
     return status;
 }
 
-/* --stop-slower: after the first `done` rounds, a selection that took at least F times the library's own
- * choice's time (same round, so paired) in all of them but at most one runs no further rounds. It could not
- * become a candidate (those are faster than own), and such cells are what a sweep spends most on (Open MPI's
- * segmented_ring with 8 KiB segments: 5.7 s a call where own took 56 ms). One round may be below F: a stall
- * of own's (a 100x round happens on loaded TCP nodes) must not save a selection that is slower in all others.
- * Rank 0 holds the round medians and decides; every rank learns the verdict. */
+/* --stop-slower F --stop-after K: once rounds 0 .. 2K-2 are done, a selection that took at least F times the
+ * library's own choice's time (same round, so paired) in all but at most one of the K even-indexed rounds
+ * 0, 2, ..., 2K-2 runs no further rounds. Only even rounds judge: a per-size stage picks its candidates on
+ * them and confirms on the odd ones, which must play no part in which selections remain. One of the K may be
+ * below F: a stall of own's (a 100x round happens on loaded TCP nodes) must not save a selection slower in
+ * all others. Such selections are the sweep's costliest cells (Open MPI's segmented_ring with 8 KiB segments:
+ * 5.7 s a call where own took 56 ms). Rank 0 holds the round medians and decides; every rank learns the verdict. */
 static void stop_slow_selections(struct run *run, struct sweep_cell *cells, int n, int done)
 {
     int stopped[CB_MAX_SELECTIONS] = {0};
+    int judged = run->args->stop_after;
     for (int s = 1; run->ctx->rank == 0 && !cells[0].status && s < n; s++) {
         if (cells[s].status)
             continue;
         int slower = 0;
-        for (int r = 0; r < done; r++)
+        for (int r = 0; r < 2 * judged; r += 2)
             slower += cells[s].round_medians[r] >= run->args->stop_slower * cells[0].round_medians[r];
         cells[s].slower_rounds = slower;
-        stopped[s] = slower >= done - 1;
+        stopped[s] = slower >= judged - 1;
     }
     MPI_Bcast(stopped, n, MPI_INT, 0, MPI_COMM_WORLD);
     for (int s = 1; s < n; s++)
@@ -376,7 +378,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
     if (!all_ok(run, rc, op->name, t->name, exec->plan, exec->inst))
         goto out;
     for (int r = 0; r < rounds; r++) {
-        if (args->stop_slower > 0 && r == args->stop_after)
+        if (args->stop_slower > 0 && r == 2 * args->stop_after - 1) /* rounds 0 .. 2K-2 done */
             stop_slow_selections(run, cells, n, r);
         for (int s = 0; s < n; s++) {
             if (cells[s].status || cells[s].stopped_after)
@@ -416,8 +418,10 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             char stopped[CB_TEXT_MAX];
             if (cells[s].stopped_after)
                 snprintf(stopped, sizeof stopped,
-                         "stopped after %d rounds: %d of them took at least %g times the library's own choice's "
-                         "time (--stop-slower)", cells[s].stopped_after, cells[s].slower_rounds, args->stop_slower);
+                         "stopped after %d rounds: in %d of the even-indexed rounds 0 .. %d it took at least %g "
+                         "times the library's own choice's time (--stop-slower %g --stop-after %d)",
+                         cells[s].stopped_after, cells[s].slower_rounds, 2 * args->stop_after - 2, args->stop_slower,
+                         args->stop_slower, args->stop_after);
             struct cb_selection_record rec = {.sel = &sels[s], .available = 1,
                                               .reason = cells[s].stopped_after ? stopped : process_reason,
                                               .reported = cells[s].reported, .nreported = cells[s].nreported,

@@ -227,6 +227,11 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
             raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
 
 
+def launcher_lines(spec: TuningSpec) -> list[str]:
+    """The launcher executor's command before commbench, as it runs (a bare srun completed)."""
+    return [f"launcher: {shlex.join(spec.launcher)}"] if spec.executor == "launcher" and spec.launcher else []
+
+
 def describe(setup: TuningSetup) -> list[str]:
     space = ", ".join(setup.space.knob_names)
     return [f"scope: {setup.scope.describe()}",
@@ -234,7 +239,8 @@ def describe(setup: TuningSetup) -> list[str]:
             f"knobs searched: {space}",
             f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
             "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
-            f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}"]
+            f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}",
+            *launcher_lines(setup.spec)]
 
 
 def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
@@ -251,7 +257,7 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
             f"sizes: {', '.join(format_bytes(size) for size in spec.sizes)}; budget: "
             + ", ".join(part for part in (f"{spec.trials} trials" if spec.trials else "",
                                           f"{spec.budget_s:.0f} s" if spec.budget_s else "") if part),
-            *([f"launcher: {shlex.join(spec.launcher)}"] if spec.executor == "launcher" and spec.launcher else [])]
+            *launcher_lines(spec)]
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:

@@ -111,7 +111,7 @@ class BenchRequest:
     def selection_args(self) -> list[str]:
         if not self.selection_rounds:
             return []
-        stop = (["--stop-slower", f"{self.stop_slower:g}", "--stop-after", str(self.stop_after)]
+        stop = (["--stop-slower", repr(float(self.stop_slower)), "--stop-after", str(self.stop_after)]
                 if self.stop_slower else [])
         return ["--selections", "all", "--rounds", str(self.selection_rounds), *stop]
 

@@ -374,7 +374,8 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
                   f"per_size.time_limit_s more than {spec.per_size.time_limit_s} s, or fewer per_size.rounds)"
                   if outcome.timed_out else "")
         raise EvaluationAborted(f"the per-size sweep failed{remedy}: {outcome_summary(outcome)}")
-    return decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+    result = decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+    return result.model_copy(update={"stop_slower": request.stop_slower, "stop_after": request.stop_after})
 
 
 def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | None:

@@ -51,9 +51,11 @@ class PerSizeSpec(_Model):
     rounds: int = Field(default=0, ge=0, description="sweep rounds; 0: the fewest with which a change is possible")
     time_limit_s: int = Field(default=600, ge=10, description="the sweep run's hard limit")
     stop_slower: float = Field(default=2.0, description="a selection that took at least this many times the "
-                               "library's own choice's time in all but at most one of its first stop_after rounds "
-                               "runs no further rounds (no candidate); 0: every selection runs every round")
-    stop_after: int = Field(default=4, ge=3, description="the rounds that judge stop_slower")
+                               "library's own choice's time in all but at most one of the sweep's first stop_after "
+                               "even-indexed (selection) rounds runs no further rounds (no candidate); 0: every "
+                               "selection runs every round")
+    stop_after: int = Field(default=4, ge=3, le=5000, description="the even rounds that judge stop_slower (0, 2, ..., "
+                            "2 x stop_after - 2); a sweep of fewer than 2 x stop_after rounds stops nothing")
 
     @field_validator("stop_slower")
     @classmethod

@@ -2,15 +2,16 @@
 which ran every selection every round: what it would have stopped, what that saves, and whether any per-size
 decision changes.
 
-    .venv/bin/python tests/bench/bench_sweep_stop_rule.py [--rules 2:4,1.5:2,...] [--top 3]
+    .venv/bin/python tests/bench/bench_sweep_stop_rule.py [--rules 2:4,1.5:4,3:4,2:3,2:6] [--top 3]
         [--output results/bench/sweep_stop_rule.json]
 
 Per committed sweep file (SWEEPS) and op: `tuners.per_size.stops_early` on the recorded round medians (the rule
 as commbench runs it), then `decide_per_size` on the whole sweep and on the sweep without the stopped selections
 (the default finalize thresholds, `--top` candidates per size). A decision changed = a size whose candidates or
-winner differ. Saved = the stopped selections' timed samples after round K (round median x samples per round x
-batch), against the whole sweep's timed samples (warm-up, checks and barriers, which stopping saves too, are not
-counted). The shipped rule (PerSizeSpec.stop_slower / stop_after) must change no decision here.
+winner differ. Saved = the stopped selections' timed time in the rounds after round 2K-2 (round median x samples
+per round x batch), against the whole sweep's timed time (warm-up, checks and barriers, which stopping saves too,
+are not counted). The shipped rule (PerSizeSpec.stop_slower / stop_after, the first of --rules) must change no
+decision here.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def replay(records: list[dict[str, Any]], factor: float, after: int, top: int) -
     changed = [{"bytes": a.bytes, "candidates": [a.candidates, b.candidates], "winner": [a.winner, b.winner]}
                for a, b in zip(full.sizes, cut.sizes) if (a.candidates, a.winner) != (b.candidates, b.winner)]
     total = sum(timed_us(r, slice(None)) for key, r in results.items() if key[0] in sweep.rounds)
-    saved = sum(timed_us(results[(size, name)], slice(after, None)) for size, names in stopped.items() for name in names)
+    saved = sum(timed_us(results[(size, name)], slice(2 * after - 1, None))
+                for size, names in stopped.items() for name in names)
     return {"selections": sum(len(by_name) - 1 for by_name in sweep.rounds.values()),
             "stopped": sum(map(len, stopped.values())),
             "stopped_by_size": {str(size): names for size, names in stopped.items()},
@@ -68,7 +70,7 @@ def replay(records: list[dict[str, Any]], factor: float, after: int, top: int) -
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rules", default="2:4,1.5:2,1.5:4,2:2,3:4",
+    parser.add_argument("--rules", default="2:4,1.5:4,3:4,2:3,2:6",
                         help="FACTOR:ROUNDS pairs; the first is the shipped rule")
     parser.add_argument("--top", type=int, default=3)
     parser.add_argument("--output", type=Path, default=REPO / "results/bench/sweep_stop_rule.json")
