@@ -148,6 +148,9 @@ SCENARIOS: dict[str, Scenario] = {
     "h200x2-socket-grid-fourth": Scenario("h200x2_socket_grid_fourth", held_out=_RULE),
     # a fifth time, on a 2x H200 machine lent 2026-11-26 15:15 (asked for 2x H100, given 2x H200)
     "h200x2-socket-grid-fifth": Scenario("h200x2_socket_grid_fifth", held_out=_RULE),
+    # a sixth time, on a 2x H200 machine lent 2026-11-27 11:30 (asked for 2x H100, given 2x H200): the scope as one
+    # host of 2 GPUs (the tool config's 2 nodes of the one-node h200 site were refused since d8a432a), 324 launches
+    "h200x2-socket-grid-sixth": Scenario("h200x2_socket_grid_sixth", held_out=_RULE),
     # demo2's planted site (site_configs/knobs/planted/nccl-ctas2-ll.yaml) on the full grid
     "h200x4-nvlink-grid-planted": Scenario("h200x4_nvlink_grid", {"NCCL_MAX_CTAS": "2", "NCCL_PROTO": "LL"},
                                            held_out=_ROUNDS),
