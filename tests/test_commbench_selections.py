@@ -198,6 +198,7 @@ def test_sweep_openmpi_refuses_without_dynamic_rules(
     (["--rounds", "0"], "--rounds"),
     (["--stop-slower", "2"], "--selections"),
     (["--selections", "all", "--stop-slower", "2", "--stop-after", "2"], "--stop-after"),
+    (["--selections", "all", "--rounds", "7", "--stop-slower", "2"], "give --rounds >= 8 (now 7)"),
 ])
 def test_sweep_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
     done = run_commbench(commbench_builds["mpich"], 1, args)

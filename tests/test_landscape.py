@@ -194,7 +194,7 @@ def test_spellings_of_one_configuration_are_one_point_with_all_their_launches(tm
 
 @pytest.mark.parametrize("scenario", ["h200x2-socket-grid", "h200x2-socket-grid-remeasured", "h200x4-socket-demo3-grid",
                                       "h200x2-socket-grid-third", "h200x2-socket-grid-fourth",
-                                      "h200x2-socket-grid-fifth"])
+                                      "h200x2-socket-grid-fifth", "h200x2-socket-grid-sixth"])
 def test_the_measured_launches_agree_with_the_catalog_s_one_configuration_rule(scenario: str) -> None:
     """Two launches of two spellings the catalog calls one configuration differ as much as two launches of one measured
     setting (median |ln ratio| 0.09-0.12 on these grids), while under the rule the catalog had before (unset socket

@@ -121,7 +121,8 @@ def test_nothing_significant_keeps_the_library_choice_and_bad_sweeps_are_refused
 
 
 def stopped_after(records: list[dict[str, Any]], name: str, size: int, after: int) -> list[dict[str, Any]]:
-    """`records` with `name` at `size` as commbench --stop-slower writes a stopped selection: its first rounds."""
+    """`records` with `name` at `size` as commbench --stop-slower writes a stopped selection: its first `after`
+    rounds (2K-1 for --stop-after K)."""
     return [r | {"round_medians": r["round_medians"][:after],
                  "selection": r["selection"] | {"stopped_after": after, "reason": f"stopped after {after} rounds"}}
             if (r["bytes"], r["selection"]["name"]) == (size, name) else r for r in records]
@@ -133,7 +134,7 @@ def test_a_selection_the_sweep_stopped_early_is_no_candidate_and_pairs_nothing()
     the selection itself carries no one size's stop."""
     rounds = rounds_for(len(SIZES), top=3, alpha=0.01)
     records = sweep_records({"alg4": {s: [1.3] for s in SIZES}, "alg2": {s: [0.4] for s in SIZES}}, rounds)
-    sweep = load_sweep(stopped_after(records, "alg2", 8, 4))
+    sweep = load_sweep(stopped_after(records, "alg2", 8, 7))
     assert sweep.stopped == {8: ["alg2"]} and "alg2" not in sweep.rounds[8] and "alg2" in sweep.rounds[64]
     assert sweep.selections["alg2"].stopped_after is None and sweep.selections["alg2"].reason is None
     result = decide_per_size(sweep)
@@ -148,7 +149,7 @@ def test_a_selection_the_sweep_stopped_early_is_no_candidate_and_pairs_nothing()
     # Before: the stopped selection's short record was a pairing error.
     with pytest.raises(SweepError, match="different round counts"):
         load_sweep([r | {"selection": {k: v for k, v in r["selection"].items() if k != "stopped_after"}}
-                    for r in stopped_after(records, "alg2", 8, 4)])
+                    for r in stopped_after(records, "alg2", 8, 7)])
 
 
 @pytest.mark.parametrize(("own", "times", "stops"), [

@@ -434,6 +434,8 @@ def test_a_bare_srun_launcher_becomes_the_scopes_srun(tmp_path: Path) -> None:
     assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
     given = TuningSpec.model_validate(fields | {"launcher": ["srun", "-N", "3"]})
     assert completed_launcher(given, False) == given
+    path = completed_launcher(given.model_copy(update={"launcher": ["/opt/slurm/bin/srun"]}), True).launcher
+    assert path == ["/opt/slurm/bin/srun", "--mpi=pmix", "-N", "3", "-n", "3", "--kill-on-bad-exit=1"]
 
 
 def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_path: Path) -> None:
@@ -747,7 +749,7 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
     setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
     result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
     args = (tmp_path / "args").read_text().split()
-    assert "--check" in args and " ".join(args[args.index("--stop-slower"):][:4]) == "--stop-slower 2.0 --stop-after 4"
+    assert "--check" in args and "--stop-slower" not in args  # 4 rounds: too few for the stop rule to judge
     assert [size.candidates for size in result.sizes] == [[], []]
 
 
@@ -764,6 +766,9 @@ def test_the_sweeps_stop_rule_is_checked_and_reaches_commbench() -> None:
         "--selections", "all", "--rounds", "32", "--stop-slower", "1.5", "--stop-after", "6"]
     assert replace(request, stop_slower=2.0000001).selection_args()[5] == "2.0000001"  # not rounded to 2
     assert request.selection_args() == ["--selections", "all", "--rounds", "32"]
+    # commbench refuses a rule it cannot reach (fewer than 2 x stop_after rounds): such a sweep runs without it
+    assert "--stop-slower" in replace(request, selection_rounds=8, stop_slower=2.0).selection_args()
+    assert "--stop-slower" not in replace(request, selection_rounds=7, stop_slower=2.0).selection_args()
     assert (PerSizeSpec().stop_slower, PerSizeSpec().stop_after) == (2.0, 4)
     with pytest.raises(ValidationError, match=r"stop_slower\n.*0.5 is neither 0 \(off\) nor a factor in \[1, 1e6\]"):
         PerSizeSpec(stop_slower=0.5)

@@ -90,7 +90,12 @@ def test_every_phase_of_the_tool_configs_fits_its_sites_partition(tmp_path: Path
 
     config = DemoConfig.model_validate(yaml.safe_load((REPO / "tools/tuning" / config_file).read_text()))
     for name, phase in config.phases.items():
-        check_partition_size(Context(config, name, phase, tmp_path, 0.0).spec())
+        spec = Context(config, name, phase, tmp_path, 0.0).spec()
+        check_partition_size(spec)
+        # one GPU per rank (commbench takes the node-local rank modulo the visible GPUs), the launcher starts them all
+        assert spec.tasks_per_node <= spec.gpus_per_node or spec.transport == "mpi", name
+        if spec.launcher and "-np" in spec.launcher:
+            assert int(spec.launcher[spec.launcher.index("-np") + 1]) == spec.ranks, name
 
 
 def test_gpu_demo_config_builds_every_phase_with_multicast_pinned_off(tmp_path: Path) -> None:

@@ -208,8 +208,8 @@ class Sweep:
 def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
     """The sweep in result records (already schema-validated by campaigns.model.records). Every swept size needs
     the library's own choice and the same number of rounds for all its available selections, except those the
-    sweep stopped early (commbench --stop-slower: at least that many times slower than own over the first rounds),
-    which are no candidates there."""
+    sweep stopped early (commbench --stop-slower: at least that many times own's time in all but one of the
+    selection rounds it judges), which are no candidates there."""
     results = [r for r in records if r.get("kind", "result") == "result" and "selection" in r]
     if not results:
         raise SweepError("no selection-sweep records (result records with a 'selection')")

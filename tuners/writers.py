@@ -179,9 +179,10 @@ def per_size_lines(rec: Recommendation) -> list[str]:
             lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
     stopped = [f"{size.bytes} B: {', '.join(size.stopped)}" for size in result.sizes if size.stopped]
     if stopped:
-        lines.append(f"stopped early by the sweep (at least {result.stop_slower:g}x the library's choice's time in "
-                     f"{result.stop_after - 1} or all of the selection rounds 0, 2, ..., {2 * result.stop_after - 2}; "
-                     "no candidates): " + "; ".join(stopped))
+        rule = (f"at least {result.stop_slower:g}x the library's choice's time in {result.stop_after - 1} or all of the "
+                f"selection rounds 0, 2, ..., {2 * result.stop_after - 2}" if result.stop_after
+                else "far slower than the library's choice in the selection rounds")
+        lines.append(f"stopped early by the sweep ({rule}; no candidates): " + "; ".join(stopped))
     return lines
 
 

@@ -362,6 +362,9 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
         return fail(err, errlen, "--stop-slower applies to a selection sweep: give --selections too");
     if (stop_after_given && !(a->stop_slower > 0))
         return fail(err, errlen, "--stop-after needs --stop-slower");
+    if (a->stop_slower > 0 && a->rounds < 2 * a->stop_after)
+        return fail(err, errlen, "--stop-slower judges the rounds 0, 2, ..., %d and stops after them: give --rounds >= %d "
+                    "(now %d) or fewer --stop-after", 2 * a->stop_after - 2, 2 * a->stop_after, a->rounds);
     if (a->nsizes && series_given)
         return fail(err, errlen, "--sizes cannot be combined with --min-bytes/--max-bytes/--step-factor");
     if (!a->nsizes) {

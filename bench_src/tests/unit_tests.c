@@ -82,8 +82,14 @@ static void test_args(void)
     CHECK(parse("--op", "a/b", NULL) == -1 && err_mentions("'a/b'")); /* '/' only in selection names */
     CHECK(parse("--rounds", "0", NULL) == -1 && err_mentions("--rounds"));
     CHECK(parse("--selections", "all", NULL) == 0 && args.stop_slower == 0 && args.stop_after == 4);
-    CHECK(parse("--selections", "all", "--stop-slower", "2", "--stop-after", "6", NULL) == 0);
+    CHECK(parse("--selections", "all", "--rounds", "12", "--stop-slower", "2", "--stop-after", "6", NULL) == 0);
     CHECK(args.stop_slower == 2.0 && args.stop_after == 6);
+    CHECK(parse("--selections", "all", "--rounds", "11", "--stop-slower", "2", "--stop-after", "6", NULL) == -1 &&
+          err_mentions("--rounds >= 12"));
+    CHECK(parse("--selections", "all", "--stop-slower", "2", NULL) == -1 && err_mentions("--rounds >= 8 (now 5)"));
+    CHECK(parse("--selections", "all", "--rounds", "10000", "--stop-slower", "2", "--stop-after", "5000", NULL) == 0);
+    CHECK(parse("--selections", "all", "--stop-slower", "2", "--stop-after", "5001", NULL) == -1 &&
+          err_mentions("[3, 5000]"));
     CHECK(parse("--selections", "all", "--stop-slower", "0.5", NULL) == -1 && err_mentions("'0.5'"));
     CHECK(parse("--selections", "all", "--stop-slower", "2x", NULL) == -1 && err_mentions("--stop-slower"));
     CHECK(parse("--selections", "all", "--stop-slower", "2", "--stop-after", "2", NULL) == -1 &&

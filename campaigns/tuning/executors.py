@@ -105,14 +105,15 @@ class BenchRequest:
     time_limit_s: int = 300  # the whole run's hard limit (the launcher is killed, the Slurm job ends)
     selection_rounds: int = 0  # > 0: the per-size stage's sweep (commbench --selections all --rounds N)
     stop_slower: float = 0  # > 0: the sweep stops a selection this many times slower than own (--stop-slower)
-    stop_after: int = 4  # ... over its first rounds (--stop-after)
+    stop_after: int = 4  # ... judged on the even rounds 0, 2, ..., 2 x stop_after - 2 (--stop-after)
     ranks: int | None = None  # the ranks the scope's job has (nodes x tasks per node); None: not checked
 
     def selection_args(self) -> list[str]:
         if not self.selection_rounds:
             return []
+        # a sweep shorter than 2 x stop_after rounds reaches no judgement: commbench refuses the rule there
         stop = (["--stop-slower", repr(float(self.stop_slower)), "--stop-after", str(self.stop_after)]
-                if self.stop_slower else [])
+                if self.stop_slower and self.selection_rounds >= 2 * self.stop_after else [])
         return ["--selections", "all", "--rounds", str(self.selection_rounds), *stop]
 
     def commbench_args(self, validate: bool, output: Path) -> list[str]:

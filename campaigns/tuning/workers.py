@@ -28,14 +28,14 @@ def slurm_launcher(spec: TuningSpec, inside_allocation: bool) -> list[str]:
 
 
 def completed_launcher(spec: TuningSpec, inside_allocation: bool) -> TuningSpec:
-    """`launcher: [srun]` (or [/usr/bin/srun]) alone starts one task on one node outside an allocation (a 3-node scope measured 1 rank
-    on the local cluster), so for a site with a site.yaml it becomes the srun slurm_launcher builds for the scope
-    (the site's MPI plugin, -N nodes -n ranks, the partition's access options outside an allocation). Any other
-    launcher, or one for a site of knob files only, is used as given."""
+    """`launcher: [srun]` (or [/path/to/srun]) alone starts one task on one node outside an allocation (a 3-node
+    scope measured 1 rank on the local cluster), so for a site with a site.yaml it becomes the srun slurm_launcher
+    builds for the scope (the site's MPI plugin, -N nodes -n ranks, the partition's access options outside an
+    allocation), the program as given. Any other launcher, or one for a site of knob files only, is used as given."""
     if (spec.executor != "launcher" or spec.launcher is None or len(spec.launcher) != 1
             or Path(spec.launcher[0]).name != "srun" or site_partition(spec) is None):
         return spec
-    return spec.model_copy(update={"launcher": slurm_launcher(spec, inside_allocation)})
+    return spec.model_copy(update={"launcher": [spec.launcher[0], *slurm_launcher(spec, inside_allocation)[1:]]})
 
 
 def worker_spec(spec: TuningSpec) -> TuningSpec:
