@@ -419,9 +419,8 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             if (cells[s].stopped_after)
                 snprintf(stopped, sizeof stopped,
                          "stopped after %d rounds: in %d of the even-indexed rounds 0 .. %d it took at least %g "
-                         "times the library's own choice's time (--stop-slower %g --stop-after %d)",
-                         cells[s].stopped_after, cells[s].slower_rounds, 2 * args->stop_after - 2, args->stop_slower,
-                         args->stop_slower, args->stop_after);
+                         "times the library's own choice's time (--stop-slower, --stop-after)",
+                         cells[s].stopped_after, cells[s].slower_rounds, 2 * args->stop_after - 2, args->stop_slower);
             struct cb_selection_record rec = {.sel = &sels[s], .available = 1,
                                               .reason = cells[s].stopped_after ? stopped : process_reason,
                                               .reported = cells[s].reported, .nreported = cells[s].nreported,

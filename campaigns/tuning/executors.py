@@ -108,12 +108,17 @@ class BenchRequest:
     stop_after: int = 4  # ... judged on the even rounds 0, 2, ..., 2 x stop_after - 2 (--stop-after)
     ranks: int | None = None  # the ranks the scope's job has (nodes x tasks per node); None: not checked
 
+    @property
+    def stops_selections(self) -> bool:
+        """Whether the sweep runs the stop rule: a sweep shorter than 2 x stop_after rounds reaches no judgement
+        (commbench refuses the rule there)."""
+        return bool(self.selection_rounds and self.stop_slower and self.selection_rounds >= 2 * self.stop_after)
+
     def selection_args(self) -> list[str]:
         if not self.selection_rounds:
             return []
-        # a sweep shorter than 2 x stop_after rounds reaches no judgement: commbench refuses the rule there
         stop = (["--stop-slower", repr(float(self.stop_slower)), "--stop-after", str(self.stop_after)]
-                if self.stop_slower and self.selection_rounds >= 2 * self.stop_after else [])
+                if self.stops_selections else [])
         return ["--selections", "all", "--rounds", str(self.selection_rounds), *stop]
 
     def commbench_args(self, validate: bool, output: Path) -> list[str]:

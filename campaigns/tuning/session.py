@@ -375,6 +375,8 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
                   if outcome.timed_out else "")
         raise EvaluationAborted(f"the per-size sweep failed{remedy}: {outcome_summary(outcome)}")
     result = decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+    if not request.stops_selections:
+        return result
     return result.model_copy(update={"stop_slower": request.stop_slower, "stop_after": request.stop_after})
 
 
