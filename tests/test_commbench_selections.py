@@ -4,6 +4,7 @@ Small sizes, two rounds of two samples keep it fast on two cores."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -215,7 +216,9 @@ def test_sweep_stop_slower_stops_exactly_what_the_rule_names(
     other one runs all of them.
     Checked against the rule (tuners.per_size.stops_early, what the tuner replays) on the records' own round
     medians. F = 1 stops any selection not faster than own in most judged rounds: some always do, as the library's
-    own choice is seldom beaten everywhere; F = 10^6 stops none."""
+    own choice is seldom beaten everywhere; F = 10^6 stops none. A judged round whose time equals F x own's to the
+    records' 9 digits can fall either way in commbench's doubles: such a selection is not checked against the rule
+    (seen once in 15 runs at F = 1: two 0.3505 us rounds)."""
     rounds, after = 8, 3
     stopped_counts = []
     for factor in ("1", "1000000"):
@@ -231,15 +234,16 @@ def test_sweep_stop_slower_stops_exactly_what_the_rule_names(
             for name, record in of_size.items():
                 record_validator.validate(record)
                 medians, selection = record["round_medians"], record["selection"]
+                tie = any(math.isclose(medians[r], float(factor) * own[r], rel_tol=1e-8) for r in range(0, 2 * after, 2))
                 if "stopped_after" in selection:
                     stopped += 1
                     assert selection["stopped_after"] == 2 * after - 1 == record["rounds"] == len(medians)
                     assert record["iters"] == (2 * after - 1) * ITERS == len(record["samples_us"])
                     assert selection["reason"].startswith(f"stopped after {2 * after - 1} rounds: ")
-                    assert stops_early(own, medians + own[len(medians):], float(factor), after), (size, name)
+                    assert tie or stops_early(own, medians + own[len(medians):], float(factor), after), (size, name)
                 else:
                     assert record["rounds"] == rounds == len(medians) and selection["reason"] is None
-                    assert not stops_early(own, medians, float(factor), after), (size, name)
+                    assert tie or not stops_early(own, medians, float(factor), after), (size, name)
         stopped_counts.append(stopped)
     assert stopped_counts[0] > 0 and stopped_counts[1] == 0
 
