@@ -16,6 +16,7 @@ decision here.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ SWEEPS = (
     "results/tuning/deployed-check-localslurm/2026-11-27-code-92d3497/per_size_sweep.jsonl",
     "results/tuning/deployed-check-localslurm/2026-11-27-code-546a1ca/per_size_sweep.jsonl",
     "results/reference/h200x2-per-size/2026-11-23/rate/sweep.jsonl",
+    "results/reference/h200x2-per-size/2026-11-23/nvlink/sweep.jsonl.gz",
+    "results/reference/h200x2-per-size/2026-11-23/socket/sweep.jsonl.gz",
 )
 
 
@@ -78,7 +81,9 @@ def main(argv: list[str]) -> int:
     rules = [(float(f), int(k)) for f, k in (item.split(":") for item in args.rules.split(","))]
     sweeps = []
     for path in SWEEPS:
-        records = [json.loads(line) for line in (REPO / path).read_text().splitlines() if line.strip()]
+        data = (REPO / path).read_bytes()
+        text = (gzip.decompress(data) if path.endswith(".gz") else data).decode()
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
         for op in sorted({r["op"] for r in records if "selection" in r}):
             ours = [r for r in records if r["op"] == op]
             sweeps.append({"file": path, "op": op, "rounds": max(int(r.get("rounds", 0)) for r in ours),
