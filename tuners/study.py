@@ -112,13 +112,13 @@ class SamplerName(enum.StrEnum):
 
 
 # TPE after the one-knob screen (tuners/screen.py; TuningSpec.screen_trials) is what `commcamp tune` ships:
-# results/bench/sampler_benchmark.md (2026-11-27 02:57 UTC), 20 scenarios on measured landscapes, 50 seeds x 30 trials:
+# results/bench/sampler_benchmark.md (2026-11-27 13:23 UTC), 21 scenarios on measured landscapes, 50 seeds x 30 trials:
 # trials to 95 % of the best on the 2x H200 socket-path grid 6 vs random 17 (TPE alone 13, GP 12.5), on the held-out
 # 4x H200 one 4.5 vs 19.5 (TPE alone 16, GP 19.5), a third, fourth and fifth 2x H200 one 5, 5, 6.5 vs 18.5, 16.5, 13
 # (GP 13.5, 13, 11.5), on the 448-point Open MPI grid 14 vs 26 (TPE alone 13, GP 17.5), on the held-out every-value
 # Open MPI grid 19 vs 31 (TPE alone 15, GP 31), on the held-out 3-node Open MPI grid 19.5 vs 28 (TPE alone 17, GP
-# 29.5); fewer trials than random shown on 12 of 20, best or tied of six strategies on 14 of 20, the target met on 8
-# of 20 (TPE alone meets it on 2, where the shipped search does not). GP needs torch (not a site dependency).
+# 29.5); fewer trials than random shown on 13 of 21, best or tied of six strategies on 15 of 21, the target met on 8
+# of 21 (TPE alone meets it on 2, where the shipped search does not). GP needs torch (not a site dependency).
 DEFAULT_SAMPLER = SamplerName.TPE
 
 
