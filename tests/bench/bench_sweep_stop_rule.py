@@ -35,6 +35,8 @@ SWEEPS = (
     "results/reference/h200x2-per-size/2026-11-23/rate/sweep.jsonl",
     "results/reference/h200x2-per-size/2026-11-23/nvlink/sweep.jsonl.gz",
     "results/reference/h200x2-per-size/2026-11-23/socket/sweep.jsonl.gz",
+    "results/reference/h200x2-stop-rule/2026-11-27/sweep-off-133108.jsonl.gz",  # the sweeps run without the rule
+    "results/reference/h200x2-stop-rule/2026-11-27/sweep-off-133403.jsonl.gz",
 )
 
 
