@@ -344,7 +344,8 @@ LOCAL = ("--root", "{root}", "--site", "local", "--system", "local")
     (("--op", "allreduce", "--nodes", "1", "--site", "nosuch"), "--site 'nosuch' is not a site"),
     (("--op", "allreduce", "--nodes", "1", "--site", "../../etc"), "--site '../../etc' is not a name"),
     (("--op", "allreduce", "--nodes", "1", "--system", "nosys"), "--system 'nosys' is not a system of site 'local'"),
-    (("--op", "allreduce", "--nodes", "1", "--partition", "gpu"), "--partition 'gpu' is not a partition"),
+    (("--op", "allreduce", "--nodes", "1", "--partition", "gpu"), "partition 'gpu' (--system local:gpu or --partition) "
+     "is not a partition"),
     (("--op", "allreduce", "--nodes", "1", "--gpus-per-node", "0"), "--gpus-per-node 0 must be at least 1"),
     (("--op", "allreduce", "--nodes", "0"), "--nodes 0 must be at least 1"),
     (("--op", "allreduce", "--nodes", "-2"), "--nodes -2 must be at least 1"),
@@ -352,6 +353,7 @@ LOCAL = ("--root", "{root}", "--site", "local", "--system", "local")
     (("--op", "allreduce", "--nodes", "1", "--size", "5T"), "--size 5T: sizes [5497558138880] outside 1 B .. 1 TiB"),
     (("--op", "allreduce", "--nodes", "1", "--size", "1MB"), "--size 1MB: '1MB' is ambiguous"),
     (("--op", "allreduce", "--nodes", "1", "--library-version", "4.1;id"), "--library-version '4.1;id' is not a"),
+    (("--op", "allreduce", "--nodes", "1", "--root", "/no/such/root"), "--root /no/such/root: no such directory"),
 ])
 def test_recommend_refuses_bad_input_as_a_usage_error(
         tmp_path: Path, catalog: KnobCatalog, args: tuple[str, ...], option: str) -> None:  # noqa: F811
@@ -635,3 +637,8 @@ def test_a_bad_recommendations_file_is_one_line_naming_where(tmp_path: Path) -> 
     message = str(invalid.value)
     assert "\n" not in message and "errors.pydantic.dev" not in message
     assert message.startswith(f"{path}:4: not a valid recommendations file: recommendations[0].") and "more)" in message
+    path.write_text("schema_version: 1\nsite: s\nsystem: x\nrecommendations:\n  - scope: {}\n    decison: x\n")
+    with pytest.raises(ValueError) as typo:  # the misspelled key, not the "missing" one it leaves, goes first
+        load_recommendations(path)
+    assert str(typo.value).startswith(f"{path}:6: not a valid recommendations file: recommendations[0].decison: "
+                                      "unknown field (and 16 more)"), str(typo.value)

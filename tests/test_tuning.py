@@ -532,6 +532,50 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
     assert sys.executable  # the CLI ran in-process
 
 
+SPEC_BASE = """site: local
+system: local:cpu
+library: openmpi
+op: allreduce
+sizes: [1M]
+"""
+
+
+@pytest.mark.parametrize(("extra", "problem"), [
+    ("nodes: yes\n", "{spec}:6: nodes: expected a number, not true"),  # was 1 node
+    ("trials: true\n", "{spec}:6: trials: expected a number, not true"),  # was 1 trial
+    ("per_size: {stop_slower: yes}\n", "{spec}:6: per_size.stop_slower: expected a number, not true"),  # was 1.0
+    ("knobs: []\n", "{spec}:6: knobs: an empty list searches no knob"),  # the dry run said "every catalog knob"
+    ("knobs: [OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_sndbuf]\n", "{spec}:6: knobs: OMPI_MCA_btl_tcp_sndbuf named "
+     "twice"),  # was found after the probe run
+    ("unverifiable_knobs: [OMPI_MCA_btl_tcp_sndbuff]\n", "{spec}:6: unverifiable_knobs: OMPI_MCA_btl_tcp_sndbuff not in the "
+     "knob catalog"),  # a typo left the knob meant under the read-log check
+    ("executor: launcher\nlauncher: [no-such-launcher, -np, '2']\n", "{spec}:7: launcher: 'no-such-launcher' is not an "
+     "executable program here"),  # the dry run printed it; a run probed, then failed every trial
+    ("plugin_library: /no/such/libnccl-tuner.so\n", "{spec}:6: plugin_library: /no/such/libnccl-tuner.so does not exist"),
+    ("knobs: [OMPI_MCA_btl_tcp_sndbuff]\n", "{spec}:6: knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"),
+    ("knob_overrides: [no-such-dir/knobs.yaml]\n", "{spec}:6: knob_overrides: "),  # named the file alone
+    ("knob_overrides: [{tmp}/empty.yaml]\n", "{tmp}/empty.yaml: the knob override file is empty"),
+    ("knob_overrides: [{tmp}/typo.yaml]\n", "{tmp}/typo.yaml:2: knobs.defaults.OMPI_MCA_btl_tcp_sndbuff: not in "
+     "the catalog"),
+])
+def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extra: str, problem: str) -> None:
+    """Exit 2 with the file and line where the spec has them, in the dry run as in a run, before the probe run
+    (nothing written: no run directory, no study database)."""
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "typo.yaml").write_text("defaults:\n  OMPI_MCA_btl_tcp_sndbuff: 4096\n")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC_BASE + extra.replace("{tmp}", str(tmp_path)))
+    where = ("--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--library-version",
+             "4.1.4")
+    for dry in (("--dry-run",), ()):
+        code, out = commcamp_output("tune", spec, *where, *dry)
+        assert code == 2 and problem.format(spec=spec, tmp=tmp_path) in out, (dry, out)
+        assert "Traceback" not in out and not (tmp_path / "runs").exists() and not (tmp_path / "study.db").exists()
+    if extra == "knobs: [OMPI_MCA_btl_tcp_sndbuff]\n":  # an option given with the file is no line of it
+        code, out = commcamp_output("tune", spec, *where, "--knobs", "OMPI_MCA_btl_tcp_sndbuff")
+        assert code == 2 and out.startswith("knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"), out
+
+
 def test_help_and_messages_name_what_the_user_typed(tmp_path: Path) -> None:
     """--budget 0 and an empty SQLite URL are named as given (not budget_s, not '.'); help texts show their
     defaults (not swallowed as rich markup) and say what pretune does: a study of its own, no publishing
@@ -605,7 +649,8 @@ def test_a_tune_whose_baseline_never_ran_publishes_nothing(tmp_path: Path) -> No
     common = ("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--library-version", "4.1.4",
               "--op", "allreduce", "--sizes", "64K", "--executor", "launcher", "--commbench", COMMBENCH,
               "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--publish-dir", rec)
-    code, out = commcamp_output(*common, "--trials", "2", "--launcher", "no-such-mpirun -np 2")
+    failing = wrapper(tmp_path, "exit 1", "failing")  # every launch fails (a launcher not found is refused at once)
+    code, out = commcamp_output(*common, "--trials", "2", "--launcher", f"{failing} -np 2")
     assert code == 1 and f"no trial completed (see the trials' fail_reason): nothing published (what {rec} holds " \
                          "is unchanged)" in out, out
     assert "finalization:" not in out and "decision:" not in out  # no round ran, no decision printed

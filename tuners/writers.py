@@ -265,12 +265,14 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def load_recommendations(path: Path) -> RecommendationFile:
-    """ValueError in one line naming the file, the line of its first problem (duplicate keys are one) and
-    what is wrong there, with how many problems there are."""
+    """ValueError in one line naming the file, the line of its first problem (duplicate keys are one; a key
+    the schema does not have goes first) and what is wrong there, with how many problems there are."""
     try:
         return YamlDocument(path).validate(RecommendationFile)
     except YamlModelError as exc:
-        line, _, problem = exc.problems[0].removeprefix(exc.source).partition(": ")
+        # a misspelled key is both "missing" and "extra": the extra one names the typo
+        first = next((p for p in exc.problems if p.endswith(": unknown field")), exc.problems[0])
+        line, _, problem = first.removeprefix(exc.source).partition(": ")
         more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
         raise ValueError(f"{exc.source}{line}: not a valid recommendations file: {problem}{more}") from None
 

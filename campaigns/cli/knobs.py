@@ -32,9 +32,9 @@ def _output(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"{what}: {' '.join(cmd)}: {exc}") from None
+        raise RuntimeError(f"{what}: {exc.strerror or exc}" if isinstance(exc, OSError) else f"{what}: {exc}") from None
     if done.returncode != 0:
-        raise RuntimeError(f"{what}: {' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()[-300:]}")
+        raise RuntimeError(f"{what} exited {done.returncode}: {done.stderr.strip()[-300:]}")
     return done.stdout
 
 

@@ -17,7 +17,7 @@ import re
 import shlex
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -54,8 +54,10 @@ def _fail(console: Console, message: str, code: int = ExitCode.USAGE) -> typer.E
 
 
 @contextmanager
-def _setup_errors(console: Console) -> Iterator[None]:
-    """A spec, site, knob or database problem found while setting up, before any trial: one message, exit 2."""
+def _setup_errors(console: Console, spec: Path | None = None, options: Mapping[str, Any] | None = None
+                  ) -> Iterator[None]:
+    """A spec, site, knob or database problem found while setting up, before any trial: one message, exit 2.
+    A problem of a field the spec file sets (not an option given with it) names the file's line."""
     from tuners.evaluation import EvaluationAborted
     from tuners.study import StorageUnavailable
 
@@ -64,9 +66,26 @@ def _setup_errors(console: Console) -> Iterator[None]:
     except StorageUnavailable as exc:
         raise _fail(console, f"cannot use the {exc}") from None
     except (ValueError, EvaluationAborted) as exc:
-        raise _fail(console, str(exc)) from None
+        raise _fail(console, _at_spec_line(str(exc), spec, options or {})) from None
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (campaigns.cli.app.main)
         raise _fail(console, "interrupted before any trial ran: nothing was stored", ExitCode.INTERRUPTED) from None
+
+
+def _at_spec_line(message: str, spec: Path | None, options: Mapping[str, Any]) -> str:
+    """`FIELD: why` as `SPEC:LINE: FIELD: why` where the spec file sets FIELD and no option replaced it (checks
+    after the file was read, e.g. knob names against the site's catalog, know no line)."""
+    from campaigns.model.yamlio import YamlDocument, YamlModelError
+
+    field = message.split(":", 1)[0]
+    if spec is None or not field.isidentifier() or options.get(field) is not None:
+        return message
+    try:
+        document = YamlDocument(spec)
+    except YamlModelError:
+        return message
+    if not isinstance(document.data, dict) or field not in document.data:
+        return message
+    return f"{spec}:{document.line_of((field,))}: {message}"
 
 
 @contextmanager
@@ -138,20 +157,22 @@ def _stopping_cause(exc: BaseException | None) -> BaseException | None:
 
 # Options shared by tune and pretune: None = keep the spec's value (or the model default).
 SpecOpt = Annotated[Optional[Path], typer.Argument(help="tuning spec (YAML); options override its fields")]
-SiteOpt = Annotated[Optional[str], typer.Option(help="site (site_configs/<site>/)")]
+SiteOpt = Annotated[Optional[str], typer.Option(
+    help="site: <site>/site.yaml in a directory of $COMMCAMP_SITE_PATH, else site_configs/<site>/")]
 SystemOpt = Annotated[Optional[str], typer.Option(help="system:partition, or a system of one partition")]
 EnvironOpt = Annotated[Optional[str], typer.Option(help="programming environment / MPI (openmpi, mpich)")]
 LibraryOpt = Annotated[Optional[str], typer.Option(help="library whose knobs are tuned: nccl, openmpi, mpich, ...")]
 LibVersionOpt = Annotated[Optional[str], typer.Option(help="its version (default: read from a probe run)")]
 OpOpt = Annotated[Optional[str], typer.Option(help="commbench op, e.g. allreduce")]
-TransportOpt = Annotated[Optional[str], typer.Option(help="commbench transport: mpi or ccl")]
+TransportOpt = Annotated[Optional[str], typer.Option(help="commbench transport of the tune: mpi or ccl")]
 NodesOpt = Annotated[Optional[int], typer.Option(help="node count of the scope")]
 TpnOpt = Annotated[Optional[int], typer.Option(help="ranks per node")]
 GpusOpt = Annotated[Optional[int], typer.Option(help="GPUs per node of the scope")]
 SizesOpt = Annotated[Optional[str], typer.Option(help="message sizes, e.g. 64K,1M,4M")]
 KnobsOpt = Annotated[Optional[str], typer.Option(help="comma-separated knobs to search (default: all that apply)")]
 OverridesOpt = Annotated[Optional[list[Path]], typer.Option(
-    "--knob-overrides", help="knob override file (defaults/pinned/forbidden/restrict); repeatable")]
+    "--knob-overrides", help="knob override file (the knobs: sections: defaults, pinned, forbidden, restrict, "
+    "documented, unset_equals, inert_unless_set); repeatable")]
 TrialsOpt = Annotated[Optional[int], typer.Option(help="trial budget (trials counted across workers/restarts)")]
 SamplerOpt = Annotated[Optional[str], typer.Option(help="tpe (default), gp or random")]
 SeedOpt = Annotated[Optional[int], typer.Option(help="seed of the search: the screen's order and the sampler "
@@ -160,7 +181,7 @@ ExecutorOpt = Annotated[Optional[str], typer.Option(help="reframe (campaign exec
 LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor command, e.g. 'mpirun -np 4'")]
 CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
 DbOpt = Annotated[Optional[str], typer.Option(
-    help="Optuna storage URL (default: the results database; PostgreSQL for parallel workers)")]
+    help="Optuna storage URL (default: the results database; tune --workers needs PostgreSQL)")]
 PublishOpt = Annotated[Optional[Path], typer.Option(help="recommendations root (<workspace>/recommendations)")]
 PluginOpt = Annotated[Optional[Path], typer.Option(help="libnccl-tuner-commcamp.so for NCCL_TUNER_PLUGIN")]
 RunsOpt = Annotated[Optional[Path], typer.Option(help="where run directories go")]
@@ -186,7 +207,8 @@ def build_spec(spec_path: Path | None, fields: dict[str, Any]) -> TuningSpec:
             return TuningSpec.model_validate({**base, **given})
         return TuningSpec.model_validate(given)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg'].removeprefix('Value error, ')}"
+                             for e in exc.errors())
         raise ValueError(f"invalid tuning spec: {problems}") from None
 
 
@@ -331,7 +353,7 @@ def register(app: typer.Typer) -> None:
                          budget_s=parse_duration(budget) if budget else None, sampler=sampler, seed=seed,
                          executor=executor, launcher=launcher, commbench=commbench, db=db,
                          plugin_library=plugin_library, runs_dir=runs_dir, publish_dir=publish_dir, study=study)
-        with _setup_errors(errors):
+        with _setup_errors(errors, spec, fields):
             spec_obj = build_spec(spec, fields)
             if finalize is not None:
                 spec_obj = spec_obj.model_copy(update={"finalize": spec_obj.finalize.model_copy(
@@ -447,7 +469,7 @@ def register(app: typer.Typer) -> None:
                          sampler=sampler, seed=seed, executor="launcher", launcher="srun", commbench=commbench,
                          db=db, runs_dir=runs_dir, publish_dir=publish_dir)
         started = time.monotonic()
-        with _setup_errors(errors):
+        with _setup_errors(errors, spec, fields):
             spec_obj = build_spec(spec, fields)
             # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
@@ -507,7 +529,9 @@ def register(app: typer.Typer) -> None:
         size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
         gpus_per_node: GpusOpt = None,
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
-        transport: TransportOpt = None, library: LibraryOpt = None,
+        transport: Annotated[Optional[str], typer.Option(
+            help="commbench transport of the published scope (mpi, ccl, ...)")] = None,
+        library: LibraryOpt = None,
         library_version: Annotated[Optional[str], typer.Option(
             help="its version, as tune's --library-version (needed when several are published)")] = None,
         root: Annotated[Optional[Path], typer.Option(
@@ -526,6 +550,8 @@ def register(app: typer.Typer) -> None:
         if named and partition not in (None, named):
             raise _fail(errors, f"--system {system}:{named} and --partition {partition} name two partitions")
         partition = partition or named or None
+        if root is not None and not root.is_dir():  # a typo would read as "nothing measured" (exit 3)
+            raise _fail(errors, f"--root {root}: no such directory")
         root = root or paths.recommendations_dir()
         try:
             size_bytes = check_query(root, site, system, partition=partition, op=op, nodes=nodes,

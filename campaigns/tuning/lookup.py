@@ -62,7 +62,8 @@ def _check_names(root: Path, site: str, system: str, partition: str | None) -> N
     systems = {s.name: [p.name for p in s.partitions] for s in load_site(site).systems}
     if system in systems:
         if partition is not None and partition not in systems[system]:
-            raise ValueError(f"--partition {partition!r} is not a partition of {site}/{system} "
+            raise ValueError(f"partition {partition!r} (--system {system}:{partition} or --partition) is not a "
+                             f"partition of {site}/{system} "
                              f"(it has: {', '.join(systems[system])})")
     elif not (published / system).is_dir():
         raise ValueError(f"--system {system!r} is not a system of site {site!r} (it has: {', '.join(systems)})")

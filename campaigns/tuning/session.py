@@ -134,6 +134,11 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False) -> tuple[Kn
             check_knob_names(catalog, Library(spec.library), spec.knobs, op=spec.op, transport=spec.transport)
         except SpaceError as exc:
             raise ValueError(f"knobs: {exc}") from None
+    unknown = [name for name in spec.unverifiable_knobs if name not in catalog]
+    if unknown:  # a typo would leave the knob meant under the read-log check
+        raise ValueError(f"unverifiable_knobs: {', '.join(unknown)} not in the knob catalog {catalog.source}")
+    if spec.plugin_library is not None and not spec.plugin_library.is_file():  # found at the end of a tune otherwise
+        raise ValueError(f"plugin_library: {spec.plugin_library} does not exist (build it: commcamp plugin build)")
     site_env(spec)
     if not inside_allocation:
         check_partition_size(spec)

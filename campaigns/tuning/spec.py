@@ -3,15 +3,17 @@ per-size stage, outputs; and what the spec's site says (its partition, environme
 overrides)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from campaigns import paths
 from campaigns.model.sizes import check_measurable, parse_size
 from campaigns.tuning.executors import BenchRequest
-from tuners.catalog import KnobCatalog, Library
+from tuners.catalog import CatalogError, KnobCatalog, Library
 from tuners.finalize import Thresholds
 from tuners.study import SamplerName
 
@@ -19,6 +21,23 @@ from tuners.study import SamplerName
 # ------------------------------------------------------------------------------------------- the spec
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """YAML's true/yes where a number belongs is a mistake, not 1 (`nodes: yes`, `stop_slower: yes`)."""
+        if isinstance(value, bool) and info.field_name is not None \
+                and _numeric(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's type is a number, or a union of one and no bool (int, float, int | None, ...)."""
+    if annotation in (int, float):
+        return True
+    arguments = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
+    return bool not in arguments and any(_numeric(a) for a in arguments)
 
 
 class FinalizeSpec(_Model):
@@ -159,6 +178,19 @@ class TuningSpec(_Model):
             return [str(Path(value[0]).absolute()), *value[1:]]
         return value
 
+    @field_validator("knobs", "unverifiable_knobs")
+    @classmethod
+    def _knob_list(cls, value: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if value is None:
+            return value
+        if not value and info.field_name == "knobs":
+            raise ValueError("an empty list searches no knob; leave `knobs` out to search every catalog knob "
+                             "that applies")
+        twice = sorted({name for name in value if value.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named twice")
+        return value
+
     @field_validator("op")
     @classmethod
     def _op(cls, value: str) -> str:
@@ -168,11 +200,15 @@ class TuningSpec(_Model):
             raise ValueError(f"{value!r} is not a commbench op (one of: {', '.join(ALL_OPS)})")
         return value
 
+    @field_validator("system")
+    @classmethod
+    def _system_partition(cls, value: str) -> str:
+        if ":" not in value:
+            raise ValueError(f"{value!r} must be system:partition (or a system of site.yaml with one partition)")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> TuningSpec:
-        if ":" not in self.system:
-            raise ValueError(f"system {self.system!r} must be system:partition (or a system of site.yaml with "
-                         "one partition)")
         if self.trials is None and self.budget_s is None:
             raise ValueError("give a budget: trials and/or budget_s")
         if self.executor == "reframe" and self.transport != "mpi":
@@ -213,15 +249,45 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
     from campaigns.model.yamlio import YamlDocument
 
     site = _site(spec)
-    catalog = KnobCatalog.load() if site is None else site.knob_catalog()
+    if site is None:
+        catalog = KnobCatalog.load()
+    else:
+        try:
+            catalog = site.knob_catalog()
+        except CatalogError as exc:
+            raise ValueError(_at_line(YamlDocument(site.directory / "site.yaml"), str(exc), ())) from None
     files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
     extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
     for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
+        if not path.is_file():  # the spec's paths are absolute by now: a relative one was taken from the cwd
+            raise ValueError(f"knob_overrides: {path} is not a file (a relative path is read from the directory "
+                             "commcamp starts in)")
         # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
-        overrides = YamlDocument(path).data or {}
-        catalog = catalog.for_site(overrides, str(path))
+        document = YamlDocument(path)
+        if document.data is None:
+            raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
+                             "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
+        try:
+            catalog = catalog.for_site(document.data, str(path))
+        except CatalogError as exc:  # an override file is the `knobs:` mapping itself
+            raise ValueError(_at_line(document, str(exc), ("knobs",))) from None
         files.append(str(path))
     return catalog, files
+
+
+def _at_line(document: Any, message: str, outside: tuple[str, ...]) -> str:
+    """A catalog error (`FILE: knobs.SECTION.NAME...: why`) with the line of the key it names in `document`
+    (a campaigns.model.yamlio.YamlDocument); `outside`: the leading keys the file itself does not have."""
+    prefix = f"{document.source}: "
+    if not message.startswith(prefix):
+        return message
+    key = message[len(prefix):].split(": ", 1)[0].split(",")[0].strip()
+    loc: list[str | int] = [int(part) if part.isdecimal() else part
+                            for part in re.split(r"\.|\[|\]\.?", key) if part]
+    if tuple(loc[:len(outside)]) == outside:
+        loc = loc[len(outside):]
+    line = document.line_of(tuple(loc))
+    return message if line is None else f"{document.source}:{line}: {message[len(prefix):]}"
 
 
 # --------------------------------------------------------------------------------------- the spec's site
