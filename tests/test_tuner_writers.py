@@ -7,6 +7,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pydantic
@@ -642,3 +643,63 @@ def test_a_bad_recommendations_file_is_one_line_naming_where(tmp_path: Path) -> 
         load_recommendations(path)
     assert str(typo.value).startswith(f"{path}:6: not a valid recommendations file: recommendations[0].decison: "
                                       "unknown field (and 16 more)"), str(typo.value)
+
+
+LOCAL_JOB = ("--site", "local", "--system", "local", "--op", "allreduce", "--nodes", "1")
+
+
+def edited(path: Path, change: Any) -> None:
+    """recommendations.yaml after a hand edit: `change` mutates the loaded document."""
+    document = yaml.safe_load(path.read_text())
+    change(document)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda d: d["recommendations"][0]["env"].update(LD_PRELOAD="/tmp/evil.so"),
+     "published settings refused: LD_PRELOAD is not a knob of the catalog"),
+    (lambda d: d["recommendations"][0]["env"].update(NCCL_NVLS_ENABLE="1"),
+     "published settings refused: NCCL_NVLS_ENABLE: forbidden in the catalog"),
+    (lambda d: d["recommendations"][0]["env"].update(OMPI_MCA_coll_tuned_allreduce_algorithm="bogus"),
+     "published settings refused: OMPI_MCA_coll_tuned_allreduce_algorithm"),
+    (lambda d: d["recommendations"][0].update(unset=["PATH"]), "published settings refused: unset PATH: not a knob"),
+    (lambda d: d["recommendations"].append(d["recommendations"][0]), "entries 0 and 1 have the same scope"),
+    (lambda d: d["recommendations"][0]["per_size"][0].update(max_bytes=4), "max_bytes 4 below min_bytes"),
+])
+def test_recommend_refuses_published_settings_that_publish_would_not_write(
+        tmp_path: Path, catalog: KnobCatalog, change: Any, problem: str) -> None:  # noqa: F811
+    """A hand-edited recommendations.yaml is checked against the site's catalog before anything is printed (it
+    printed `export LD_PRELOAD=...`, a forbidden knob, `unset PATH`, exit 0); two entries of one scope are an
+    invalid file (they gave an empty "Say which:")."""
+    files = publish(tmp_path, local_recommendation(), catalog)
+    edited(files.recommendations, change)
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
+    assert code == 2 and stdout == "" and problem in stderr and str(files.recommendations) in stderr, (code, stdout, stderr)
+
+
+def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path, catalog: KnobCatalog,
+                                                                 nccl_recommendation: Recommendation) -> None:  # noqa: F811
+    """The environment points the library at a rule file or tuner config that was deleted or garbled: the job
+    would run without the per-size rules, so nothing is printed (exit 2, naming the file)."""
+    from test_per_size import result_with
+
+    rec = with_per_size(local_recommendation(), result_with("allreduce", "ring", 4, 65536, 1 << 20))
+    publish(tmp_path, rec, catalog)
+    (rules,) = (tmp_path / "local" / "local").glob("*.coll_tuned_rules")
+    code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
+    assert code == 0 and "rule file" in stdout
+    rules.unlink()
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
+    assert code == 2 and stdout == "" and f"its per-size rules {rules} cannot be used" in stderr, (stdout, stderr)
+    gpu = with_plugin_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
+    files = publish(tmp_path, gpu, catalog, plugin_library=PLUGIN)
+    job = ("--root", tmp_path, "--site", gpu.scope.site, "--system", gpu.scope.system, "--op", "allreduce",
+           "--nodes", str(gpu.scope.nodes), "--size", "1K")
+    code, stdout, stderr = commcamp("recommend", *job)
+    # a plugin row has no control variable: its mechanism and the tuner config, not "plugin None=None"
+    assert code == 0 and "Tree/LL/8 (plugin; range [8, 32768] B" in stdout and "None" not in stdout, stdout
+    assert f"tuner config {files.tuner_config}" in stdout
+    assert files.tuner_config is not None
+    files.tuner_config.write_text("allreduce,garbage\n")
+    code, stdout, stderr = commcamp("recommend", *job)
+    assert code == 2 and f"its per-size rules {files.tuner_config} cannot be used" in stderr, (stdout, stderr)

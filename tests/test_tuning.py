@@ -529,6 +529,17 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
                                     "local", env={"SLURM_JOB_ID": "1", name: value})
         assert code == 2 and f"{name}='{value}' is not a positive whole number" in out, out
         assert len(out.strip().splitlines()) == 1 and not (tmp_path / "x.env").exists()
+    # 3 tasks on 2 nodes: a scope of 2 x 1 was tuned (1 on 2 nodes: srun -N 2 -n 2, beyond the allocation)
+    for tasks in ("3", "1"):
+        code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site",
+                                    "local", env={"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": tasks})
+        assert code == 2 and f"SLURM_NTASKS={tasks} on 2 nodes: pretune tunes the same tasks on every node" in out, out
+    # the summary would overwrite the env file the job sources
+    code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--summary",
+                                str(tmp_path / "x.env"), "--site", "local", "--system", "local", "--library", "openmpi",
+                                "--op", "allreduce", "--sizes", "1M", env={"SLURM_JOB_ID": "1"})
+    assert code == 2 and f"--env-file and --summary name the same file {tmp_path / 'x.env'}" in out, out
+    assert not (tmp_path / "x.env").exists()
     assert sys.executable  # the CLI ran in-process
 
 

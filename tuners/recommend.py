@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuners.recommendation import Recommendation, SizeRangeResult
-from tuners.writers import RECOMMENDATIONS_FILE, load_recommendations, system_dir, verdict
+from tuners.catalog import KnobCatalog
+from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, check_published, load_recommendations, system_dir,
+                             verdict)
 
 # The scope fields a job context may name besides op and nodes, and recommend's option for each.
 OPTIONS = {"partition": "--partition", "transport": "--transport", "library": "--library",
@@ -50,7 +52,10 @@ def lookup(
     library: str | None = None,
     library_version: str | None = None,
     size: int | None = None,
+    catalog: KnobCatalog | None = None,
 ) -> LookupResult:
+    """The published scope for the job context; ValueError when the file is invalid or, with `catalog` (the
+    site's), when the scope it finds is not what publish writes (writers.check_published)."""
     path = system_dir(root, site, system) / RECOMMENDATIONS_FILE
     if not path.exists():
         return LookupResult(False, f"no recommendations published for {site}/{system} ({path} does not exist)")
@@ -93,6 +98,8 @@ def lookup(
             candidates=tuple(exact),
         )
     rec = exact[0]
+    if catalog is not None:
+        check_published(path, rec, catalog)
     message = f"measured scope: {rec.describe_scope()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
     size_result = None
     if size is not None:
@@ -148,8 +155,11 @@ def describe_selection(rec: Recommendation, size: int) -> str:
                 f"[{size_range.min_bytes}, {size_range.max_bytes}] B)")
     gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
     files = "".join(f", rule file {path}" for path in rec.rule_files.values())
-    return (f"per-size selection for {size} B: {size_range.selection.name} ({size_range.selection.mechanism} "
-            f"{size_range.selection.cvar}={size_range.selection.value}; range [{size_range.min_bytes}, "
+    if PLUGIN_ENV[1] in rec.plugin_env:
+        files += f", tuner config {rec.plugin_env[PLUGIN_ENV[1]]}"
+    selection = size_range.selection
+    how = selection.mechanism if selection.cvar is None else f"{selection.mechanism} {selection.cvar}={selection.value}"
+    return (f"per-size selection for {size} B: {selection.name} ({how}; range [{size_range.min_bytes}, "
             f"{size_range.max_bytes}] B, measured speed-up {gains}{files})")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import optuna
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket, format_bytes
@@ -126,6 +126,12 @@ class SizeRangeResult(_Model):
 
     _env_safe = field_validator("env")(_checked_env)
 
+    @model_validator(mode="after")
+    def _range(self) -> SizeRangeResult:
+        if self.max_bytes < self.min_bytes:
+            raise ValueError(f"max_bytes {self.max_bytes} below min_bytes {self.min_bytes}")
+        return self
+
 
 class Evidence(_Model):
     test: str
@@ -194,6 +200,17 @@ class RecommendationFile(_Model):
     site: str
     system: str
     recommendations: list[Recommendation]
+
+    @field_validator("recommendations")
+    @classmethod
+    def _one_per_scope(cls, recs: list[Recommendation]) -> list[Recommendation]:
+        """publish replaces a scope's entry: two of one scope are a hand edit no lookup can choose between."""
+        first: dict[StudyScope, int] = {}
+        for i, rec in enumerate(recs):
+            if rec.scope in first:
+                raise ValueError(f"entries {first[rec.scope]} and {i} have the same scope ({rec.describe_scope()})")
+            first[rec.scope] = i
+        return recs
 
 
 def build_recommendation(

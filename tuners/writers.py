@@ -31,8 +31,8 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
-from tuners.per_size import format_config
+from tuners.catalog import KnobCatalog, Safety, UnsafeValueError, check_env_name, check_safe_value
+from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
 
@@ -215,6 +215,9 @@ def _validated(
     rec: Recommendation, catalog: KnobCatalog, plugin_env: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     env = catalog.validate_env(rec.env)
+    forbidden = [name for name in env if catalog[name].safety is Safety.FORBIDDEN]
+    if forbidden:
+        raise UnsafeValueError(f"{', '.join(forbidden)}: forbidden in the catalog {catalog.source}")
     for name in rec.unset:
         if name not in catalog:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
@@ -226,6 +229,25 @@ def _validated(
         elif not value.startswith("/"):
             raise UnsafeValueError(f"{name}: {value!r} must be an absolute path")
     return {**env, **plugin_env}, list(rec.unset)
+
+
+def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> None:
+    """ValueError naming `path` and the problem when `rec`, read from it, is not what publish writes: its settings
+    outside `catalog` (a hand edit: a variable that is no knob, a value outside a knob's domain, a forbidden knob),
+    or its rule file or tuner config missing or unreadable (the job would run without the per-size rules)."""
+    try:
+        _validated(rec, catalog, rec.plugin_env)
+    except UnsafeValueError as exc:
+        raise ValueError(f"{path}: {rec.scope.slug}: published settings refused: {exc}") from None
+    for file in [*rec.rule_files.values(), *([rec.plugin_env[PLUGIN_ENV[1]]] if PLUGIN_ENV[1] in rec.plugin_env
+                                              else [])]:
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+            if file == rec.plugin_env.get(PLUGIN_ENV[1]):
+                parse_config(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ValueError(f"{path}: {rec.scope.slug}: its per-size rules {file} cannot be used ("
+                             f"{getattr(exc, 'strerror', None) or exc}): publish the tune again") from None
 
 
 def env_file_text(rec: Recommendation, env: Mapping[str, str], unset: list[str]) -> str:

@@ -33,6 +33,7 @@ from campaigns.exit_codes import ExitCode
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.tuning.session import TuningOutcome, TuningSetup
     from campaigns.tuning.spec import TuningSpec
+    from tuners.catalog import KnobCatalog
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
@@ -233,6 +234,11 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
     """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
     --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir,
     --runs-dir) exists or is made under the nearest one above it that does. Either must take new files."""
+    named = [(option, path.absolute()) for option, path in files.items() if path is not None]
+    for i, (option, path) in enumerate(named):
+        other = next((o for o, p in named[:i] if p == path), None)
+        if other is not None:  # the second would overwrite the first
+            raise ValueError(f"{other} and {option} name the same file {path}")
     for option, path in [*files.items(), *directories.items()]:
         if path is None:
             continue
@@ -247,6 +253,18 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
         except OSError as exc:
             refused = Path(exc.filename).parent if exc.filename else where  # the directory that took no file
             raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
+
+
+def published_catalog(site: str) -> KnobCatalog:
+    """The catalog a site's published settings are checked against on reading: its own (site.yaml, its knob file),
+    or the base catalog for a site known only by what it published."""
+    from campaigns.model.site import find_site_file
+    from campaigns.tuning.spec import site_knob_catalog
+    from tuners.catalog import KnobCatalog
+
+    if find_site_file(site) is None and not (paths.KNOBS_DIR / f"{site}.yaml").is_file():
+        return KnobCatalog.load()
+    return site_knob_catalog(site)[0]
 
 
 def launcher_lines(spec: TuningSpec) -> list[str]:
@@ -462,6 +480,9 @@ def register(app: typer.Typer) -> None:
         with _setup_errors(errors):
             nodes = _slurm_count("SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
             tasks = _slurm_count("SLURM_NTASKS") or nodes
+            if tasks % nodes:  # the scope is nodes x tasks per node: the allocation's job must be that
+                raise ValueError(f"SLURM_NTASKS={tasks} on {nodes} nodes: pretune tunes the same tasks on every node "
+                                 f"(give the allocation a multiple of {nodes} tasks, e.g. --ntasks-per-node)")
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
                          tasks_per_node=max(1, tasks // nodes), gpus_per_node=gpus_per_node, sizes=sizes,
@@ -543,7 +564,7 @@ def register(app: typer.Typer) -> None:
         are listed."""
         from campaigns.tuning.lookup import check_query
         from tuners.evaluation import format_bytes
-        from tuners.recommend import format_lookup, lookup
+        from tuners.recommend import bucket_decision, format_lookup, lookup
 
         errors = make_console(stderr=True)
         system, _, named = system.partition(":")
@@ -558,12 +579,13 @@ def register(app: typer.Typer) -> None:
                                      gpus_per_node=gpus_per_node, transport=transport, library=library,
                                      library_version=library_version, size=size)
             result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
-                            transport=transport, library=library, library_version=library_version, size=size_bytes)
+                            transport=transport, library=library, library_version=library_version, size=size_bytes,
+                            catalog=published_catalog(site))
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))
-        if size_bytes is not None and result.size_result is not None:
+        if size_bytes is not None and result.size_result is not None and result.recommendation is not None:
             print(f"# size {format_bytes(size_bytes)}: bucket [{result.size_result.min_bytes}, "
-                  f"{result.size_result.max_bytes}] B -> {result.size_result.decision}")
+                  f"{result.size_result.max_bytes}] B -> {bucket_decision(result.recommendation, result.size_result)}")
         if not result.measured:
             raise typer.Exit(ExitCode.NOT_JUDGED)

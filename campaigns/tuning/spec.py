@@ -243,36 +243,46 @@ def load_spec(path: Path, **overrides: Any) -> TuningSpec:
 
 
 def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
+    """The site's catalog (site_knob_catalog) with the spec's override files applied in order; also the files
+    used."""
+    catalog, files = site_knob_catalog(spec.site)
+    for path in (Path(p) for p in spec.knob_overrides):
+        if not path.is_file():  # the spec's paths are absolute by now: a relative one was taken from the cwd
+            raise ValueError(f"knob_overrides: {path} is not a file (a relative path is read from the directory "
+                             "commcamp starts in)")
+        catalog = _with_override_file(catalog, path)
+        files.append(str(path))
+    return catalog, files
+
+
+def site_knob_catalog(site_name: str) -> tuple[KnobCatalog, list[str]]:
     """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
-    site_configs/knobs/<site>.yaml for a site without one) and the spec's override files applied in
-    order; also the files used."""
+    site_configs/knobs/<site>.yaml for a site without one); also the files used. ValueError for an unknown site."""
     from campaigns.model.yamlio import YamlDocument
 
-    site = _site(spec)
-    if site is None:
-        catalog = KnobCatalog.load()
-    else:
+    site = _site(site_name)
+    if site is not None:
         try:
             catalog = site.knob_catalog()
         except CatalogError as exc:
             raise ValueError(_at_line(YamlDocument(site.directory / "site.yaml"), str(exc), ())) from None
-    files = [str(site.directory / "site.yaml")] if site is not None and site.knobs else []
-    extra = [p for p in [paths.KNOBS_DIR / f"{spec.site}.yaml"] if site is None and p.is_file()]
-    for path in [*extra, *(Path(p) for p in spec.knob_overrides)]:
-        if not path.is_file():  # the spec's paths are absolute by now: a relative one was taken from the cwd
-            raise ValueError(f"knob_overrides: {path} is not a file (a relative path is read from the directory "
-                             "commcamp starts in)")
-        # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
-        document = YamlDocument(path)
-        if document.data is None:
-            raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
-                             "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
-        try:
-            catalog = catalog.for_site(document.data, str(path))
-        except CatalogError as exc:  # an override file is the `knobs:` mapping itself
-            raise ValueError(_at_line(document, str(exc), ("knobs",))) from None
-        files.append(str(path))
-    return catalog, files
+        return catalog, [str(site.directory / "site.yaml")] if site.knobs else []
+    path = paths.KNOBS_DIR / f"{site_name}.yaml"
+    return _with_override_file(KnobCatalog.load(), path), [str(path)]
+
+
+def _with_override_file(catalog: KnobCatalog, path: Path) -> KnobCatalog:
+    from campaigns.model.yamlio import YamlDocument
+
+    # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
+    document = YamlDocument(path)
+    if document.data is None:
+        raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
+                         "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
+    try:
+        return catalog.for_site(document.data, str(path))
+    except CatalogError as exc:  # an override file is the `knobs:` mapping itself
+        raise ValueError(_at_line(document, str(exc), ("knobs",))) from None
 
 
 def _at_line(document: Any, message: str, outside: tuple[str, ...]) -> str:
@@ -291,15 +301,15 @@ def _at_line(document: Any, message: str, outside: tuple[str, ...]) -> str:
 
 
 # --------------------------------------------------------------------------------------- the spec's site
-def _site(spec: TuningSpec) -> Any:
-    """The spec's site (campaigns.model.site.Site), or None for a site known only by its knob file
+def _site(name: str) -> Any:
+    """The site (campaigns.model.site.Site), or None for a site known only by its knob file
     (site_configs/knobs/<site>.yaml); ValueError for an unknown site or a site.yaml with problems."""
     from campaigns.model.site import SiteError, find_site_file, load_site
 
-    if find_site_file(spec.site) is None and (paths.KNOBS_DIR / f"{spec.site}.yaml").is_file():
+    if find_site_file(name) is None and (paths.KNOBS_DIR / f"{name}.yaml").is_file():
         return None
     try:
-        return load_site(spec.site)
+        return load_site(name)
     except SiteError as exc:
         raise ValueError(str(exc)) from None
 
@@ -308,7 +318,7 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     """The spec's partition of its site.yaml and the variables the site sets for its jobs (partition
     and environment env_vars, e.g. SLURM_MPI_TYPE, UCX_TLS); None for a site without site.yaml.
     ValueError when the site has no such system, partition or environment there."""
-    site = _site(spec)
+    site = _site(spec.site)
     if site is None:
         return None
     system_name, _, partition_name = spec.system.partition(":")
