@@ -888,21 +888,43 @@ class DeployedSetEvaluator:
 SNDBUF = "OMPI_MCA_btl_tcp_sndbuf"
 
 
-def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator, env: dict[str, str] | None = None) -> Any:
+class PlantedSweep:
+    """The real evaluator (commbench under mpirun: Open MPI 4.1.4 reads the rule file) whose per-size sweep claims
+    that basic_linear (alg1) is 25 % faster than the library's choice at every size, as a sweep fooled by noise or
+    drift might: everything after the sweep, the deployed set's validated run and rounds, is measured."""
+
+    def __init__(self, real: CommbenchEvaluator) -> None:
+        self.real, self.request, self.executor, self.durations_s = real, real.request, self, real.durations_s
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        from test_per_size import SIZES, sweep_records
+
+        records = sweep_records({"alg1": {s: [1.25] for s in SIZES}}, 26)
+        return RunOutcome([{**r, "nodes": 1, "ranks": 2} for r in records], "", 0)  # the rule file is per rank count
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        return self.real(env, validate=validate)
+
+
+def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator | None,
+                         env: dict[str, str] | None = None) -> Any:
     """A session after finalization (recommendation: keep the defaults, or change to `env`) whose per-size stage
-    gives one rule."""
+    gives one rule; `evaluator` None: PlantedSweep around the real one."""
     from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
     from campaigns.tuning.spec import TuningSpec
     from test_tuner_writers import mpi_recommendation
 
     spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
-                      sizes=["64K", "1M"], sizes_per_bucket=1, executor="launcher", launcher=MPIRUN,
+                      sizes=["64K", "1M"], sizes_per_bucket=1, iters=40, executor="launcher", launcher=MPIRUN,
                       commbench=COMMBENCH, per_size={"enabled": True, "top": 1}, seed=1,
                       db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs",
                       publish_dir=tmp_path / "rec")
     setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
-    evaluator.request = setup.evaluator.request
-    setup = replace(setup, evaluator=evaluator)
+    if evaluator is None:
+        setup = replace(setup, evaluator=PlantedSweep(setup.evaluator))
+    else:
+        evaluator.request = setup.evaluator.request
+        setup = replace(setup, evaluator=evaluator)
     template = mpi_recommendation(nodes=1)
     rec = template.model_copy(update={
         "scope": setup.scope, "decision": "change" if env else "keep-defaults", "env": env or {},
@@ -970,6 +992,22 @@ def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
     published = session.outcome.published.env_file.parent
     assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
     assert not list(published.glob("*.coll_tuned_rules"))
+
+
+def test_the_real_library_s_slower_rule_file_is_withdrawn_by_the_deployed_check(tmp_path: Path) -> None:
+    """The deployed-set check on the real library: the sweep (planted) put basic_linear at every size, Open MPI
+    runs the rule file it writes (basic_linear took 1.3-1.6x own's time at 64 KiB and 1 MiB between 2 local ranks
+    here), and the check withdraws the rules: nothing of them is published. Real runs only after the sweep."""
+    session = deployed_set_session(tmp_path, None)
+    session.per_size()
+    session.publish()
+    session.summary(tmp_path / "summary.json")
+    rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    assert "slower in bucket" in rec["deployed"]["withdrawn"], rec["deployed"]
+    assert rec["per_size_selection"] is None and rec["decision"] == "keep-defaults"
+    slower = [b for b in rec["deployed"]["buckets"].values() if b["ci_high"] < 0]
+    assert slower, rec["deployed"]["buckets"]  # a bucket wholly slower, measured
+    assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
 
 
 @pytest.mark.parametrize("environment_slower", [False, True])
