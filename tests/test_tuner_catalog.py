@@ -150,8 +150,11 @@ def test_categorical_default_outside_choices_and_bad_yaml(tmp_path: Path) -> Non
         "unset": "NCCL chooses",
         "source": "NCCL env",
     }
-    with pytest.raises(CatalogError, match=r"catalog\.yaml: knobs\.NCCL_ALGO: .*'Star' is not one of"):
+    with pytest.raises(CatalogError, match=r"catalog\.yaml:3: knobs\.NCCL_ALGO: .*'Star' is not one of"):
         KnobCatalog.load(write_catalog(tmp_path, fields, "NCCL_ALGO"))
+    typo = {**{k: v for k, v in fields.items() if k != "safety"}, "default": "Ring", "safty": "may-hang"}
+    with pytest.raises(CatalogError, match=r"catalog\.yaml:10: knobs\.NCCL_ALGO\.safty: Extra inputs"):
+        KnobCatalog.load(write_catalog(tmp_path, typo, "NCCL_ALGO"))  # was "safety: Field required", the typo unnamed
     broken = tmp_path / "broken.yaml"
     broken.write_text("schema_version: 1\nknobs:\n  NCCL_ALGO: [unclosed\n")
     with pytest.raises(CatalogError, match=r"broken\.yaml:4: malformed YAML"):

@@ -365,7 +365,10 @@ class KnobCatalog:
             document = YamlDocument(Path(path))
         except YamlModelError as exc:
             raise CatalogError(str(exc)) from None
-        return cls.from_document(document.data, document.source)
+        try:
+            return cls.from_document(document.data, document.source)
+        except CatalogError as exc:
+            raise CatalogError(document.with_line(str(exc))) from None
 
     @classmethod
     def from_document(cls, document: object, source: str) -> KnobCatalog:
@@ -572,7 +575,8 @@ def _build(model: type[BaseModel], data: dict[str, Any], source: str, where: str
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        # a misspelled key is both "missing" and "extra": the extra one names the typo
+        first = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
         key = ".".join([where, *(str(part) for part in first["loc"])])
         message = first["msg"].removeprefix("Value error, ")
         raise CatalogError(f"{source}: {key}: {message}") from exc

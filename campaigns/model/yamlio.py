@@ -7,6 +7,7 @@ as `FILE:LINE: field.path: message`.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -82,6 +83,21 @@ class YamlDocument:
                 break
             node, line = child, child.start_mark.line + 1
         return line
+
+    def with_line(self, message: str, outside: tuple[str, ...] = ()) -> str:
+        """A message `SOURCE: a.b[0].c: why` about this document (a catalog's or site's knob error) as
+        `SOURCE:LINE: a.b[0].c: why`, the line of the deepest key of that path the document has; `outside`: leading
+        keys the path names that the document does not have (an override file is the `knobs:` mapping itself)."""
+        prefix = f"{self.source}: "
+        if not message.startswith(prefix):
+            return message
+        key = message[len(prefix):].split(": ", 1)[0].split(",")[0].strip()
+        loc: list[str | int] = [int(part) if part.isdecimal() else part
+                                for part in re.split(r"\.|\[|\]\.?", key) if part]
+        if tuple(loc[:len(outside)]) == outside:
+            loc = loc[len(outside):]
+        line = self.line_of(tuple(loc))
+        return message if line is None else f"{self.source}:{line}: {message[len(prefix):]}"
 
     def problem(self, loc: Loc, message: str) -> str:
         line = self.line_of(loc)

@@ -3,7 +3,6 @@ per-size stage, outputs; and what the spec's site says (its partition, environme
 overrides)."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -265,7 +264,7 @@ def site_knob_catalog(site_name: str) -> tuple[KnobCatalog, list[str]]:
         try:
             catalog = site.knob_catalog()
         except CatalogError as exc:
-            raise ValueError(_at_line(YamlDocument(site.directory / "site.yaml"), str(exc), ())) from None
+            raise ValueError(YamlDocument(site.directory / "site.yaml").with_line(str(exc))) from None
         return catalog, [str(site.directory / "site.yaml")] if site.knobs else []
     path = paths.KNOBS_DIR / f"{site_name}.yaml"
     return _with_override_file(KnobCatalog.load(), path), [str(path)]
@@ -282,22 +281,7 @@ def _with_override_file(catalog: KnobCatalog, path: Path) -> KnobCatalog:
     try:
         return catalog.for_site(document.data, str(path))
     except CatalogError as exc:  # an override file is the `knobs:` mapping itself
-        raise ValueError(_at_line(document, str(exc), ("knobs",))) from None
-
-
-def _at_line(document: Any, message: str, outside: tuple[str, ...]) -> str:
-    """A catalog error (`FILE: knobs.SECTION.NAME...: why`) with the line of the key it names in `document`
-    (a campaigns.model.yamlio.YamlDocument); `outside`: the leading keys the file itself does not have."""
-    prefix = f"{document.source}: "
-    if not message.startswith(prefix):
-        return message
-    key = message[len(prefix):].split(": ", 1)[0].split(",")[0].strip()
-    loc: list[str | int] = [int(part) if part.isdecimal() else part
-                            for part in re.split(r"\.|\[|\]\.?", key) if part]
-    if tuple(loc[:len(outside)]) == outside:
-        loc = loc[len(outside):]
-    line = document.line_of(tuple(loc))
-    return message if line is None else f"{document.source}:{line}: {message[len(prefix):]}"
+        raise ValueError(document.with_line(str(exc), ("knobs",))) from None
 
 
 # --------------------------------------------------------------------------------------- the spec's site
