@@ -565,6 +565,7 @@ sizes: [1M]
     ("plugin_library: /no/such/libnccl-tuner.so\n", "{spec}:6: plugin_library: /no/such/libnccl-tuner.so does not exist"),
     ("knobs: [OMPI_MCA_btl_tcp_sndbuff]\n", "{spec}:6: knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"),
     ("knob_overrides: [no-such-dir/knobs.yaml]\n", "{spec}:6: knob_overrides: "),  # named the file alone
+    ("", "{spec}:1: site: unknown site 'mars'"),  # SPEC_BASE's site replaced below
     ("knob_overrides: [{tmp}/empty.yaml]\n", "{tmp}/empty.yaml: the knob override file is empty"),
     ("knob_overrides: [{tmp}/typo.yaml]\n", "{tmp}/typo.yaml:2: knobs.defaults.OMPI_MCA_btl_tcp_sndbuff: not in "
      "the catalog"),
@@ -575,7 +576,8 @@ def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extr
     (tmp_path / "empty.yaml").write_text("")
     (tmp_path / "typo.yaml").write_text("defaults:\n  OMPI_MCA_btl_tcp_sndbuff: 4096\n")
     spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC_BASE + extra.replace("{tmp}", str(tmp_path)))
+    base = SPEC_BASE if extra else SPEC_BASE.replace("site: local", "site: mars")
+    spec.write_text(base + extra.replace("{tmp}", str(tmp_path)))
     where = ("--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs", "--library-version",
              "4.1.4")
     for dry in (("--dry-run",), ()):

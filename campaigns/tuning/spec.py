@@ -294,8 +294,8 @@ def _site(name: str) -> Any:
         return None
     try:
         return load_site(name)
-    except SiteError as exc:
-        raise ValueError(str(exc)) from None
+    except SiteError as exc:  # an unknown site is the spec's `site:`; a broken site.yaml names its own file
+        raise ValueError(f"site: {exc}" if find_site_file(name) is None else str(exc)) from None
 
 
 def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
