@@ -136,7 +136,8 @@ CASES = [
          ("knobs.yaml", "OMPI_MCA_btl_tcp_sndbuf", "1000"),
          {"knobs.yaml": "defaults: {OMPI_MCA_btl_tcp_sndbuf: 1000}\n"}),
     Case("knobs-not-a-mapping", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),
-         ("knobs.yaml:1: knobs: expected a mapping of defaults, forbidden, pinned, restrict and documented, not int",),
+         ("knobs.yaml:1: knobs: expected a mapping of defaults, forbidden, pinned, restrict, documented, unset_equals "
+          "and inert_unless_set, not int",),
          {"knobs.yaml": "42\n"}),
     Case("knobs-command-substitution", (*TUNE, *SIZES, "--knob-overrides", "{dir}/knobs.yaml"),
          ("knobs.yaml", "'$(touch pwned)' " + NOT_ALLOWED),

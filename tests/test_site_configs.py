@@ -75,8 +75,8 @@ def test_h200_without_nvlink_multicast_off_fails_the_check(site_copies: Path) ->
 def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -> None:
     site_yaml = site_copies / "h200" / "site.yaml"
     edit(site_yaml, "choices: [Ring, Tree, PAT]", "choices: [Ring, Tree, Chain]")
-    (problem,) = check_site("h200")
-    assert problem.startswith(f"{site_yaml}: knobs.restrict.NCCL_ALGO.choices: ")
+    (problem,) = check_site("h200")  # the line of the key (site check said the file alone)
+    assert problem.startswith(f"{site_yaml}:{line_of(site_yaml, 'Chain]')}: knobs.restrict.NCCL_ALGO.choices: ")
     assert "'Chain' is not one of" in problem
 
     local_yaml = site_copies / "local" / "site.yaml"

@@ -659,7 +659,7 @@ def edited(path: Path, change: Any) -> None:
     (lambda d: d["recommendations"][0]["env"].update(LD_PRELOAD="/tmp/evil.so"),
      "published settings refused: LD_PRELOAD is not a knob of the catalog"),
     (lambda d: d["recommendations"][0]["env"].update(NCCL_NVLS_ENABLE="1"),
-     "published settings refused: NCCL_NVLS_ENABLE: forbidden in the catalog"),
+     "published settings refused: NCCL_NVLS_ENABLE is forbidden by the knob catalog"),
     (lambda d: d["recommendations"][0]["env"].update(OMPI_MCA_coll_tuned_allreduce_algorithm="bogus"),
      "published settings refused: OMPI_MCA_coll_tuned_allreduce_algorithm"),
     (lambda d: d["recommendations"][0].update(unset=["PATH"]), "published settings refused: unset PATH: not a knob"),
@@ -675,6 +675,25 @@ def test_recommend_refuses_published_settings_that_publish_would_not_write(
     edited(files.recommendations, change)
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
     assert code == 2 and stdout == "" and problem in stderr and str(files.recommendations) in stderr, (code, stdout, stderr)
+
+
+def test_a_forbidden_knob_the_site_pins_is_published_and_recommended(tmp_path: Path) -> None:
+    """h200 pins the forbidden NCCL_NVLS_ENABLE to 0: trial 0 and every winner carry it. Publish and recommend
+    take it at the pinned value (the first version of the read check refused every h200 scope) and refuse 1."""
+    site = KnobCatalog.load().for_site({"pinned": {"NCCL_NVLS_ENABLE": "0"}}, "h200-like")
+    rec = mpi_recommendation().model_copy(update={"scope": make_scope(
+        site="h200", system="h200", partition="gpu", library="nccl", library_version="2.28.3", transport="ccl",
+        nodes=2, gpus_per_node=1), "env": {"NCCL_NVLS_ENABLE": "0", "NCCL_ALGO": "Ring"},
+        "baseline_env": {"NCCL_NVLS_ENABLE": "0"}})
+    files = publish(tmp_path, rec, site)
+    job = ("--root", tmp_path, "--site", "h200", "--system", "h200", "--op", "allreduce", "--nodes", "2")
+    code, stdout, stderr = commcamp("recommend", *job)
+    assert code == 0 and "export NCCL_NVLS_ENABLE='0'" in stdout, (stdout, stderr)
+    edited(files.recommendations, lambda d: d["recommendations"][0]["env"].update(NCCL_NVLS_ENABLE="1"))
+    code, stdout, stderr = commcamp("recommend", *job)
+    assert code == 2 and "NCCL_NVLS_ENABLE: the site pins it to '0', not '1'" in stderr, (stdout, stderr)
+    with pytest.raises(UnsafeValueError, match="NCCL_NVLS_ENABLE is forbidden"):
+        publish(tmp_path, rec.model_copy(update={"env": {"NCCL_NVLS_ENABLE": "1"}}), KnobCatalog.load())
 
 
 def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path, catalog: KnobCatalog,

@@ -530,10 +530,12 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
         assert code == 2 and f"{name}='{value}' is not a positive whole number" in out, out
         assert len(out.strip().splitlines()) == 1 and not (tmp_path / "x.env").exists()
     # 3 tasks on 2 nodes: a scope of 2 x 1 was tuned (1 on 2 nodes: srun -N 2 -n 2, beyond the allocation)
-    for tasks in ("3", "1"):
+    for tasks, layout in (("3", "2,1"), ("1", "1,0"), ("4", "3,1")):  # the last: a multiple, not the same per node
         code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site",
-                                    "local", env={"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": tasks})
-        assert code == 2 and f"SLURM_NTASKS={tasks} on 2 nodes: pretune tunes the same tasks on every node" in out, out
+                                    "local", env={"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": tasks,
+                                                  "SLURM_TASKS_PER_NODE": layout})
+        assert code == 2 and (f"SLURM_NTASKS={tasks} on 2 nodes (SLURM_TASKS_PER_NODE={layout}): pretune tunes the "
+                              "same tasks on every node") in out, out
     # the summary would overwrite the env file the job sources
     code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--summary",
                                 str(tmp_path / "x.env"), "--site", "local", "--system", "local", "--library", "openmpi",
@@ -587,6 +589,20 @@ def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extr
     if extra == "knobs: [OMPI_MCA_btl_tcp_sndbuff]\n":  # an option given with the file is no line of it
         code, out = commcamp_output("tune", spec, *where, "--knobs", "OMPI_MCA_btl_tcp_sndbuff")
         assert code == 2 and out.startswith("knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"), out
+
+
+def test_a_launcher_that_does_not_run_here_is_not_looked_up_here(tmp_path: Path) -> None:
+    """`tune --workers N` with the library version given runs the spec's launcher nowhere here (the workers use
+    srun, no probe runs): a launcher that only the compute nodes have is not refused on the login node."""
+    from campaigns.tuning.session import check_spec
+    from campaigns.tuning.spec import TuningSpec
+
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
+                      sizes=["1M"], executor="launcher", launcher=["no-such-mpirun", "-np", "2"], commbench=COMMBENCH,
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs")
+    with pytest.raises(ValueError, match="launcher: 'no-such-mpirun' is not an executable program here"):
+        check_spec(spec)
+    check_spec(spec, launcher_runs_here=False)
 
 
 def test_help_and_messages_name_what_the_user_typed(tmp_path: Path) -> None:
@@ -999,18 +1015,26 @@ def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
 def test_the_real_library_s_slower_rule_file_is_withdrawn_by_the_deployed_check(tmp_path: Path) -> None:
     """The deployed-set check on the real library: the sweep (planted) put basic_linear at every size, Open MPI
     runs the rule file it writes (basic_linear took 1.3-1.6x own's time at 64 KiB and 1 MiB between 2 local ranks
-    here), and the check withdraws the rules: nothing of them is published. Real runs only after the sweep."""
-    session = deployed_set_session(tmp_path, None)
-    session.per_size()
-    session.publish()
-    session.summary(tmp_path / "summary.json")
-    rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    here), and the check withdraws the rules: nothing of them is published. Real runs only after the sweep. Its 6
+    rounds decide on the slowest and fastest round (the median's interval): one stalled round of the defaults on a
+    loaded machine keeps the set, as the rule says (a review saw 4 of 8 kept beside two busy loops), so up to three
+    sessions, each a new tune's check."""
+    for attempt in range(3):
+        (tmp_path / str(attempt)).mkdir()
+        session = deployed_set_session(tmp_path / str(attempt), None)
+        session.per_size()
+        session.publish()
+        session.summary(tmp_path / str(attempt) / "summary.json")
+        rec = json.loads((tmp_path / str(attempt) / "summary.json").read_text())["recommendation"]
+        if rec["deployed"]["withdrawn"] is not None:
+            break
+        # kept: only where a round crossed (the set not slower in every round of each bucket)
+        assert all(b["ci_high"] >= 0 for b in rec["deployed"]["buckets"].values()), rec["deployed"]
+    assert rec["deployed"]["withdrawn"] is not None, rec["deployed"]
     assert "slower in bucket" in rec["deployed"]["withdrawn"], rec["deployed"]
     assert rec["per_size_selection"] is None and rec["decision"] == "keep-defaults"
-    slower = [b for b in rec["deployed"]["buckets"].values() if b["ci_high"] < 0]
-    assert slower, rec["deployed"]["buckets"]  # a bucket wholly slower, measured
+    assert any(b["ci_high"] < 0 for b in rec["deployed"]["buckets"].values()), rec["deployed"]["buckets"]
     assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
-
 
 @pytest.mark.parametrize("environment_slower", [False, True])
 def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_alone_too(

@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from campaigns.model.yamlio import YamlDocument, YamlModelError
+from campaigns.model.yamlio import YamlDocument, YamlModelError, typos_first
 from campaigns.paths import KNOB_CATALOG as DEFAULT_CATALOG_PATH  # the catalog ships with commcamp
 
 # Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
@@ -422,7 +422,8 @@ class KnobCatalog:
         """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
         defaults; they cannot un-forbid a knob the base catalog forbids."""
         if not isinstance(overrides, Mapping):  # e.g. an override file holding a list or a bare value
-            raise CatalogError(f"{source}: knobs: expected a mapping of defaults, forbidden, pinned, restrict and documented, "
+            raise CatalogError(f"{source}: knobs: expected a mapping of defaults, forbidden, pinned, restrict, "
+                               "documented, unset_equals and inert_unless_set, "
                                f"not {type(overrides).__name__}")
         site = _build(SiteKnobOverrides, dict(overrides), source, "knobs")
         knobs = dict(self._knobs)
@@ -575,8 +576,7 @@ def _build(model: type[BaseModel], data: dict[str, Any], source: str, where: str
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        # a misspelled key is both "missing" and "extra": the extra one names the typo
-        first = next((e for e in exc.errors() if e["type"] == "extra_forbidden"), exc.errors()[0])
+        first = typos_first(exc)[0]
         key = ".".join([where, *(str(part) for part in first["loc"])])
         message = first["msg"].removeprefix("Value error, ")
         raise CatalogError(f"{source}: {key}: {message}") from exc

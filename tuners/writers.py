@@ -31,7 +31,7 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import KnobCatalog, Safety, UnsafeValueError, check_env_name, check_safe_value
+from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
@@ -215,9 +215,8 @@ def _validated(
     rec: Recommendation, catalog: KnobCatalog, plugin_env: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     env = catalog.validate_env(rec.env)
-    forbidden = [name for name in env if catalog[name].safety is Safety.FORBIDDEN]
-    if forbidden:
-        raise UnsafeValueError(f"{', '.join(forbidden)}: forbidden in the catalog {catalog.source}")
+    # a forbidden knob or another value than the site's pin, unless trial 0 ran it so (a pin, the site's default)
+    catalog.check_job_env({name: value for name, value in env.items() if rec.baseline_env.get(name) != value})
     for name in rec.unset:
         if name not in catalog:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
@@ -288,13 +287,12 @@ def _locked(directory: Path) -> Iterator[None]:
 
 def load_recommendations(path: Path) -> RecommendationFile:
     """ValueError in one line naming the file, the line of its first problem (duplicate keys are one; a key
-    the schema does not have goes first) and what is wrong there, with how many problems there are."""
+    the schema does not have comes first: yamlio.typos_first) and what is wrong there, with how many problems there
+    are."""
     try:
         return YamlDocument(path).validate(RecommendationFile)
     except YamlModelError as exc:
-        # a misspelled key is both "missing" and "extra": the extra one names the typo
-        first = next((p for p in exc.problems if p.endswith(": unknown field")), exc.problems[0])
-        line, _, problem = first.removeprefix(exc.source).partition(": ")
+        line, _, problem = exc.problems[0].removeprefix(exc.source).partition(": ")
         more = f" (and {len(exc.problems) - 1} more)" if len(exc.problems) > 1 else ""
         raise ValueError(f"{exc.source}{line}: not a valid recommendations file: {problem}{more}") from None
 

@@ -33,7 +33,6 @@ from campaigns.exit_codes import ExitCode
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.tuning.session import TuningOutcome, TuningSetup
     from campaigns.tuning.spec import TuningSpec
-    from tuners.catalog import KnobCatalog
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
@@ -234,7 +233,7 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
     """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
     --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir,
     --runs-dir) exists or is made under the nearest one above it that does. Either must take new files."""
-    named = [(option, path.absolute()) for option, path in files.items() if path is not None]
+    named = [(option, path.resolve()) for option, path in files.items() if path is not None]
     for i, (option, path) in enumerate(named):
         other = next((o for o, p in named[:i] if p == path), None)
         if other is not None:  # the second would overwrite the first
@@ -253,18 +252,6 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
         except OSError as exc:
             refused = Path(exc.filename).parent if exc.filename else where  # the directory that took no file
             raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
-
-
-def published_catalog(site: str) -> KnobCatalog:
-    """The catalog a site's published settings are checked against on reading: its own (site.yaml, its knob file),
-    or the base catalog for a site known only by what it published."""
-    from campaigns.model.site import find_site_file
-    from campaigns.tuning.spec import site_knob_catalog
-    from tuners.catalog import KnobCatalog
-
-    if find_site_file(site) is None and not (paths.KNOBS_DIR / f"{site}.yaml").is_file():
-        return KnobCatalog.load()
-    return site_knob_catalog(site)[0]
 
 
 def launcher_lines(spec: TuningSpec) -> list[str]:
@@ -384,12 +371,14 @@ def register(app: typer.Typer) -> None:
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
+            # workers launch with srun: the spec's launcher runs here only for the version's probe run
+            runs_here = not workers or spec_obj.library_version is None
             if dry_run and spec_obj.library_version is None:  # the version needs a probe run: not in a dry run
-                _, knob_files = check_spec(spec_obj)
+                _, knob_files = check_spec(spec_obj, launcher_runs_here=runs_here)
                 for line in plan_lines(spec_obj, knob_files):
                     console.print(escape(line), highlight=False, soft_wrap=True)
                 return
-            setup = prepare(spec_obj)
+            setup = prepare(spec_obj, launcher_runs_here=runs_here)
             if workers:  # the workers run the trials (srun steps): the study is named for them
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
                                                                            setup.knob_files, setup.space)})
@@ -480,9 +469,13 @@ def register(app: typer.Typer) -> None:
         with _setup_errors(errors):
             nodes = _slurm_count("SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
             tasks = _slurm_count("SLURM_NTASKS") or nodes
-            if tasks % nodes:  # the scope is nodes x tasks per node: the allocation's job must be that
-                raise ValueError(f"SLURM_NTASKS={tasks} on {nodes} nodes: pretune tunes the same tasks on every node "
-                                 f"(give the allocation a multiple of {nodes} tasks, e.g. --ntasks-per-node)")
+            layout = os.environ.get("SLURM_TASKS_PER_NODE", "")  # Slurm's "2(x3)" or "3,1"
+            per_node = {int(m.group(1)) for item in layout.split(",") if (m := re.fullmatch(r"(\d+)(\(x\d+\))?",
+                                                                                            item.strip()))}
+            if tasks % nodes or len(per_node) > 1:  # the scope is nodes x tasks per node: the job must be that
+                raise ValueError(f"SLURM_NTASKS={tasks} on {nodes} nodes (SLURM_TASKS_PER_NODE={layout or 'unset'}): "
+                                 "pretune tunes the same tasks on every node (give the allocation "
+                                 "--ntasks-per-node)")
         fields = _fields(site=site, system=system, environ=environ, library=library,
                          library_version=library_version, op=op, transport=transport, nodes=nodes,
                          tasks_per_node=max(1, tasks // nodes), gpus_per_node=gpus_per_node, sizes=sizes,
@@ -564,6 +557,7 @@ def register(app: typer.Typer) -> None:
         are listed."""
         from campaigns.tuning.lookup import check_query
         from tuners.evaluation import format_bytes
+        from campaigns.tuning.spec import site_knob_catalog
         from tuners.recommend import bucket_decision, format_lookup, lookup
 
         errors = make_console(stderr=True)
@@ -580,7 +574,7 @@ def register(app: typer.Typer) -> None:
                                      library_version=library_version, size=size)
             result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
                             transport=transport, library=library, library_version=library_version, size=size_bytes,
-                            catalog=published_catalog(site))
+                            catalog=site_knob_catalog(site, unknown_is_base=True)[0])
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None
         print(format_lookup(result))

@@ -463,9 +463,13 @@ class Site(_Model):
     def knob_catalog(self) -> Any:
         """The knob catalog (site_configs/knobs/catalog.yaml) with this site's `knobs:` applied
         (tuners.catalog.KnobCatalog); raises tuners.catalog.CatalogError naming the key."""
-        from tuners.catalog import KnobCatalog
+        from campaigns.model.yamlio import YamlDocument
+        from tuners.catalog import CatalogError, KnobCatalog
 
-        return KnobCatalog.load().for_site(self.knobs, str(self.directory / SITE_FILE))
+        try:
+            return KnobCatalog.load().for_site(self.knobs, str(self.directory / SITE_FILE))
+        except CatalogError as exc:  # with the line of the key it names
+            raise CatalogError(YamlDocument(self.directory / SITE_FILE).with_line(str(exc))) from None
 
 
 NamedT = TypeVar("NamedT", Partition, System, Environment)

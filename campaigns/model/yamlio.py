@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Loc = Sequence[str | int]
@@ -134,9 +135,16 @@ def _document_loc(data: Any, loc: Loc, missing: bool) -> list[str | int]:
     return path
 
 
+def typos_first(exc: ValidationError) -> list[ErrorDetails]:
+    """pydantic's errors with the keys a model does not have first: a misspelled key is both an unknown key and the
+    "missing" one it leaves, and only the unknown one names the typo."""
+    errors = exc.errors(include_url=False)
+    return sorted(errors, key=lambda error: error["type"] != "extra_forbidden")
+
+
 def _pydantic_problems(exc: ValidationError, data: Any) -> list[tuple[Loc, str]]:
     problems = []
-    for error in exc.errors(include_url=False):
+    for error in typos_first(exc):
         loc = _document_loc(data, error["loc"], missing=error["type"] == "missing")
         # A model-level validator's message has its own field path; pydantic prefixes "Value error, ".
         message = error["msg"].removeprefix("Value error, ")

@@ -32,7 +32,6 @@ import dataclasses
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -169,9 +168,6 @@ class LauncherExecutor:
     def __init__(self, launcher: Sequence[str], commbench: Path, runs_dir: Path, base_env: Mapping[str, str]) -> None:
         if not launcher:
             raise ValueError("the launcher command is empty")
-        if shutil.which(launcher[0], path=base_env.get("PATH")) is None:  # None: this process's PATH, as Popen
-            raise ValueError(f"launcher: {launcher[0]!r} is not an executable program here (not on PATH or not "
-                             "executable)")
         if not os.access(commbench, os.X_OK):
             raise ValueError(f"commbench binary {commbench} does not exist or is not executable")
         self.launcher = list(launcher)

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -119,7 +120,8 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
     return f"{scope.study_name}/{executor_label(spec)}-{digest}"
 
 
-def check_spec(spec: TuningSpec, *, inside_allocation: bool = False) -> tuple[KnobCatalog, list[str]]:
+def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_runs_here: bool = True
+               ) -> tuple[KnobCatalog, list[str]]:
     """What can be checked before anything is submitted: the site, partition and environment, the nodes and
     GPUs per node the partition has (unless `inside_allocation`: pretune's allocation decides), the knob
     files, the knobs asked for (whatever the library version), the executor and the study database
@@ -144,6 +146,11 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False) -> tuple[Kn
         check_partition_size(spec)
     if spec.executor == "launcher":
         make_executor(spec, {})
+        program = spec.launcher[0] if spec.launcher else ""
+        # the launches inherit this process's PATH; `tune --workers` with a version given never runs this launcher
+        if launcher_runs_here and shutil.which(program) is None:
+            raise ValueError(f"launcher: {program!r} is not an executable program here (not on PATH or not "
+                             "executable)")
     url = spec.storage_url()
     with contextlib.suppress(StoreError):  # a workspace that cannot be made: check_reachable says why
         make_workspace(url)
@@ -152,11 +159,11 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False) -> tuple[Kn
 
 
 def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True,
-            inside_allocation: bool = False) -> TuningSetup:
+            inside_allocation: bool = False, launcher_runs_here: bool = True) -> TuningSetup:
     """Everything a study needs, checked before any trial runs (check_spec first). Without
     `library_version` one probe run with the site's defaults at the smallest size reads it from
     commbench's records."""
-    catalog, files = check_spec(spec, inside_allocation=inside_allocation)
+    catalog, files = check_spec(spec, inside_allocation=inside_allocation, launcher_runs_here=launcher_runs_here)
     library = Library(spec.library)
     base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
     executor = make_executor(spec, base_env)

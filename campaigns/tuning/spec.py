@@ -249,22 +249,28 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
         if not path.is_file():  # the spec's paths are absolute by now: a relative one was taken from the cwd
             raise ValueError(f"knob_overrides: {path} is not a file (a relative path is read from the directory "
                              "commcamp starts in)")
+        if not path.read_text(encoding="utf-8", errors="replace").strip():  # a file named to override nothing
+            raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
+                             "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
         catalog = _with_override_file(catalog, path)
         files.append(str(path))
     return catalog, files
 
 
-def site_knob_catalog(site_name: str) -> tuple[KnobCatalog, list[str]]:
+def site_knob_catalog(site_name: str, *, unknown_is_base: bool = False) -> tuple[KnobCatalog, list[str]]:
     """The base catalog with the site's knob overrides (the `knobs:` of its site.yaml, or
-    site_configs/knobs/<site>.yaml for a site without one); also the files used. ValueError for an unknown site."""
-    from campaigns.model.yamlio import YamlDocument
+    site_configs/knobs/<site>.yaml for a site without one); also the files used. ValueError for an unknown site,
+    unless `unknown_is_base` (recommend: a site known only by what it published): the base catalog."""
+    from campaigns.model.site import find_site_file
 
+    if unknown_is_base and find_site_file(site_name) is None and not (paths.KNOBS_DIR / f"{site_name}.yaml").is_file():
+        return KnobCatalog.load(), []
     site = _site(site_name)
     if site is not None:
         try:
             catalog = site.knob_catalog()
         except CatalogError as exc:
-            raise ValueError(YamlDocument(site.directory / "site.yaml").with_line(str(exc))) from None
+            raise ValueError(str(exc)) from None
         return catalog, [str(site.directory / "site.yaml")] if site.knobs else []
     path = paths.KNOBS_DIR / f"{site_name}.yaml"
     return _with_override_file(KnobCatalog.load(), path), [str(path)]
@@ -275,11 +281,8 @@ def _with_override_file(catalog: KnobCatalog, path: Path) -> KnobCatalog:
 
     # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
     document = YamlDocument(path)
-    if document.data is None:
-        raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
-                         "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
-    try:
-        return catalog.for_site(document.data, str(path))
+    try:  # a site's knob file of comments only ("no overrides yet") overrides nothing
+        return catalog.for_site(document.data if document.data is not None else {}, str(path))
     except CatalogError as exc:  # an override file is the `knobs:` mapping itself
         raise ValueError(document.with_line(str(exc), ("knobs",))) from None
 
