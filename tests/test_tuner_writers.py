@@ -663,6 +663,10 @@ def edited(path: Path, change: Any) -> None:
     (lambda d: d["recommendations"][0]["env"].update(OMPI_MCA_coll_tuned_allreduce_algorithm="bogus"),
      "published settings refused: OMPI_MCA_coll_tuned_allreduce_algorithm"),
     (lambda d: d["recommendations"][0].update(unset=["PATH"]), "published settings refused: unset PATH: not a knob"),
+    (lambda d: d["recommendations"][0]["plugin_env"].update(LD_PRELOAD="/tmp/evil.so"),
+     "published settings refused: LD_PRELOAD: not a variable of the per-size rules'"),  # exported after env
+    (lambda d: d["recommendations"][0].update(unset=["OMPI_MCA_btl_tcp_rcvbuf"]),
+     "unset OMPI_MCA_btl_tcp_rcvbuf: not a setting of the site's defaults"),
     (lambda d: d["recommendations"].append(d["recommendations"][0]), "entries 0 and 1 have the same scope"),
     (lambda d: d["recommendations"][0]["per_size"][0].update(max_bytes=4), "max_bytes 4 below min_bytes"),
 ])
@@ -692,6 +696,12 @@ def test_a_forbidden_knob_the_site_pins_is_published_and_recommended(tmp_path: P
     edited(files.recommendations, lambda d: d["recommendations"][0]["env"].update(NCCL_NVLS_ENABLE="1"))
     code, stdout, stderr = commcamp("recommend", *job)
     assert code == 2 and "NCCL_NVLS_ENABLE: the site pins it to '0', not '1'" in stderr, (stdout, stderr)
+    for change in (lambda d: d["recommendations"][0]["plugin_env"].update(NCCL_NVLS_ENABLE="1"),
+                   lambda d: d["recommendations"][0].update(env={"NCCL_ALGO": "Ring"}, unset=["NCCL_NVLS_ENABLE"])):
+        edited(files.recommendations, lambda d: d["recommendations"][0]["env"].update(NCCL_NVLS_ENABLE="0"))
+        edited(files.recommendations, change)  # the pin set to 1 after env, or unset: NCCL's default, NVLS on
+        code, stdout, stderr = commcamp("recommend", *job)
+        assert code == 2 and "published settings refused: " in stderr and "NCCL_NVLS_ENABLE" in stderr, stderr
     with pytest.raises(UnsafeValueError, match="NCCL_NVLS_ENABLE is forbidden"):
         publish(tmp_path, rec.model_copy(update={"env": {"NCCL_NVLS_ENABLE": "1"}}), KnobCatalog.load())
 

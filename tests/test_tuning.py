@@ -536,6 +536,11 @@ def test_bad_specs_are_refused_with_the_reason(tmp_path: Path) -> None:
                                                   "SLURM_TASKS_PER_NODE": layout})
         assert code == 2 and (f"SLURM_NTASKS={tasks} on 2 nodes (SLURM_TASKS_PER_NODE={layout}): pretune tunes the "
                               "same tasks on every node") in out, out
+    # without -n, Slurm's tasks per node count CPUs (16,8): pretune runs one task per node, no refusal
+    code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--site", "local",
+                                env={"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "",
+                                     "SLURM_TASKS_PER_NODE": "16,8"})
+    assert code == 2 and "SLURM_NTASKS" not in out and "invalid tuning spec" in out, out
     # the summary would overwrite the env file the job sources
     code, out = commcamp_output("pretune", "--budget", "1m", "--env-file", str(tmp_path / "x.env"), "--summary",
                                 str(tmp_path / "x.env"), "--site", "local", "--system", "local", "--library", "openmpi",
@@ -568,6 +573,7 @@ sizes: [1M]
     ("knobs: [OMPI_MCA_btl_tcp_sndbuff]\n", "{spec}:6: knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"),
     ("knob_overrides: [no-such-dir/knobs.yaml]\n", "{spec}:6: knob_overrides: "),  # named the file alone
     ("", "{spec}:1: site: unknown site 'mars'"),  # SPEC_BASE's site replaced below
+    ("knob_overrides: [{tmp}/comments.yaml]\n", "{tmp}/comments.yaml: the knob override file is empty"),
     ("knob_overrides: [{tmp}/empty.yaml]\n", "{tmp}/empty.yaml: the knob override file is empty"),
     ("knob_overrides: [{tmp}/typo.yaml]\n", "{tmp}/typo.yaml:2: knobs.defaults.OMPI_MCA_btl_tcp_sndbuff: not in "
      "the catalog"),
@@ -576,6 +582,7 @@ def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extr
     """Exit 2 with the file and line where the spec has them, in the dry run as in a run, before the probe run
     (nothing written: no run directory, no study database)."""
     (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "comments.yaml").write_text("# pins to come\n")
     (tmp_path / "typo.yaml").write_text("defaults:\n  OMPI_MCA_btl_tcp_sndbuff: 4096\n")
     spec = tmp_path / "spec.yaml"
     base = SPEC_BASE if extra else SPEC_BASE.replace("site: local", "site: mars")

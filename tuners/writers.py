@@ -31,7 +31,7 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
+from tuners.catalog import KnobCatalog, Safety, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
@@ -211,20 +211,35 @@ def rule_file(directory: Path, rec: Recommendation) -> tuple[Path, str, dict[str
     return None
 
 
+# what publish adds to a scope's environment for its per-size rules (plugin_env): nothing else may stand there
+PUBLISHED_ENV = frozenset({*PLUGIN_ENV, *rule_files.OMPI_MCA, rule_files.MPICH_JSON_ENV})
+
+
 def _validated(
     rec: Recommendation, catalog: KnobCatalog, plugin_env: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     env = catalog.validate_env(rec.env)
-    # a forbidden knob or another value than the site's pin, unless trial 0 ran it so (a pin, the site's default)
-    catalog.check_job_env({name: value for name, value in env.items() if rec.baseline_env.get(name) != value})
-    for name in rec.unset:
+    for name, value in env.items():
+        pinned = catalog.pinned.get(name)
+        if pinned is not None and value != pinned:
+            raise UnsafeValueError(f"{name}: the site pins it to {pinned!r}, not {value!r}")
+        # a forbidden knob only as trial 0 ran it: a pin of the tune's own knob files, which the site's catalog lacks
+        if catalog[name].safety is Safety.FORBIDDEN and pinned is None and rec.baseline_env.get(name) != value:
+            raise UnsafeValueError(f"{name} is forbidden by the knob catalog {catalog.source}")
+    for name in rec.unset:  # a site default the winner does not set, never a pin
         if name not in catalog:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
+        if name in catalog.pinned or name not in rec.baseline_env:
+            raise UnsafeValueError(f"unset {name}: " + ("the site pins it" if name in catalog.pinned else
+                                                        "not a setting of the site's defaults"))
     for name, value in plugin_env.items():
+        if name not in PUBLISHED_ENV or env.get(name, value) != value:
+            raise UnsafeValueError(f"{name}: not a variable of the per-size rules' ({', '.join(sorted(PUBLISHED_ENV))})"
+                                   if name not in PUBLISHED_ENV else f"{name}: env and plugin_env set it differently")
         check_env_name(name)
         check_safe_value(value, name)
         if name in catalog:
-            catalog.validate_env({name: value})
+            catalog.check_job_env({name: value})
         elif not value.startswith("/"):
             raise UnsafeValueError(f"{name}: {value!r} must be an absolute path")
     return {**env, **plugin_env}, list(rec.unset)

@@ -371,8 +371,10 @@ def register(app: typer.Typer) -> None:
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
-            # workers launch with srun: the spec's launcher runs here only for the version's probe run
-            runs_here = not workers or spec_obj.library_version is None
+            # workers launch with srun: the spec's launcher runs here for the version's probe run and for what this
+            # process does after the trials (finalization, the per-size sweep, the deployed-set check)
+            runs_here = (not workers or spec_obj.library_version is None or spec_obj.finalize.enabled
+                         or spec_obj.per_size.enabled)
             if dry_run and spec_obj.library_version is None:  # the version needs a probe run: not in a dry run
                 _, knob_files = check_spec(spec_obj, launcher_runs_here=runs_here)
                 for line in plan_lines(spec_obj, knob_files):
@@ -469,7 +471,8 @@ def register(app: typer.Typer) -> None:
         with _setup_errors(errors):
             nodes = _slurm_count("SLURM_JOB_NUM_NODES", "SLURM_NNODES") or 1
             tasks = _slurm_count("SLURM_NTASKS") or nodes
-            layout = os.environ.get("SLURM_TASKS_PER_NODE", "")  # Slurm's "2(x3)" or "3,1"
+            # Slurm's "2(x3)" or "3,1"; without -n (SLURM_NTASKS unset) it counts CPUs, and pretune runs 1 per node
+            layout = os.environ.get("SLURM_TASKS_PER_NODE", "") if os.environ.get("SLURM_NTASKS") else ""
             per_node = {int(m.group(1)) for item in layout.split(",") if (m := re.fullmatch(r"(\d+)(\(x\d+\))?",
                                                                                             item.strip()))}
             if tasks % nodes or len(per_node) > 1:  # the scope is nodes x tasks per node: the job must be that

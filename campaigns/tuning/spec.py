@@ -249,10 +249,7 @@ def site_catalog(spec: TuningSpec) -> tuple[KnobCatalog, list[str]]:
         if not path.is_file():  # the spec's paths are absolute by now: a relative one was taken from the cwd
             raise ValueError(f"knob_overrides: {path} is not a file (a relative path is read from the directory "
                              "commcamp starts in)")
-        if not path.read_text(encoding="utf-8", errors="replace").strip():  # a file named to override nothing
-            raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
-                             "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
-        catalog = _with_override_file(catalog, path)
+        catalog = _with_override_file(catalog, path, may_be_empty=False)
         files.append(str(path))
     return catalog, files
 
@@ -273,15 +270,20 @@ def site_knob_catalog(site_name: str, *, unknown_is_base: bool = False) -> tuple
             raise ValueError(str(exc)) from None
         return catalog, [str(site.directory / "site.yaml")] if site.knobs else []
     path = paths.KNOBS_DIR / f"{site_name}.yaml"
-    return _with_override_file(KnobCatalog.load(), path), [str(path)]
+    return _with_override_file(KnobCatalog.load(), path, may_be_empty=True), [str(path)]
 
 
-def _with_override_file(catalog: KnobCatalog, path: Path) -> KnobCatalog:
+def _with_override_file(catalog: KnobCatalog, path: Path, *, may_be_empty: bool) -> KnobCatalog:
+    """`catalog` with the knob override file `path`; `may_be_empty`: a site's own knob file of comments only ("no
+    overrides yet") overrides nothing, where a file a spec names to override nothing is a mistake."""
     from campaigns.model.yamlio import YamlDocument
 
     # YamlModelError (a ValueError) names the file and line; duplicate keys are refused
     document = YamlDocument(path)
-    try:  # a site's knob file of comments only ("no overrides yet") overrides nothing
+    if document.data is None and not may_be_empty:
+        raise ValueError(f"{path}: the knob override file is empty (it holds the `knobs:` sections: defaults, "
+                         "pinned, forbidden, restrict, documented, unset_equals, inert_unless_set)")
+    try:
         return catalog.for_site(document.data if document.data is not None else {}, str(path))
     except CatalogError as exc:  # an override file is the `knobs:` mapping itself
         raise ValueError(document.with_line(str(exc), ("knobs",))) from None
