@@ -31,7 +31,7 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import KnobCatalog, Safety, UnsafeValueError, check_env_name, check_safe_value
+from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
@@ -219,19 +219,17 @@ def _validated(
     rec: Recommendation, catalog: KnobCatalog, plugin_env: Mapping[str, str]
 ) -> tuple[dict[str, str], list[str]]:
     env = catalog.validate_env(rec.env)
-    for name, value in env.items():
-        pinned = catalog.pinned.get(name)
-        if pinned is not None and value != pinned:
-            raise UnsafeValueError(f"{name}: the site pins it to {pinned!r}, not {value!r}")
-        # a forbidden knob only as trial 0 ran it: a pin of the tune's own knob files, which the site's catalog lacks
-        if catalog[name].safety is Safety.FORBIDDEN and pinned is None and rec.baseline_env.get(name) != value:
-            raise UnsafeValueError(f"{name} is forbidden by the knob catalog {catalog.source}")
+    # the site's pins always; a forbidden knob only where trial 0 did not run that value (a pin of the tune's own
+    # knob files, which the site's catalog lacks)
+    catalog.check_job_env({name: value for name, value in env.items()
+                           if name in catalog.pinned or rec.baseline_env.get(name) != value})
     for name in rec.unset:  # a site default the winner does not set, never a pin
         if name not in catalog:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
-        if name in catalog.pinned or name not in rec.baseline_env:
-            raise UnsafeValueError(f"unset {name}: " + ("the site pins it" if name in catalog.pinned else
-                                                        "not a setting of the site's defaults"))
+        if name in catalog.pinned:
+            raise UnsafeValueError(f"unset {name}: the site pins it")
+        if name not in rec.baseline_env:
+            raise UnsafeValueError(f"unset {name}: not a setting of the site's defaults")
     for name, value in plugin_env.items():
         if name not in PUBLISHED_ENV or env.get(name, value) != value:
             raise UnsafeValueError(f"{name}: not a variable of the per-size rules' ({', '.join(sorted(PUBLISHED_ENV))})"
@@ -253,11 +251,11 @@ def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> No
         _validated(rec, catalog, rec.plugin_env)
     except UnsafeValueError as exc:
         raise ValueError(f"{path}: {rec.scope.slug}: published settings refused: {exc}") from None
-    for file in [*rec.rule_files.values(), *([rec.plugin_env[PLUGIN_ENV[1]]] if PLUGIN_ENV[1] in rec.plugin_env
-                                              else [])]:
+    config = rec.plugin_env.get(PLUGIN_ENV[1])
+    for file in [*rec.rule_files.values(), *([config] if config else [])]:
         try:
             text = Path(file).read_text(encoding="utf-8")
-            if file == rec.plugin_env.get(PLUGIN_ENV[1]):
+            if file == config:
                 parse_config(text)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"{path}: {rec.scope.slug}: its per-size rules {file} cannot be used ("

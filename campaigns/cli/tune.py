@@ -85,7 +85,7 @@ def _at_spec_line(message: str, spec: Path | None, options: Mapping[str, Any]) -
         return message
     if not isinstance(document.data, dict) or field not in document.data:
         return message
-    return f"{spec}:{document.line_of((field,))}: {message}"
+    return document.with_line(f"{document.source}: {message}")
 
 
 @contextmanager
@@ -559,8 +559,8 @@ def register(app: typer.Typer) -> None:
         and of several matching scopes (e.g. two library versions) none is chosen: the options that pick one
         are listed."""
         from campaigns.tuning.lookup import check_query
-        from tuners.evaluation import format_bytes
         from campaigns.tuning.spec import site_knob_catalog
+        from tuners.evaluation import format_bytes
         from tuners.recommend import bucket_decision, format_lookup, lookup
 
         errors = make_console(stderr=True)
