@@ -111,6 +111,9 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(installed: Installe
     commcamp, workspace, sites = installed.commcamp, installed.workspace, installed.sites
     shipped = installed.purelib / "campaigns" / "_data"
     assert all((shipped / d).is_dir() and not (shipped / d).is_symlink() for d in SOURCES[4:]), "not in the wheel"
+    # The tuner's data files (MPICH's selection tree, which every MPICH per-size rule file is made from).
+    data = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tuners" / "data").iterdir())
+    assert data and all((installed.purelib / name).is_file() for name in data), "tuners/data not in the wheel"
     assert commcamp("site new", "site", "new", "mysite", "--from", "local").strip() == str(sites / "mysite")
     listing = commcamp("site list", "site", "list")
     assert "mysite" in listing and "generic-slurm" in listing  # the search path, then the shipped examples
