@@ -780,6 +780,38 @@ def test_defaults_failing_in_every_held_out_round_are_said_in_a_note() -> None:
            "that chose the winner" in report.notes
 
 
+def test_a_deployed_set_slower_in_the_held_out_rounds_is_withdrawn() -> None:
+    """The winner is 15 % faster in the rounds that choose it, then (drift, a state it leaves behind) 13 % slower
+    than the defaults in one size bucket in every held-out round: withdrawn, keep the defaults, a note says why.
+    Before, the held-out rounds only reported the gain: the set was published with "held out: -13 %"."""
+    evaluate, _ = _knob_evaluator(4, {"P": 0.15})
+    unbounded = finalize(evaluate, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=4)
+    assert unbounded.overall.env == FASTER and unbounded.overall.holdout is not None
+    holdout_from = unbounded.evaluations - 2 * Thresholds().holdout_rounds
+    large = TWO_BUCKETS[-1]
+
+    for slower_sizes, withdrawn in ((lambda size: large.min_bytes <= size <= large.max_bytes, True), (lambda size: False, False)):
+        evaluate, calls = _knob_evaluator(4, {"P": 0.15})
+
+        def drifts_later(env: Mapping[str, str], *, validate: bool = False,
+                         slower_sizes=slower_sizes) -> Evaluation:  # type: ignore[no-untyped-def]
+            late = len(calls) >= holdout_from
+            evaluation = evaluate(env, validate=validate)
+            if late and env == FASTER:  # the candidate's times of that bucket: x1.15 / 0.87 of the defaults' pace
+                return Evaluation({size: [t * (1.15 / 0.87 if slower_sizes(size) else 1.0) for t in times]
+                                   for size, times in evaluation.times_us.items()})
+            return evaluation
+
+        report = finalize(drifts_later, {}, [Candidate(FASTER)], TWO_BUCKETS, seed=4)
+        if withdrawn:
+            assert report.overall.verdict == "keep-defaults" and report.overall.env == {}
+            assert any(n.startswith("overall: the deployed set was slower than the defaults in the held-out rounds "
+                                    f"({large.name}: -") and n.endswith("withdrawn, keep defaults")
+                       for n in report.notes), report.notes
+        else:
+            assert report.overall.env == FASTER and report.overall.holdout is not None
+
+
 def test_the_benchmarks_noise_is_the_committed_measurement() -> None:
     """bench_finalize's noise scales come from the packed 4x H200 A/A launches: the same numbers its
     committed result recorded (the merge that packed the run folders had left it reading a folder that
