@@ -230,3 +230,28 @@ def test_a_night_the_run_metrics_pass_names_the_slow_node_and_a_failed_night_bla
     assert verdict.nodes["c6n1"] == verdict.nodes["c6n2"] == {"status": "ok", "evidence": []}
     assert failed.status == "failed" and failed.slow_nodes == []
     assert {n["status"] for n in failed.nodes.values()} == {"failed"} and "reason" not in failed.nodes["c6n3"]
+
+
+def test_nothing_judged_is_never_ok_neither_a_node_nor_a_night(tmp_path: Path) -> None:
+    """README: not judged is "counted apart, never 'ok'". A first night (no reference, no history) judges no
+    metric, so no node either (the verdict said `c6n1 ok`); a night that judged nothing at all (every case
+    unplaceable) is not judged, exit code 3 (it was HEALTH OK, exit 0)."""
+    spec = tmp_path / "health.yaml"
+    spec.write_text(SLOW_SPEC)
+    campaign = load_campaign(spec)
+    [case] = campaign.cases("night-1")
+    with open_store(f"sqlite:///{tmp_path / 'health.db'}") as store:
+        store.ingest(RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
+                             partition=case.partition, environ=case.environ, check_name=case.check,
+                             parameters={**case.parameters, "tag": "night-1", "hosts": ["c6n1", "c6n2", "c6n3"]},
+                             num_nodes=3, num_tasks=3, status="pass"), _load("clean-sendrecv"))
+        first, nothing = (
+            HealthCheck(campaign, store, "night-1", console=Console(quiet=True), runs_dir=tmp_path, placer=Placer())
+            .evaluate(CampaignResult(None, store.url, [CaseResult(case, status)]))
+            for status in ("pass", "unplaceable"))  # unplaceable: nothing measured, nothing judged
+    assert first.metrics and {m.status for m in first.metrics} == {"not_judged"} and first.exit_code == 3
+    assert first.nodes == {node: {"status": "not_judged", "evidence": []} for node in ("c6n1", "c6n2", "c6n3")}
+    console = Console(record=True, width=300)
+    print_summary(console, first, tmp_path / "verdict.json")
+    assert "nodes: c6n1 not judged, c6n2 not judged, c6n3 not judged" in console.export_text()
+    assert (nothing.metrics, nothing.nodes, nothing.status, nothing.exit_code) == ([], {}, "not_judged", 3)

@@ -33,3 +33,32 @@ def test_run_kind_exit_code_says_whether_every_case_passed_and_was_stored() -> N
     assert after_run(_finished(["pass", "stored"])) is ExitCode.OK
     assert after_run(_finished(["pass", "fail"])) is ExitCode.FAILED
     assert after_run(_finished(["pass"], store_error="database is locked")) is ExitCode.FAILED
+
+
+HEALTH_SPEC = ("name: tiny\nkind: health\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+               "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    min_bytes: 8\n    max_bytes: 64\n"
+               "    step_factor: 8\n    warmup: 1\n    iters: 3\n    timeout_s: 30\n    time_limit_s: 60\n")
+
+
+def test_a_kind_output_that_cannot_be_written_stops_the_run_before_any_case(tmp_path: Path) -> None:
+    """--verdict or --report naming a directory, or a file in a directory that does not exist, failed with a
+    traceback (IsADirectoryError) after every case ran, nothing written: now exit 2 naming the option, before
+    anything runs or is created (the dry run too)."""
+    from fixtures_cli import commcamp
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(HEALTH_SPEC)
+    characterize = tmp_path / "characterize.yaml"
+    characterize.write_text(HEALTH_SPEC.replace("kind: health", "kind: characterize"))
+    db, runs = tmp_path / "results.db", tmp_path / "runs"
+    missing = tmp_path / "no" / "v.json"
+    for path, option, target, problem in (
+            (spec, "--verdict", tmp_path, "is a directory"),
+            (spec, "--verdict", missing, f"directory {missing.parent} does not exist"),
+            (characterize, "--report", tmp_path, "is a directory")):
+        for dry_run in ([], ["--dry-run"]):
+            code, out, err = commcamp("run", path, "--db", f"sqlite:///{db}", "--runs-dir", runs, option, target,
+                                      *dry_run)
+            assert code == ExitCode.USAGE and f"{option} {target}: {problem}" in err, out + err
+            assert "Traceback" not in out + err
+    assert not db.exists() and not runs.exists()

@@ -63,6 +63,23 @@ def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     assert len(list(runs.iterdir())) == 1
 
 
+def test_a_relative_runs_dir_stores_passing_cases_as_passed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ReFrame runs with the invocation's prefix as its working directory: a relative --runs-dir put its
+    report one level deeper, and every passing case was stored as FAIL with no measurements."""
+    monkeypatch.chdir(tmp_path)
+    Path("tiny.yaml").write_text(
+        "name: tiny\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+        "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    min_bytes: 8\n    max_bytes: 64\n"
+        "    step_factor: 8\n    warmup: 1\n    iters: 3\n    timeout_s: 30\n    time_limit_s: 60\n")
+    code, out, err = commcamp("run", "tiny.yaml", "--db", "sqlite:///results.db", "--runs-dir", "relruns")
+    assert code == 0, out + err
+    (run_dir,) = (tmp_path / "relruns").iterdir()
+    assert f"Run directory: {run_dir}" in out and (run_dir / "rfm-1" / "report.json").is_file()
+    with open_store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+        (run,) = store.runs()
+        assert (run.status, run.num_measurements) == ("pass", 2), run.reason  # 8 and 64 bytes
+
+
 def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path: Path) -> None:
     # commbench's own test hook corrupts received data: records with valid=false, exit code 1.
     spec = tmp_path / "corrupt.yaml"
@@ -86,6 +103,24 @@ def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path
     assert all(env["OMPI_COMMCAMP_PROBE"] == "tcp,self:x^y/z+1" for env in frame["env"])
     for record in frame.to_dict("records"):
         assert record["wrong_elements"] > 0
+
+
+def test_a_launch_that_fails_before_commbench_writes_is_not_called_wrong_data(tmp_path: Path) -> None:
+    """Exit code 1 is commbench's "data validation failed", but also what Open MPI's start-up gives with an
+    unknown BTL, before commbench writes a record: without a record of wrong data the reason says the launch
+    failed. Before, a health night in that state read "data validation failed", exit 5."""
+    spec = tmp_path / "bogus.yaml"
+    spec.write_text(
+        "name: bogus\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+        "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    sizes: [64]\n    iters: 3\n"
+        "    warmup: 1\n    timeout_s: 30\n    env: {OMPI_MCA_btl: bogus}\n")
+    db = tmp_path / "results.db"
+    code, out, err = commcamp("run", str(spec), "--db", f"sqlite:///{db}", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, out + err
+    with open_store(f"sqlite:///{db}") as store:
+        (run,) = store.runs()
+    assert run.status == "fail" and "data validation failed" not in run.reason, run.reason
+    assert "exited with code 1 (no record reports wrong data: the launcher or MPI start-up failed" in run.reason
 
 
 def test_build_failure_is_the_reason_of_the_run(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ checks:
     max_bytes: 1024
 """
 
+# Three nodes: a pair op (pingpong) has no test case there.
+SLURM_THREE_NODES = VALID_SPEC.replace("site: local", "site: localslurm").replace("node_counts: [1]", "node_counts: [3]")
+
 
 def write_spec(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "spec.yaml"
@@ -152,6 +155,11 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                  id="unknown-kind"),
     pytest.param(VALID_SPEC.replace("node_counts: [1]", "max_nodes: 4"),
                  ["max_nodes: 4 nodes requested, but partition local:cpu of site 'local' has 1"], id="max-nodes"),
+    pytest.param(SLURM_THREE_NODES,
+                 ["spec.yaml:6: checks[0].ops[0]: pingpong has no test case: a pair op runs 2 ranks, on 1 or 2 nodes "
+                  "only; the campaign's node counts are [3]"], id="pair-op-on-no-node-count-it-runs-on"),
+    pytest.param(SLURM_THREE_NODES.replace("ops: [pingpong, allreduce]", "ops: [pingpong]") + "kind: health\n",
+                 ["checks[0].ops[0]: pingpong has no test case"], id="health-campaign-of-no-test-case"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, ccl]"),
                  ["checks[0].transports: ['ccl'] not offered by partition local:cpu of site 'local' (it has: mpi)"],
                  id="transport-not-offered"),

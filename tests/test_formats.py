@@ -177,3 +177,31 @@ def test_nccl_tests_json_and_per_iteration_text_of_a_real_run() -> None:
     plain = foreign.parse("nccl-tests-json", (NT_DATA / "all_reduce_perf.json").read_text(), source="a.json",
                           timestamp=STAMP)
     assert all(r["iters"] == 1 and r["source"]["iterations_averaged"] == 20 for r in plain)
+
+
+def test_ingest_refuses_a_file_of_two_benchmark_runs(tmp_path: Path) -> None:
+    """Two outputs in one file (osu_latency then osu_bw; all_reduce_perf then all_gather_perf) were stored
+    under one benchmark: the bandwidth rows as pingpong latency, the all_reduce rows as allgather. Refused,
+    naming the file and line where the second run begins; nothing stored."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    latency = (OSU_DATA / "osu_latency.txt").read_text()
+    osu_two = tmp_path / "osu-two.txt"
+    osu_two.write_text(latency + (OSU_DATA / "osu_bw.txt").read_text())
+    second_osu = len(latency.splitlines()) + 1
+    with pytest.raises(osu.OsuError, match=f"^{osu_two}:{second_osu}: a second OSU run "):
+        osu.parse_text(osu_two.read_text(), str(osu_two))
+    code, out, err = commcamp("results", "ingest", osu_two, "--format", "osu", "--hosts", "n1,n2",
+                              "--site", "local", "--system", "local", "--db", url)
+    assert code == 1 and f"{osu_two}:{second_osu}: a second OSU run ('MPI Bandwidth Test') after the rows of " \
+                         "'MPI Latency Test'" in out + err, out + err
+
+    all_reduce = (NT_OUTPUTS / "all_reduce.txt").read_text()
+    nt_two = tmp_path / "nt-two.txt"
+    nt_two.write_text(all_reduce + (NT_OUTPUTS / "all_gather.txt").read_text())
+    second_nt = len(all_reduce.splitlines()) + 2  # "# Collective test starting: all_gather_perf"
+    code, out, err = commcamp("results", "ingest", nt_two, "--format", "nccl-tests", "--site", "h200",
+                              "--system", "h200", "--db", url)
+    assert code == 1 and f"{nt_two}:{second_nt}: a second nccl-tests run (all_gather_perf) after the rows of " \
+                         "allreduce" in out + err, out + err
+    with open_store(url) as store:
+        assert store.runs() == []

@@ -10,11 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from campaigns.model.records import parse_record_lines
+from campaigns.paths import SITE_CONFIGS_DIR
 from campaigns.model.site import Site
 from campaigns.model.spec import SpecError, load_campaign
 from campaigns.tuning.spec import load_spec
@@ -138,3 +140,44 @@ def test_record_lines_parser(lines: list[str]) -> None:
     assert len(records) + len(problems) <= len(text.splitlines())  # one verdict per non-blank line at most
     for record in records:  # what is accepted is a whole, schema-valid record
         assert record["schema_version"] in (1, 2) and len(record["hostnames"]) == record["ranks"]
+
+
+def test_a_list_or_a_mapping_as_a_key_is_malformed_yaml(tmp_path: Path) -> None:
+    """A bracket typo (`{[openmpi]}`) makes an unhashable key: PyYAML's own loader raises a TypeError, which
+    took down every command that lists sites. It is malformed YAML, named with its line."""
+    path = tmp_path / "site.yaml"
+    for text, kind in (("name: x\nenvironments: {[openmpi]}\n", "list"), ("name: x\n? {a: 1}\n: y\n", "dict")):
+        path.write_text(text, encoding="utf-8")
+        try:
+            YamlDocument(path)
+        except YamlModelError as exc:
+            assert str(exc).startswith(f"{path}:2: malformed YAML: a {kind} as a mapping key"), exc
+        else:
+            raise AssertionError(f"{text!r} was read")
+
+
+@pytest.mark.parametrize(("loader", "edit", "problem"), [
+    ("campaign", ("max_bytes: 1024", "max_bytes: 1024\n    iters: true"), "spec.yaml:8: checks[0].iters"),
+    ("campaign", ("node_counts: [1]", "node_counts: [yes]"), "spec.yaml:3: node_counts[0]"),
+    ("site", ("tasks_per_node: 2", "tasks_per_node: yes"), "site.yaml:26: systems[0].partitions[0].commbench"
+                                                           ".tasks_per_node"),
+    ("site", ("node: {cores: 2,", "node: {cores: on,"), "site.yaml:22: systems[0].partitions[0].node.cores"),
+    ("tune", ("nodes: 1", "nodes: yes"), "tune.yaml:4: nodes"),
+])
+def test_yaml_s_true_where_a_number_belongs_is_refused(tmp_path: Path, loader: str, edit: tuple[str, str],
+                                                       problem: str) -> None:
+    """YAML reads yes/on/true as a bool, which pydantic takes as 1 where a number belongs: `iters: true` ran 1
+    iteration, `node_counts: [true]` 1 node, a site's `tasks_per_node: yes` 1 task. Every loader refuses it."""
+    sources = {"campaign": ("spec.yaml", "name: t\nsite: local\nnode_counts: [1]\nchecks:\n  - check: commbench_run\n"
+                                         "    ops: [pingpong]\n    max_bytes: 1024\n"),
+               "site": ("site.yaml", (SITE_CONFIGS_DIR / "local" / "site.yaml").read_text()),
+               "tune": ("tune.yaml", "site: local\nsystem: local:cpu\nlibrary: openmpi\nnodes: 1\nop: allreduce\n"
+                                     "knobs: [OMPI_MCA_btl_tcp_sndbuf]\n")}
+    name, text = sources[loader]
+    assert text.count(edit[0]) == 1
+    path = tmp_path / name
+    path.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    read = {"campaign": load_campaign, "site": lambda p: YamlDocument(p).validate(Site), "tune": load_spec}[loader]
+    with pytest.raises((SpecError, YamlModelError, ValueError)) as refused:
+        read(path)
+    assert f"{tmp_path}/{problem}: expected a number, not true" in str(refused.value), refused.value

@@ -73,3 +73,30 @@ def test_prune_refuses_to_guess_when_the_store_cannot_say(tmp_path: Path) -> Non
                                    "--db", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
     assert code != 0 and "cannot open results database" in output
     assert old.is_dir()
+
+
+def test_prune_deletes_only_run_directories_and_refuses_a_directory_holding_none(tmp_path: Path) -> None:
+    """--runs-dir pointed at the workspace (or a checkout's results/) once deleted its health/, reports/
+    and runs/: only <campaign>-<UTC stamp> directories (the names `commcamp run` gives) are run directories."""
+    workspace = tmp_path / "workspace"
+    for name in ("health", "reports", "runs"):
+        make_run_dir(workspace, name, 30)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    code, output = commcamp_output("results", "prune", "--runs-dir", workspace, "--keep-last", "1", "--yes",
+                                   "--db", db)
+    assert code == 2, output
+    assert "holds no commcamp run directories" in output and "health, reports, runs" in output
+    assert sorted(p.name for p in workspace.iterdir()) == ["health", "reports", "runs"]
+
+    runs = tmp_path / "runs"
+    old = make_run_dir(runs, "smoke-20261101T000000Z", 30)
+    retried = make_run_dir(runs, "smoke-20261101T000000Z-2", 29)
+    trial = make_run_dir(runs, "run-20261101T000000-1a2b3c", 28)  # a tuning trial's (tuning.executors)
+    workers = make_run_dir(runs, "tune-workers-20261101T000000", 27)
+    newest = make_run_dir(runs, "health-localslurm-20261123T023000Z", 0.1)
+    notes = make_run_dir(runs, "notes", 40)
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-last", "1", "--yes", "--db", db)
+    assert code == 0, output
+    assert f"skip {notes}: not a commcamp run directory" in output
+    assert "deleted 4 of 5 run directories" in output
+    assert not any(d.exists() for d in (old, retried, trial, workers)) and newest.is_dir() and notes.is_dir()

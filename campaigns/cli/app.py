@@ -145,7 +145,8 @@ def run(
     from campaigns.store import StoreError, default_url, open_store
 
     console, errors = make_console(), make_console(stderr=True)
-    runs_dir = runs_dir or paths.runs_dir()
+    # Absolute: ReFrame runs with its prefix as the working directory, where a relative path would land deeper.
+    runs_dir = (runs_dir or paths.runs_dir()).resolve()
     try:
         campaign = load_campaign(spec, site)
     except SpecError as exc:
@@ -154,6 +155,11 @@ def run(
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)
+    try:  # written after every case ran: a path that cannot take the file stops here, before any runs
+        tune.check_outputs({"--verdict": verdict, "--report": report}, {})
+    except ValueError as exc:
+        errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
     kind = KINDS[campaign.spec.kind]
     tag = tag if tag is not None else kind.default_tag()
     if not dry_run and (problems := preflight(campaign)):

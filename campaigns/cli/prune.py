@@ -6,7 +6,11 @@ A run directory is kept while it is among the newest `--keep-last` or younger th
 others go, only with `--yes` (without it, the command says what it would delete). A directory that the
 results store (a run's reason names a file in it) or a health verdict (results/health/*.json,
 `run_dirs`) still points to is kept and named with what points to it, unless `--include-referenced`.
-ReFrame's own prefix (results/runs/reframe: plain `reframe` runs and their reports) is left alone."""
+Only directories named as `commcamp run` and `commcamp tune` name them are run directories
+(<campaign>-<UTC stamp>: campaigns.reframe.runner.RUN_DIR_NAME; run-, reframe-, deployed-, tune-workers-<stamp>:
+campaigns.tuning.executors.TUNING_DIR_NAME); anything else there (ReFrame's own prefix results/runs/reframe, a
+workspace's health/ when --runs-dir names the workspace by mistake) is left alone and named; a directory holding
+none is refused."""
 from __future__ import annotations
 
 import json
@@ -24,7 +28,6 @@ from rich.markup import escape
 from campaigns import paths
 from campaigns.cli.options import DbOption, expected_errors
 
-REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: results/runs/reframe
 HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli/app.py DEFAULT_HEALTH_DIR)
 
 
@@ -107,9 +110,22 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
     if not runs_dir.is_dir():
         console.print(f"no run directories: {escape(str(runs_dir))} does not exist")
         return
+    from campaigns.reframe.runner import RUN_DIR_NAME
+    from campaigns.tuning.executors import TUNING_DIR_NAME
+
     with expected_errors():
-        directories = [RunDirectory.measure(p) for p in sorted(runs_dir.iterdir())
-                       if p.is_dir() and not p.is_symlink() and p.name != REFRAME_PREFIX]
+        subdirectories = [p for p in sorted(runs_dir.iterdir()) if p.is_dir()]
+    others = [p for p in subdirectories
+              if p.is_symlink() or not (RUN_DIR_NAME.fullmatch(p.name) or TUNING_DIR_NAME.fullmatch(p.name))]
+    if others and len(others) == len(subdirectories):  # not a runs directory: deleting "old" ones would guess
+        raise typer.BadParameter(
+            f"{runs_dir} holds no commcamp run directories (<campaign>-<UTC stamp>, e.g. "
+            f"smoke-20260101T020000Z), only {', '.join(p.name for p in others)}: is it the runs directory?",
+            param_hint="--runs-dir")
+    for other in others:
+        console.print(f"skip {escape(str(other))}: not a commcamp run directory (<campaign>-<UTC stamp>)")
+    with expected_errors():
+        directories = [RunDirectory.measure(p) for p in subdirectories if p not in others]
         old = expired(directories, keep_days, keep_last, time.time())
         mark_references(old, runs_dir, db)
     doomed = [d for d in old if include_referenced or not d.referenced_by]

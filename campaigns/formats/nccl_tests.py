@@ -102,6 +102,9 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
             if match := _VERSION.match(line):
                 run.version, run.nccl_version = match.group(1), match.group(2) or ""
             elif match := _TEST.match(line):
+                if run.op:  # every row would be stored under the last benchmark's op
+                    raise NcclTestsError(f"{where}: a second nccl-tests run ({match.group(1)}) after the rows of "
+                                         f"{run.op}: give one benchmark run per file")
                 run.op = op_of(match.group(1))
             elif line.startswith("# Per-Iteration Report"):
                 per_iter = True  # -I: each placement has four more columns

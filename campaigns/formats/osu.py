@@ -67,7 +67,10 @@ def parse_text(text: str, source: str = "OSU output") -> Run:
         if not stripped:
             continue
         if stripped.startswith("#"):
-            if not run.title and (match := _TITLE.match(stripped)):
+            if match := _TITLE.match(stripped):
+                if run.title:  # its rows would be stored as the first benchmark's
+                    raise OsuError(f"{where}: a second OSU run ({match.group(1)!r}) after the rows of "
+                                   f"{run.title!r}: give one benchmark run per file")
                 run.title, run.version = match.group(1), match.group(2)
                 run.op, run.quantity = benchmark_of(run.title)
                 run.ccl = bool(re.search(r"\b(nccl|rccl|xccl|hccl)\b", run.title, re.IGNORECASE))

@@ -118,7 +118,8 @@ PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail
 
 
 def worst(statuses: Iterable[str]) -> str:
-    return max(statuses, key=STATUSES.index, default="ok")
+    """The most severe status; of nothing, `not_judged`: nothing judged is never ok."""
+    return max(statuses, key=STATUSES.index, default="not_judged")
 
 
 @dataclass
@@ -717,9 +718,12 @@ class HealthCheck:
     @staticmethod
     def _node_verdicts(metrics: list[MetricVerdict], isolation: Isolation | None) -> dict[str, dict[str, Any]]:
         nodes: dict[str, dict[str, Any]] = {}
+        # A node starts ok only when one of its metrics (or pair tests) was judged: unjudged is never ok.
         for metric in metrics:
             for host in metric.hosts:
-                nodes.setdefault(host, {"status": "ok", "evidence": []})
+                node = nodes.setdefault(host, {"status": "not_judged", "evidence": []})
+                if metric.status != "not_judged":
+                    node["status"] = "ok"
         for metric in metrics:
             if metric.status not in BAD or metric.num_nodes > 1:
                 continue
@@ -736,7 +740,9 @@ class HealthCheck:
             return nodes
         for test in isolation.pairs:
             for host in test.nodes:
-                nodes.setdefault(host, {"status": "ok", "evidence": []})
+                node = nodes.setdefault(host, {"status": "not_judged", "evidence": []})
+                if node["status"] == "not_judged" and test.status != "not_judged":
+                    node["status"] = "ok"
         for host in isolation.culprit_nodes:
             bad_pairs = [t for t in isolation.pairs if host in t.nodes and t.status in BAD]
             nodes[host]["status"] = worst([nodes[host]["status"], *(t.status for t in bad_pairs)])
@@ -787,7 +793,7 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
         console.print(table)
         if len(rows) > max_rows:
             console.print(f"... and {len(rows) - max_rows} more in the verdict file")
-    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status']}"
+    node_text = ", ".join(f"[{_STYLE[v['status']]}]{escape(n)} {v['status'].replace('_', ' ')}"
                           f"{': ' + v['reason'] if 'reason' in v else ''}[/]" for n, v in sorted(verdict.nodes.items()))
     console.print(f"nodes: {node_text or '-'}")
     if verdict.scope == "fabric-wide":

@@ -26,13 +26,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from campaigns.model import vocabulary
 from campaigns import paths
 from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
 from campaigns.model.sizes import ByteCount
-from campaigns.model.yamlio import YamlDocument, YamlModelError
+from campaigns.model.yamlio import YamlDocument, YamlModel, YamlModelError
 
 SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
@@ -73,18 +73,14 @@ class SiteError(ValueError):
     """A site that does not exist or whose site.yaml is invalid."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Fact(_Model):
+class _Fact(YamlModel):
     """A value about a real machine: where it comes from, and whether it was read on the machine."""
 
     source: str = Field(min_length=1, description="document, file or command the value comes from")
     verified: bool = Field(default=False, description="true only if checked on the real machine")
 
 
-class NodeSpec(_Model):
+class NodeSpec(YamlModel):
     """What one node of a partition offers a job."""
 
     cores: int | None = Field(default=None, ge=1, description="CPU cores per node; null = not recorded")
@@ -125,7 +121,7 @@ class Latency(_Fact):
     note: str = ""
 
 
-class Links(_Model):
+class Links(YamlModel):
     """Nominal bandwidths per direction, for "is my number right?": between two GPUs of a node, of one
     NIC (inter-node), and between the host and one GPU; the nominal inter-node latency. Health checks
     flag values no such link can give (campaigns.kinds.health)."""
@@ -150,14 +146,14 @@ class Network(_Fact):
     location_how: str = Field(min_length=1, description="how to read a node's network location")
 
 
-class Resource(_Model):
+class Resource(YamlModel):
     """A ReFrame partition resource; `_rfm_gpu` carries the scheduler option for num_gpus_per_node."""
 
     name: str = Field(min_length=1)
     options: list[str] = []
 
 
-class SizeSet(_Model):
+class SizeSet(YamlModel):
     """Message sizes in bytes: an explicit list, or min_bytes * step_factor^k up to max_bytes."""
 
     sizes: list[ByteCount] | None = Field(default=None, min_length=1)
@@ -187,7 +183,7 @@ class SizeSet(_Model):
         return sizes
 
 
-class Reference(_Model):
+class Reference(YamlModel):
     """Expected value of one commbench performance metric; the checks apply the first entry that
     matches the test case (op, transport, node count, rank count, environment, message size).
 
@@ -217,7 +213,7 @@ class Reference(_Model):
         return self
 
 
-class CommbenchPartition(_Model):
+class CommbenchPartition(YamlModel):
     """How commbench is built and run on a partition."""
 
     backend: Literal["cpu", "cuda", "hip"]
@@ -263,7 +259,7 @@ class CommbenchPartition(_Model):
         return self
 
 
-class BenchReference(_Model):
+class BenchReference(YamlModel):
     """Expected value of a third-party benchmark's metric (see reframe_checks/reference_benchmarks.py)."""
 
     benchmark: Literal[REFERENCE_BENCHMARKS] = Field(description="e.g. all_reduce_perf")  # type: ignore[valid-type]
@@ -288,7 +284,7 @@ class BenchReference(_Model):
         return self
 
 
-class ReferenceBenchmark(_Model):
+class ReferenceBenchmark(YamlModel):
     """Where a partition gets nccl-tests / rccl-tests / OSU from, tried in this order: the directory
     in `dir_variable` (or `default_dir`, repository-relative), `modules`, the Spack spec."""
 
@@ -311,7 +307,7 @@ class ReferenceBenchmark(_Model):
         return self
 
 
-class Partition(_Model):
+class Partition(YamlModel):
     name: Name
     description: str = ""
     scheduler: str = Field(min_length=1, description="ReFrame scheduler backend: local, slurm, squeue, ...")
@@ -368,7 +364,7 @@ class Partition(_Model):
         return self
 
 
-class System(_Model):
+class System(YamlModel):
     name: Name
     description: str = ""
     hostnames: list[str] = Field(min_length=1, description="regular expressions for the login/run hosts")
@@ -395,7 +391,7 @@ class System(_Model):
         return _by_name(self.partitions, name)
 
 
-class Environment(_Model):
+class Environment(YamlModel):
     """A ReFrame programming environment: compilers plus what the launch needs."""
 
     name: Name
@@ -410,7 +406,7 @@ class Environment(_Model):
     features: list[Name] = Field(default=["mpi"], description="ReFrame features; checks select on them")
 
 
-class Site(_Model):
+class Site(YamlModel):
     schema_version: Literal[1]
     name: Name
     description: str = ""

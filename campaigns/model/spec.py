@@ -64,15 +64,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
 from campaigns.model.site import (COMMBENCH_OPS, BenchReference, EnvVarName, Name, Partition, Reference, Site,
                                   SiteError, System, load_site)
 from campaigns.model.records import MAX_MESSAGE_BYTES
 from campaigns.model.sizes import ByteCount
 from campaigns.model.vocabulary import BENCHMARK_PARAMETER, PAIR_OPS, REFERENCE_CHECKS  # pair: on 1 or 2 nodes
-from campaigns.model.yamlio import Loc, YamlDocument, YamlModelError
+from campaigns.model.yamlio import Loc, YamlDocument, YamlModel, YamlModelError
 from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
@@ -89,10 +88,6 @@ class SpecError(ValueError):
     """A campaign spec that cannot be used; the message names every problem."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def _unique(values: list[Any]) -> list[Any]:
     repeated = sorted({str(v) for v in values if values.count(v) > 1})
     if repeated:
@@ -104,7 +99,7 @@ def _unique(values: list[Any]) -> list[Any]:
 ExtraArg = Annotated[str, Field(pattern=r"^[^,]+$")]
 
 
-class _CheckSpec(_Model):
+class _CheckSpec(YamlModel):
     """What every check of a campaign takes: its job's time limit, ranks per node, knobs and options."""
 
     time_limit_s: int = Field(default=600, ge=1)
@@ -220,7 +215,7 @@ AnyReference = Annotated[
         "and value (a reference benchmark)"))]
 
 
-class IsolationSettings(_Model):
+class IsolationSettings(YamlModel):
     """The pairwise tests that name the node or link behind a degraded multi-node test: pingpong between
     two nodes (Slurm --nodelist), judged like every health metric and against the other pairs."""
 
@@ -235,7 +230,7 @@ class IsolationSettings(_Model):
     max_pairs: int = Field(default=16, ge=1, description="most pair tests one isolation runs")
 
 
-class HealthSettings(_Model):
+class HealthSettings(YamlModel):
     """How a health campaign judges each metric: against its reference, and against the median of the last
     `history_nights` nights with a robust spread (1.4826 x MAD, at least `min_spread` x the median)."""
 
@@ -264,7 +259,7 @@ class HealthSettings(_Model):
         return self
 
 
-class CampaignSpec(_Model):
+class CampaignSpec(YamlModel):
     name: Name
     kind: Literal[CAMPAIGN_KINDS] = "run"  # type: ignore[valid-type]
     description: str = ""
@@ -517,6 +512,12 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
                 problems.append((("checks", index, "transports"),
                                  f"{unknown} not offered by partition {system.name}:{partition.name} of site "
                                  f"{site.name!r} (it has: {', '.join(offered_transports)})"))
+        # an op that runs at none of the campaign's node counts would be dropped without a word (_runs)
+        runs = {run[0] for partition in partitions for run in _runs(check, partition, spec.nodes)}
+        problems += [(("checks", index, "ops", number),
+                      f"{op} has no test case: a pair op runs {PAIR_RANKS} ranks, on 1 or {PAIR_RANKS} nodes only; "
+                      f"the campaign's node counts are {spec.nodes}")
+                     for number, op in enumerate(check.ops) if partitions and op not in runs]  # else said above
     isolation_env = spec.health.isolation.environ if spec.health else None
     if isolation_env is not None and isolation_env not in (spec.environments or offered):
         problems.append((("health", "isolation", "environ"), f"{isolation_env!r} is not an environment of "

@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Loc = Sequence[str | int]
@@ -29,6 +30,56 @@ class YamlModelError(ValueError):
         super().__init__("\n".join(problems))
 
 
+class YamlModel(BaseModel):
+    """Base of every model read from YAML: unknown keys refused, values frozen, and YAML's true/yes where a
+    number belongs refused: pydantic would take it as 1 (`nodes: yes`, `iters: true`, `node_counts: [true]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, data: Any) -> Any:
+        # A model validator, not a field validator on "*": pydantic allows none on a discriminator field.
+        if not isinstance(data, dict):
+            return data
+        problems: list[InitErrorDetails] = []
+        for name, value in data.items():
+            field = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field is None:
+                continue
+            if isinstance(value, bool) and _numeric(field.annotation):
+                problems.append(_bool_problem((name,), value))
+            elif isinstance(value, (list, tuple)) and any(_numeric(item) for item in _item_types(field.annotation)):
+                problems += [_bool_problem((name, i), v) for i, v in enumerate(value) if isinstance(v, bool)]
+        if problems:
+            raise ValidationError.from_exception_data(cls.__name__, problems)
+        return data
+
+
+def _bool_problem(loc: tuple[str | int, ...], value: bool) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError("bool_for_a_number", "expected a number, not {value}",
+                                                     {"value": str(value).lower()}), loc=loc, input=value)
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) is Annotated:
+        return _union_members(get_args(annotation)[0])
+    return tuple(m for a in get_args(annotation) for m in _union_members(a)) \
+        if get_origin(annotation) in (Union, UnionType) else (annotation,)
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a type is a number, or a union of one and no bool (int, float, int | None, Literal[1, 2], ...)."""
+    members = _union_members(annotation)
+    return bool not in members and any(
+        m in (int, float) or (get_origin(m) is Literal and all(type(v) is int for v in get_args(m))) for m in members)
+
+
+def _item_types(annotation: Any) -> list[Any]:
+    """The item types of the list or tuple types in `annotation` (list[int] | None -> [int])."""
+    return [get_args(m)[0] for m in _union_members(annotation) if get_origin(m) in (list, tuple) and get_args(m)]
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys in a mapping."""
 
@@ -36,6 +87,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (list, dict)):  # `{[a]: 1}`, a typo: unhashable, PyYAML would raise a TypeError
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a {type(key).__name__} as a mapping key ({key!r})", key_node.start_mark)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark)
@@ -157,7 +211,7 @@ def _pydantic_problems(exc: ValidationError, data: Any) -> list[tuple[Loc, str]]
             loc.append(str(context.get("discriminator", "")).strip("'"))
             message = (f"Input should be {context.get('expected_tags')} (got {context.get('tag')!r})"
                        if error["type"] == "union_tag_invalid" else "required field is missing")
-        elif "input" in error and error["type"] not in ("value_error", "assertion_error"):
+        elif "input" in error and error["type"] not in ("value_error", "assertion_error", "bool_for_a_number"):
             message = f"{message} (got {error['input']!r})"
         problems.append((tuple(loc), message))
     return problems

@@ -49,6 +49,7 @@ from campaigns import paths
 from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology
 from campaigns.model.records import parse_record_lines
+from campaigns.model.site import NAME_PATTERN
 from campaigns.model.spec import Campaign, TestCase
 from campaigns.model.vocabulary import BENCHMARK_PARAMETER, REFERENCE_CHECKS
 from campaigns.store import RunInfo, Store, StoreError
@@ -184,6 +185,11 @@ def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda cas
         members = tuple(c for c in cases if group_of(c) == group and c.environ in environs and c.reframe_name in names)
         invocations.append(Invocation(members[0].partition, environs, members, job_options=group[1]))
     return invocations
+
+
+# A run directory's name: <campaign>-<UTC stamp>[-<attempt>] (new_run_dir); `commcamp results prune` deletes
+# only directories so named, never whatever else a mistyped --runs-dir holds.
+RUN_DIR_NAME = re.compile(rf"{NAME_PATTERN}-\d{{8}}T\d{{6}}Z(-\d+)?")
 
 
 def new_run_dir(campaign: Campaign, runs_dir: Path) -> Path:

@@ -151,6 +151,11 @@ def _read_records(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return parse_record_lines(path.read_text(encoding="utf-8", errors="replace"), path.name)
 
 
+# What new_directory (and `tune --workers`, tune-workers-<stamp>) names: `commcamp results prune` takes these as
+# run directories beside the campaigns' (campaigns.reframe.runner.RUN_DIR_NAME).
+TUNING_DIR_NAME = re.compile(r"[a-z][a-z-]*-\d{8}T\d{6}(-[0-9a-f]{6})?")
+
+
 def new_directory(parent: Path, label: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = parent / f"{label}-{stamp}-{uuid.uuid4().hex[:6]}"
