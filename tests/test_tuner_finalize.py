@@ -3,6 +3,7 @@ over every test of a finalization, CI; the per-size plugin rows that follow; the
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+from scipy.stats import rankdata
 from fixtures_tuner import TWO_BUCKETS, make_scope
 
 from campaigns.formats.packs import read_pack
@@ -44,6 +46,7 @@ from tuners.finalize import (
     planned_rounds,
     planned_runs,
     rounds_needed,
+    signed_rank_p,
 )
 from tuners.recommendation import build_recommendation
 from tuners.space import build_space
@@ -810,6 +813,24 @@ def test_a_deployed_set_slower_in_the_held_out_rounds_is_withdrawn() -> None:
                        for n in report.notes), report.notes
         else:
             assert report.overall.env == FASTER and report.overall.holdout is not None
+
+
+def test_the_signed_rank_p_is_exact_with_tied_values() -> None:
+    """Equal per-round ratios (a coarse timer, a run repeated from a cache) tie their ranks: the p value is the
+    share of the 2**n sign patterns of the midranks at least as extreme, counted here by brute force. Before, ties
+    took the normal approximation: 8 equal gains gave 0.0023 for an exact 1/256, under the 2**-n that min_rounds
+    counts on."""
+    rng = np.random.default_rng(7)
+    samples = [np.full(8, 0.05), np.full(7, -0.02), np.array([0.1, 0.1, -0.1, 0.2, 0.2, 0.2, 0.3, -0.3, 0.05])]
+    samples += [rng.choice([-0.2, -0.1, 0.1, 0.2, 0.3], size=int(rng.integers(3, 13))) for _ in range(30)]
+    for x in samples:
+        ranks = rankdata(np.abs(x))
+        w = ranks[x > 0].sum()
+        sums = [sum(r for r, positive in zip(ranks, signs) if positive)
+                for signs in itertools.product((False, True), repeat=len(x))]
+        expected = (np.mean([s >= w - 1e-9 for s in sums]), np.mean([s <= w + 1e-9 for s in sums]))
+        assert signed_rank_p(x) == pytest.approx(expected, abs=1e-12), x
+    assert signed_rank_p(np.full(8, 0.05))[0] == pytest.approx(2.0**-8)
 
 
 def test_the_benchmarks_noise_is_the_committed_measurement() -> None:

@@ -146,7 +146,7 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     )
     assert all(len(line) < 256 for line in text.splitlines())
     assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
-    assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds: +20.0%, +10.0%)" in text
+    assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds, which also decided it: +20.0%, +10.0%)" in text
     # The .env removes the planted site defaults and points NCCL at the plugin and its config.
     changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", "KEEP": "x"})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}

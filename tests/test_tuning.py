@@ -1019,6 +1019,38 @@ def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
     assert not list(published.glob("*.coll_tuned_rules"))
 
 
+@pytest.mark.parametrize("never_slower", [True, False])
+def test_an_environment_let_through_by_never_slower_off_is_checked_when_no_rule_restores_its_sizes(
+        tmp_path: Path, never_slower: bool) -> None:
+    """`finalize: {never_slower: false}` accepts an environment slower at some size for per-size rules to restore
+    that size; when the stage finds no rule, nothing would: the environment alone is then checked against the
+    defaults as a set with rules is (slower at 1 MiB here: withdrawn, keep the defaults). Before, it was published
+    as it was. With never_slower on, finalization refused such a winner already: nothing more runs. The spec
+    refuses never_slower off without the per-size stage."""
+    from campaigns.tuning.session import deployed_check
+    from campaigns.tuning.spec import TuningSpec
+
+    evaluator = DeployedSetEvaluator(REQUEST, {65536: 0.8, 1 << 20: 0.8}, env_factors={65536: 0.8, 1 << 20: 1.2})
+    session = deployed_set_session(tmp_path, evaluator, {SNDBUF: "65536"})
+    spec = session.setup.spec
+    setup = replace(session.setup, spec=spec.model_copy(update={
+        "finalize": spec.finalize.model_copy(update={"never_slower": never_slower})}))
+    before = session.outcome.recommendation
+    assert before.per_size_selection is None and before.decision == "change"
+    rec = deployed_check(setup, before, {}, 0)
+    if never_slower:
+        assert rec == before and evaluator.calls == []
+        with pytest.raises(ValueError, match=r"never_slower: false .* needs the per-size stage"):
+            TuningSpec(**{**spec.model_dump(), "finalize": {"never_slower": False}, "per_size": {"enabled": False}})
+        return
+    assert len(evaluator.calls) == 1 + 2 * 6  # one validated run, then 6 rounds of the defaults and the environment
+    assert "slower in bucket 1MiB-1MiB" in rec.deployed.withdrawn
+    assert rec.decision == "keep-defaults" and rec.env == {} and rec.gain is None
+    assert rec.evidence.notes[-1].startswith(f"the environment ({SNDBUF}=65536), accepted with never_slower off for "
+                                             "per-size rules to restore the sizes it slows, withdrawn, keep the "
+                                             "defaults: no rule was found")
+
+
 def test_the_real_library_s_slower_rule_file_is_withdrawn_by_the_deployed_check(tmp_path: Path) -> None:
     """The deployed-set check on the real library: the sweep (planted) put basic_linear at every size, Open MPI
     runs the rule file it writes (basic_linear took 1.3-1.6x own's time at 64 KiB and 1 MiB between 2 local ranks

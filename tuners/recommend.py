@@ -160,7 +160,7 @@ def describe_selection(rec: Recommendation, size: int) -> str:
     selection = size_range.selection
     how = selection.mechanism if selection.cvar is None else f"{selection.mechanism} {selection.cvar}={selection.value}"
     return (f"per-size selection for {size} B: {selection.name} ({how}; range [{size_range.min_bytes}, "
-            f"{size_range.max_bytes}] B, measured speed-up {gains}{files})")
+            f"{size_range.max_bytes}] B, speed-up in the rounds that decided it {gains}{files})")
 
 
 def format_lookup(result: LookupResult) -> str:

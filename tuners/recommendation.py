@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from tuners.catalog import check_env_name, check_safe_value
 from tuners.evaluation import SizeBucket, format_bytes
 from tuners.finalize import Comparison, Decision, DeployedCheck, FinalReport, Holdout
-from tuners.per_size import PerSizeResult, SweepError, TunerRule, plugin_rows
+from tuners.per_size import PerSizeResult, SizeRange, SweepError, TunerRule, plugin_rows
 from tuners.scope import StudyScope
 from tuners.study import study_progress
 
@@ -309,7 +309,7 @@ def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommenda
                             environment_withdrawn=check.environment_refused,
                             buckets={name: h for name, h in buckets.items() if h is not None},
                             rules_effect={name: h for name, h in effect.items() if h is not None})
-    if check.refused is None or rec.per_size_selection is None:
+    if check.refused is None:
         notes = rec.evidence.notes
         if check.environment_refused is not None:
             notes = [*notes, f"the environment alone in the rounds of the deployed-set check: "
@@ -317,22 +317,35 @@ def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommenda
                              "deployed as measured"]
         return rec.model_copy(update={"deployed": deployed,
                                       "evidence": rec.evidence.model_copy(update={"notes": notes})})
-    rules = ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in ranges if r.selection)
-    update: dict[str, Any] = {"deployed": deployed, "per_size_selection": None, "plugin_rules": []}
-    if check.environment_refused is None:
-        note = (f"per-size rules ({rules}) withdrawn, the environment alone is deployed; the environment with them "
-                f"against the site's defaults: {check.refused}")
+    update: dict[str, Any] = {"deployed": deployed}
+    if not ranges:  # no rule: the environment alone was checked (never_slower off, and no rule restores a size)
+        note = (f"the environment ({_env_text(rec.env)}), accepted with never_slower off for per-size rules to "
+                f"restore the sizes it slows, withdrawn, keep the defaults: no rule was found, and against the site's "
+                f"defaults it was {check.refused}")
+        update |= _keep_defaults(rec)
+    elif check.environment_refused is None:
+        update |= {"per_size_selection": None, "plugin_rules": []}
+        note = (f"per-size rules ({_rules_text(ranges)}) withdrawn, the environment alone is deployed; the environment "
+                f"with them against the site's defaults: {check.refused}")
     else:
+        update |= {"per_size_selection": None, "plugin_rules": [], **_keep_defaults(rec)}
         found = "" if rec.gain is None else f" (finalization: {rec.gain.describe()})"
-        note = (f"per-size rules ({rules}) and the environment ({_env_text(rec.env)}{found}) withdrawn, keep the "
-                f"defaults: the environment with the rules against the site's defaults: {check.refused}; the "
-                f"environment alone in the same rounds: {check.environment_refused}")
-        kept = {"decision": "keep-defaults", "env": dict(rec.baseline_env), "gain": None, "closest": None,
-                "held_out": None}
-        update |= {**kept, "unset": [],
-                   "per_size": [b.model_copy(update=kept) if b.env == rec.env else b for b in rec.per_size]}
+        note = (f"per-size rules ({_rules_text(ranges)}) and the environment ({_env_text(rec.env)}{found}) withdrawn, "
+                f"keep the defaults: the environment with the rules against the site's defaults: {check.refused}; "
+                f"the environment alone in the same rounds: {check.environment_refused}")
     notes = [*rec.evidence.notes, note]
     return rec.model_copy(update={**update, "evidence": rec.evidence.model_copy(update={"notes": notes})})
+
+
+def _keep_defaults(rec: Recommendation) -> dict[str, Any]:
+    """The fields that turn `rec` into keep-the-defaults, in the buckets that chose its environment too."""
+    kept = {"decision": "keep-defaults", "env": dict(rec.baseline_env), "gain": None, "closest": None, "held_out": None}
+    return {**kept, "unset": [], "per_size": [b.model_copy(update=kept) if b.env == rec.env else b
+                                              for b in rec.per_size]}
+
+
+def _rules_text(ranges: Sequence[SizeRange]) -> str:
+    return ", ".join(f"[{r.min_bytes}, {r.max_bytes}] B {r.selection.name}" for r in ranges if r.selection)
 
 
 def _env_text(env: Mapping[str, str]) -> str:

@@ -176,7 +176,8 @@ def per_size_lines(rec: Recommendation) -> list[str]:
             lines.append(f"{where}: keep the library's choice")
         else:
             gains = ", ".join(f"{g:+.1%}" for g in size_range.gains)
-            lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds: {gains})")
+            lines.append(f"{where}: {size_range.selection.name} (median speed-up per size, confirmation rounds, "
+                         f"which also decided it: {gains})")
     stopped = [f"{size.bytes} B: {', '.join(size.stopped)}" for size in result.sizes if size.stopped]
     if stopped:
         rule = (f"at least {result.stop_slower:g}x the library's choice's time in {result.stop_after - 1} or all of the "

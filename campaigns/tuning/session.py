@@ -423,10 +423,18 @@ def deployed_check(setup: TuningSetup, rec: Recommendation, baseline_env: Mappin
     the library's own choice under it. Refused there, the rules are withdrawn, and the environment with them when,
     measured alone in the same rounds, it is refused too (with_deployed_check)."""
     rules_env = deployed_rules(setup, rec)
-    if rules_env is None:
-        return rec
     thresholds = setup.spec.finalize.thresholds()
     effective = setup.catalog.effective_env
+    if rules_env is None:
+        if thresholds.never_slower or effective(rec.env) == effective(baseline_env):
+            return rec
+        # never_slower off let finalization accept an environment slower at some size, for rules to restore that
+        # size; none came: the environment alone is what is deployed, judged as a set with rules would be
+        if log is not None:
+            log(f"deployed environment (no per-size rule) vs the defaults: at most {1 + 2 * thresholds.holdout_rounds} "
+                "runs")
+        return with_deployed_check(rec, check_deployed(setup.evaluator, baseline_env, rec.env, setup.buckets,
+                                                       thresholds, seed))
     # beside it in every round (unless the library runs it as the defaults): who is to blame if the set is refused
     environment = None if effective(rec.env) == effective(baseline_env) else rec.env
     settings = 2 if environment is None else 3  # per round, the defaults included; + 1 validated run first

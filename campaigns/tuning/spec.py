@@ -4,13 +4,13 @@ overrides)."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from campaigns import paths
 from campaigns.model.sizes import check_measurable, parse_size
+from campaigns.model.yamlio import YamlModel
 from campaigns.tuning.executors import BenchRequest
 from tuners.catalog import CatalogError, KnobCatalog, Library
 from tuners.finalize import Thresholds
@@ -18,28 +18,9 @@ from tuners.study import SamplerName
 
 
 # ------------------------------------------------------------------------------------------- the spec
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        """YAML's true/yes where a number belongs is a mistake, not 1 (`nodes: yes`, `stop_slower: yes`)."""
-        if isinstance(value, bool) and info.field_name is not None \
-                and _numeric(cls.model_fields[info.field_name].annotation):
-            raise ValueError(f"expected a number, not {str(value).lower()}")
-        return value
 
 
-def _numeric(annotation: Any) -> bool:
-    """Whether a field's type is a number, or a union of one and no bool (int, float, int | None, ...)."""
-    if annotation in (int, float):
-        return True
-    arguments = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else ()
-    return bool not in arguments and any(_numeric(a) for a in arguments)
-
-
-class FinalizeSpec(_Model):
+class FinalizeSpec(YamlModel):
     """Finalization (tuners/finalize.py): re-measure the best candidates interleaved with the baseline."""
 
     enabled: bool = True
@@ -61,7 +42,7 @@ class FinalizeSpec(_Model):
                           never_slower=self.never_slower)
 
 
-class PerSizeSpec(_Model):
+class PerSizeSpec(YamlModel):
     """The per-size stage (tuners/per_size.py) after finalization, under the recommended environment."""
 
     enabled: bool = False
@@ -83,7 +64,7 @@ class PerSizeSpec(_Model):
         return value
 
 
-class TuningSpec(_Model):
+class TuningSpec(YamlModel):
     """One tuning study: where and what commbench measures, which knobs, the budget, the outputs.
     YAML (`commcamp tune SPEC.yaml`) or CLI options (`commcamp tune --site ... --op ...`)."""
 
@@ -214,6 +195,9 @@ class TuningSpec(_Model):
             raise ValueError("the ReFrame commbench check runs transport mpi; use the launcher executor for ccl")
         if self.executor == "launcher" and self.launcher is None:
             raise ValueError("the launcher executor needs `launcher` (e.g. [mpirun, -np, '4'])")
+        if not self.finalize.never_slower and not self.per_size.enabled:
+            raise ValueError("finalize: never_slower: false lets an environment slower at some sizes through for "
+                             "per-size rules to restore them: it needs the per-size stage (per_size: {enabled: true})")
         return self
 
     @property
