@@ -3,6 +3,8 @@ in process. tests/test_install.py runs the same from an installed wheel."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,14 @@ def test_site_new_scaffolds_a_checked_site_where_asked(monkeypatch: pytest.Monke
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mysite"]
     assert "name: mysite\n" in (tmp_path / "mysite" / "site.yaml").read_text()
     assert 'eval "$(commcamp paths --env)"' in (tmp_path / "mysite" / "env.sh").read_text()
+    # sourced without COMMCAMP_HOME, ReFrame's results database lies in the workspace the paths line exports
+    # (it was computed before that line ran: beside the site repository, e.g. $HOME/results/reframe)
+    environ = {k: v for k, v in os.environ.items() if k not in ("COMMCAMP_HOME", "RFM_SQLITE_DB_FILE")}
+    environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environ['PATH']}"
+    shown = subprocess.run(["bash", "-c", f'. {tmp_path}/mysite/env.sh && echo "$COMMCAMP_HOME" && '
+                            'echo "$RFM_SQLITE_DB_FILE"'], env=environ, capture_output=True, text=True, check=True)
+    home, database = shown.stdout.split()
+    assert database == f"{home}/reframe/results.db", shown.stdout
     monkeypatch.setenv(paths.SITE_PATH_ENV, str(tmp_path))
     assert commcamp("site", "check", "mysite")[1].strip() == "site mysite: ok"
     code, _, err = commcamp("site", "new", "mysite", "--from", "local", "--dir", tmp_path)

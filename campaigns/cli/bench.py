@@ -8,6 +8,7 @@ launcher executor and users who run commbench by hand.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,6 +30,19 @@ VariantsArg = Annotated[Optional[list[str]], typer.Argument(
     metavar="[VARIANT]...", help=f"of {', '.join(VARIANTS)} [default: {' '.join(DEFAULT_VARIANTS)}]")]
 BuildDirOpt = Annotated[Optional[Path], typer.Option(
     help="build root: VARIANT/commbench below it [default: <workspace builds>/bench]")]
+
+
+def forget_other_sources_build(build_dir: Path, source: Path) -> None:
+    """Remove a CMake build directory configured from another source tree, to configure it again from `source`: an
+    earlier install at another prefix (Spack's hashed prefixes, /opt/commcamp/0.1 -> 0.2) sharing the workspace
+    would otherwise be rebuilt from its own sources, or fail for good once they are gone."""
+    try:
+        cache = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    except OSError:
+        return
+    match = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", cache, re.MULTILINE)
+    if match is not None and Path(match.group(1)).resolve() != source.resolve():
+        shutil.rmtree(build_dir)
 
 
 def binary(variant: str, build_dir: Path | None = None) -> Path:
@@ -54,12 +68,18 @@ def build(variants: VariantsArg = None, build_dir: BuildDirOpt = None,
     if missing:
         Console(stderr=True).print(f"[bold red]not installed:[/] {', '.join(missing)} (Debian packages make, cmake)")
         raise typer.Exit(ExitCode.FAILED)
+    for name in names:
+        forget_other_sources_build(root / name, paths.BENCH_SRC)
     cmd = ["make", "--no-print-directory", "-C", str(paths.BENCH_SRC), f"BUILD_DIR={root}", f"JOBS={jobs}", *names]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if result.returncode != 0:
+        output = result.stdout[-3000:] + result.stderr[-3000:]
+        # bench_src/Makefile's defaults are Debian's names; modules, Spack and RHEL call the wrapper mpicc
+        hint = ("\nThe MPI compiler wrappers come from the environment: OPENMPI_CC (default mpicc.openmpi), MPICH_CC "
+                "(mpicc.mpich), MPICC (mpicc, the GPU builds); e.g. OPENMPI_CC=mpicc commcamp bench build cpu-openmpi"
+                if "Could NOT find MPI" in output else "")
         Console(stderr=True).print(f"[bold red]commbench build failed[/] ({escape(' '.join(cmd))}: exit "
-                                   f"{result.returncode})\n{escape(result.stdout[-3000:] + result.stderr[-3000:])}",
-                                   highlight=False)
+                                   f"{result.returncode})\n{escape(output)}{escape(hint)}", highlight=False)
         raise typer.Exit(ExitCode.FAILED)
     for name in names:
         print(binary(name, root))

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
+from campaigns.cli.bench import forget_other_sources_build
 from campaigns.exit_codes import ExitCode
 
 PLUGIN_FILE = paths.PLUGIN_LIBRARY
@@ -32,6 +33,7 @@ def build_plugin(build_dir: Path) -> Path:
     """Configure (once) and build the plugin target; the .so's path. RuntimeError with CMake's output."""
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake is not installed (Debian package cmake)")
+    forget_other_sources_build(build_dir, paths.PLUGIN_SRC)
     steps = [["cmake", "-S", str(paths.PLUGIN_SRC), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
               "-DCOMMCAMP_TUNER_TESTS=OFF"],
              ["cmake", "--build", str(build_dir), "--target", TARGET, "-j", "2"]]

@@ -558,6 +558,14 @@ def check_site(name: str) -> list[str]:
 ENV_FILE_PATHS_LINE = 'eval "$(commcamp paths --env)"  # COMMCAMP_DATA, COMMCAMP_HOME (`commcamp paths`)\n'
 
 
+def _with_paths_line(env_sh: str) -> str:
+    """A template's env.sh with ENV_FILE_PATHS_LINE after its leading comments: before the lines that read
+    COMMCAMP_HOME (RFM_SQLITE_DB_FILE), which would otherwise put ReFrame's results beside the site directory."""
+    lines = env_sh.splitlines(keepends=True)
+    head = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")), len(lines))
+    return "".join([*lines[:head], ENV_FILE_PATHS_LINE, *lines[head:]])
+
+
 def new_site(name: str, template: str, parent: Path) -> Path:
     """Scaffold site `name` in parent/name from site `template` (site.yaml, reframe_config.py, env.sh), check
     it like `commcamp site check` and move it into place in one rename: SiteError (nothing written) if the
@@ -582,7 +590,7 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         (draft / SITE_FILE).write_text(header + site_yaml, encoding="utf-8")
         (draft / REFRAME_CONFIG_FILE).write_text((source / REFRAME_CONFIG_FILE).read_text(encoding="utf-8").replace(
             f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
-        (draft / ENV_FILE).write_text((source / ENV_FILE).read_text(encoding="utf-8") + ENV_FILE_PATHS_LINE,
+        (draft / ENV_FILE).write_text(_with_paths_line((source / ENV_FILE).read_text(encoding="utf-8")),
                                       encoding="utf-8")
         with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
             problems = check_site(name)
