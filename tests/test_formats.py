@@ -150,7 +150,7 @@ def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None
     assert code == 2 and "'osux' is not one of commbench, nccl-tests, nccl-tests-json, osu" in out + err
     code, out, err = commcamp("results", "ingest", OSU_DATA / "osu_latency.txt", "--format", "osu",
                               "--site", "local", "--system", "local", "--db", url)
-    assert code == 1 and "OSU output names no hosts" in out + err
+    assert code == 2 and "OSU output names no hosts" in out + err
     with open_store(url) as store:
         assert store.runs() == []  # nothing half-stored
 
@@ -192,7 +192,7 @@ def test_ingest_refuses_a_file_of_two_benchmark_runs(tmp_path: Path) -> None:
         osu.parse_text(osu_two.read_text(), str(osu_two))
     code, out, err = commcamp("results", "ingest", osu_two, "--format", "osu", "--hosts", "n1,n2",
                               "--site", "local", "--system", "local", "--db", url)
-    assert code == 1 and f"{osu_two}:{second_osu}: a second OSU run ('MPI Bandwidth Test') after the rows of " \
+    assert code == 2 and f"{osu_two}:{second_osu}: a second OSU run ('MPI Bandwidth Test') after the rows of " \
                          "'MPI Latency Test'" in out + err, out + err
 
     all_reduce = (NT_OUTPUTS / "all_reduce.txt").read_text()
@@ -201,7 +201,7 @@ def test_ingest_refuses_a_file_of_two_benchmark_runs(tmp_path: Path) -> None:
     second_nt = len(all_reduce.splitlines()) + 2  # "# Collective test starting: all_gather_perf"
     code, out, err = commcamp("results", "ingest", nt_two, "--format", "nccl-tests", "--site", "h200",
                               "--system", "h200", "--db", url)
-    assert code == 1 and f"{nt_two}:{second_nt}: a second nccl-tests run (all_gather_perf) after the rows of " \
+    assert code == 2 and f"{nt_two}:{second_nt}: a second nccl-tests run (all_gather_perf) after the rows of " \
                          "allreduce" in out + err, out + err
     with open_store(url) as store:
         assert store.runs() == []

@@ -145,11 +145,11 @@ def test_report_groups_what_changes_the_number_and_says_what_each_curve_is(repor
 
 def test_report_bad_input(tmp_path: Path, report_db: str) -> None:
     code, output = commcamp_output("report", "--db", report_db, "--op", "nosuchop", "--output", tmp_path / "r.html")
-    assert code == 1 and "no measurements" in output and not (tmp_path / "r.html").exists()
+    assert code == 2 and "no measurements" in output and not (tmp_path / "r.html").exists()
     bad = tmp_path / "verdict.json"
     bad.write_text("{}")
     code, output = commcamp_output("report", "--db", report_db, "--output", tmp_path / "r.html", "--verdict", bad)
-    assert code == 1 and "is not a commcamp health verdict" in output
+    assert code == 2 and "is not a commcamp health verdict" in output
     code, output = commcamp_output("report", "--db", report_db, "--output", tmp_path / "r.html", "--nominal", "x")
     assert code == 2 and "is not LABEL=GBPS" in output
 

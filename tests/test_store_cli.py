@@ -109,7 +109,7 @@ def _only_run(store_url: str) -> Any:
 def test_ingest_names_an_unknown_site_or_system(jsonl: Path, store_url: str, where: tuple[str, ...],
                                                 message: str) -> None:
     result = _invoke("ingest", jsonl, *where, "--db", store_url)
-    assert result.exit_code == 1 and message in " ".join(result.output.split()), result.output
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
     with open_store(store_url) as store:
         assert store.runs() == []
 
@@ -117,7 +117,7 @@ def test_ingest_names_an_unknown_site_or_system(jsonl: Path, store_url: str, whe
 def test_ingest_bad_file_stores_nothing(tmp_path: Path, store_url: str) -> None:
     bad = write_jsonl(tmp_path / "bad.jsonl", [commbench_record(), commbench_record(iters=3, samples_us=[1, 2])])
     result = _ingest(bad, store_url)
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{bad}:2: samples_us: 2 samples for 3 iterations" in " ".join(result.output.split())
     with open_store(store_url) as store:
         assert store.runs() == []
@@ -126,7 +126,7 @@ def test_ingest_bad_file_stores_nothing(tmp_path: Path, store_url: str) -> None:
 def test_ingest_empty_file(tmp_path: Path, store_url: str) -> None:
     (tmp_path / "empty.jsonl").write_text("")
     result = _ingest(tmp_path / "empty.jsonl", store_url)
-    assert result.exit_code == 1 and "holds no commbench records" in result.output
+    assert result.exit_code == 2 and "holds no commbench records" in result.output
 
 
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])

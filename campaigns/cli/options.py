@@ -92,15 +92,17 @@ def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None
 
 @contextmanager
 def expected_errors() -> Iterator[None]:
-    """Bad input and database trouble end the command with a one-line message and exit status 1; a
-    database that cannot be opened with exit status 2, as for every commcamp command (campaigns/cli/app.py)."""
+    """Bad input (ValueError: a file that is not what its format says, an unknown site, filters that select
+    nothing) and a database that cannot be opened end the command with a one-line message and exit status 2,
+    as for every commcamp command (README, "Exit codes"); database trouble on the way and files that cannot be
+    read or written (OSError) with exit status 1."""
     from campaigns.store import StoreError, StoreUnavailable
 
     try:
         yield
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, ValueError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(ExitCode.USAGE) from None
-    except (StoreError, ValueError, OSError) as exc:
+    except (StoreError, OSError) as exc:
         Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(ExitCode.FAILED) from None
