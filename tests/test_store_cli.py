@@ -176,7 +176,7 @@ def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path
     output = tmp_path / "results.csv"
     output.write_text("previous export\n")
     result = _invoke("export", "--db", f"sqlite:///{tmp_path}/missing/x.db", "--output", output)
-    assert result.exit_code == 2 and "is not a directory" in result.output
+    assert result.exit_code == 2 and "no results database at" in result.output
     assert output.read_text() == "previous export\n"
     assert _invoke("export", "--db", store_url, "--output", tmp_path / "nodir" / "x.csv").exit_code == 1
 
@@ -198,7 +198,17 @@ def test_unreachable_database_exits_2_as_for_run(tmp_path: Path) -> None:
     for command in ("runs", "list"):  # `commcamp run` exits 2 for it too (tests/test_campaign_resume.py)
         result = _invoke(command, "--db", f"sqlite:///{tmp_path}/missing/results.db")
         assert result.exit_code == 2, result.output
-        assert "cannot open results database" in result.output and "Traceback" not in result.output
+        assert "no results database at" in result.output and "Traceback" not in result.output
+
+
+def test_a_query_of_a_database_that_does_not_exist_creates_none(tmp_path: Path) -> None:
+    """A mistyped --db made a new, empty database and answered with an empty table (exit 0), as if nothing
+    had been stored: the commands that only read refuse it (exit 2) and write nothing."""
+    typo = tmp_path / "reslts.db"
+    for command in (["runs"], ["list"], ["export", "--output", str(tmp_path / "x.csv")]):
+        result = _invoke(*command, "--db", f"sqlite:///{typo}")
+        assert result.exit_code == 2 and f"no results database at {typo}" in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("size", "text"), [(0, "0 B"), (8, "8 B"), (1024, "1 KiB"), (1536, "1.5 KiB"),

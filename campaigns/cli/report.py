@@ -64,7 +64,7 @@ def report(filters: MeasurementFilter,
         verdicts = _load_verdicts(verdict or [])
         for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
             links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
                                 **vars(filters))
         write_atomic(output, text)

@@ -100,7 +100,7 @@ def list_runs(db: DbOption = None,
     run_filter = RunFilter(campaign=campaign, site=site, system=system, partition=partition,
                            status=status.value if status else None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
-    with expected_errors(), open_store(db) as store:
+    with expected_errors(), open_store(db, create=False) as store:
         runs = store.runs(**vars(run_filter))[::-1]
     rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
              str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
@@ -117,7 +117,7 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
     """List stored measurements (one per commbench record), newest run first."""
     from campaigns.store import open_store
 
-    with expected_errors(), open_store(db) as store:
+    with expected_errors(), open_store(db, create=False) as store:
         frame = store.measurements(**vars(filters))
     frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
@@ -159,7 +159,7 @@ def export(filters: MeasurementFilter,
             raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
                                      param_hint="--format") from None
     with expected_errors():
-        with open_store(db) as store:
+        with open_store(db, create=False) as store:
             frame = store.measurements(**vars(filters))
             if samples:
                 frame = _sample_rows(frame, store.sample_arrays(**vars(filters)))

@@ -312,26 +312,32 @@ def _create_engine(url: URL, display: str) -> Engine:
     return engine
 
 
-def open_store(url: str | None = None) -> Store:
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open (creating if needed) the results database at `url` (default: default_url()) and bring its
-    schema to the newest revision. StoreUnavailable when it cannot be reached or has a newer schema."""
+    schema to the newest revision. StoreUnavailable when it cannot be reached or has a newer schema; with
+    `create` False (the commands that only read) also when a SQLite database does not exist: a mistyped
+    --db would otherwise be made, empty, and its empty answer taken for the results."""
     try:
-        return _open_store(url)
+        return _open_store(url, create)
     except StoreUnavailable:
         raise
     except StoreError as exc:
         raise StoreUnavailable(str(exc)) from exc
 
 
-def _open_store(url: str | None) -> Store:
+def _open_store(url: str | None, create: bool) -> Store:
     if url is None:
         url = default_url()
-    make_workspace(url)
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise StoreError(f"invalid database URL {url!r}: {exc}") from exc
     display = parsed.render_as_string(hide_password=True)
+    if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
+            and not Path(parsed.database).is_file():
+        raise StoreError(f"no results database at {parsed.database}: nothing is stored there (another --db, or "
+                         "COMMCAMP_DB_URL / --workspace, names where the results are)")
+    make_workspace(url)
     engine = _create_engine(parsed, display)
     try:
         with engine.connect() as connection, connection.execution_options(write=True).begin():
