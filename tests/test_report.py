@@ -175,3 +175,27 @@ def test_health_section_shows_a_slow_node_with_its_evidence_and_the_isolation_pa
     assert "confirmed by pair test(s), 1 extra job(s) (c6n3 grew x24.98)" in text
     plain = health_section([VERDICT], {})  # a verdict without slow nodes or a path: the pair-test path
     assert "degraded: slow" not in plain and "pair tests between the nodes involved" in plain
+
+
+def test_a_campaign_report_shows_its_own_site_only(tmp_path: Path) -> None:
+    """The characterize report of a campaign run with --site on two sites showed both sites' runs (it selected
+    the campaign's name only) under the title of one."""
+    from campaigns.model.spec import load_campaign
+    from campaigns.report.html import write_campaign_report
+    from campaigns.store import open_store
+    from fixtures_store import commbench_record, run_info
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with open_store(url) as store:
+        for site, seed in (("local", 1), ("localslurm", 2)):
+            store.ingest(run_info(f"tinychar/{site}/{site}/openmpi/commbench_run/allreduce/n1", campaign="tinychar",
+                                  site=site, system=site, partition="cpu", environ="openmpi", num_nodes=1),
+                         [commbench_record(seed=seed)])
+    spec = tmp_path / "tinychar.yaml"
+    spec.write_text("name: tinychar\nkind: characterize\nsite: local\nnode_counts: [1]\n"
+                    "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    max_bytes: 1024\n")
+    report = tmp_path / "tinychar.html"
+    with open_store(url) as store:
+        write_campaign_report(store, load_campaign(spec), report)
+    text = report.read_text()
+    assert "tinychar on local:local" in text and "localslurm" not in text

@@ -504,5 +504,5 @@ def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
                         nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
-                        campaign=[campaign.name])
+                        campaign=[campaign.name], site=[campaign.site.name], system=[campaign.system.name])
     write_atomic(output, text)
