@@ -35,6 +35,7 @@ def test_workspace_option_names_the_workspace_for_the_command_and_its_children(t
     code, out, err = commcamp("--workspace", tmp_path / "ws", "paths")
     assert code == 0, err
     assert f"workspace: {tmp_path / 'ws'}" in out.splitlines()
+    assert f"results database: sqlite:///{tmp_path / 'ws' / 'commcamp.db'}" in out.splitlines()
     assert os.environ.pop(paths.HOME_ENV) == str(tmp_path / "ws")  # what ReFrame and Slurm workers inherit
     code, out, _ = commcamp("--workspace", tmp_path / "ws", "paths", "--env")
     assert f"export COMMCAMP_HOME={tmp_path / 'ws'}" in out.splitlines()

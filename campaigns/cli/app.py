@@ -236,9 +236,18 @@ def show_paths(
             print(f"export {name}={shlex.quote(value)}")
         return
     from campaigns.model.site import site_search_path
+    from campaigns.store import URL_ENV, default_url
 
-    print(f"workspace: {paths.workspace()}\nbuilds: {paths.build_dir()}\nshipped files: {paths.DATA_ROOT}\n"
-          f"site search path: {os.pathsep.join(str(p) for p in site_search_path())}")
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:  # never a password on screen
+        database = make_url(default_url()).render_as_string(hide_password=True)
+    except ArgumentError:
+        database = f"{default_url()!r}, not a database URL"
+    database += f" (${URL_ENV})" if os.environ.get(URL_ENV) else ""
+    print(f"workspace: {paths.workspace()}\nresults database: {database}\nbuilds: {paths.build_dir()}\n"
+          f"shipped files: {paths.DATA_ROOT}\nsite search path: {os.pathsep.join(str(p) for p in site_search_path())}")
 
 
 results.register(app)
