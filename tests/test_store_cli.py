@@ -64,7 +64,7 @@ def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
     assert "showing 2 of 4" in limited.output
 
     runs = _invoke("runs", "--db", store_url, "--status", "fail")
-    assert runs.exit_code == 0 and "localslurm" in runs.output and "localslurm:default" in runs.output
+    assert runs.exit_code == 0 and "localslurm" in runs.output and "localslurm:debug" in runs.output
     assert "localslurm" not in _invoke("runs", "--db", store_url, "--status", "pass").output
 
 
@@ -105,7 +105,10 @@ def _only_run(store_url: str) -> Any:
 
 @pytest.mark.parametrize(("where", "message"), [
     (("--site", "nosuchsite", "--system", "x"), "--site: unknown site 'nosuchsite'; known sites:"),
-    (("--site", "local", "--system", "nosuchsystem"), "--system: site 'local' has no system 'nosuchsystem'")])
+    (("--site", "local", "--system", "nosuchsystem"), "--system: site 'local' has no system 'nosuchsystem'"),
+    # a made-up partition (before: "default" whatever the site) joins no health series and no report's system
+    (("--site", "local", "--system", "local", "--partition", "gpu"),
+     "--partition: system 'local' of site 'local' has no partition 'gpu' (it has: cpu)")])
 def test_ingest_names_an_unknown_site_or_system(jsonl: Path, store_url: str, where: tuple[str, ...],
                                                 message: str) -> None:
     result = _invoke("ingest", jsonl, *where, "--db", store_url)

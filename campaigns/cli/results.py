@@ -235,7 +235,8 @@ def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str)
 def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
            site: Annotated[str, typer.Option(help="site the records were measured at")],
            system: Annotated[str, typer.Option(help="system (cluster) name")],
-           partition: Annotated[str, typer.Option()] = "default",
+           partition: Annotated[Optional[str], typer.Option(
+               help="[default: the system's partition, when it has one]")] = None,
            environ: Annotated[str, typer.Option(help="programming environment")] = "default",
            campaign: Annotated[str, typer.Option()] = "manual",
            check_name: Annotated[str, typer.Option(help="name of the check that ran commbench")] = "commbench",
@@ -268,11 +269,17 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     parameters = _parameters(param or [])
     with expected_errors():
         try:
-            load_site(site).system(system)
+            partitions = [p.name for p in load_site(site).system(system).partitions]
         except SiteError as exc:
             raise ValueError(f"--site: {exc}") from None
         except KeyError:
             raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
+        if partition is None and len(partitions) != 1:
+            raise ValueError(f"--partition: system {system!r} has several ({', '.join(partitions)}): say which")
+        partition = partition or partitions[0]
+        if partition not in partitions:  # health and reports key series on it: a made-up one joins none
+            raise ValueError(f"--partition: system {system!r} of site {site!r} has no partition {partition!r} "
+                             f"(it has: {', '.join(partitions)})")
         records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
