@@ -415,6 +415,25 @@ def test_a_rule_file_s_enabling_line_is_not_unset_after_it(tmp_path: Path, catal
     assert found.settings["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
 
 
+def test_a_rule_file_s_enabling_line_wins_over_a_site_default_that_turns_it_off(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """The site's defaults set coll_tuned_use_dynamic_rules=0, which the environment keeps; the per-size rule file
+    needs 1, and the deployed-set check measured the set with it ({**env, **rules' env}). Before, publish refused
+    it ("env and plugin_env set it differently") after the whole tune; now the rule file's line is published."""
+    from test_tuner_writers import mpi_recommendation, shell_env
+
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", nodes=1)
+    site = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"}
+    rec = mpi_recommendation(nodes=1)
+    bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
+    rec = rec.model_copy(update={"env": dict(site), "unset": [], "baseline_env": site, "scope": scope,
+                                 "per_size": [bucket]})
+    files = publish(tmp_path, with_per_size(rec, result_with("allreduce", "ring", 4, 1 << 20, 1 << 22)), catalog)
+    assert shell_env(f"source {files.env_file}", site)["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+    found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=1 << 21)
+    assert found.settings["OMPI_MCA_coll_tuned_use_dynamic_rules"] == "1"
+
+
 # ---- a real sweep, as commbench writes it --------------------------------------------------------
 
 

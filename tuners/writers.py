@@ -344,9 +344,10 @@ def publish(
     if rules is not None:
         plugin_env.update(rules[2])
     written = {} if rules is None else {rec.scope.library: str(rules[0])}
-    # A site default the winner unsets may be a line the rule file needs (coll_tuned_use_dynamic_rules=1): set,
-    # not unset after it.
+    # A site default the winner unsets, or sets otherwise (coll_tuned_use_dynamic_rules=0), may be a line the rule
+    # file needs (=1): the rule file's line, as the deployed-set check measured the set ({**env, **rules' env}).
     rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written,
+                                 "env": {name: value for name, value in rec.env.items() if name not in plugin_env},
                                  "unset": [name for name in rec.unset if name not in plugin_env]})
     env, unset = _validated(rec, catalog, plugin_env)
     env_path = directory / f"{rec.scope.slug}.env"
