@@ -25,7 +25,7 @@ from tuners.recommendation import Recommendation, build_recommendation, with_per
 from tuners.space import build_space
 from tuners.study import Tuner
 from tuners.synthetic import SCENARIOS, SYNTHETIC_SIZES, SyntheticEvaluator
-from tuners.writers import load_recommendations, publish, write_atomic
+from tuners.writers import env_file_text, load_recommendations, publish, write_atomic
 
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PLUGIN = "/opt/commcamp/lib/libnccl-tuner-commcamp.so"
@@ -622,6 +622,12 @@ def test_the_console_and_recommend_show_the_held_out_gain_and_say_no_candidate_t
     untested = change.model_copy(update={"decision": "keep-defaults", "gain": None, "held_out": None})
     assert "decision: keep-defaults (no candidate tested)" in report_lines(TuningOutcome(study, {},
                                                                                       recommendation=untested))
+    # a size bucket whose own winner is another environment: its held-out gain is that winner's, not deployed
+    own = change.per_size[0].model_copy(update={"decision": "change", "env": {"OMPI_MCA_btl_tcp_sndbuf": "4096"},
+                                                "gain": change.gain, "held_out": held_out})
+    text = env_file_text(change.model_copy(update={"per_size": [own]}), change.env, change.unset)
+    joined = " ".join(line.lstrip("#").strip() for line in text.splitlines())  # comments wrap
+    assert "held out: +9.5% median speed-up of this bucket's own winner (not deployed)" in joined, text
 
 
 def test_a_bad_recommendations_file_is_one_line_naming_where(tmp_path: Path) -> None:

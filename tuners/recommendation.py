@@ -77,8 +77,10 @@ class HeldOut(_Model):
         return None if h is None else cls(median=h.gain, ci_low=h.ci_low, ci_high=h.ci_high, rounds=h.rounds,
                                           ratios=list(h.ratios))
 
-    def describe(self) -> str:
-        return (f"held out: {self.median:+.1%} median speed-up of what is deployed (CI {self.ci_low:+.1%} .. "
+    def describe(self, deployed: bool = True) -> str:
+        """`deployed` False: a size bucket's own winner, which the scope's one environment does not deploy."""
+        what = "what is deployed" if deployed else "this bucket's own winner (not deployed)"
+        return (f"held out: {self.median:+.1%} median speed-up of {what} (CI {self.ci_low:+.1%} .. "
                 f"{self.ci_high:+.1%}), {self.rounds} rounds after the choice")
 
     def short(self) -> str:

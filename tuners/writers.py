@@ -121,10 +121,11 @@ class PublishedFiles:
         return {k: None if v is None else str(v) for k, v in dataclasses.asdict(self).items()}
 
 
-def verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None) -> str:
+def verdict(decision: str, gain: Gain | None, closest: Gain | None, held_out: HeldOut | None = None,
+            deployed: bool = True) -> str:
     """A decision with its evidence: the gain and the held-out gain, the closest candidate, or none tested."""
     if gain is not None:
-        return f"{decision}: {gain.describe()}" + ("" if held_out is None else f"; {held_out.describe()}")
+        return f"{decision}: {gain.describe()}" + ("" if held_out is None else f"; {held_out.describe(deployed)}")
     if closest is not None:
         return f"{decision}; closest candidate: {closest.describe()}"
     return f"{decision} (no candidate tested)"
@@ -154,7 +155,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     for size in rec.per_size:
         lines.append(
             f"size {size.bucket} [{size.min_bytes}, {size.max_bytes}] ({size.metric}): "
-            + verdict(size.decision, size.gain, size.closest, size.held_out)
+            + verdict(size.decision, size.gain, size.closest, size.held_out, deployed=size.env == rec.env)
         )
     lines.extend(f"note: {note}" for note in [*ev.notes, *rec.plugin_notes])
     lines.extend(per_size_lines(rec))
