@@ -37,10 +37,23 @@ from reframe.core.exceptions import ConfigError
 from reframe.core.launchers import JobLauncher
 
 # commcamp sets both variables for the ReFrame it starts (campaigns/paths.py: the shipped folders and the
-# workspace); a ReFrame started by hand from a checkout falls back to the checkout and its results/.
+# workspace); a ReFrame started by hand finds the workspace as commcamp does where commcamp is importable (an
+# installed one: never its install tree), else (a checkout's ReFrame without it) the checkout's results/.
 DATA_ROOT = Path(os.environ.get("COMMCAMP_DATA") or Path(__file__).resolve().parents[1])
-DEFAULT_PREFIX = Path(os.environ.get("COMMCAMP_HOME") or DATA_ROOT / "results") / "runs" / "reframe"
-PERFLOG_DIR = Path(os.environ.get("COMMCAMP_HOME") or DATA_ROOT / "results") / "reframe" / "perflogs"
+
+
+def _workspace() -> Path:
+    if os.environ.get("COMMCAMP_HOME"):
+        return Path(os.environ["COMMCAMP_HOME"])
+    try:
+        from campaigns import paths
+    except ImportError:
+        return DATA_ROOT / "results"
+    return paths.workspace()
+
+
+DEFAULT_PREFIX = _workspace() / "runs" / "reframe"
+PERFLOG_DIR = _workspace() / "reframe" / "perflogs"
 
 MPIEXEC_FROM_ENV = "mpiexec-from-env"
 MPIEXEC_VARIABLE = "COMMCAMP_MPIEXEC"

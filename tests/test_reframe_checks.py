@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -430,3 +431,20 @@ def test_an_expected_nonzero_exit_is_not_a_failed_job() -> None:
                                       ("FAILED", 0, 0), ("TIMEOUT", 0, 0), ("CANCELLED", 4, 4)]:
         with pytest.raises(SanityError):
             assert_job_ended(job(state, exitcode), "commbench", expected)
+
+
+def test_reframe_site_started_by_hand_writes_to_commcamp_s_workspace_not_the_install_tree(tmp_path: Path) -> None:
+    """A ReFrame started by hand on a shipped site of an installed commcamp (COMMCAMP_DATA the install tree, no
+    COMMCAMP_HOME): its prefix and perflogs were <install tree>/results; now the workspace commcamp itself writes
+    to (campaigns.paths)."""
+    installed = tmp_path / "_data" / "site_configs"
+    installed.mkdir(parents=True)
+    shutil.copy(SITE_CONFIGS / "reframe_site.py", installed)
+    env = {**{k: v for k, v in os.environ.items() if k != "COMMCAMP_HOME"}, "COMMCAMP_DATA": str(tmp_path / "_data"),
+           "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    shown = subprocess.run([sys.executable, "-c", "import reframe_site, campaigns.paths as p; "
+                            "print(reframe_site.DEFAULT_PREFIX, reframe_site.PERFLOG_DIR, p.workspace())"],
+                           cwd=installed, env=env, capture_output=True, text=True, check=True).stdout.split()
+    prefix, perflogs, workspace = map(Path, shown)
+    assert (prefix, perflogs) == (workspace / "runs" / "reframe", workspace / "reframe" / "perflogs")
+    assert tmp_path / "_data" not in prefix.parents
