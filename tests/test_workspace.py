@@ -99,7 +99,15 @@ def test_site_new_writes_nothing_when_the_new_site_has_problems(monkeypatch: pyt
     target = tmp_path / "sites"
     code, _, err = commcamp("site", "new", "newsite", "--from", "broken", "--dir", target)
     assert code == 2 and "does not export RFM_CONFIG_FILES" in err and f"{target}/newsite/env.sh" in err
-    assert list(target.iterdir()) == []
+    assert not target.exists()  # nothing written: not even the --dir it made (it was left behind, empty)
+    code, _, err = commcamp("site", "new", "newsite", "--from", "broken", "--dir", target / "deep" / "er")
+    assert code == 2 and not target.exists()
+    target.mkdir()
+    # --dir a file, or where no directory can be made: a message, not a traceback
+    (tmp_path / "afile").write_text("x\n")
+    for where in (tmp_path / "afile", Path("/proc/sys")):
+        code, _, err = commcamp("site", "new", "newsite", "--dir", where)
+        assert code == 2 and f"--dir {where}: cannot create the site there" in err and "Traceback" not in err, err
     code, _, err = commcamp("site", "new", "9lives", "--dir", target)
     assert code == 2 and "site name '9lives'" in err
     code, _, err = commcamp("site", "new", "other", "--from", "nosuchsite", "--dir", target)

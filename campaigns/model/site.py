@@ -579,8 +579,12 @@ def new_site(name: str, template: str, parent: Path) -> Path:
     target = parent / name
     if target.exists():
         raise SiteError(f"{target} exists; choose another name or --dir")
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
+    made = [d for d in (parent, *parent.parents) if not d.exists()]  # removed again when nothing is written
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
+    except OSError as exc:
+        raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
     try:
         draft = staging / name
         draft.mkdir()
@@ -600,6 +604,10 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         draft.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not target.exists():
+            for directory in made:  # innermost first; a directory someone else filled meanwhile stays
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
     return target
 
 
