@@ -8,7 +8,7 @@ import pytest
 
 from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, parse_topology
-from campaigns.kinds.health import Ceiling, judge, worst
+from campaigns.kinds.health import Ceiling, _judge_once, judge, worst
 from campaigns.reframe.runner import plan_invocations
 from campaigns.model.site import Reference
 from campaigns.model.spec import HealthSettings, load_campaign
@@ -31,12 +31,13 @@ SwitchName=top Level=2 LinkSpeed=1 Switches=group[1-2]
 
 
 def test_judge_against_history_uses_a_robust_spread() -> None:
-    # One bad night (the first: nothing to leave it out against) does not move median or MAD much.
+    # One bad night, the first: left out against the other nights (kept_nights); the rest judge.
     history = [55.0, 10.0, 10.2, 9.9, 10.1, 10.0]
     assert judge(10.3, False, None, history, SETTINGS).status == "ok"
     degraded = judge(12.0, False, None, history, SETTINGS)
     assert degraded.status == "degraded"
-    assert "worse than the median 10.05 of 6 earlier nights" in degraded.evidence[0]
+    assert "worse than the median 10 of 5 earlier nights" in degraded.evidence[0]
+    assert "left out of the history: 1 of 6 earlier nights (55)" in degraded.evidence[-1]
     assert judge(20.0, False, None, history, SETTINGS).status == "failed"
     # Better than usual is never a problem, whichever direction is good.
     assert judge(1.0, False, None, history, SETTINGS).status == "ok"
@@ -62,11 +63,14 @@ def test_a_tiny_history_counts_every_night_in_its_spread() -> None:
     # 3 nights, one of them low: the MAD (0.05) sees only the two close ones and called 39% below the
     # median degraded (z 9.2); the range floor (0.70 / 1.693) sees all three: 1.6 sigma, ok.
     noisy = [1.10, 1.75, 1.80]
-    verdict = judge(1.07, True, None, noisy, SETTINGS)
+    verdict = _judge_once(1.07, True, None, noisy, SETTINGS, None)
     assert verdict.status == "ok", verdict.evidence
     assert ("1.07 is 39% worse than the median 1.75 of 3 earlier nights, 1.6 robust sigma (sigma: largest of "
             "1.4826 MAD 0.0741, 2% of the median 0.035, range/1.693 0.413 (tiny history): range/1.693); "
             "degraded needs >= 3 sigma and >= 10% worse, failed >= 6 sigma and >= 50%") == verdict.evidence[0]
+    # judge() first screens the nights: the low one, 38 % below the other two, is left out, and two nights are
+    # too few to judge on (not judged, never ok: it could as well be the first night of a fault)
+    assert judge(1.07, True, None, noisy, SETTINGS).status == "not_judged"
     # Three quiet nights: the same drop is a change. From 5 nights on the MAD alone (robust to a bad night).
     assert judge(1.07, True, None, [1.70, 1.75, 1.80], SETTINGS).status == "degraded"
     assert judge(1.07, True, None, [1.10, 1.75, 1.80, 1.72, 1.78], SETTINGS).status == "degraded"
@@ -80,12 +84,16 @@ def test_a_bad_night_does_not_become_the_baseline() -> None:
     assert drop.status == "failed", drop.evidence
     assert "than the median 10 of 3 earlier nights" in drop.evidence[0]
     assert drop.evidence[-1] == ("left out of the history: 1 of 4 earlier nights (0.3), degraded or failed "
-                                 "against their reference or the nights kept before them")
+                                 "against their reference or the nights kept before them (the first nights: the "
+                                 "others)")
+    # among the first min_history nights too (kept, it made the same 98 % drop read ok at 1.7 sigma)
+    for early in ([10.0, 10.1, 0.3], [0.3, 10.0, 10.1]):  # two nights left: not judged (was ok)
+        assert judge(0.2, True, None, early, SETTINGS).status == "not_judged", early
     assert drop.history is not None and drop.history["left_out"] == [0.3]
     assert judge(10.05, True, None, contended, SETTINGS).status == "ok"
-    # A night is judged only against the nights kept before it: with fewer than min_history of them it stays
-    # (nothing to tell it from a noisy series by), and the tiny history's spread takes it in as before.
-    assert judge(0.2, True, None, [10.0, 10.1, 0.3, 9.9], SETTINGS).status == "ok"
+    # A night with fewer than min_history kept nights before it is judged against the other nights of the window
+    # (kept_nights): before, it stayed, and the tiny history's spread made the same 98 % drop read ok.
+    assert judge(0.2, True, None, [10.0, 10.1, 0.3, 9.9], SETTINGS).status == "failed"
     # Against its reference too: nights below the reference's bound are left out; with two left, not judged.
     ref = Reference(op="allreduce", metric="large_busbw", bytes=1 << 28, value=10.0, lower=-0.5)
     judged = judge(9.8, True, ref, [10.0, 10.1, 0.3, 9.9], SETTINGS.model_copy(update={"min_history": 4}))

@@ -18,7 +18,8 @@ that benchmark. Each is judged
   a relative change >= degraded_change (failed_change) is `degraded` (`failed`); the evidence says what
   was compared. Fewer than `min_history` nights: not judged on history. A bad night does not become
   the baseline: the earlier nights are judged oldest first, each against the kept nights before it, by
-  the same rules, and those called degraded or failed are left out (the evidence lists them). Kept in,
+  the same rules (a night with fewer than min_history of those, against the other nights of the window),
+  and those called degraded or failed are left out (the evidence lists them; kept_nights). Kept in,
   one contended night among three made the range floor so wide that a 98 % bandwidth drop read ok.
 - A metric with neither a reference nor enough history is `not_judged` (its own status, counted in the
   summary, exit code 3 when nothing is worse): an unjudged value is not a healthy one.
@@ -162,19 +163,38 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
     """One metric value against its reference, the site's plausible range and its history (oldest night
     first), leaving out the earlier nights the same rules call degraded or failed against the nights kept
     before them (see the module docstring). Neither a reference nor enough history: `not_judged`."""
-    kept: list[float] = []
-    left_out: list[float] = []
-    for night in history:
-        bad = _judge_once(night, higher_is_better, reference, kept, settings, ceiling).status in BAD
-        (left_out if bad else kept).append(night)
+    flags = kept_nights(history, higher_is_better, reference, settings, ceiling)
+    kept = [night for night, keep in zip(history, flags) if keep]
+    left_out = [night for night, keep in zip(history, flags) if not keep]
     judgement = _judge_once(value, higher_is_better, reference, kept, settings, ceiling)
     if left_out:
         judgement.evidence.append(f"left out of the history: {len(left_out)} of {len(history)} earlier nights "
                                    f"({', '.join(f'{v:.4g}' for v in left_out)}), degraded or failed against "
-                                   f"their reference or the nights kept before them")
+                                   f"their reference or the nights kept before them (the first nights: the others)")
         if judgement.history is not None:
             judgement.history["left_out"] = left_out
     return judgement
+
+
+def kept_nights(history: list[float], higher_is_better: bool, reference: Reference | None,
+                settings: HealthSettings, ceiling: Ceiling | None = None) -> list[bool]:
+    """Which earlier nights (oldest first) a baseline keeps: each judged by the same rules against the nights kept
+    before it; a night with too few of those (the first min_history) against all the other nights of the window
+    (with 2 of them already), so that a contended night among the first ones is left out too (kept, it made a
+    98 % drop read ok)."""
+    kept: list[float] = []
+    flags = []
+    screening = settings.model_copy(update={"min_history": 2})
+    for i, night in enumerate(history):
+        if len(kept) >= max(settings.min_history, 2):
+            bad = _judge_once(night, higher_is_better, reference, kept, settings, ceiling).status in BAD
+        else:
+            others = history[:i] + history[i + 1:]
+            bad = _judge_once(night, higher_is_better, reference, others, screening, ceiling).status in BAD
+        flags.append(not bad)
+        if not bad:
+            kept.append(night)
+    return flags
 
 
 def _judge_once(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
@@ -221,6 +241,12 @@ def _judge_once(value: float, higher_is_better: bool, reference: Reference | Non
         status = "not_judged"
         evidence.append("no reference and too little history: nothing to judge the value against")
     return Judgement(status, evidence, ref_info, hist_info)
+
+
+def _ran_at(run: RunRow) -> datetime:
+    """When a run ran: its start, else when it was stored (an ingested run may have no start)."""
+    when = run.started_at or run.created_at
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def measured(run: RunRow) -> bool:
@@ -289,7 +315,7 @@ def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: Heal
         ratios_past = [peer_ratios(t) for t in past]
         for node, value in times.items():
             own = [t[node] for t in past if node in t]
-            ratios = [r[node][0] for r in ratios_past if node in r]
+            ratios = kept_ratios([r[node][0] for r in ratios_past if node in r], settings)
             if node in ratios_tonight and min(len(own), len(ratios)) >= max(settings.min_history, 2):
                 candidates.append((key, node, value, ratios_tonight[node], own, ratios))
     if not candidates:
@@ -314,6 +340,21 @@ def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: Heal
             f"p <= {level:.2g}: slow_alpha {settings.slow_alpha:g} over {len(candidates)} (node, record) pairs "
             f"judged tonight (Bonferroni)"]))
     return slow
+
+
+def kept_ratios(history: list[float], settings: HealthSettings) -> list[float]:
+    """A node's peer ratios of earlier nights (oldest first) without the nights it stood apart on (above 1, by
+    >= degraded_change and ratio_test's p <= slow_alpha, against the nights kept before it, or for the first
+    min_history nights against the others): kept, a node slow two nights running was not named the second
+    night (its slow night had become its baseline)."""
+    kept: list[float] = []
+    for i, ratio in enumerate(history):
+        against = kept if len(kept) >= max(settings.min_history, 2) else history[:i] + history[i + 1:]
+        apart = len(against) >= 2 and ratio > 1 and (test := ratio_test(ratio, against, settings.min_spread))["p"] \
+            <= settings.slow_alpha and test["change"] >= settings.degraded_change
+        if not apart:
+            kept.append(ratio)
+    return kept
 
 
 def ratio_test(ratio: float, history: list[float], min_spread: float) -> dict[str, Any]:
@@ -435,28 +476,47 @@ class HealthCheck:
             self._runs[run_key] = found[-1] if found else None  # the latest attempt (runs: oldest first)
         return self._runs[run_key]
 
-    def _earlier_runs(self, series_key: str) -> list[RunRow]:
-        """The passed runs of a series on the last history_nights nights before tonight, oldest first."""
-        earlier = [run for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where())
-                   if run.parameters.get("tag") not in (None, self.tag)]
-        nights = sorted({run.parameters["tag"] for run in earlier})[-self.settings.history_nights:]
-        return [run for run in earlier if run.parameters["tag"] in nights]
+    def _earlier_runs(self, series_key: str, run_key: str) -> list[RunRow]:
+        """The passed runs of a series on the last history_nights nights before tonight, oldest first: one per
+        night (its latest attempt: --force or two overlapping starts stored two), the nights ordered by when
+        they ran, none that ran after tonight's run (`run_key`; re-judging an older night). By tag they sorted
+        as text: a `--tag test` run sorted after every date and stayed in every later window."""
+        tonight = self._run(run_key)
+        latest: dict[str, RunRow] = {}
+        for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where()):  # oldest first
+            tag = run.parameters.get("tag")
+            if tag not in (None, self.tag) and (tonight is None or _ran_at(run) < _ran_at(tonight)):
+                latest[tag] = run
+        return sorted(latest.values(), key=_ran_at)[-self.settings.history_nights:]
+
+    def _history_runs(self, case: TestCase) -> list[tuple[RunRow, dict[tuple[str, int], float]]]:
+        """The earlier nights' runs of the case's series (_earlier_runs) with their metric values, oldest first."""
+        runs = self._earlier_runs(case.series_key, case.run_key)
+        if not runs:
+            return []
+        frame = self.store.measurements(run_id=[run.id for run in runs])
+        by_run = {run_id: run_metrics(records, reported_metrics(case.check, case.op))
+                  for run_id, records in frame.groupby("run_id")}
+        return [(run, by_run.get(run.id, {})) for run in runs]
 
     def _history(self, case: TestCase) -> dict[tuple[str, int], list[float]]:
         """Metric values of the same series on the last history_nights earlier nights (passed runs)."""
-        ids = [run.id for run in self._earlier_runs(case.series_key)]
         history: dict[tuple[str, int], list[float]] = {}
-        if ids:
-            frame = self.store.measurements(run_id=ids)
-            for _run_id, records in frame.groupby("run_id"):
-                for key, value in run_metrics(records, reported_metrics(case.check, case.op)).items():
-                    history.setdefault(key, []).append(value)
+        for _run, values in self._history_runs(case):
+            for key, value in values.items():
+                history.setdefault(key, []).append(value)
         return history
 
-    def judge_case(self, case: TestCase) -> list[MetricVerdict]:
+    def judge_case(self, case: TestCase, store_error: str | None = None) -> list[MetricVerdict]:
+        """`store_error`: the case ran tonight, but the store refused it (not judged: the network is not to
+        blame; the command exits 1, README "Exit codes")."""
         run = self._run(case.run_key)
         base = dict(run_key=case.run_key, series_key=case.series_key, op=case.op, environ=case.environ,
                     transport=case.transport, num_nodes=case.num_nodes)
+        if store_error is not None:
+            return [MetricVerdict(**base, hosts=[], metric="run", bytes=None, value=None, unit="",
+                                  status="not_judged", evidence=[f"ran, but could not be stored ({store_error}): "
+                                                                 "its records stay in the run directory"])]
         if run is None:
             return [MetricVerdict(**base, hosts=[], metric="run", bytes=None, value=None, unit="", status="failed",
                                   evidence=["no run stored for tonight: the test case did not run"])]
@@ -566,17 +626,30 @@ class HealthCheck:
         """A stored run's records with the fields attribution reads (schema 2's land in `extra`)."""
         return _record_dicts(self.store.measurements(run_id=run.id))
 
-    def _attribute(self, bad: list[MetricVerdict]) -> Suspects | None:
-        """The suspect named by the degraded run itself, against the last passed run of its series
+    def _attribute(self, bad: list[MetricVerdict], cases: list[TestCase]) -> Suspects | None:
+        """The suspect named by the degraded run itself, against the last healthy run of its series: the latest
+        earlier night whose values of tonight's bad metrics a baseline keeps (kept_nights; the last passed run was
+        often the first night of the same fault, and the second night's attribution then came out ambiguous)
         (campaigns/kinds/attribution.py); None when there is no such baseline."""
         worst_case = max(bad, key=lambda v: v.num_nodes)
         tonight = self._run(worst_case.run_key)
-        earlier = self._earlier_runs(worst_case.series_key)
-        if tonight is None or not earlier:
+        case = next((c for c in cases if c.run_key == worst_case.run_key), None)
+        if tonight is None or case is None:
             return None
-        sizes = {v.bytes for v in bad if v.run_key == worst_case.run_key}
+        keys = {(v.metric, v.bytes) for v in bad if v.run_key == worst_case.run_key and v.bytes is not None}
+        earlier = [(run, values) for run, values in self._history_runs(case) if keys <= values.keys()]
+        healthy = [True] * len(earlier)
+        for metric, size in keys:
+            flags = kept_nights([values[metric, size] for _, values in earlier], METRICS[metric].higher_is_better,
+                                find_reference(self.campaign.references, case, metric, size), self.settings,
+                                self._ceiling(case, metric, size))
+            healthy = [h and f for h, f in zip(healthy, flags)]
+        baseline = next((run for (run, _), ok in zip(reversed(earlier), reversed(healthy)) if ok), None)
+        if baseline is None:
+            return None
+        sizes = {size for _, size in keys}
         pick = [r for r in self._records(tonight) if r["bytes"] in sizes]
-        base = [r for r in self._records(earlier[-1]) if r["bytes"] in sizes]
+        base = [r for r in self._records(baseline) if r["bytes"] in sizes]
         return rank_suspects(pick, base)
 
     def _confirm(self, template: TestCase, suspect: str, attributed: Suspects, nodes: list[str],
@@ -602,7 +675,7 @@ class HealthCheck:
         if len(nodes) < 2:
             isolation.note = "fewer than two nodes involved: nothing to isolate"
             return isolation
-        attributed = self._attribute(bad)
+        attributed = self._attribute(bad, cases)
         if attributed is not None:
             isolation.attribution = attributed.reason
         for leader in attributed.leaders if attributed is not None else []:
@@ -662,8 +735,9 @@ class HealthCheck:
         metrics: list[MetricVerdict] = []
         # An unplaceable case: the topology cannot give this placement tonight, nothing was measured.
         cases = [item.case for item in result.results if item.status != "unplaceable"]
+        unstored = {item.case.run_key: item.store_error for item in result.unstored}
         for case in cases:
-            metrics += self.judge_case(case)
+            metrics += self.judge_case(case, unstored.get(case.run_key))
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         bad_runs = {m.run_key for m in bad_multi}
         good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
@@ -695,19 +769,22 @@ class HealthCheck:
         """Tonight's and each earlier night's per-node times of the cases' series (oldest night first)."""
         tonight: NodeTimes = {}
         earlier: dict[str, NodeTimes] = {}
+        ran: dict[str, datetime] = {}  # when each night ran (its latest run of any series)
         for case in cases:
             run = self._run(case.run_key)
             if run is None or not measured(run):
                 continue
             tonight |= {(case.series_key, *key): times for key, times in node_times(self._records(run)).items()}
-            night_of = {r.id: r.parameters["tag"] for r in self._earlier_runs(case.series_key)}
-            if not night_of:
+            runs = self._earlier_runs(case.series_key, case.run_key)  # one per night
+            if not runs:
                 continue
-            # run ids ascend: of a night run twice, the latest run's times are kept
+            night_of = {r.id: r.parameters["tag"] for r in runs}
+            for r in runs:
+                ran[night_of[r.id]] = max(ran.get(night_of[r.id], _ran_at(r)), _ran_at(r))
             for run_id, records in self.store.measurements(run_id=list(night_of)).groupby("run_id"):
                 for key, times in node_times(_record_dicts(records)).items():
                     earlier.setdefault(night_of[run_id], {})[(case.series_key, *key)] = times
-        return tonight, [earlier[night] for night in sorted(earlier)]
+        return tonight, [earlier[night] for night in sorted(earlier, key=ran.__getitem__)]
 
     def _snapshot(self) -> SlurmSnapshot | None:
         """The Slurm partition's jobs and node states now (Slurm partitions only)."""

@@ -60,6 +60,8 @@ def _judge_night(run: FinishedRun) -> ExitCode:
     path = run.output or paths.health_dir() / f"{run.campaign.name}-{run.tag}.json"
     write_verdict(night, path)
     print_summary(run.console, night, path)
+    if run.result.unstored:  # a case not stored is a step that failed (1), whatever the rest of the night says
+        return cases_outcome(run)
     return ExitCode(night.exit_code)
 
 

@@ -70,7 +70,8 @@ from campaigns.model.site import (COMMBENCH_OPS, BenchReference, EnvVarName, Nam
                                   SiteError, System, load_site)
 from campaigns.model.records import MAX_MESSAGE_BYTES
 from campaigns.model.sizes import ByteCount
-from campaigns.model.vocabulary import BENCHMARK_PARAMETER, PAIR_OPS, REFERENCE_CHECKS  # pair: on 1 or 2 nodes
+from campaigns.model.vocabulary import (BENCHMARK_PARAMETER, MATRIX_OPS, PAIR_OPS,  # pair: on 1 or 2 nodes
+                                        REFERENCE_CHECKS)
 from campaigns.model.yamlio import Loc, YamlDocument, YamlModel, YamlModelError
 from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
@@ -288,6 +289,11 @@ class CampaignSpec(YamlModel):
             raise ValueError("give node_counts or max_nodes (one of them)")
         if self.health is not None and self.kind != "health":
             raise ValueError(f"'health' settings need kind: health (this is kind {self.kind})")
+        matrices = [f"checks[{i}].ops: {op}" for i, check in enumerate(self.checks)
+                    if isinstance(check, CommbenchCheckSpec) for op in check.ops if op in MATRIX_OPS]
+        if self.kind == "health" and matrices:  # its records are per pair: no value the night is judged on
+            raise ValueError(f"{', '.join(matrices)}: a matrix op gives no metric a health night is judged on "
+                             "(its case would be left out of the verdict unjudged): run it in a characterize campaign")
         return self
 
     @property

@@ -9,7 +9,10 @@
 # the directory above campaigns/ (the checkout, or an installed package's site-packages).
 # Exit status: commcamp's: 0 healthy, 3 not judged (no reference, too little history), 4 degraded,
 # 5 failed; 1 a case could not be stored, 2 unusable spec/site/database.
-# The night is the UTC date, so a re-run the same night resumes; the verdict is
+# The night is the date in the clock the schedule fires in (cron and scrontab: local time; the systemd unit sets
+# TZ=UTC for its UTC timer): each start of a daily schedule gets a night of its own (by the UTC date, 02:30 local
+# in UTC+2/+3 gave two starts one night across a DST change: the second re-judged the first), and a re-run the
+# same night resumes. One run of a spec at a time (flock): an overlapping start exits 1. The verdict is
 # <workspace>/health/<campaign>-<night>.json and stdout has the one-screen summary.
 set -uo pipefail
 HOME_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -21,7 +24,13 @@ if [[ -n ${COMMCAMP_ENV:-} ]]; then
     # shellcheck disable=SC1090
     source "$COMMCAMP_ENV" || { echo "cannot source COMMCAMP_ENV=$COMMCAMP_ENV" >&2; exit 2; }
 fi
-night=$(date -u +%F)
+night=$(date +%F)
+lock="${XDG_RUNTIME_DIR:-/tmp}/commcamp-nightly-$(id -u)-$(basename "$1" .yaml).lock"
+exec 9> "$lock" || { echo "cannot open the lock file $lock" >&2; exit 1; }
+if ! flock -n 9; then
+    echo "commcamp nightly health: $1 is still running (lock $lock): not started again" >&2
+    exit 1
+fi
 echo "commcamp nightly health: $1, night $night, $(date -u +%FT%TZ) on $(hostname)"
 COLUMNS=${COLUMNS:-120} "$COMMCAMP" run "$1" --tag "$night" "${@:2}"
 status=$?
