@@ -44,7 +44,7 @@ DATA_ROOT = Path(os.environ.get("COMMCAMP_DATA") or Path(__file__).resolve().par
 
 def _workspace() -> Path:
     if os.environ.get("COMMCAMP_HOME"):
-        return Path(os.environ["COMMCAMP_HOME"])
+        return Path(os.environ["COMMCAMP_HOME"]).expanduser()
     try:
         from campaigns import paths
     except ImportError:

@@ -41,9 +41,9 @@ HEALTH_SPEC = ("name: tiny\nkind: health\nsite: local\nenvironments: [openmpi]\n
 
 
 def test_a_kind_output_that_cannot_be_written_stops_the_run_before_any_case(tmp_path: Path) -> None:
-    """--verdict or --report naming a directory, or a file in a directory that does not exist, failed with a
-    traceback (IsADirectoryError) after every case ran, nothing written: now exit 2 naming the option, before
-    anything runs or is created (the dry run too)."""
+    """--verdict or --report naming a directory, or a file where no directory can be made for it, failed with a
+    traceback after every case ran, nothing written: now exit 2 naming the option, before anything runs or is
+    created (the dry run too). A directory that does not exist yet is made when the file is written."""
     from fixtures_cli import commcamp
 
     spec = tmp_path / "tiny.yaml"
@@ -51,14 +51,19 @@ def test_a_kind_output_that_cannot_be_written_stops_the_run_before_any_case(tmp_
     characterize = tmp_path / "characterize.yaml"
     characterize.write_text(HEALTH_SPEC.replace("kind: health", "kind: characterize"))
     db, runs = tmp_path / "results.db", tmp_path / "runs"
-    missing = tmp_path / "no" / "v.json"
+    (tmp_path / "afile").write_text("x\n")
+    under_a_file = tmp_path / "afile" / "v.json"
     for path, option, target, problem in (
-            (spec, "--verdict", tmp_path, "is a directory"),
-            (spec, "--verdict", missing, f"directory {missing.parent} does not exist"),
-            (characterize, "--report", tmp_path, "is a directory")):
+            (spec, "--verdict", tmp_path, f"{tmp_path}: is a directory"),
+            (spec, "--verdict", under_a_file, f"{under_a_file.parent}: not a directory"),
+            (characterize, "--report", tmp_path, f"{tmp_path}: is a directory")):
         for dry_run in ([], ["--dry-run"]):
             code, out, err = commcamp("run", path, "--db", f"sqlite:///{db}", "--runs-dir", runs, option, target,
                                       *dry_run)
-            assert code == ExitCode.USAGE and f"{option} {target}: {problem}" in err, out + err
+            assert code == ExitCode.USAGE and f"{option} {problem}" in err, out + err
             assert "Traceback" not in out + err
     assert not db.exists() and not runs.exists()
+    later = tmp_path / "nightly" / "2026-11" / "v.json"  # made when the verdict is written
+    code, out, err = commcamp("run", spec, "--db", f"sqlite:///{db}", "--runs-dir", runs, "--verdict", later,
+                              "--dry-run")
+    assert code == 0 and not later.parent.exists(), out + err

@@ -89,6 +89,9 @@ def test_prune_deletes_only_run_directories_and_refuses_a_directory_holding_none
     assert sorted(p.name for p in workspace.iterdir()) == ["health", "reports", "runs"]
 
     runs = tmp_path / "runs"
+    make_run_dir(runs, "reframe", 50)  # ReFrame's own prefix (reframe_site.py): alone, nothing to prune, no refusal
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-last", "1", "--yes", "--db", db)
+    assert code == 0 and (runs / "reframe").is_dir(), output
     old = make_run_dir(runs, "smoke-20261101T000000Z", 30)
     retried = make_run_dir(runs, "smoke-20261101T000000Z-2", 29)
     trial = make_run_dir(runs, "run-20261101T000000-1a2b3c", 28)  # a tuning trial's (tuning.executors)
@@ -97,6 +100,6 @@ def test_prune_deletes_only_run_directories_and_refuses_a_directory_holding_none
     notes = make_run_dir(runs, "notes", 40)
     code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-last", "1", "--yes", "--db", db)
     assert code == 0, output
-    assert f"skip {notes}: not a commcamp run directory" in output
+    assert f"skip {notes}: not a commcamp run directory" in output and (runs / "reframe").is_dir()
     assert "deleted 4 of 5 run directories" in output
     assert not any(d.exists() for d in (old, retried, trial, workers)) and newest.is_dir() and notes.is_dir()

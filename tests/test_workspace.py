@@ -105,9 +105,10 @@ def test_site_new_writes_nothing_when_the_new_site_has_problems(monkeypatch: pyt
     target.mkdir()
     # --dir a file, or where no directory can be made: a message, not a traceback
     (tmp_path / "afile").write_text("x\n")
-    for where in (tmp_path / "afile", Path("/proc/sys")):
+    for where in (tmp_path / "afile", Path("/proc/sys"), tmp_path / "made" / ("x" * 300)):  # a name too long
         code, _, err = commcamp("site", "new", "newsite", "--dir", where)
         assert code == 2 and f"--dir {where}: cannot create the site there" in err and "Traceback" not in err, err
+    assert not (tmp_path / "made").exists()  # made for it, then the next level failed: removed again
     code, _, err = commcamp("site", "new", "9lives", "--dir", target)
     assert code == 2 and "site name '9lives'" in err
     code, _, err = commcamp("site", "new", "other", "--from", "nosuchsite", "--dir", target)

@@ -348,7 +348,8 @@ def publish(
     # A site default the winner unsets, or sets otherwise (coll_tuned_use_dynamic_rules=0), may be a line the rule
     # file needs (=1): the rule file's line, as the deployed-set check measured the set ({**env, **rules' env}).
     rec = rec.model_copy(update={"plugin_env": plugin_env, "rule_files": written,
-                                 "env": {name: value for name, value in rec.env.items() if name not in plugin_env},
+                                 "env": {name: value for name, value in rec.env.items()
+                                         if plugin_env.get(name, value) == value},
                                  "unset": [name for name in rec.unset if name not in plugin_env]})
     env, unset = _validated(rec, catalog, plugin_env)
     env_path = directory / f"{rec.scope.slug}.env"

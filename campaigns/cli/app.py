@@ -155,8 +155,12 @@ def run(
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)
-    try:  # written after every case ran: a path that cannot take the file stops here, before any runs
-        tune.check_outputs({"--verdict": verdict, "--report": report}, {})
+    try:  # written after every case ran (their directories made): a path that cannot take it stops here
+        outputs = {option: path for option, path in (("--verdict", verdict), ("--report", report)) if path}
+        if directory := next((f"{option} {path}: is a directory" for option, path in outputs.items()
+                              if path.is_dir()), None):
+            raise ValueError(directory)
+        tune.check_outputs({}, {option: path.parent for option, path in outputs.items()})
     except ValueError as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None

@@ -92,10 +92,10 @@ def with_measurement_filters(command: Callable[..., None]) -> Callable[..., None
 
 @contextmanager
 def expected_errors() -> Iterator[None]:
-    """Bad input (ValueError: a file that is not what its format says, an unknown site, filters that select
-    nothing) and a database that cannot be opened end the command with a one-line message and exit status 2,
-    as for every commcamp command (README, "Exit codes"); database trouble on the way and files that cannot be
-    read or written (OSError) with exit status 1."""
+    """Bad input (ValueError: a file that is not what its format says or cannot be read, an unknown site,
+    filters that select nothing) and a database that cannot be opened end the command with a one-line message
+    and exit status 2, as for every commcamp command (README, "Exit codes"); database trouble on the way and
+    an OSError the command did not turn into such a message (a file that cannot be written) with 1."""
     from campaigns.store import StoreError, StoreUnavailable
 
     try:

@@ -29,6 +29,7 @@ from campaigns import paths
 from campaigns.cli.options import DbOption, expected_errors
 
 HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli/app.py DEFAULT_HEALTH_DIR)
+REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: <runs directory>/reframe
 
 
 @dataclass
@@ -117,7 +118,8 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
         subdirectories = [p for p in sorted(runs_dir.iterdir()) if p.is_dir()]
     others = [p for p in subdirectories
               if p.is_symlink() or not (RUN_DIR_NAME.fullmatch(p.name) or TUNING_DIR_NAME.fullmatch(p.name))]
-    if others and len(others) == len(subdirectories):  # not a runs directory: deleting "old" ones would guess
+    # not a runs directory: deleting "old" ones would guess (ReFrame's own prefix alone is a runs directory's)
+    if len(others) == len(subdirectories) and any(p.name != REFRAME_PREFIX for p in others):
         raise typer.BadParameter(
             f"{runs_dir} holds no commcamp run directories (<campaign>-<UTC stamp>, e.g. "
             f"smoke-20260101T020000Z), only {', '.join(p.name for p in others)}: is it the runs directory?",

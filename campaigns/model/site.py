@@ -577,34 +577,40 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         raise SiteError(f"site name {name!r}: use a letter, then letters, digits, _ and - (at most 64)")
     source = site_file(template).parent
     target = parent / name
-    if target.exists():
-        raise SiteError(f"{target} exists; choose another name or --dir")
-    made = [d for d in (parent, *parent.parents) if not d.exists()]  # removed again when nothing is written
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
-    except OSError as exc:
+        taken = target.exists()
+        made = [d for d in (parent, *parent.parents) if not d.exists()]  # removed again when nothing is written
+    except OSError as exc:  # a name too long, a path through a file
         raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
+    if taken:
+        raise SiteError(f"{target} exists; choose another name or --dir")
     try:
-        draft = staging / name
-        draft.mkdir()
-        header = f"# Site {name!r}: `commcamp site new {name} --from {template}`; EDIT what the template marks.\n"
-        site_yaml = re.sub(rf"^name:\s*{re.escape(template)}\s*$", f"name: {name}",
-                           (source / SITE_FILE).read_text(encoding="utf-8"), count=1, flags=re.MULTILINE)
-        (draft / SITE_FILE).write_text(header + site_yaml, encoding="utf-8")
-        (draft / REFRAME_CONFIG_FILE).write_text((source / REFRAME_CONFIG_FILE).read_text(encoding="utf-8").replace(
-            f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
-        (draft / ENV_FILE).write_text(_with_paths_line((source / ENV_FILE).read_text(encoding="utf-8")),
-                                      encoding="utf-8")
-        with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
-            problems = check_site(name)
-        if problems:
-            raise SiteError(f"site {name!r} made from {template!r} has problems (nothing written):\n"
-                            + "\n".join(p.replace(str(staging), str(parent)) for p in problems))
-        draft.rename(target)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.", suffix=".new"))
+        except OSError as exc:
+            raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
+        try:
+            draft = staging / name
+            draft.mkdir()
+            header = f"# Site {name!r}: `commcamp site new {name} --from {template}`; EDIT what the template marks.\n"
+            site_yaml = re.sub(rf"^name:\s*{re.escape(template)}\s*$", f"name: {name}",
+                               (source / SITE_FILE).read_text(encoding="utf-8"), count=1, flags=re.MULTILINE)
+            (draft / SITE_FILE).write_text(header + site_yaml, encoding="utf-8")
+            (draft / REFRAME_CONFIG_FILE).write_text((source / REFRAME_CONFIG_FILE).read_text(
+                encoding="utf-8").replace(f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
+            (draft / ENV_FILE).write_text(_with_paths_line((source / ENV_FILE).read_text(encoding="utf-8")),
+                                          encoding="utf-8")
+            with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
+                problems = check_site(name)
+            if problems:
+                raise SiteError(f"site {name!r} made from {template!r} has problems (nothing written):\n"
+                                + "\n".join(p.replace(str(staging), str(parent)) for p in problems))
+            draft.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if not target.exists():
+        if not os.path.lexists(target):
             for directory in made:  # innermost first; a directory someone else filled meanwhile stays
                 with contextlib.suppress(OSError):
                     directory.rmdir()
