@@ -80,18 +80,24 @@ def test_a_relative_runs_dir_stores_passing_cases_as_passed(tmp_path: Path, monk
         assert (run.status, run.num_measurements) == ("pass", 2), run.reason  # 8 and 64 bytes
 
 
+def _failing_case(tmp_path: Path, name: str, check: str) -> str:
+    """Run a one-case campaign on site local (`check`: the commbench_run check's fields) that fails, exit 1;
+    the store's URL."""
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(f"name: {name}\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
+                    f"checks:\n  - check: commbench_run\n{check}")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    code, out, err = commcamp("run", str(spec), "--db", url, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, out + err
+    return url
+
+
 def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path: Path) -> None:
     # commbench's own test hook corrupts received data: records with valid=false, exit code 1.
-    spec = tmp_path / "corrupt.yaml"
-    spec.write_text(
-        "name: corrupt\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
-        "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    sizes: [64, 4096]\n    iters: 3\n"
-        "    warmup: 1\n    timeout_s: 30\n    extra_args: [--inject, corrupt]\n"
-        "    env: {OMPI_COMMCAMP_PROBE: 'tcp,self:x^y/z+1'}\n")
-    db = tmp_path / "results.db"
-    code, out, err = commcamp("run", str(spec), "--db", f"sqlite:///{db}", "--runs-dir", str(tmp_path / "runs"))
-    assert code == 1, out + err
-    with open_store(f"sqlite:///{db}") as store:
+    url = _failing_case(tmp_path, "corrupt", "    ops: [allreduce]\n    sizes: [64, 4096]\n    iters: 3\n"
+                        "    warmup: 1\n    timeout_s: 30\n    extra_args: [--inject, corrupt]\n"
+                        "    env: {OMPI_COMMCAMP_PROBE: 'tcp,self:x^y/z+1'}\n")
+    with open_store(url) as store:
         (run,) = store.runs()
         assert run.status == "fail"
         assert "commbench exited with code 1 (data validation failed)" in run.reason
@@ -109,15 +115,9 @@ def test_a_launch_that_fails_before_commbench_writes_is_not_called_wrong_data(tm
     """Exit code 1 is commbench's "data validation failed", but also what Open MPI's start-up gives with an
     unknown BTL, before commbench writes a record: without a record of wrong data the reason says the launch
     failed. Before, a health night in that state read "data validation failed", exit 5."""
-    spec = tmp_path / "bogus.yaml"
-    spec.write_text(
-        "name: bogus\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
-        "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    sizes: [64]\n    iters: 3\n"
-        "    warmup: 1\n    timeout_s: 30\n    env: {OMPI_MCA_btl: bogus}\n")
-    db = tmp_path / "results.db"
-    code, out, err = commcamp("run", str(spec), "--db", f"sqlite:///{db}", "--runs-dir", str(tmp_path / "runs"))
-    assert code == 1, out + err
-    with open_store(f"sqlite:///{db}") as store:
+    url = _failing_case(tmp_path, "bogus", "    ops: [pingpong]\n    sizes: [64]\n    iters: 3\n    warmup: 1\n"
+                        "    timeout_s: 30\n    env: {OMPI_MCA_btl: bogus}\n")
+    with open_store(url) as store:
         (run,) = store.runs()
     assert run.status == "fail" and "data validation failed" not in run.reason, run.reason
     assert "exited with code 1 (no record reports wrong data: the launcher or MPI start-up failed" in run.reason
