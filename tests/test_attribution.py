@@ -137,9 +137,23 @@ def test_fail_slow_holds_its_false_alarm_rate_and_names_a_node_that_slowed() -> 
                                             [simulated_night(rng, 20, 0.05) for _ in range(14)], settings))
                        for _ in range(100))
     assert false_alarms <= 12  # binomial(100, 0.05): P(> 12) = 0.001
+    # at 10 % noise too (a screening of the ratio history at slow_alpha instead of tonight's Bonferroni level
+    # trimmed healthy baselines' high tail: 24 of these 200 nights named somebody; 4 now)
+    noisy_rng = np.random.default_rng(7)
+    false_alarms = sum(bool(find_slow_nodes(simulated_night(noisy_rng, 20, 0.10),
+                                            [simulated_night(noisy_rng, 20, 0.10) for _ in range(14)], settings))
+                       for _ in range(200))
+    assert false_alarms <= 20  # binomial(200, 0.05): P(> 20) = 0.001
     named = sum({s.node for s in find_slow_nodes(simulated_night(rng, 20, 0.03, slowed=0.3),
                                                  [simulated_night(rng, 20, 0.03) for _ in range(14)], settings)}
                 == {SLOWED_NODE} for _ in range(100))
+    assert named >= 90
+    # slow on the last earlier night already: that night leaves its ratio baseline (kept_ratios), it is named
+    # again (before: 200 of 200 nights named on the first slow night, 15 of 200 on the second)
+    named = sum({s.node for s in find_slow_nodes(
+        simulated_night(rng, 20, 0.03, slowed=0.3),
+        [*(simulated_night(rng, 20, 0.03) for _ in range(13)), simulated_night(rng, 20, 0.03, slowed=0.3)],
+        settings)} == {SLOWED_NODE} for _ in range(100))
     assert named >= 90
 
 
@@ -255,3 +269,35 @@ def test_nothing_judged_is_never_ok_neither_a_node_nor_a_night(tmp_path: Path) -
     print_summary(console, first, tmp_path / "verdict.json")
     assert "nodes: c6n1 not judged, c6n2 not judged, c6n3 not judged" in console.export_text()
     assert (nothing.metrics, nothing.nodes, nothing.status, nothing.exit_code) == ([], {}, "not_judged", 3)
+
+
+def test_the_history_is_each_run_key_s_latest_attempt_on_the_last_nights_in_the_order_they_ran(
+        tmp_path: Path) -> None:
+    """A night's runs of one series (a night's pair tests share it) all count; a run key run twice that night
+    (--force, two overlapping starts) counts once, its latest attempt; nights are ordered by when they ran, not
+    by their tag as text (a `--tag test` run sorted after every date and stayed in every later window), and a
+    night that ran after tonight's run is not tonight's history."""
+    from datetime import UTC, datetime, timedelta
+
+    spec = tmp_path / "health.yaml"
+    spec.write_text(SLOW_SPEC.replace("min_history: 2", "min_history: 2, history_nights: 3"))
+    campaign = load_campaign(spec)
+    [case] = campaign.cases("2026-03-01")
+    start = datetime(2026, 2, 20, 2, 30, tzinfo=UTC)
+    stored = [("test", 0, "a"), ("2026-02-25", 1, "a"), ("2026-02-25", 1, "b"), ("2026-02-26", 2, "a"),
+              ("2026-02-26", 2, "b"), ("2026-02-26", 2, "a"), ("2026-02-27", 3, "a"), ("2026-03-01", 5, "a"),
+              ("2026-03-02", 6, "a")]
+    with open_store(f"sqlite:///{tmp_path / 'health.db'}") as store:
+        for number, (tag, day, pair) in enumerate(stored):
+            store.ingest(RunInfo(run_key=f"{case.series_key}/{pair}@{tag}", campaign=case.campaign, site=case.site,
+                                 system=case.system, partition=case.partition, environ=case.environ,
+                                 check_name=case.check, parameters={**case.parameters, "tag": tag}, num_nodes=3,
+                                 num_tasks=3, status="pass", started_at=start + timedelta(days=day, minutes=number)),
+                         _load("clean-sendrecv"), new_attempt=True)
+        check = HealthCheck(campaign, store, "2026-03-01", console=Console(quiet=True), runs_dir=tmp_path,
+                            placer=Placer())
+        runs = check._earlier_runs(case.series_key, f"{case.series_key}/a@2026-03-01")
+    shown = [(r.parameters["tag"], r.run_key.rsplit("/", 1)[-1], r.started_at.minute) for r in runs]
+    assert shown == [("2026-02-25", "a@2026-02-25", 31), ("2026-02-25", "b@2026-02-25", 32),
+                     ("2026-02-26", "b@2026-02-26", 34), ("2026-02-26", "a@2026-02-26", 35),
+                     ("2026-02-27", "a@2026-02-27", 36)], shown

@@ -8,7 +8,7 @@ import pytest
 
 from campaigns.slurm.placement import Placer
 from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, parse_topology
-from campaigns.kinds.health import Ceiling, _judge_once, judge, worst
+from campaigns.kinds.health import Ceiling, judge, worst
 from campaigns.reframe.runner import plan_invocations
 from campaigns.model.site import Reference
 from campaigns.model.spec import HealthSettings, load_campaign
@@ -63,14 +63,12 @@ def test_a_tiny_history_counts_every_night_in_its_spread() -> None:
     # 3 nights, one of them low: the MAD (0.05) sees only the two close ones and called 39% below the
     # median degraded (z 9.2); the range floor (0.70 / 1.693) sees all three: 1.6 sigma, ok.
     noisy = [1.10, 1.75, 1.80]
-    verdict = _judge_once(1.07, True, None, noisy, SETTINGS, None)
+    verdict = judge(1.07, True, None, noisy, SETTINGS)
     assert verdict.status == "ok", verdict.evidence
     assert ("1.07 is 39% worse than the median 1.75 of 3 earlier nights, 1.6 robust sigma (sigma: largest of "
             "1.4826 MAD 0.0741, 2% of the median 0.035, range/1.693 0.413 (tiny history): range/1.693); "
             "degraded needs >= 3 sigma and >= 10% worse, failed >= 6 sigma and >= 50%") == verdict.evidence[0]
-    # judge() first screens the nights: the low one, 38 % below the other two, is left out, and two nights are
-    # too few to judge on (not judged, never ok: it could as well be the first night of a fault)
-    assert judge(1.07, True, None, noisy, SETTINGS).status == "not_judged"
+    # the low night is 38 % below the other two: not failed against them (>= 50 %), so it stays (kept_nights)
     # Three quiet nights: the same drop is a change. From 5 nights on the MAD alone (robust to a bad night).
     assert judge(1.07, True, None, [1.70, 1.75, 1.80], SETTINGS).status == "degraded"
     assert judge(1.07, True, None, [1.10, 1.75, 1.80, 1.72, 1.78], SETTINGS).status == "degraded"

@@ -29,7 +29,8 @@ def test_the_night_is_the_date_of_the_clock_the_schedule_fires_in(tmp_path: Path
     # UTC+14 and UTC-11: at any hour one of them is on another date than UTC
     zones = ("Pacific/Kiritimati", "Pacific/Pago_Pago")
     for zone in zones:
-        env = {**os.environ, "COMMCAMP": str(_stand_in(tmp_path, 0)), "TZ": zone, "XDG_RUNTIME_DIR": str(tmp_path)}
+        env = {**os.environ, "COMMCAMP": str(_stand_in(tmp_path, 0)), "TZ": zone,
+               "COMMCAMP_HOME": str(tmp_path / "ws")}
         done = subprocess.run([str(WRAPPER), "campaigns/health-localslurm.yaml"], env=env, capture_output=True,
                               text=True, timeout=60, check=False)
         assert done.returncode == 4, done.stdout + done.stderr  # commcamp's exit status, passed on
@@ -40,7 +41,7 @@ def test_the_night_is_the_date_of_the_clock_the_schedule_fires_in(tmp_path: Path
 
 
 def test_a_start_while_the_last_night_still_runs_exits_1_and_runs_nothing(tmp_path: Path) -> None:
-    env = {**os.environ, "COMMCAMP": str(_stand_in(tmp_path, 5)), "XDG_RUNTIME_DIR": str(tmp_path)}
+    env = {**os.environ, "COMMCAMP": str(_stand_in(tmp_path, 5)), "COMMCAMP_HOME": str(tmp_path / "ws")}
     first = subprocess.Popen([str(WRAPPER), "campaigns/health-localslurm.yaml"], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -51,6 +52,13 @@ def test_a_start_while_the_last_night_still_runs_exits_1_and_runs_nothing(tmp_pa
                                 text=True, timeout=60, check=False)
         assert second.returncode == 1 and "is still running" in second.stderr, second.stdout + second.stderr
         assert len((tmp_path / "calls").read_text().splitlines()) == 1
+        # another spec (another site's health.yaml) has a lock of its own
+        other = tmp_path / "other" / "health-localslurm.yaml"
+        other.parent.mkdir()
+        other.write_text("")
+        third = subprocess.run([str(WRAPPER), str(other)], env=env, capture_output=True, text=True, timeout=60,
+                               check=False)
+        assert third.returncode == 4, third.stdout + third.stderr
     finally:
         first.communicate(timeout=60)
     assert first.returncode == 4

@@ -179,9 +179,10 @@ def judge(value: float, higher_is_better: bool, reference: Reference | None, his
 def kept_nights(history: list[float], higher_is_better: bool, reference: Reference | None,
                 settings: HealthSettings, ceiling: Ceiling | None = None) -> list[bool]:
     """Which earlier nights (oldest first) a baseline keeps: each judged by the same rules against the nights kept
-    before it; a night with too few of those (the first min_history) against all the other nights of the window
-    (with 2 of them already), so that a contended night among the first ones is left out too (kept, it made a
-    98 % drop read ok)."""
+    before it (left out when degraded or failed); a night with too few of those (the first min_history) against
+    all the other nights of the window (with 2 of them already), left out only when failed there (>= failed_z
+    spreads and >= failed_change), so that a contended night among the first ones is left out too (kept, it
+    made a 98 % drop read ok) while a noisy healthy one (10 % off) stays."""
     kept: list[float] = []
     flags = []
     screening = settings.model_copy(update={"min_history": 2})
@@ -190,7 +191,7 @@ def kept_nights(history: list[float], higher_is_better: bool, reference: Referen
             bad = _judge_once(night, higher_is_better, reference, kept, settings, ceiling).status in BAD
         else:
             others = history[:i] + history[i + 1:]
-            bad = _judge_once(night, higher_is_better, reference, others, screening, ceiling).status in BAD
+            bad = _judge_once(night, higher_is_better, reference, others, screening, ceiling).status == "failed"
         flags.append(not bad)
         if not bad:
             kept.append(night)
@@ -315,7 +316,7 @@ def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: Heal
         ratios_past = [peer_ratios(t) for t in past]
         for node, value in times.items():
             own = [t[node] for t in past if node in t]
-            ratios = kept_ratios([r[node][0] for r in ratios_past if node in r], settings)
+            ratios = [r[node][0] for r in ratios_past if node in r]
             if node in ratios_tonight and min(len(own), len(ratios)) >= max(settings.min_history, 2):
                 candidates.append((key, node, value, ratios_tonight[node], own, ratios))
     if not candidates:
@@ -323,7 +324,7 @@ def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: Heal
     level = settings.slow_alpha / len(candidates)
     slow = []
     for key, node, value, (ratio, centre), own, ratios in candidates:
-        apart = ratio_test(ratio, ratios, settings.min_spread)
+        apart = ratio_test(ratio, kept_ratios(ratios, settings, level), settings.min_spread)
         if ratio <= 1 or apart["p"] > level or apart["change"] < settings.degraded_change:
             continue
         drift = judge(value, False, None, own, settings)
@@ -342,16 +343,18 @@ def find_slow_nodes(tonight: NodeTimes, earlier: list[NodeTimes], settings: Heal
     return slow
 
 
-def kept_ratios(history: list[float], settings: HealthSettings) -> list[float]:
-    """A node's peer ratios of earlier nights (oldest first) without the nights it stood apart on (above 1, by
-    >= degraded_change and ratio_test's p <= slow_alpha, against the nights kept before it, or for the first
-    min_history nights against the others): kept, a node slow two nights running was not named the second
-    night (its slow night had become its baseline)."""
+def kept_ratios(history: list[float], settings: HealthSettings, level: float) -> list[float]:
+    """A node's peer ratios of earlier nights (oldest first) without the nights it stood apart on as tonight's
+    rule names a node (above 1, by >= degraded_change and ratio_test's p <= `level`, tonight's Bonferroni level),
+    against the nights kept before it, or for the first min_history nights against the others: kept, a node slow
+    two nights running was not named the second night (its slow night had become its baseline). At slow_alpha
+    instead of `level` the screening trimmed healthy baselines' high tail: false alarms on 5-24 % of healthy
+    nights at 5-10 % noise instead of <= slow_alpha."""
     kept: list[float] = []
     for i, ratio in enumerate(history):
         against = kept if len(kept) >= max(settings.min_history, 2) else history[:i] + history[i + 1:]
         apart = len(against) >= 2 and ratio > 1 and (test := ratio_test(ratio, against, settings.min_spread))["p"] \
-            <= settings.slow_alpha and test["change"] >= settings.degraded_change
+            <= level and test["change"] >= settings.degraded_change
         if not apart:
             kept.append(ratio)
     return kept
@@ -477,17 +480,20 @@ class HealthCheck:
         return self._runs[run_key]
 
     def _earlier_runs(self, series_key: str, run_key: str) -> list[RunRow]:
-        """The passed runs of a series on the last history_nights nights before tonight, oldest first: one per
-        night (its latest attempt: --force or two overlapping starts stored two), the nights ordered by when
-        they ran, none that ran after tonight's run (`run_key`; re-judging an older night). By tag they sorted
-        as text: a `--tag test` run sorted after every date and stayed in every later window."""
+        """The passed runs of a series on the last history_nights nights before tonight, oldest first: the latest
+        attempt of each run key (--force or two overlapping starts stored two of a night), the nights ordered by
+        when they ran, none that ran after tonight's run (`run_key`; re-judging an older night). By tag they
+        sorted as text: a `--tag test` run sorted after every date and stayed in every later window."""
         tonight = self._run(run_key)
-        latest: dict[str, RunRow] = {}
+        latest: dict[str, RunRow] = {}  # per run key (a night's pair tests share the series): its latest attempt
         for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where()):  # oldest first
             tag = run.parameters.get("tag")
             if tag not in (None, self.tag) and (tonight is None or _ran_at(run) < _ran_at(tonight)):
-                latest[tag] = run
-        return sorted(latest.values(), key=_ran_at)[-self.settings.history_nights:]
+                latest[run.run_key] = run
+        runs = sorted(latest.values(), key=_ran_at)
+        ran = {run.parameters["tag"]: _ran_at(run) for run in runs}  # a night: when its last run ran
+        nights = set(sorted(ran, key=ran.__getitem__)[-self.settings.history_nights:])
+        return [run for run in runs if run.parameters["tag"] in nights]
 
     def _history_runs(self, case: TestCase) -> list[tuple[RunRow, dict[tuple[str, int], float]]]:
         """The earlier nights' runs of the case's series (_earlier_runs) with their metric values, oldest first."""
@@ -775,7 +781,7 @@ class HealthCheck:
             if run is None or not measured(run):
                 continue
             tonight |= {(case.series_key, *key): times for key, times in node_times(self._records(run)).items()}
-            runs = self._earlier_runs(case.series_key, case.run_key)  # one per night
+            runs = self._earlier_runs(case.series_key, case.run_key)
             if not runs:
                 continue
             night_of = {r.id: r.parameters["tag"] for r in runs}

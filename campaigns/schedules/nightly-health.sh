@@ -12,7 +12,8 @@
 # The night is the date in the clock the schedule fires in (cron and scrontab: local time; the systemd unit sets
 # TZ=UTC for its UTC timer): each start of a daily schedule gets a night of its own (by the UTC date, 02:30 local
 # in UTC+2/+3 gave two starts one night across a DST change: the second re-judged the first), and a re-run the
-# same night resumes. One run of a spec at a time (flock): an overlapping start exits 1. The verdict is
+# same night resumes. One run of a spec at a time (flock on <workspace>/health/.nightly-<spec digest>.lock):
+# an overlapping start exits 1. The verdict is
 # <workspace>/health/<campaign>-<night>.json and stdout has the one-screen summary.
 set -uo pipefail
 HOME_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,7 +26,10 @@ if [[ -n ${COMMCAMP_ENV:-} ]]; then
     source "$COMMCAMP_ENV" || { echo "cannot source COMMCAMP_ENV=$COMMCAMP_ENV" >&2; exit 2; }
 fi
 night=$(date +%F)
-lock="${XDG_RUNTIME_DIR:-/tmp}/commcamp-nightly-$(id -u)-$(basename "$1" .yaml).lock"
+# in the workspace (not a name any user can take in /tmp), one per spec file (two sites' health.yaml: two locks)
+workspace=${COMMCAMP_HOME:-$HOME_DIR/results}
+mkdir -p "$workspace/health" || { echo "cannot create $workspace/health" >&2; exit 1; }
+lock="$workspace/health/.nightly-$(realpath -m "$1" | sha256sum | cut -c1-16).lock"
 exec 9> "$lock" || { echo "cannot open the lock file $lock" >&2; exit 1; }
 if ! flock -n 9; then
     echo "commcamp nightly health: $1 is still running (lock $lock): not started again" >&2
