@@ -1157,18 +1157,16 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
     result = dict(decisions)
     for name, d in changed.items():
         key = envs.index(dict(d.env))
+        holdout = None if key in failures else holdout_of(rounds, key, name, thresholds.confidence)
         if key in failures:
-            notes.append(f"{name}: the deployed set failed in a held-out round ({failures[key]}): withdrawn, "
-                         "keep defaults")
-            result[name] = replace(d, env=dict(baseline_env), winner=None, ablation=())
-            continue
-        holdout = holdout_of(rounds, key, name, thresholds.confidence)
-        slower = (f"{name}: {holdout.gain:+.1%} [{holdout.ci_low:+.1%}, {holdout.ci_high:+.1%}] over {holdout.rounds} "
-                  "rounds" if holdout is not None and holdout.rounds >= thresholds.holdout_rounds
-                  and holdout.ci_high < 0 else None)
-        if slower is not None:
-            notes.append(f"{name}: the deployed set was slower than the defaults in the held-out rounds ({slower}): "
-                         "withdrawn, keep defaults")
+            withdrawn = f"failed in a held-out round ({failures[key]})"
+        elif holdout is not None and holdout.rounds >= thresholds.holdout_rounds and holdout.ci_high < 0:
+            withdrawn = (f"was slower than the defaults in the held-out rounds ({name}: {holdout.gain:+.1%} "
+                         f"[{holdout.ci_low:+.1%}, {holdout.ci_high:+.1%}] over {holdout.rounds} rounds)")
+        else:
+            withdrawn = None
+        if withdrawn is not None:
+            notes.append(f"{name}: the deployed set {withdrawn}: withdrawn, keep defaults")
             result[name] = replace(d, env=dict(baseline_env), winner=None, ablation=())
         elif holdout is not None:
             result[name] = replace(d, holdout=holdout)

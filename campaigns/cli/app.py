@@ -239,14 +239,13 @@ def show_paths(
         for name, value in paths.subprocess_env().items():
             print(f"export {name}={shlex.quote(value)}")
         return
-    from campaigns.model.site import site_search_path
-    from campaigns.store import URL_ENV, default_url
-
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    try:  # never a password on screen
-        database = make_url(default_url()).render_as_string(hide_password=True)
+    from campaigns.model.site import site_search_path
+    from campaigns.store import URL_ENV, default_url, display_url
+
+    try:
+        database = display_url(default_url())
     except ArgumentError:
         database = f"{default_url()!r}, not a database URL"
     database += f" (${URL_ENV})" if os.environ.get(URL_ENV) else ""

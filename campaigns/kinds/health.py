@@ -81,7 +81,7 @@ import dataclasses
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -183,17 +183,27 @@ def kept_nights(history: list[float], higher_is_better: bool, reference: Referen
     all the other nights of the window (with 2 of them already), left out only when failed there (>= failed_z
     spreads and >= failed_change), so that a contended night among the first ones is left out too (kept, it
     made a 98 % drop read ok) while a noisy healthy one (10 % off) stays."""
+    screening = settings.model_copy(update={"min_history": 2})
+
+    def apart(night: float, against: list[float], early: bool) -> bool:
+        if early:
+            return _judge_once(night, higher_is_better, reference, against, screening, ceiling).status == "failed"
+        return _judge_once(night, higher_is_better, reference, against, settings, ceiling).status in BAD
+    return _screened(history, settings, apart)
+
+
+def _screened(history: list[float], settings: HealthSettings,
+              apart: Callable[[float, list[float], bool], bool]) -> list[bool]:
+    """Which earlier nights (oldest first) a baseline keeps: a night is left out when `apart` says so against the
+    nights kept before it, or (`early`: fewer than min_history of those) against all the other nights of the
+    window. The one screening loop of kept_nights and kept_ratios."""
     kept: list[float] = []
     flags = []
-    screening = settings.model_copy(update={"min_history": 2})
     for i, night in enumerate(history):
-        if len(kept) >= max(settings.min_history, 2):
-            bad = _judge_once(night, higher_is_better, reference, kept, settings, ceiling).status in BAD
-        else:
-            others = history[:i] + history[i + 1:]
-            bad = _judge_once(night, higher_is_better, reference, others, screening, ceiling).status == "failed"
-        flags.append(not bad)
-        if not bad:
+        early = len(kept) < max(settings.min_history, 2)
+        keep = not apart(night, history[:i] + history[i + 1:] if early else kept, early)
+        flags.append(keep)
+        if keep:
             kept.append(night)
     return flags
 
@@ -350,14 +360,12 @@ def kept_ratios(history: list[float], settings: HealthSettings, level: float) ->
     two nights running was not named the second night (its slow night had become its baseline). At slow_alpha
     instead of `level` the screening trimmed healthy baselines' high tail: false alarms on 5-24 % of healthy
     nights at 5-10 % noise instead of <= slow_alpha."""
-    kept: list[float] = []
-    for i, ratio in enumerate(history):
-        against = kept if len(kept) >= max(settings.min_history, 2) else history[:i] + history[i + 1:]
-        apart = len(against) >= 2 and ratio > 1 and (test := ratio_test(ratio, against, settings.min_spread))["p"] \
-            <= level and test["change"] >= settings.degraded_change
-        if not apart:
-            kept.append(ratio)
-    return kept
+    def apart(ratio: float, against: list[float], _early: bool) -> bool:
+        if len(against) < 2 or ratio <= 1:
+            return False
+        test = ratio_test(ratio, against, settings.min_spread)
+        return test["p"] <= level and test["change"] >= settings.degraded_change
+    return [ratio for ratio, keep in zip(history, _screened(history, settings, apart)) if keep]
 
 
 def ratio_test(ratio: float, history: list[float], min_spread: float) -> dict[str, Any]:

@@ -312,6 +312,11 @@ def _create_engine(url: URL, display: str) -> Engine:
     return engine
 
 
+def display_url(url: str | URL) -> str:
+    """A database URL as shown to people: its password hidden."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open (creating if needed) the results database at `url` (default: default_url()) and bring its
     schema to the newest revision. StoreUnavailable when it cannot be reached or has a newer schema; with
@@ -332,7 +337,7 @@ def _open_store(url: str | None, create: bool) -> Store:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise StoreError(f"invalid database URL {url!r}: {exc}") from exc
-    display = parsed.render_as_string(hide_password=True)
+    display = display_url(parsed)
     if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
             and not Path(parsed.database).is_file():
         raise StoreError(f"no results database at {parsed.database}: nothing is stored there (another --db, or "
