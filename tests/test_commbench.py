@@ -3,6 +3,7 @@ watchdog, argument errors. Small sizes and few iterations keep it fast on two co
 from __future__ import annotations
 
 import datetime
+import resource
 import subprocess
 import time
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from fixtures_bench import MPIS, CommbenchBuild, launch_env, read_records, run_commbench
+from fixtures_bench import MPIS, CommbenchBuild, launch_env, mpi_launch, read_records, run_commbench
 
 # 100 bytes is not a whole number of float32 chunks at 3 or 4 ranks: tests the rounding.
 SIZES = [100, 4096]
@@ -301,6 +302,13 @@ BAD_ARGUMENTS = [
     (["--iters"], "--iters"),
     (["--batch", "0"], "--batch"),
     (["--batch", "many"], "--batch"),
+    # a name twice in a list; 70 --op names overflowed a 64-entry table (a crash, not a message)
+    (["--op", "allreduce,bcast,allreduce"], "--op: 'allreduce' is named twice"),
+    (["--op", ",".join(["allreduce"] * 70)], "--op: 'allreduce' is named twice"),
+    (["--transport", "mpi,mpi"], "--transport: 'mpi' is named twice"),
+    # an option where a value belongs: --output wrote to a file named "--no-check"
+    (["--output", "--no-check"], "--output needs a value, not the option '--no-check'"),
+    (["--op", "--sizes", "8"], "--op needs a value"),
 ]
 
 
@@ -357,23 +365,41 @@ def test_env_filter_in_records(commbench_builds: dict[str, CommbenchBuild], tmp_
     assert "PLAIN_VAR" not in record["env"] and "PMI_RANK" not in record["env"]
 
 
-def overcommit_refuses_huge_allocations() -> bool:
-    """Linux's heuristic (0) and strict (2) modes refuse one allocation far beyond RAM + swap."""
-    return Path("/proc/sys/vm/overcommit_memory").read_text().strip() in ("0", "2")
+def limit_address_space() -> None:
+    """In the child: 6 GiB of address space, so a 7 GiB buffer cannot be had whatever vm.overcommit_memory says."""
+    resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
 
-@pytest.mark.skipif(not overcommit_refuses_huge_allocations(),
-                    reason="vm.overcommit_memory=1 would grant the 1 TiB buffer and the fill would exhaust memory")
 def test_allocation_failure_is_an_error_record(
     commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path
 ) -> None:
     output = tmp_path / "out.jsonl"
-    done = run_commbench(commbench_builds["openmpi"], 2,
-                         ["--op", "allreduce,pingpong", "--sizes", "1024G", "--iters", "1", "--output", str(output)])
+    build = commbench_builds["openmpi"]
+    done = subprocess.run(
+        [*mpi_launch(build.mpi, 2), str(build.binary), "--op", "allreduce,pingpong", "--sizes", "7G", "--iters", "1",
+         "--output", str(output)],
+        capture_output=True, text=True, timeout=60, env=launch_env(), preexec_fn=limit_address_space, check=False,
+    )
     assert done.returncode == 4, done.stderr
     records = read_records(output)
     assert [r["op"] for r in records] == ["allreduce", "pingpong"]
     for record in records:
         record_validator.validate(record)
-        assert record["reason"] == "runtime" and "cannot allocate 1099511627776 bytes" in record["error"]
-        assert record["bytes"] == 1 << 40
+        assert record["reason"] == "runtime" and "cannot allocate 7516192768 bytes" in record["error"]
+        assert record["bytes"] == 7 << 30
+
+
+@pytest.mark.parametrize("mpi", MPIS)
+def test_sizes_beyond_the_transports_count_exit_2(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, mpi: str
+) -> None:
+    """A count above MPI's int is refused before anything runs or is allocated (it was an error record after
+    the largest buffers had been allocated and filled, or allocation failed first: exit 4)."""
+    output = tmp_path / "out.jsonl"
+    started = time.monotonic()
+    done = run_commbench(commbench_builds[mpi], 2, ["--op", "pingpong,allreduce", "--sizes", "8,1024G",
+                                                    "--iters", "1", "--output", str(output)])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("commbench: size 1099511627776 B: op pingpong passes 274877906944 elements per call at "
+                             "2 ranks; transport mpi takes at most 2147483647") == 1  # said once, by rank 0
+    assert output.read_text() == "" and time.monotonic() - started < 30

@@ -174,6 +174,17 @@ def test_sweep_named_selections_and_validation(
     assert all(not r["valid"] and r["wrong_elements"] > 0 and r["reason"] == "validation" for r in records)
 
 
+def test_sweep_keeps_named_selections_in_the_order_named(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    """own first, then the named ones as named, whatever their order in the library's list (and own may be named)."""
+    done, records = sweep_op(commbench_builds["mpich"], 2, "allreduce",
+                             "reduce_scatter_allgather,own,recursive_doubling", tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [(r["requested_bytes"], r["selection"]["name"]) for r in records] == [
+        (size, name) for size in SIZES for name in ("own", "reduce_scatter_allgather", "recursive_doubling")]
+
+
 def test_sweep_unknown_selection_names_the_known_ones(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
 ) -> None:
@@ -200,6 +211,9 @@ def test_sweep_openmpi_refuses_without_dynamic_rules(
     (["--stop-slower", "2"], "--selections"),
     (["--selections", "all", "--stop-slower", "2", "--stop-after", "2"], "--stop-after"),
     (["--selections", "all", "--rounds", "7", "--stop-slower", "2"], "give --rounds >= 8 (now 7)"),
+    # a name twice made the candidate filter memmove a negative size (memory corruption)
+    (["--op", "allreduce", "--selections", "ring,recursive_doubling,ring"], "--selections: 'ring' is named twice"),
+    (["--op", "allreduce", "--selections", "own,own"], "--selections: 'own' is named twice"),
 ])
 def test_sweep_bad_arguments_exit_2(commbench_builds: dict[str, CommbenchBuild], args: list[str], named: str) -> None:
     done = run_commbench(commbench_builds["mpich"], 1, args)

@@ -94,7 +94,8 @@ static int parse_double(const char *text, double lo, int open_lo, double hi, dou
 }
 
 /* Splits a comma list into store (appending), checking each name's characters (selection
- * names may also hold '/', as in ring/simple/8). */
+ * names may also hold '/', as in ring/simple/8). A name given twice is refused: it would run twice,
+ * and the driver's per-name tables (ops of a transport, the kept selections) assume distinct names. */
 static int parse_names(const char *flag, const char *text, const char **names, int *count, char *store, size_t *used,
                        char *err, size_t errlen)
 {
@@ -116,6 +117,9 @@ static int parse_names(const char *flag, const char *text, const char **names, i
             if (!(islower((unsigned char)*c) || isdigit((unsigned char)*c) || *c == '_' || *c == '-' ||
                   (slash_ok && *c == '/')))
                 return fail(err, errlen, "%s: invalid name '%s'", flag, item);
+        for (int k = 0; k < *count; k++)
+            if (strcmp(names[k], item) == 0)
+                return fail(err, errlen, "%s: '%s' is named twice", flag, item);
         if (*count == CB_MAX_NAMES)
             return fail(err, errlen, "%s: more than %d names", flag, CB_MAX_NAMES);
         names[(*count)++] = item;
@@ -249,6 +253,10 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
         } else if (eq) {
             return fail(err, errlen, "%s takes no value", name);
         }
+        /* `--output --no-check` meant a file name that was forgotten, not a file named "--no-check". */
+        if (value && strncmp(value, "--", 2) == 0)
+            return fail(err, errlen, "%s needs a value, not the option '%s'%s", name, value,
+                        options[k].id == OPT_OUTPUT ? " (a file of that name: write ./ before it)" : "");
         long v;
         switch (options[k].id) {
         case OPT_HELP: a->action = CB_ACT_HELP; return 0;

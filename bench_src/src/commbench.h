@@ -148,6 +148,9 @@ struct cb_transport {
     unsigned backends; /* CB_ON_* */
     unsigned caps;     /* CB_CAP_*: the primitives below that are set */
     const char *not_built; /* why the transport is only a stub in this build, or NULL */
+    /* The largest count a primitive takes (mpi, staging: MPI's int); 0: no limit. The driver refuses
+     * larger sizes up front (exit 2), before any buffer is allocated. */
+    size_t max_count;
     /* Collective. CB_UNSUPPORTED (+ cb_errorf) when it cannot run here. */
     int (*open)(const struct cb_ctx *ctx, void **state);
     void (*close)(void *state);

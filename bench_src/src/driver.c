@@ -443,7 +443,9 @@ out:
 
 /* The candidates of op on t, own first, filtered by --selections LIST. Returns how many, or 0
  * after an error record. A library without a run-time switch gives "own" alone, mechanism
- * process, with the reason in process_reason. */
+ * process, with the reason in process_reason. Kept candidates move to the front in the order
+ * named; a name is looked for among those not kept yet, so one named twice (which cb_args_parse
+ * refuses) is kept once and never moves a block backwards. */
 static int sweep_candidates(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op,
                             struct cb_selection *sels, char *process_reason, size_t reason_len)
 {
@@ -476,7 +478,9 @@ static int sweep_candidates(struct run *run, const struct cb_transport *t, void 
     int kept = 1; /* own always */
     for (int k = 0; k < args->nselection_names; k++) {
         int found = strcmp(args->selection_names[k], "own") == 0;
-        for (int s = 1; s < n && !found; s++)
+        for (int s = 1; s < kept && !found; s++)
+            found = strcmp(sels[s].name, args->selection_names[k]) == 0;
+        for (int s = kept; s < n && !found; s++)
             if (strcmp(sels[s].name, args->selection_names[k]) == 0) {
                 struct cb_selection keep = sels[s];
                 memmove(&sels[kept + 1], &sels[kept], (size_t)(s - kept) * sizeof *sels);
@@ -632,28 +636,32 @@ static int covers(const struct cb_transport *t, const struct cb_op *op)
     return (t->caps & op->needs) == op->needs;
 }
 
-/* Without --transport, a transport runs only the asked ops it implements (the others are not an error). */
+/* The ops t runs: the asked ones it implements (without --transport the others are not an error), or
+ * without --op every op it implements (in a sweep, those with selections). At most CB_MAX_NAMES:
+ * --op names are distinct (cb_args_parse) and the table holds fewer ops. */
+static int ops_of(const struct cb_args *args, const struct cb_transport *t, const struct cb_op **out)
+{
+    int n = 0;
+    for (int i = 0; i < args->nops; i++)
+        if (covers(t, cb_find_op(args->ops[i])))
+            out[n++] = cb_find_op(args->ops[i]);
+    for (int i = 0; !args->nops && cb_ops[i] && n < CB_MAX_NAMES; i++)
+        if (covers(t, cb_ops[i]) && (!args->selections || cb_op_has_selections(cb_ops[i])))
+            out[n++] = cb_ops[i];
+    return n;
+}
+
 static void run_transport(struct run *run, const struct cb_transport *t)
 {
     const struct cb_args *args = run->args;
-    const struct cb_op *selected[64];
-    int n = 0;
-    if (args->nops) {
-        for (int i = 0; i < args->nops; i++) {
-            const struct cb_op *op = cb_find_op(args->ops[i]);
-            if (covers(t, op))
-                selected[n++] = op;
-            else if (args->ntransports) {
-                char msg[CB_TEXT_MAX];
-                snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, op->name);
-                error_record(run, op->name, t->name, NULL, NULL, CB_UNSUPPORTED, msg);
-            }
+    const struct cb_op *selected[CB_MAX_NAMES];
+    for (int i = 0; args->ntransports && i < args->nops; i++) /* a transport asked by name answers for every op */
+        if (!covers(t, cb_find_op(args->ops[i]))) {
+            char msg[CB_TEXT_MAX];
+            snprintf(msg, sizeof msg, "transport %s does not implement op %s", t->name, args->ops[i]);
+            error_record(run, args->ops[i], t->name, NULL, NULL, CB_UNSUPPORTED, msg);
         }
-    } else {
-        for (int i = 0; cb_ops[i] && n < 64; i++)
-            if (covers(t, cb_ops[i]) && (!args->selections || cb_op_has_selections(cb_ops[i])))
-                selected[n++] = cb_ops[i];
-    }
+    int n = ops_of(args, t, selected);
     if (!n)
         return;
 
@@ -685,17 +693,47 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     cb_watchdog_step_done();
 }
 
+/* A size whose count exceeds what t takes per call (MPI counts are ints) is refused before any buffer is
+ * allocated and filled, as bad arguments: found in the first warm-up it cost the largest buffers first. */
+static int sizes_fit(const struct run *run, const struct cb_transport *t)
+{
+    const struct cb_args *args = run->args;
+    const struct cb_op *ops[CB_MAX_NAMES];
+    int n = t->max_count ? ops_of(args, t, ops) : 0;
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < args->nsizes; s++) {
+            struct cb_plan plan;
+            ops[i]->plan(run->ctx, args->sizes[s], &plan);
+            if (plan.arg_count <= t->max_count)
+                continue;
+            if (run->ctx->rank == 0)
+                fprintf(stderr,
+                        "commbench: size %llu B: op %s passes %zu elements per call at %d ranks; transport %s takes "
+                        "at most %zu (give smaller sizes)\n",
+                        (unsigned long long)args->sizes[s], ops[i]->name, plan.arg_count, run->ctx->nranks, t->name,
+                        t->max_count);
+            return 0;
+        }
+    return 1;
+}
+
 int cb_run_all(const struct cb_ctx *ctx)
 {
     struct run run = {.ctx = ctx, .args = ctx->args};
     const struct cb_args *args = ctx->args;
-    if (args->ntransports) {
-        for (int i = 0; i < args->ntransports; i++)
-            run_transport(&run, cb_find_transport(args->transports[i]));
-    } else {
-        for (int i = 0; cb_transports[i]; i++)
-            if (cb_transports[i]->backends & cb_backend_bit())
-                run_transport(&run, cb_transports[i]);
+    const struct cb_transport *transports[CB_MAX_NAMES]; /* --transport names are distinct; the table is shorter */
+    int nt = 0;
+    for (int i = 0; i < args->ntransports; i++)
+        transports[nt++] = cb_find_transport(args->transports[i]);
+    for (int i = 0; !args->ntransports && cb_transports[i] && nt < CB_MAX_NAMES; i++)
+        if (cb_transports[i]->backends & cb_backend_bit())
+            transports[nt++] = cb_transports[i];
+    for (int i = 0; i < nt; i++)
+        if (!sizes_fit(&run, transports[i]))
+            return CB_EXIT_USAGE; /* the same verdict on every rank: sizes and plans are alike */
+    for (int i = 0; i < nt; i++)
+        run_transport(&run, transports[i]);
+    if (!args->ntransports) {
         for (int k = 0; k < args->nops; k++) { /* an op that no transport of this build implements */
             const struct cb_op *op = cb_find_op(args->ops[k]);
             int found = 0;
@@ -712,7 +750,7 @@ int cb_run_all(const struct cb_ctx *ctx)
     /* Wrong data outranks errors; rank 0 knows both, every rank exits with its verdict. */
     int code = run.saw_wrong ? CB_EXIT_VALIDATION : run.saw_error ? CB_EXIT_RUNTIME : CB_EXIT_OK;
     if (args->inject == CB_INJECT_CRASH && ctx->rank == 0) {
-        cb_output_close(); /* its records are written; the others now wait for the verdict */
+        (void)cb_output_close(); /* its records are written; the others now wait for the verdict */
         raise(SIGSEGV);
     }
     MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);

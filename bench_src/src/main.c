@@ -1,4 +1,5 @@
 /* commbench: communication benchmark for CPUs and GPUs (see --help). */
+#include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -91,7 +92,8 @@ static void print_help(const char *prog)
            "  Sizes follow nccl-tests: pingpong/p2p/sendrecv = bytes per message (sendrecv: each rank's);\n"
            "  allreduce/bcast = buffer; alltoall/allgather = receive buffer per rank; reduce_scatter =\n"
            "  send buffer per rank; h2d/d2h = bytes copied. Sizes are rounded down to whole elements\n"
-           "  (and whole chunks per rank); the record keeps requested_bytes and the bytes moved.\n"
+           "  (and whole chunks per rank); the record keeps requested_bytes and the bytes moved. mpi and\n"
+           "  staging take at most 2^31-1 elements per call: a larger size is refused up front (exit 2).\n"
            "Iterations\n"
            "  --warmup N           untimed samples first, of --batch operations each (default 5)\n"
            "  --iters N            timed samples, N >= 1 (default 20)\n"
@@ -114,7 +116,9 @@ static void print_help(const char *prog)
            "                       steps): on expiry rank 0 writes an error record (reason \"timeout\")\n"
            "                       and all ranks exit with code 3, also a rank whose peer died (default 300)\n"
            "  --output FILE        append JSON Lines records to FILE (rank 0), one per op, transport,\n"
-           "                       size and pair/direction/host memory; schema_version %d\n"
+           "                       size and pair/direction/host memory; schema_version %d. A failed write\n"
+           "                       (full disk) cuts the file back to its last whole record, writes no more\n"
+           "                       and ends the run with exit 4\n"
            "  --inject corrupt|hang|crash  TEST ONLY, for proving the checks work: 'corrupt' makes the last\n"
            "                       rank overwrite one received element before each check (valid=false,\n"
            "                       exit 1); 'hang' makes the last rank stop in the first timed iteration\n"
@@ -136,8 +140,10 @@ static void print_help(const char *prog)
            "  alltoall, allgather, reduce_scatter (n-1)/n; others 1). Bidirectional (pingpong_bi,\n"
            "  pairmatrix bi): goodput is per direction, aggregate_gbs = 2 * goodput.\n\n"
            "Exit codes\n"
-           "  0 success; 1 validation failed (wrong data); 2 bad arguments; 3 timeout (watchdog);\n"
-           "  4 runtime error or unsupported op/transport (see the error records). 1 outranks 4.\n\n");
+           "  0 success; 1 validation failed (wrong data); 2 bad arguments (also a name twice in a list,\n"
+           "  an option where a value belongs, a size the transport cannot take); 3 timeout (watchdog,\n"
+           "  also during start-up); 4 runtime error or unsupported op/transport (see the error records),\n"
+           "  or records/output that could not be written (--output, standard output). 1 outranks 4.\n\n");
     printf("Transports of this build (backend %s)\n", cb_backend->name);
     for (int i = 0; cb_transports[i]; i++)
         if (available(cb_transports[i])) {
@@ -159,6 +165,17 @@ static void print_version(void)
     library[strcspn(library, "\n")] = '\0';
     printf("commbench %s backend %s schema %d\n", CB_VERSION, cb_backend->name, CB_SCHEMA_VERSION);
     printf("mpi_library %s\n", library);
+}
+
+/* What was printed must have arrived (a full disk, a closed pipe): otherwise exit 4 (1 outranks it), saying so. */
+static int stdout_status(int code)
+{
+    int flushed = fflush(stdout) == 0, flush_errno = errno;
+    if (flushed && !ferror(stdout))
+        return code;
+    fprintf(stderr, "commbench: writing to standard output failed%s%s\n", flushed ? "" : ": ",
+            flushed ? "" : strerror(flush_errno));
+    return code == CB_EXIT_OK ? CB_EXIT_RUNTIME : code;
 }
 
 static int usage_error(const char *msg)
@@ -217,6 +234,20 @@ static struct cb_device_info *gather_devices(const struct cb_ctx *ctx)
     return all;
 }
 
+/* Records lost to a failed write fail the run; rank 0 knows, every rank exits with the same code. */
+static int close_output(const struct cb_ctx *ctx, int code)
+{
+    char msg[CB_TEXT_MAX] = "";
+    int rc = ctx->rank == 0 ? cb_output_close() : CB_OK;
+    if (rc)
+        snprintf(msg, sizeof msg, "%s", cb_last_error());
+    if (cb_agree(rc, msg, sizeof msg) == CB_OK)
+        return code;
+    if (ctx->rank == 0)
+        fprintf(stderr, "commbench: %s\n", msg);
+    return code == CB_EXIT_OK ? CB_EXIT_RUNTIME : code; /* wrong data outranks it, as it outranks errors */
+}
+
 static int run(struct cb_ctx *ctx)
 {
     const struct cb_args *args = ctx->args;
@@ -227,6 +258,10 @@ static int run(struct cb_ctx *ctx)
             fprintf(stderr, "commbench: --peer: rank %d does not exist (%d ranks)\n", args->peer, ctx->nranks);
         return CB_EXIT_USAGE;
     }
+    char library[MPI_MAX_LIBRARY_VERSION_STRING];
+    cb_mpi_library(library, sizeof library);
+    if (ctx->rank == 0) /* before anything that can hang (opening a FIFO): a start-up timeout is a record too */
+        cb_record_start(ctx, library);
     int rc = ctx->rank == 0 ? cb_output_open(args->output) : CB_OK;
     if (rc)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
@@ -242,10 +277,8 @@ static int run(struct cb_ctx *ctx)
     struct cb_device_info *devices = status == CB_OK ? gather_devices(ctx) : NULL;
     struct cb_kv versions[CB_MAX_VERSIONS];
     int nversions = status == CB_OK ? ctx->backend->versions(versions, CB_MAX_VERSIONS) : 0;
-    char library[MPI_MAX_LIBRARY_VERSION_STRING];
-    cb_mpi_library(library, sizeof library);
     if (ctx->rank == 0)
-        cb_record_setup(ctx, library, devices, versions, nversions);
+        cb_record_setup(devices, versions, nversions);
     free(devices);
     if (status != CB_OK) {
         if (ctx->rank == 0) {
@@ -253,13 +286,11 @@ static int run(struct cb_ctx *ctx)
             cb_emit_error("setup", "none", NULL, NULL,
                           status == CB_UNSUPPORTED ? CB_REASON_UNSUPPORTED : CB_REASON_RUNTIME, msg);
         }
-        cb_output_close();
-        return CB_EXIT_RUNTIME;
+        return close_output(ctx, CB_EXIT_RUNTIME);
     }
     int code = cb_run_all(ctx);
     ctx->backend->finalize();
-    cb_output_close();
-    return code;
+    return close_output(ctx, code);
 }
 
 /* --list-cvars lists before MPI_Init: MPI_T_init_thread registers every component's variables (Open MPI 4.1.4
@@ -290,10 +321,11 @@ static int list_cvars(const struct cb_ctx *ctx)
         code = CB_EXIT_RUNTIME;
     } else if (ctx->rank == 0) {
         fwrite(cvar_listing, 1, cvar_listing_len, stdout);
-        fflush(stdout);
+        code = stdout_status(code);
     }
     free(cvar_listing);
     cb_mpit_finalize();
+    MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD); /* rank 0 printed: its verdict is every rank's */
     return code;
 }
 
@@ -325,15 +357,15 @@ int main(int argc, char **argv)
     case CB_ACT_HELP:
         if (launcher_rank_zero())
             print_help(argv[0]);
-        return CB_EXIT_OK;
+        return stdout_status(CB_EXIT_OK);
     case CB_ACT_VERSION:
         if (launcher_rank_zero())
             print_version();
-        return CB_EXIT_OK;
+        return stdout_status(CB_EXIT_OK);
     case CB_ACT_LIST:
         if (launcher_rank_zero())
             print_list();
-        return CB_EXIT_OK;
+        return stdout_status(CB_EXIT_OK);
     case CB_ACT_LIST_CVARS:
         capture_cvars(args.list_cvars_prefix);
         break;

@@ -14,12 +14,8 @@ void cb_pattern_init(struct cb_pattern *p, uint64_t seg_len, int32_t nseg, int32
     p->nranks = nranks;
     if (src != CB_SRC_SUM)
         return;
-    for (uint32_t k = 0; k < CB_PATTERN_PERIOD; k++) {
-        double sum = 0.0;
-        for (int32_t r = 0; r < nranks; r++)
-            sum += (double)((k + 101u * ((uint32_t)r % CB_PATTERN_PERIOD)) % CB_PATTERN_PERIOD);
-        p->rank_sum[k] = (float)sum;
-    }
+    for (int32_t r = 0; r < nranks; r++)
+        p->rank_key_sum += cb_pattern_rank_key(r);
 }
 
 void cb_pattern_fill_host(float *dst, const struct cb_pattern *p)

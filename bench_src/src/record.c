@@ -13,16 +13,19 @@
 
 extern char **environ;
 
+/* Guards everything below: the watchdog thread emits too, at any time, also during start-up. */
 static pthread_mutex_t emit_lock = PTHREAD_MUTEX_INITIALIZER;
 static int output_fd = -1;
+static char output_path[4096];
+static int output_failed, output_errno; /* sticky: a record was lost, no further ones are written */
 static int table_header_done;
-static const struct cb_ctx *rec_ctx;
+static const struct cb_ctx *rec_ctx; /* NULL until cb_record_start: no record can be made yet */
 static struct cb_selection_record current_selection;
 static struct cb_selection current_sel;
 static struct cb_kv current_reported[CB_MAX_REPORTED];
 static char current_reason[CB_TEXT_MAX];
-/* Serialised once: "hostnames", "mpi_library", "devices", "gpu_sharing" (GPU backends only),
- * "versions", "env" values. */
+/* Serialised once: "hostnames", "mpi_library", "env" (cb_record_start), "devices", "gpu_sharing" (GPU
+ * backends only), "versions" (cb_record_setup; NULL before it: records leave them out). */
 static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json,
     *slurm_job_json;
 
@@ -214,12 +217,10 @@ static void describe_sharing(const struct cb_ctx *ctx, const struct cb_device_in
                mps == 1 ? "scheduled together through MPS" : "time-sliced between their processes unless MPS runs");
 }
 
-void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
-                     const struct cb_kv *versions, int nversions)
+void cb_record_start(const struct cb_ctx *ctx, const char *mpi_library)
 {
     struct cb_json j;
-    rec_ctx = ctx;
-
+    pthread_mutex_lock(&emit_lock);
     cb_json_init(&j);
     cb_json_begin_array(&j);
     for (int r = 0; r < ctx->nranks; r++)
@@ -238,8 +239,25 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
     cb_json_string(&j, library);
     mpi_library_json = take(&j);
 
+    env_json = serialise_env();
+
+    /* The batch allocation the run belongs to (rank 0's view): which rounds of a comparison shared one. */
+    const char *job = getenv("SLURM_JOB_ID");
+    if (job && *job) {
+        cb_json_init(&j);
+        cb_json_string(&j, job);
+        slurm_job_json = take(&j);
+    }
+    rec_ctx = ctx;
+    pthread_mutex_unlock(&emit_lock);
+}
+
+void cb_record_setup(const struct cb_device_info *devices, const struct cb_kv *versions, int nversions)
+{
+    struct cb_json j;
+    pthread_mutex_lock(&emit_lock);
     if (devices) {
-        describe_sharing(ctx, devices);
+        describe_sharing(rec_ctx, devices);
     } else {
         cb_json_init(&j);
         cb_json_null(&j);
@@ -252,56 +270,74 @@ void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const st
         cb_json_kstring(&j, versions[i].key, versions[i].value);
     cb_json_end_object(&j);
     versions_json = take(&j);
-
-    env_json = serialise_env();
-
-    /* The batch allocation the run belongs to (rank 0's view): which rounds of a comparison shared one. */
-    const char *job = getenv("SLURM_JOB_ID");
-    if (job && *job) {
-        cb_json_init(&j);
-        cb_json_string(&j, job);
-        slurm_job_json = take(&j);
-    }
+    pthread_mutex_unlock(&emit_lock);
 }
 
 int cb_output_open(const char *path)
 {
     if (!path)
         return CB_OK;
-    output_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (output_fd < 0) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
         cb_errorf("cannot open --output %s: %s", path, strerror(errno));
         return CB_ERROR;
     }
+    pthread_mutex_lock(&emit_lock);
+    output_fd = fd;
+    snprintf(output_path, sizeof output_path, "%s", path);
+    pthread_mutex_unlock(&emit_lock);
     return CB_OK;
 }
 
-void cb_output_close(void)
+int cb_output_close(void)
 {
-    if (output_fd >= 0)
-        close(output_fd);
+    pthread_mutex_lock(&emit_lock);
+    if (output_fd >= 0 && close(output_fd) != 0 && !output_failed) { /* NFS reports a failed write here */
+        output_failed = 1;
+        output_errno = errno;
+    }
     output_fd = -1;
+    int flushed = fflush(stdout) == 0, flush_errno = errno, rc = CB_ERROR;
+    if (output_failed)
+        cb_errorf("writing --output %s failed: %s; records are missing there", output_path, strerror(output_errno));
+    else if (!flushed || ferror(stdout))
+        cb_errorf("writing the table to standard output failed%s%s", flushed ? "" : ": ",
+                  flushed ? "" : strerror(flush_errno));
+    else
+        rc = CB_OK;
+    pthread_mutex_unlock(&emit_lock);
+    return rc;
 }
 
-/* One write per record with O_APPEND: a crash never leaves half a line from this process. */
+/* One write per record with O_APPEND: a crash never leaves half a line from this process. A failed
+ * or short write (a full disk) cuts the file back to where the record began, so no half line is
+ * left, and stops the output for good: a later record must not follow a lost one as if none were
+ * missing. cb_output_close reports it, and the run exits with code 4. Called with emit_lock held. */
 static void write_line(struct cb_json *j)
 {
-    if (output_fd < 0)
+    if (output_fd < 0 || output_failed)
         return;
     char *p = j->buf;
-    size_t left = j->len;
-    p[left++] = '\n'; /* put() always leaves room for the terminator */
-    while (left) {
-        ssize_t n = write(output_fd, p, left);
+    size_t len = j->len, done = 0;
+    p[len++] = '\n'; /* put() always leaves room for the terminator */
+    /* -1 on a pipe or FIFO: nothing can be cut back there */
+    off_t start = lseek(output_fd, 0, SEEK_END);
+    while (done < len) {
+        ssize_t n = write(output_fd, p + done, len - done);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            fprintf(stderr, "commbench: writing the output file failed: %s\n", strerror(errno));
-            return;
+            output_errno = n < 0 ? errno : EIO;
+            break;
         }
-        p += n;
-        left -= (size_t)n;
+        done += (size_t)n;
     }
+    if (done == len)
+        return;
+    output_failed = 1;
+    int cut = done == 0 || (start >= 0 && ftruncate(output_fd, start) == 0);
+    fprintf(stderr, "commbench: writing --output %s failed: %s; no further records are written there%s\n", output_path,
+            strerror(output_errno), cut ? "" : " (its last line is cut off)");
 }
 
 static const char *direction_name(enum cb_direction d)
@@ -325,6 +361,7 @@ static const char *reason_name(enum cb_reason r)
     return "runtime";
 }
 
+/* Called with emit_lock held, after cb_record_start. */
 static void begin_record(struct cb_json *j, const char *kind, const char *op, const char *transport,
                          const struct cb_plan *plan, const struct cb_instance *inst)
 {
@@ -439,19 +476,20 @@ static void selection_json_locked(struct cb_json *j)
     cb_json_end_object(j);
 }
 
+/* Called with emit_lock held. */
 static void end_record(struct cb_json *j)
 {
-    pthread_mutex_lock(&emit_lock);
     selection_json_locked(j);
-    pthread_mutex_unlock(&emit_lock);
     cb_json_kint(j, "ranks", rec_ctx->nranks);
     cb_json_kint(j, "nodes", rec_ctx->nnodes);
     cb_json_kraw(j, "hostnames", hostnames_json);
     cb_json_kraw(j, "mpi_library", mpi_library_json);
-    cb_json_kraw(j, "devices", devices_json);
+    if (devices_json) /* before cb_record_setup (a start-up timeout) they are not known yet */
+        cb_json_kraw(j, "devices", devices_json);
     if (gpu_sharing_json)
         cb_json_kraw(j, "gpu_sharing", gpu_sharing_json);
-    cb_json_kraw(j, "versions", versions_json);
+    if (versions_json)
+        cb_json_kraw(j, "versions", versions_json);
     cb_json_kraw(j, "env", env_json);
     if (slurm_job_json)
         cb_json_kraw(j, "slurm_job_id", slurm_job_json);
@@ -520,6 +558,11 @@ void cb_emit_result(const struct cb_result *r)
 {
     struct cb_json j;
     int valid = !r->check || r->wrong == 0;
+    pthread_mutex_lock(&emit_lock);
+    if (!rec_ctx) {
+        pthread_mutex_unlock(&emit_lock);
+        return;
+    }
     begin_record(&j, "result", r->op, r->transport, r->plan, r->inst);
     cb_json_kint(&j, "iters", r->iters);
     cb_json_kint(&j, "warmup", r->warmup);
@@ -570,7 +613,6 @@ void cb_emit_result(const struct cb_result *r)
     char pair[32];
     const char *dir, *mem;
     table_labels(r->inst, pair, sizeof pair, &dir, &mem);
-    pthread_mutex_lock(&emit_lock);
     write_line(&j);
     table_header();
     printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s%s%s\n", r->op,
@@ -589,6 +631,11 @@ void cb_emit_error(const char *op, const char *transport, const struct cb_plan *
                    enum cb_reason reason, const char *message)
 {
     struct cb_json j;
+    pthread_mutex_lock(&emit_lock);
+    if (!rec_ctx) { /* before cb_record_start (the watchdog during --list-cvars): stderr says it all */
+        pthread_mutex_unlock(&emit_lock);
+        return;
+    }
     begin_record(&j, "error", op, transport, plan, inst);
     cb_json_kbool(&j, "valid", 0);
     cb_json_kstring(&j, "error", message);
@@ -602,7 +649,6 @@ void cb_emit_error(const char *op, const char *transport, const struct cb_plan *
         snprintf(bytes, sizeof bytes, "%zu", plan->bytes);
     else
         snprintf(bytes, sizeof bytes, "-");
-    pthread_mutex_lock(&emit_lock);
     write_line(&j);
     table_header();
     printf("  %-14s %-10s %12s %11s %-7s %-4s %-8s ERROR (%s): %s\n", op, transport, bytes, "", pair, dir, mem,

@@ -46,12 +46,17 @@ void cb_timestamp(char *buf, size_t len);
 int cb_ranks_per_device(int nranks, const char (*hosts)[CB_HOST_MAX], const struct cb_device_info *devices,
                         int *per_rank);
 
-/* Rank 0, once: the fields shared by every record. devices: one per rank, or NULL. */
-void cb_record_setup(const struct cb_ctx *ctx, const char *mpi_library, const struct cb_device_info *devices,
-                     const struct cb_kv *versions, int nversions);
+/* Rank 0, first thing after MPI_Init: the fields shared by every record that need no backend (hosts,
+ * MPI library, env), so that a timeout during start-up is a record too. Until then nothing is emitted. */
+void cb_record_start(const struct cb_ctx *ctx, const char *mpi_library);
+/* Rank 0, after the backend's init: devices (one per rank, or NULL) and versions; records before it
+ * have neither. */
+void cb_record_setup(const struct cb_device_info *devices, const struct cb_kv *versions, int nversions);
 /* Opens (appends to) the JSON Lines file; CB_ERROR + cb_errorf on failure. NULL: none. */
 int cb_output_open(const char *path);
-void cb_output_close(void);
+/* Closes the JSON Lines file and flushes the table on stdout. CB_ERROR + cb_errorf naming what failed
+ * when a record or a table line was lost (a failed write, close or flush), else CB_OK. */
+int cb_output_close(void);
 
 /* Records emitted from now on carry this "selection" (NULL: none, the default). */
 void cb_record_selection(const struct cb_selection_record *sel);

@@ -40,15 +40,16 @@ static void fire(void)
         snprintf(size, sizeof size, ", %zu bytes", step.plan.bytes);
     snprintf(msg, sizeof msg, "no progress for %g s during %s of op %s, transport %s%s (rank %d's watchdog)", timeout_s,
              step.phase, step.op, step.transport, size, wd_ctx->rank);
-    if (wd_ctx->rank == 0)
-        cb_emit_error(step.op, step.transport, step.has_plan ? &step.plan : NULL, step.has_inst ? &step.inst : NULL,
-                      CB_REASON_TIMEOUT, msg);
     fprintf(stderr, "commbench: TIMEOUT: %s; exiting with code %d\n", msg, CB_EXIT_TIMEOUT);
     fflush(stderr);
     if (wd_ctx->rank == 0) {
-        /* MPI_Abort from this thread while the main thread is inside MPI may itself block: exit anyway. */
+        /* MPI_Abort from this thread while the main thread is inside MPI may itself block, and so may the
+         * record (the main thread can hold the record lock in a write to a FIFO nobody reads): exit anyway. */
         signal(SIGALRM, exit_timeout);
         alarm(2 * CB_WATCHDOG_GRACE_S);
+        /* No record before the record fields exist (start-up, --list-cvars): cb_emit_error then writes none. */
+        cb_emit_error(step.op, step.transport, step.has_plan ? &step.plan : NULL, step.has_inst ? &step.inst : NULL,
+                      CB_REASON_TIMEOUT, msg);
         cb_abort(CB_EXIT_TIMEOUT); /* the launcher then ends the job with this code */
     }
     sleep(CB_WATCHDOG_GRACE_S);

@@ -127,6 +127,20 @@ static void test_args(void)
     CHECK(parse("--sizes", "8", "--min-bytes", "8", NULL) == -1 && err_mentions("--sizes"));
     CHECK(parse("--op", "a,,b", NULL) == -1 && err_mentions("--op"));
     CHECK(parse("--op", "Ping", NULL) == -1 && err_mentions("'Ping'"));
+    /* A name twice in one list is refused, naming it (65 of them overflowed the driver's op table). */
+    CHECK(parse("--op", "allreduce,pingpong,allreduce", NULL) == -1 && err_mentions("--op") &&
+          err_mentions("'allreduce' is named twice"));
+    CHECK(parse("--transport", "mpi,mpi", NULL) == -1 && err_mentions("--transport") && err_mentions("'mpi'"));
+    CHECK(parse("--selections", "ring,own,ring", NULL) == -1 && err_mentions("--selections") &&
+          err_mentions("'ring' is named twice"));
+    CHECK(parse("--op", "allreduce", "--op", "allreduce", NULL) == 0 && args.nops == 1); /* the last --op wins */
+    /* An option where a value belongs is refused, not taken as the value. */
+    CHECK(parse("--output", "--no-check", NULL) == -1 && err_mentions("--output needs a value") &&
+          err_mentions("'--no-check'"));
+    CHECK(parse("--output=--no-check", NULL) == -1 && err_mentions("--output"));
+    CHECK(parse("--op", "--iters", "3", NULL) == -1 && err_mentions("--op needs a value"));
+    CHECK(parse("--selections", "--rounds", NULL) == -1 && err_mentions("--selections needs a value"));
+    CHECK(parse("--output", "./--no-check", NULL) == 0 && strcmp(args.output, "./--no-check") == 0);
     CHECK(parse("--timeout", "0", NULL) == -1 && err_mentions("--timeout"));
     CHECK(parse("--timeout", "nan", NULL) == -1 && err_mentions("--timeout"));
     CHECK(parse("--timeout", "1e9", NULL) == -1 && err_mentions("--timeout"));
@@ -302,6 +316,42 @@ static void test_pattern(void)
     CHECK(cb_pattern_count(&p) == 0);
 }
 
+/* Errors a pattern linear in index and rank cannot see ((13 i + 7 seed + 101 r) mod 251 had all
+ * of them): a chunk read 251 elements too far on, rank 251's data in rank 0's place, and an allreduce
+ * result shifted by one element at 251 and 502 ranks (where that pattern's sums were all alike).
+ * The values stay small enough for exact float32 sums at 66,000 ranks. */
+static void test_pattern_catches_misplacement(void)
+{
+    enum { chunk = 251 };
+    static float buf[2 * chunk];
+    struct cb_pattern p, other;
+    cb_pattern_init(&p, 2 * chunk, 1, 0, 0, 1, 4);
+    cb_pattern_fill_host(buf, &p);
+    memmove(buf, buf + chunk, chunk * sizeof *buf);
+    CHECK(cb_pattern_count_wrong_host(buf, &p) > chunk / 2);
+
+    cb_pattern_init(&p, 2 * chunk, 1, 0, 0, 1, 256);
+    cb_pattern_init(&other, 2 * chunk, 1, 251, 0, 1, 256);
+    cb_pattern_fill_host(buf, &other);
+    CHECK(cb_pattern_count_wrong_host(buf, &p) == 2 * chunk);
+    CHECK(cb_pattern_value(0, 7, 2) != cb_pattern_value(251, 7, 2));
+
+    for (int32_t nranks = chunk; nranks <= 2 * chunk; nranks += chunk) {
+        cb_pattern_init(&p, 2 * chunk, 1, CB_SRC_SUM, 0, 1, nranks);
+        cb_pattern_fill_host(buf, &p);
+        memmove(buf, buf + 1, (2 * chunk - 1) * sizeof *buf);
+        CHECK(cb_pattern_count_wrong_host(buf, &p) > chunk);
+    }
+
+    cb_pattern_init(&p, 16, 1, CB_SRC_SUM, 1000, 3, 66000);
+    for (uint64_t i = 0; i < 16; i++) {
+        double sum = 0;
+        for (int32_t r = 0; r < 66000; r++)
+            sum += cb_pattern_value(r, 1000 + i, 3);
+        CHECK(sum < 16777216.0 && cb_pattern_at(&p, i) == (float)sum);
+    }
+}
+
 /* Ranks share a GPU when host and UUID agree (PCI bus id where the UUID is empty); the same bus id
  * on two hosts (ranks 3 and 6) is two GPUs. */
 static void test_ranks_per_device(void)
@@ -367,6 +417,7 @@ int main(void)
     test_env_filter();
     test_timestamp();
     test_pattern();
+    test_pattern_catches_misplacement();
     test_ranks_per_device();
     test_rank_attribution();
     printf("commbench_unit: %d checks, %d failed\n", checks, failures);

@@ -97,11 +97,20 @@ int cb_peer_attach(void *state, const struct cb_bufs *bufs)
                 "opening a peer's receive buffer (IPC)");
     }
     free(all);
+    /* On the backend's stream, where the kernels that read the tables run: a blocking copy goes through the
+     * legacy default stream, which a cudaStreamNonBlocking stream does not wait for, so a kernel still
+     * running from before (or queued after) could see a half-written table. Then wait for the copies: the
+     * host tables are pageable, and the next kernel must find them in place. */
     size_t table = (size_t)ctx->nranks * sizeof(float *);
+    gpu_stream stream = cb_gpu_stream();
     if (!rc)
-        rc = cb_gpu_ok(GPU(Memcpy)(st->peer_send_dev, st->peer_send, table, GPU(MemcpyHostToDevice)), "peer table");
+        rc = cb_gpu_ok(GPU(MemcpyAsync)(st->peer_send_dev, st->peer_send, table, GPU(MemcpyHostToDevice), stream),
+                       "peer table");
     if (!rc)
-        rc = cb_gpu_ok(GPU(Memcpy)(st->peer_recv_dev, st->peer_recv, table, GPU(MemcpyHostToDevice)), "peer table");
+        rc = cb_gpu_ok(GPU(MemcpyAsync)(st->peer_recv_dev, st->peer_recv, table, GPU(MemcpyHostToDevice), stream),
+                       "peer table");
+    if (!rc)
+        rc = cb_gpu_sync(stream);
     if (rc)
         unmap(st);
     st->mapped = !rc;

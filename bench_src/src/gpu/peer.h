@@ -54,7 +54,7 @@ int cb_peer_bcast(void *state, size_t count, int root);
 #define CB_PEER_TRANSPORT(tname, tsummary, tcaps, topen)                                                               \
     {                                                                                                                  \
         .name = tname, .summary = tsummary, .backends = CB_ON_CUDA | CB_ON_HIP, .caps = tcaps, .not_built = NULL,      \
-        .open = topen, .close = cb_peer_close, .attach = cb_peer_attach, .detach = cb_peer_detach,                     \
+        .max_count = 0, .open = topen, .close = cb_peer_close, .attach = cb_peer_attach, .detach = cb_peer_detach,     \
         .send = cb_peer_send, .recv = cb_peer_recv, .exchange = cb_peer_exchange,                                      \
         .allreduce = (tcaps)&CB_CAP_ALLREDUCE ? cb_peer_allreduce : NULL, .alltoall = cb_peer_alltoall,                \
         .allgather = cb_peer_allgather,                                                                                \

@@ -195,6 +195,7 @@ const struct cb_transport cb_transport_mpi = {
     .summary = "MPI point-to-point and collectives on the benchmark buffers (GPU-aware MPI on GPU backends)",
     .backends = CB_ON_CPU | CB_ON_CUDA | CB_ON_HIP,
     .caps = CB_CAP_P2P | CB_CAP_ALLREDUCE | CB_CAP_ALLTOALL | CB_CAP_ALLGATHER | CB_CAP_REDUCE_SCATTER | CB_CAP_BCAST,
+    .max_count = INT_MAX, /* MPI counts are ints (MPI 4's _c variants are not used) */
     .open = mpi_open,
     .close = mpi_close,
     .attach = mpi_attach,

@@ -1,5 +1,6 @@
 /* staging: the baseline of seed 001 -- copy device data to pinned host bounce buffers, run the
  * MPI primitive on host memory, copy the result back. Store and forward, no pipelining. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,7 @@ const struct cb_transport cb_transport_staging = {
     .summary = "device -> pinned host copy, MPI on host memory, host -> device copy (no pipelining)",
     .backends = CB_ON_CUDA | CB_ON_HIP,
     .caps = CB_CAP_P2P | CB_CAP_ALLREDUCE | CB_CAP_ALLTOALL | CB_CAP_ALLGATHER | CB_CAP_REDUCE_SCATTER | CB_CAP_BCAST,
+    .max_count = INT_MAX, /* the mpi transport's primitives move the staged bytes */
     .open = staging_open,
     .close = staging_close,
     .attach = staging_attach,
