@@ -358,7 +358,7 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
     assert f"export OMPI_MCA_coll_tuned_dynamic_rules_filename='{rules.resolve()}'" in env_text
     assert "sizes [4194304" not in env_text and "sizes [1048576, 4194304] B: ring" in env_text
     module = files.modulefile.read_text()
-    assert f'setenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", "{rules.resolve()}")' in module
+    assert f'pushenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", "{rules.resolve()}")' in module
     found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=1, size=1 << 21)
     assert isinstance(found.recommendation, Recommendation)
     assert found.recommendation.rule_files == {"openmpi": str(rules.resolve())}
@@ -369,12 +369,13 @@ def test_publish_writes_the_rule_file_and_recommend_prints_the_size(
     )
 
 
-def test_a_scope_republished_without_per_size_changes_leaves_no_rule_file(
+def test_a_scope_republished_without_per_size_changes_stops_pointing_at_its_rule_file(
     tmp_path: Path, catalog: KnobCatalog  # noqa: F811
 ) -> None:
-    """The rule file of a scope whose new recommendation has no per-size change is removed with the republish
-    (before, it stayed beside a .env that no longer pointed at it); another scope's rule file stays."""
-    from test_tuner_writers import mpi_recommendation
+    """A scope whose new recommendation has no per-size change: its .env unsets the rule file's lines (a job
+    with the earlier .env or module loaded runs what was measured), and the file stays for a job queued with the
+    earlier .env (it was removed: MPICH dies in MPI_Init on a missing tuning file); another scope's stays too."""
+    from test_tuner_writers import env_changes, mpi_recommendation
 
     rec = mpi_recommendation(nodes=1)
     bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
@@ -385,9 +386,12 @@ def test_a_scope_republished_without_per_size_changes_leaves_no_rule_file(
     files = [publish(tmp_path, with_per_size(r, result), catalog) for r in recs]
     rules = [f.env_file.parent / f"{r.scope.slug}.coll_tuned_rules" for f, r in zip(files, recs)]
     assert all(path.exists() for path in rules)
+    earlier, _ = env_changes(f"source {files[0].env_file}", {})
     publish(tmp_path, recs[0], catalog)  # measured again: no per-size change this time
-    assert not rules[0].exists() and rules[1].exists()
-    assert "dynamic_rules_filename" not in files[0].env_file.read_text()
+    assert rules[0].exists() and rules[1].exists()
+    assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in files[0].env_file.read_text()
+    changed, removed = env_changes(f"source {files[0].env_file}", earlier)
+    assert not changed and {"OMPI_MCA_coll_tuned_dynamic_rules_filename", "OMPI_MCA_coll_tuned_use_dynamic_rules"} <= removed
 
 
 def test_a_rule_file_s_enabling_line_is_not_unset_after_it(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811

@@ -3,6 +3,7 @@ parallel workers as Slurm jobs on one PostgreSQL study, one of them killed."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import optuna
 import pytest
 import yaml
 
+from fixtures_cli import commcamp_output
 from fixtures_pg import socket_url
 from fixtures_slurm import SlurmCluster
 from tuners.study import ENV, REPEAT_OF, RETRY_OF, ROLE, SEEDED, is_counted, top_envs
@@ -158,3 +160,31 @@ def test_parallel_workers_as_slurm_jobs_one_killed(slurm_cluster: SlurmCluster, 
             assert is_counted(measured) and measured.user_attrs[ENV] == rerun.user_attrs[ENV]
     survivor = (tmp_path / "runs").glob("tune-workers-*/worker-*.out")
     assert any("worker done" in path.read_text() for path in survivor)
+
+
+def test_pretune_refuses_a_spec_asking_for_the_per_size_stage(tmp_path: Path) -> None:
+    """pretune runs trials, finalization, then the env file: a spec with `per_size: {enabled: true}` (and
+    `finalize: {never_slower: false}`, which only per-size rules make safe) was applied by half, silently. Refused
+    before any run, naming each field at its line of the spec file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")  # the allocation's srun: nothing must launch
+    (bin_dir / "srun").chmod(0o755)
+    spec = tmp_path / "pretune.yaml"
+    spec.write_text("site: local\nsystem: local:cpu\nlibrary: openmpi\nlibrary_version: 4.1.4\nop: allreduce\n"
+                    "sizes: [64K]\nknobs: [OMPI_MCA_btl_tcp_sndbuf]\ntrials: 2\n"
+                    "finalize:\n  never_slower: false\nper_size:\n  enabled: true\n")
+    env = {"SLURM_JOB_ID": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_NTASKS": "2",
+           "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env_file = tmp_path / "tuned.env"
+    where = ["--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", str(tmp_path / "runs"), "--budget", "20s",
+             "--env-file", str(env_file)]
+    code, out = commcamp_output("pretune", str(spec), *where, env=env)
+    assert code == 2, out
+    assert (f"{spec}:12: per_size.enabled: true asks for the per-size stage, which pretune does not run (nor the "
+            "deployed set's check after it)") in out, out
+    assert f"; {spec}:10: finalize.never_slower: false lets an environment slower at some sizes through" in out, out
+    assert not (tmp_path / "runs").exists() and not env_file.exists() and not (tmp_path / "study.db").exists()
+    spec.write_text(spec.read_text().replace("never_slower: false", "never_slower: true"))
+    code, out = commcamp_output("pretune", str(spec), *where, env=env)
+    assert code == 2 and f"{spec}:12: per_size.enabled: true" in out and "never_slower" not in out, out

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from campaigns.model.spec import load_campaign
 from campaigns.store import open_store
+from fixtures_cli import commcamp_output
 from fixtures_slurm import SlurmCluster
 from fixtures_store import commbench_record, run_info
 
@@ -75,7 +77,7 @@ def test_tunes_with_other_knobs_or_executor_get_their_own_study(slurm_cluster: S
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         (line,) = [line for line in result.stdout.splitlines() if line.startswith("study: ")]
         names.append(line.removeprefix("study: "))
-    base = "localslurm/localslurm:debug/openmpi-4.1.4/allreduce/mpi/all/n2/g1/"
+    base = "localslurm/localslurm:debug/openmpi-4.1.4/allreduce/mpi/all/n2/g1/t1/"
     assert names[0].startswith(base + "srun-") and names[1].startswith(base + "srun-")
     assert names[2].startswith(base + "reframe-") and names[3] == "mine"
     assert len(set(names)) == 4
@@ -121,3 +123,33 @@ def test_commcamp_starts_without_its_heavy_libraries() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120,
                             check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_path_jobs_would_get_in_their_environment_is_checked_before_the_tune(tmp_path: Path) -> None:
+    """Per-size rules put --publish-dir's and --runs-dir's files and the tuner plugin into a job's environment,
+    where publish refuses a space or a shell character: after the whole tune. Now refused first, exit 2, naming
+    the option and the character. Without the per-size stage no path reaches an environment: a space is fine."""
+    spec = tmp_path / "tune.yaml"
+    spec.write_text(yaml.safe_dump({
+        "site": "local", "system": "local:cpu", "library": "openmpi", "op": "allreduce", "nodes": 1,
+        "tasks_per_node": 2, "sizes": ["64K"], "knobs": ["OMPI_MCA_btl_tcp_sndbuf"], "trials": 2,
+        "executor": "launcher", "launcher": ["mpirun.openmpi", "-np", "2"], "db": f"sqlite:///{tmp_path / 's.db'}",
+        "runs_dir": str(tmp_path / "runs"), "publish_dir": str(tmp_path / "rec"), "per_size": {"enabled": True}}))
+    plugin = tmp_path / "my plugin.so"
+    plugin.write_bytes(b"")
+    for option, value, char in [("--publish-dir", tmp_path / "my rec", "a space"),
+                                ("--runs-dir", tmp_path / "runs$x", "'$'"),
+                                ("--plugin-library", plugin, "a space")]:
+        code, out = commcamp_output("tune", str(spec), option, str(value), "--dry-run")
+        assert code == 2, (option, out)
+        assert f"{option} {value}: has {char}: jobs get this path in their environment" in out, out
+        assert not (tmp_path / "runs").exists() and not (tmp_path / "runs$x").exists()
+    # resolved: a link without a space to a directory with one is refused alike
+    (tmp_path / "with space").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "with space")
+    code, out = commcamp_output("tune", str(spec), "--publish-dir", str(tmp_path / "link"), "--dry-run")
+    assert code == 2 and f"--publish-dir {tmp_path / 'with space'}: has a space" in out, out
+    spec.write_text(spec.read_text().replace("enabled: true", "enabled: false"))
+    code, out = commcamp_output("tune", str(spec), "--publish-dir", str(tmp_path / "my rec"), "--runs-dir",
+                                str(tmp_path / "my runs"), "--dry-run")
+    assert code == 0, out

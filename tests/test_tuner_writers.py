@@ -147,14 +147,20 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     assert all(len(line) < 256 for line in text.splitlines())
     assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
     assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds, which also decided it: +20.0%, +10.0%)" in text
-    # The .env removes the planted site defaults and points NCCL at the plugin and its config.
-    changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", "KEEP": "x"})
+    # The .env removes the planted site defaults and points NCCL at the plugin and its config; a knob the job
+    # inherited (NCCL_ALGO: every trial ran without it) is unset too, an MPI knob and anything else stay.
+    inherited = {"NCCL_ALGO": "Ring", "OMPI_MCA_btl_tcp_sndbuf": "65536", "KEEP": "x"}
+    changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", **inherited})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
-    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS"}
+    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS", "NCCL_ALGO"}
     loaded = load_recommendations(files.recommendations).recommendations
-    assert loaded == [rec.model_copy(update={"plugin_env": changed})]
+    cleared = loaded[0].cleared
+    assert "NCCL_ALGO" in cleared and "NCCL_SOCKET_NTHREADS" in cleared and not set(cleared) & {*changed, *rec.unset}
+    assert not [name for name in cleared if not name.startswith("NCCL_")]
+    assert loaded == [rec.model_copy(update={"plugin_env": changed, "cleared": cleared})]
     result = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2, size=1 << 20)
     assert result.measured and result.settings == changed and result.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
+    assert result.cleared == cleared and "unset NCCL_ALGO" in format_lookup(result)
     assert result.size_result is not None and result.size_result.bucket == "256KiB-128MiB"
     printed = format_lookup(result)
     assert f"export NCCL_TUNER_PLUGIN='{PLUGIN}'" in printed and "measured scope: site=testsite" in printed
@@ -173,6 +179,13 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
     assert files.module_name in changed["LOADEDMODULES"]
     unloaded = shell_env(f"{lmod}\nmodule load {files.module_name}\nmodule unload {files.module_name}", {})
     assert not set(rec.env) & set(unloaded)
+    # A job's own values: the module sets what was measured (a knob every trial ran without, unset), and unloading
+    # it gives them back (setenv/unsetenv left them unset).
+    own = {"OMPI_MCA_coll_tuned_allreduce_algorithm": "recursive_doubling", "OMPI_MCA_btl_tcp_sndbuf": "65536"}
+    loaded = shell_env(f"{lmod}\nmodule load {files.module_name}", own)
+    assert loaded["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring" and "OMPI_MCA_btl_tcp_sndbuf" not in loaded
+    unloaded = shell_env(f"{lmod}\nmodule load {files.module_name}\nmodule unload {files.module_name}", own)
+    assert {name: unloaded.get(name) for name in own} == own
 
 
 def test_a_scope_scored_over_every_bucket_names_the_sizes_it_measured(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
@@ -454,18 +467,20 @@ def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_ve
     both = [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8),
             TunerRule("broadcast", 8, 1024, "ring", "ll", 4, 2, 8)]
     assert sorted(rows_of("gpu"), key=str) == sorted(rows_of("gpu_bcast"), key=str) == sorted(both, key=str)
-    # A scope republished without rows leaves its group's file, and the file goes with the group's last rows.
-    publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None}), catalog)
-    assert files["gpu2"].tuner_config is not None and not files["gpu2"].tuner_config.exists()
+    # A scope republished without rows leaves its group's file, which stays after the group's last rows (a job
+    # queued with the earlier .env reads it); the new .env unsets the plugin's lines.
+    published = publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None}), catalog)
+    assert files["gpu2"].tuner_config is not None and files["gpu2"].tuner_config.exists()
+    assert published.tuner_config is None and "unset NCCL_TUNER_CONFIG_FILE" in published.env_file.read_text()
     assert files["gpu"].tuner_config is not None and files["gpu"].tuner_config.exists()
 
 
-def test_a_tuner_config_of_the_old_name_goes_when_no_scope_points_at_it(
+def test_a_tuner_config_of_the_old_name_stays_and_the_republished_scope_moves_to_its_own(
     tmp_path: Path, nccl_recommendation: Recommendation, catalog: KnobCatalog
 ) -> None:  # noqa: F811
     """Before the config's name said partition and library version, every scope's rows went to nccl_tuner.conf.
-    A scope published then keeps it while its .env points there; republished, it moves to its own config and
-    the old file goes (before, it stayed for good)."""
+    A scope published then keeps it while its .env points there; republished, it moves to its own config, and the
+    old file stays for a job queued with the earlier .env."""
     rec = with_plugin_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
     files = publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
     assert files.tuner_config is not None
@@ -483,7 +498,9 @@ def test_a_tuner_config_of_the_old_name_goes_when_no_scope_points_at_it(
     assert publish(tmp_path, other, catalog).tuner_config is None
     assert old.exists() and not files.tuner_config.exists()
     publish(tmp_path, rec, catalog, plugin_library=PLUGIN)
-    assert not old.exists() and files.tuner_config.exists()
+    assert old.exists() and files.tuner_config.exists()
+    changed, _ = env_changes(f"source {files.env_file}", {})
+    assert changed["NCCL_TUNER_CONFIG_FILE"] == str(files.tuner_config.resolve())
 
 
 def test_tuner_config_rows_are_validated() -> None:
@@ -714,8 +731,8 @@ def test_a_forbidden_knob_the_site_pins_is_published_and_recommended(tmp_path: P
 
 def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path, catalog: KnobCatalog,
                                                                  nccl_recommendation: Recommendation) -> None:  # noqa: F811
-    """The environment points the library at a rule file or tuner config that was deleted or garbled: the job
-    would run without the per-size rules, so nothing is printed (exit 2, naming the file)."""
+    """The environment points the library at a rule file, tuner config or tuner plugin that was deleted or garbled:
+    the job would run without the per-size rules, so nothing is printed (exit 2, naming the file)."""
     from test_per_size import result_with
 
     rec = with_per_size(local_recommendation(), result_with("allreduce", "ring", 4, 65536, 1 << 20))
@@ -727,9 +744,15 @@ def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path,
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
     assert code == 2 and stdout == "" and f"its per-size rules {rules} cannot be used" in stderr, (stdout, stderr)
     gpu = with_plugin_rows(nccl_recommendation, "allreduce", 8, 32768, "Tree/LL/8")
-    files = publish(tmp_path, gpu, catalog, plugin_library=PLUGIN)
+    plugin = tmp_path / "libnccl-tuner-commcamp.so"
+    plugin.write_bytes(b"")
+    files = publish(tmp_path, gpu, catalog, plugin_library=str(plugin))
     job = ("--root", tmp_path, "--site", gpu.scope.site, "--system", gpu.scope.system, "--op", "allreduce",
            "--nodes", str(gpu.scope.nodes), "--size", "1K")
+    plugin.unlink()  # NCCL goes on without a plugin it cannot load: the rules would not apply
+    code, stdout, stderr = commcamp("recommend", *job)
+    assert code == 2 and stdout == "" and f"its tuner plugin {plugin} cannot be read" in stderr, (stdout, stderr)
+    plugin.write_bytes(b"")
     code, stdout, stderr = commcamp("recommend", *job)
     # a plugin row has no control variable: its mechanism and the tuner config, not "plugin None=None"
     assert code == 0 and "Tree/LL/8 (plugin; range [8, 32768] B" in stdout and "None" not in stdout, stdout
@@ -738,3 +761,45 @@ def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path,
     files.tuner_config.write_text("allreduce,garbage\n")
     code, stdout, stderr = commcamp("recommend", *job)
     assert code == 2 and f"its per-size rules {files.tuner_config} cannot be used" in stderr, (stdout, stderr)
+
+
+def test_recommend_says_what_a_keep_defaults_scope_with_per_size_rules_deploys(tmp_path: Path,
+                                                                               catalog: KnobCatalog) -> None:  # noqa: F811
+    """The environment stayed the defaults', the per-size rules passed the deployed-set check: recommend printed
+    only "keep-defaults" above the lines that enable the rules, and the module said "tuned" whatever it was."""
+    from test_per_size import result_with
+
+    from tuners.recommendation import DeployedGain, HeldOut
+
+    gain = HeldOut(median=0.2, ci_low=0.1, ci_high=0.3, rounds=6, ratios=[1.2] * 6)
+    rec = with_per_size(local_recommendation(), result_with("allreduce", "ring", 4, 65536, 1 << 20))
+    rec = rec.model_copy(update={"decision": "keep-defaults", "env": {}, "gain": None,
+                                 "deployed": DeployedGain(overall=gain, buckets={}, rounds=6)})
+    files = publish(tmp_path, rec, catalog)
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
+    assert code == 0 and "(keep-defaults (no candidate tested)); deployed set (environment + per-size rules) vs " \
+        "the site's defaults, 6 rounds: overall +20.0%" in stdout, (stdout, stderr)
+    assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename=" in stdout
+    assert 'whatis("commcamp communication settings (keep-defaults): ' in files.modulefile.read_text()
+
+
+def test_scopes_of_two_rank_layouts_are_published_side_by_side_and_recommend_asks_which(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """A CPU scope has 1 GPU per node whatever its ranks: a tune with 4 ranks per node replaced the published
+    1-rank one (one scope), and recommend answered any layout with it."""
+    local = local_recommendation()
+    one, four = (local.model_copy(update={"scope": local.scope.model_copy(update={"tasks_per_node": tpn}),
+                                          "env": {**local.env, "OMPI_MCA_coll_tuned_allreduce_algorithm": algorithm}})
+                 for tpn, algorithm in ((1, "ring"), (4, "recursive_doubling")))
+    files = [publish(tmp_path, rec, catalog) for rec in (one, four)]
+    assert files[0].env_file != files[1].env_file and files[1].env_file.name.endswith("_n1_g1_t4.env")
+    assert len(load_recommendations(files[0].recommendations).recommendations) == 2
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
+    assert code == 3 and "Say which: --tasks-per-node 1 or 4" in stdout, (stdout, stderr)
+    code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "4")
+    assert code == 0 and "tasks_per_node=4" in stdout
+    assert "export OMPI_MCA_coll_tuned_allreduce_algorithm='recursive_doubling'" in stdout
+    code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "2")
+    assert code == 3 and "nothing measured" in stdout
+    code, _, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "0")
+    assert code == 2 and "--tasks-per-node 0 must be at least 1" in stderr

@@ -133,6 +133,10 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
     assert not diverted.exists()
     assert strip_knobs({"NCCL_DEBUG_FILE": "/scratch/nccl.%h.%p", "HOME": "/h"}, catalog, Library.NCCL) == {
         "HOME": "/h"}
+    # the last tune's module loaded: its per-size rules would run in every trial, the defaults' too
+    published = {"NCCL_TUNER_PLUGIN": "/p.so", "OMPI_MCA_coll_tuned_dynamic_rules_filename": "/r",
+                 "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": "/j"}
+    assert strip_knobs({**published, "HOME": "/h"}, catalog, Library.OPENMPI) == {"HOME": "/h"}
 
 
 def test_an_nccl_conf_naming_a_debug_file_does_not_make_every_knob_unread(tmp_path: Path, catalog: KnobCatalog) -> None:
@@ -425,17 +429,17 @@ def test_a_bare_srun_launcher_becomes_the_scopes_srun(tmp_path: Path) -> None:
     spec = tmp_path / "tune.yaml"
     spec.write_text(yaml.safe_dump(fields))
     code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": ""})
-    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --export=ALL --partition=debug" in out, out
     code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": "7"})
-    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1\n" in out, out
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --export=ALL\n" in out, out
     # With the library's version given the dry run describes the study (no probe run): the launcher too.
     spec.write_text(yaml.safe_dump(fields | {"library_version": "4.1.4"}))
     code, out = commcamp_output("tune", str(spec), "--dry-run", env={"SLURM_JOB_ID": ""})
-    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --partition=debug" in out, out
+    assert code == 0 and "launcher: srun --mpi=pmix -N 3 -n 3 --kill-on-bad-exit=1 --export=ALL --partition=debug" in out, out
     given = TuningSpec.model_validate(fields | {"launcher": ["srun", "-N", "3"]})
     assert completed_launcher(given, False) == given
     path = completed_launcher(given.model_copy(update={"launcher": ["/opt/slurm/bin/srun"]}), True).launcher
-    assert path == ["/opt/slurm/bin/srun", "--mpi=pmix", "-N", "3", "-n", "3", "--kill-on-bad-exit=1"]
+    assert path == ["/opt/slurm/bin/srun", "--mpi=pmix", "-N", "3", "-n", "3", "--kill-on-bad-exit=1", "--export=ALL"]
 
 
 def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_path: Path) -> None:
@@ -788,7 +792,8 @@ def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
     """A study's trials are comparable only if they measure the same thing. The scope names nodes and GPUs per node,
     not ranks per node (1 GPU per node on a CPU partition, whatever tasks_per_node), and the stored study checks the
     buckets' ranges, not their sizes: before, a tune with 4 ranks per node resumed the 2-rank study (its budget
-    spent, its measurements taken as repeats), and sizes 8, 64, 1K shared the study of 8, 1K."""
+    spent, its measurements taken as repeats), and sizes 8, 64, 1K shared the study of 8, 1K; so did batch 8 (a
+    throughput where batch 1 measured a latency), other iterations, warm-up or environment."""
     from campaigns.tuning.session import study_name
     from campaigns.tuning.spec import TuningSpec
 
@@ -796,12 +801,14 @@ def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
     space = build_space(KnobCatalog.load(), {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
     base = TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=[8, 1024],
                       sizes_per_bucket=3, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
-    specs = [base, base.model_copy(update={"tasks_per_node": 4}), base.model_copy(update={"sizes": [8, 64, 1024]}),
+    measurements = [{"tasks_per_node": 4}, {"sizes": [8, 64, 1024]}, {"batch": 8}, {"iters": 200},
+                    {"warmup": 20}, {"environ": "mpich"}, {"sizes_per_bucket": 1}]
+    specs = [base, *(base.model_copy(update=change) for change in measurements),
              base.model_copy(update={"sizes": [1024, 8], "trials": 50})]
-    ranges = [[(b.name, b.min_bytes, b.max_bytes) for b in buckets_for_sizes(spec.sizes, 3)] for spec in specs]
+    ranges = [[(b.name, b.min_bytes, b.max_bytes) for b in buckets_for_sizes(spec.sizes, 3)] for spec in specs[:3]]
     assert ranges[0] == ranges[2]  # what the stored study checks
     names = [study_name(spec, scope, [], space) for spec in specs]
-    assert len({names[0], names[1], names[2]}) == 3 and names[3] == names[0]
+    assert len(set(names[:-1])) == len(measurements) + 1 and names[-1] == names[0]
 
 
 def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_never_chosen(tmp_path: Path) -> None:
@@ -1015,7 +1022,7 @@ def test_a_deployed_set_slower_in_a_bucket_or_with_wrong_data_loses_its_rules(
                            "environment with them against the site's defaults: ")
     assert why in note
     published = session.outcome.published.env_file.parent
-    assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
+    assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
     assert not list(published.glob("*.coll_tuned_rules"))
 
 
@@ -1073,7 +1080,7 @@ def test_the_real_library_s_slower_rule_file_is_withdrawn_by_the_deployed_check(
     assert "slower in bucket" in rec["deployed"]["withdrawn"], rec["deployed"]
     assert rec["per_size_selection"] is None and rec["decision"] == "keep-defaults"
     assert any(b["ci_high"] < 0 for b in rec["deployed"]["buckets"].values()), rec["deployed"]["buckets"]
-    assert "dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
+    assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in session.outcome.published.env_file.read_text()
 
 @pytest.mark.parametrize("environment_slower", [False, True])
 def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_alone_too(
@@ -1110,7 +1117,7 @@ def test_a_refused_deployed_set_blames_the_environment_only_when_it_is_refused_a
     assert note.startswith(f"per-size rules ([8, 1048576] B alg4) and the environment ({SNDBUF}=65536 (finalization: "
                            "+12.0% median speed-up")  # the withdrawn winner's gain, for the record
     assert "withdrawn, keep the defaults: " in note
-    assert f"export {SNDBUF}" not in env_text and "dynamic_rules_filename" not in env_text
+    assert f"export {SNDBUF}" not in env_text and "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in env_text
 
 
 def test_the_deployed_check_names_the_rules_effect_where_a_rule_applies_and_an_environment_failing_alone() -> None:
@@ -1231,3 +1238,16 @@ def test_a_tune_s_provenance_names_the_commit_it_started_from(tmp_path: Path, mo
         assert provenance["commit"] == started and provenance["changed_files"] == 0
     finally:
         session._checkout_at_start.cache_clear()
+
+
+def test_site_variables_reach_a_launch_expanded_as_the_job_script_s_shell_does() -> None:
+    """ReFrame writes a site's env_vars into a job script, whose shell expands $NAME; a launch without ReFrame got
+    the text: LD_LIBRARY_PATH=$COMMCAMP_UCX_CUDA/libucx/lib:...:$LD_LIBRARY_PATH replaced the caller's path."""
+    from campaigns.tuning.spec import TuningSpec, site_env
+
+    spec = TuningSpec(site="h200", system="h200", environ="openmpi-ucx-cuda", library="nccl", op="allreduce",
+                      transport="ccl", sizes=["1M"], executor="launcher", launcher=["mpirun"])
+    env = site_env(spec, {"COMMCAMP_UCX_CUDA": "/opt/ucx", "LD_LIBRARY_PATH": "/usr/lib"})
+    assert env["UCX_MODULE_DIR"] == "/opt/ucx/libucx/lib/ucx"
+    assert env["LD_LIBRARY_PATH"] == "/opt/ucx/libucx/lib:/opt/ucx/libucx_cu13.libs:/usr/lib"
+    assert site_env(spec, {})["LD_LIBRARY_PATH"] == "/libucx/lib:/libucx_cu13.libs:"  # unset: empty, as in sh

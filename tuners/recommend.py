@@ -11,12 +11,13 @@ from pathlib import Path
 
 from tuners.recommendation import Recommendation, SizeRangeResult
 from tuners.catalog import KnobCatalog
-from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, check_published, load_recommendations, system_dir,
-                             verdict)
+from tuners.writers import (CLEARED_COMMENT, PLUGIN_ENV, RECOMMENDATIONS_FILE, check_published,
+                             load_recommendations, system_dir, verdict)
 
 # The scope fields a job context may name besides op and nodes, and recommend's option for each.
 OPTIONS = {"partition": "--partition", "transport": "--transport", "library": "--library",
-           "library_version": "--library-version", "gpus_per_node": "--gpus-per-node"}
+           "library_version": "--library-version", "gpus_per_node": "--gpus-per-node",
+           "tasks_per_node": "--tasks-per-node"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,10 @@ class LookupResult:
     def unset(self) -> list[str]:
         return [] if self.recommendation is None else list(self.recommendation.unset)
 
+    @property
+    def cleared(self) -> list[str]:
+        return [] if self.recommendation is None else list(self.recommendation.cleared)
+
 
 def lookup(
     root: Path,
@@ -47,6 +52,7 @@ def lookup(
     op: str,
     nodes: int,
     gpus_per_node: int | None = None,
+    tasks_per_node: int | None = None,
     partition: str | None = None,
     transport: str | None = None,
     library: str | None = None,
@@ -67,6 +73,7 @@ def lookup(
         "library": library,
         "library_version": library_version,
         "gpus_per_node": gpus_per_node,
+        "tasks_per_node": tasks_per_node,
     }
     matching = _matching(entries, wanted)
     context = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None)
@@ -101,6 +108,8 @@ def lookup(
     if catalog is not None:
         check_published(path, rec, catalog)
     message = f"measured scope: {rec.describe_scope()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
+    if rec.deployed is not None:  # per-size rules, also beside keep-defaults: what the lines below deploy
+        message += f"; {rec.deployed.describe()}"
     size_result = None
     if size is not None:
         size_result = next((s for s in rec.per_size if s.min_bytes <= size <= s.max_bytes), None)
@@ -170,4 +179,7 @@ def format_lookup(result: LookupResult) -> str:
         lines.append(f"# from {result.source}")
     lines.extend(f"export {name}='{value}'" for name, value in result.settings.items())
     lines.extend(f"unset {name}" for name in result.unset)
+    if result.cleared:
+        lines.append(f"# {CLEARED_COMMENT}")
+        lines.extend(f"unset {name}" for name in result.cleared)
     return "\n".join(lines)

@@ -159,6 +159,9 @@ class Recommendation(_Model):
     decision: Verdict
     env: dict[str, str]  # export these (validated values)
     unset: list[str] = Field(default_factory=list)  # unset these (set by the site default, not by the winner)
+    # unset these too: the libraries' other knobs and commcamp's per-size variables, which every trial ran without
+    # (a value inherited from the job, a module or an earlier .env would run a configuration never measured)
+    cleared: list[str] = Field(default_factory=list)
     baseline_env: dict[str, str]
     gain: Gain | None
     closest: Gain | None = None  # keep-defaults: the tested candidate nearest to acceptance
@@ -176,7 +179,7 @@ class Recommendation(_Model):
 
     _env_safe = field_validator("env", "baseline_env", "plugin_env")(_checked_env)
 
-    @field_validator("unset")
+    @field_validator("unset", "cleared")
     @classmethod
     def _names(cls, names: list[str]) -> list[str]:
         return [check_env_name(n) for n in names]

@@ -97,6 +97,7 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
     traceback. What Optuna committed stays committed."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from campaigns.tuning.workers import WorkersFailed
     from tuners.study import StorageUnavailable, storage_problem
 
     previous_hook = threading.excepthook
@@ -120,6 +121,12 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
         raise _fail(console, f"cannot use the {exc}") from None
     except ValueError as exc:  # the stored study was set up differently (knobs, buckets, baseline)
         raise _fail(console, str(exc)) from None
+    except WorkersFailed as exc:  # tune --workers: sbatch refused one, a worker overran, squeue stopped answering
+        raise _fail(console, f"{exc}. Every finished trial is stored; run the same command again to resume.",
+                    ExitCode.FAILED) from None
+    except TimeoutError as exc:  # an OSError, but no file's: a wait that ran out
+        raise _fail(console, f"timed out: {exc}. Every finished trial is stored; run the same command again to "
+                             "resume.", ExitCode.FAILED) from None
     except OSError as exc:
         where = exc.filename or " or ".join(str(path) for path in outputs if path is not None) or "a file"
         raise _fail(console, f"cannot write {where}: {exc.strerror or exc}; files written earlier are unchanged",
@@ -229,10 +236,25 @@ def _fields(**kwargs: Any) -> dict[str, Any]:
     return kwargs
 
 
-def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | None]) -> None:
+def _started_trials(study: Any) -> int:
+    """Trials some process took up (all but those still queued): more after `tune --workers`' jobs ended if any
+    of them ran one."""
+    from optuna.trial import TrialState
+
+    return sum(trial.state != TrialState.WAITING for trial in study.get_trials(deepcopy=False))
+
+
+def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | None],
+                  in_job_env: Mapping[str, Path | None] | None = None) -> None:
     """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
     --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir,
-    --runs-dir) exists or is made under the nearest one above it that does. Either must take new files."""
+    --runs-dir) exists or is made under the nearest one above it that does. Either must take new files.
+    `in_job_env`: paths that jobs get in their environment (the per-size rules' files under --publish-dir and
+    --runs-dir, the tuner plugin): resolved, each must be a safe value (tuners.catalog.check_safe_value), which
+    publish would refuse after the whole tune."""
+    for option, path in (in_job_env or {}).items():
+        if path is not None:
+            check_safe_path(option, path)
     named = [(option, path.resolve()) for option, path in files.items() if path is not None]
     for i, (option, path) in enumerate(named):
         other = next((o for o, p in named[:i] if p == path), None)
@@ -252,6 +274,60 @@ def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | N
         except OSError as exc:
             refused = Path(exc.filename).parent if exc.filename else where  # the directory that took no file
             raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
+
+
+def check_safe_path(option: str, path: Path) -> None:
+    """ValueError naming `option` and the characters of `path` (resolved) that a job's environment may not carry."""
+    from tuners.catalog import SAFE_VALUE_PATTERN, UnsafeValueError, check_safe_value
+
+    resolved = str(Path(path).resolve())
+    try:
+        check_safe_value(resolved, option)
+    except UnsafeValueError:
+        bad = sorted({char for char in resolved if not SAFE_VALUE_PATTERN.fullmatch(char)})
+        names = ", ".join("a space" if char == " " else repr(char) for char in bad)
+        raise ValueError(f"{option} {resolved}: has {names}: jobs get this path in their environment (per-size "
+                         "rule files, the tuner plugin), where only letters, digits and _ . , : ^ / + = - may appear; "
+                         "choose a path without it") from None
+
+
+def per_size_paths(spec: TuningSpec) -> dict[str, Path | None]:
+    """The paths a tune with the per-size stage puts into its jobs' environment (none without it): its rule files or
+    tuner config under --publish-dir (published) and --runs-dir (the deployed set's check), the tuner plugin
+    (--plugin-library, else the one `commcamp plugin build` makes)."""
+    if not spec.per_size.enabled:
+        return {}
+    plugin = Path(spec.plugin_library) if spec.plugin_library else (
+        paths.plugin_build_dir() / paths.PLUGIN_LIBRARY if spec.library in ("nccl", "rccl") else None)
+    return {"--publish-dir": Path(spec.publish_dir) if spec.publish_dir else None, "--runs-dir": Path(spec.runs_dir),
+            "--plugin-library": plugin}
+
+
+def pretune_refusals(spec: TuningSpec, spec_path: Path | None) -> None:
+    """pretune runs trials, finalization, then the env file: no per-size stage and no check of the deployed set.
+    A spec that asks for them would be applied by half: ValueError naming each such field (with the spec file's
+    line)."""
+    from campaigns.model.yamlio import YamlDocument, YamlModelError, format_loc
+
+    problems: list[tuple[tuple[str, str], str]] = []
+    if spec.per_size.enabled:
+        problems.append((("per_size", "enabled"), "true asks for the per-size stage, which pretune does not run (nor "
+                                                  "the deployed set's check after it): set it false here, or tune the "
+                                                  "per-size rules with `commcamp tune`"))
+    if not spec.finalize.never_slower:
+        problems.append((("finalize", "never_slower"), "false lets an environment slower at some sizes through for "
+                                                       "per-size rules to restore them, which pretune does not make: "
+                                                       "set it true"))
+    if not problems:
+        return
+    document = None
+    if spec_path is not None:
+        try:
+            document = YamlDocument(spec_path)
+        except YamlModelError:
+            pass
+    raise ValueError("; ".join(document.problem(loc, why) if document is not None else f"{format_loc(loc)}: {why}"
+                               for loc, why in problems))
 
 
 def launcher_lines(spec: TuningSpec) -> list[str]:
@@ -347,7 +423,8 @@ def register(app: typer.Typer) -> None:
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
         from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner, prepare,
                                               study_name)
-        from campaigns.tuning.workers import completed_launcher, submit_workers, wait_for_jobs, worker_spec
+        from campaigns.tuning.workers import (GRACE_S, completed_launcher, idle_workers_problem, submit_workers,
+                                              wait_for_jobs, worker_finished, worker_spec, worker_time_limit_min)
         from tuners.study import study_progress
 
         console, errors = make_console(), make_console(stderr=True)
@@ -367,7 +444,8 @@ def register(app: typer.Typer) -> None:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
             spec_obj = completed_launcher(spec_obj, inside_allocation=bool(os.environ.get("SLURM_JOB_ID")))
             check_outputs({"--summary": summary},
-                          {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir})
+                          {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir},
+                          per_size_paths(spec_obj))
             if workers and spec_obj.storage_url().startswith("sqlite"):
                 raise ValueError("parallel workers need PostgreSQL storage (--db postgresql+psycopg://...): "
                                  "SQLite takes one writer process at a time")
@@ -394,13 +472,18 @@ def register(app: typer.Typer) -> None:
             session = TuningSession(setup)
             if workers:
                 tuner = make_tuner(setup)
-                tuner.load_study()  # created once (defaults + seeds enqueued) before the workers race for it
+                # created once (defaults + seeds enqueued) before the workers race for it
+                started = _started_trials(tuner.load_study())
                 directory = Path(spec_obj.runs_dir) / f"tune-workers-{time.strftime('%Y%m%dT%H%M%S')}"
                 ids = submit_workers(spec_obj, workers, directory, os.environ)
                 console.print(f"submitted {workers} tuning workers: Slurm jobs {', '.join(map(str, ids))} "
                               f"(output in {directory})")
-                wait_for_jobs(ids, os.environ, timeout_s=(spec_obj.budget_s or 3600) + 600)
-                session.collect(tuner)
+                # However long they wait in the queue; each, once running, within its -t (and Slurm's grace)
+                wait_for_jobs(ids, os.environ, run_limit_s=worker_time_limit_min(spec_obj) * 60 + GRACE_S,
+                              log=lambda line: console.print(escape(line), highlight=False, soft_wrap=True))
+                collected = session.collect(tuner)
+                if _started_trials(collected.study) == started and not worker_finished(directory):
+                    raise _fail(errors, idle_workers_problem(directory, ids), ExitCode.FAILED)
             else:
                 session.trials()
             outcome = session.finish()
@@ -488,12 +571,13 @@ def register(app: typer.Typer) -> None:
         started = time.monotonic()
         with _setup_errors(errors, spec, fields):
             spec_obj = build_spec(spec, fields)
+            pretune_refusals(spec_obj, spec)
             # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
                                                    "publish_dir": publish_dir,
                                                    "time_limit_s": min(spec_obj.time_limit_s, max(30, int(total / 5)))})
             check_outputs({"--env-file": env_file, "--summary": summary},
-                          {"--publish-dir": publish_dir, "--runs-dir": spec_obj.runs_dir})
+                          {"--publish-dir": publish_dir, "--runs-dir": spec_obj.runs_dir}, per_size_paths(spec_obj))
             setup = prepare(spec_obj, inside_allocation=True)
             # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
             stem = study or setup.study_name
@@ -545,6 +629,8 @@ def register(app: typer.Typer) -> None:
         nodes: Annotated[int, typer.Option(help="node count of the job")],
         size: Annotated[Optional[str], typer.Option(help="message size, e.g. 64M")] = None,
         gpus_per_node: GpusOpt = None,
+        tasks_per_node: Annotated[Optional[int], typer.Option(
+            help="ranks per node of the job (needed when scopes of several are published)")] = None,
         partition: Annotated[Optional[str], typer.Option(help="partition")] = None,
         transport: Annotated[Optional[str], typer.Option(
             help="commbench transport of the published scope (mpi, ccl, ...)")] = None,
@@ -555,7 +641,7 @@ def register(app: typer.Typer) -> None:
             help="recommendations root \\[default: <workspace>/recommendations]")] = None,
     ) -> None:
         """Print the published settings for a job context and the measured scope they come from. A node
-        count, GPU count, size or library version that was not measured is said so; nothing is extrapolated,
+        count, GPU or rank count, size or library version that was not measured is said so; nothing is extrapolated,
         and of several matching scopes (e.g. two library versions) none is chosen: the options that pick one
         are listed."""
         from campaigns.tuning.lookup import check_query
@@ -573,10 +659,11 @@ def register(app: typer.Typer) -> None:
         root = root or paths.recommendations_dir()
         try:
             size_bytes = check_query(root, site, system, partition=partition, op=op, nodes=nodes,
-                                     gpus_per_node=gpus_per_node, transport=transport, library=library,
-                                     library_version=library_version, size=size)
-            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node, partition=partition,
-                            transport=transport, library=library, library_version=library_version, size=size_bytes,
+                                     gpus_per_node=gpus_per_node, tasks_per_node=tasks_per_node, transport=transport,
+                                     library=library, library_version=library_version, size=size)
+            result = lookup(root, site, system, op=op, nodes=nodes, gpus_per_node=gpus_per_node,
+                            tasks_per_node=tasks_per_node, partition=partition, transport=transport, library=library,
+                            library_version=library_version, size=size_bytes,
                             catalog=site_knob_catalog(site, unknown_is_base=True)[0])
         except ValueError as exc:
             raise _fail(errors, str(exc)) from None

@@ -21,7 +21,7 @@ def _choice(option: str, value: str | None, choices: tuple[str, ...], what: str)
 
 
 def check_query(root: Path, site: str, system: str, *, partition: str | None, op: str, nodes: int,
-                gpus_per_node: int | None, transport: str | None, library: str | None, library_version: str | None,
+                gpus_per_node: int | None, tasks_per_node: int | None, transport: str | None, library: str | None, library_version: str | None,
                 size: str | None) -> int | None:
     """The size in bytes (None when not given); ValueError naming the first bad option otherwise."""
     for option, name in (("--site", site), ("--system", system), ("--partition", partition)):
@@ -39,6 +39,8 @@ def check_query(root: Path, site: str, system: str, *, partition: str | None, op
         # tune records CPU scopes with 1 GPU per node (TuningSpec.gpus_per_node): 0 would match nothing
         raise ValueError(f"--gpus-per-node {gpus_per_node} must be at least 1 (CPU scopes are tuned and published "
                          "with 1; leave it out to match any)")
+    if tasks_per_node is not None and tasks_per_node < 1:
+        raise ValueError(f"--tasks-per-node {tasks_per_node} must be at least 1 (leave it out to match any)")
     size_bytes = None
     if size is not None:
         try:

@@ -105,14 +105,17 @@ def executor_label(spec: TuningSpec) -> str:
 
 def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
     """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
-    content, the searched domains, the ranks per node and the message sizes: trials of another executor, another
-    knob setup or another measurement (the scope names GPUs per node, not ranks; the stored study checks the
-    buckets' ranges, not their sizes) go to a study of their own, and so do those of a catalog whose domains
-    changed (Optuna cannot resume a changed domain)."""
+    content, the searched domains, the ranks per node and what a run measures (sizes, sizes per bucket, batch,
+    iterations, warm-up, programming environment): trials of another executor, another knob setup or another
+    measurement (scopes published before they named ranks per node did not; the stored study checks the buckets'
+    ranges, not their sizes; batch > 1 turns a latency into a throughput) go to a study of their own, and so do those of a catalog
+    whose domains changed (Optuna cannot resume a changed domain)."""
     if spec.study is not None:
         return spec.study
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
              "tasks_per_node": spec.tasks_per_node, "sizes": sorted(set(spec.sizes)),
+             "sizes_per_bucket": spec.sizes_per_bucket, "batch": spec.batch, "iters": spec.iters,
+             "warmup": spec.warmup, "environ": spec.environ,
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
              "executor": executor_label(spec),
              "domains": space.domains()}
@@ -141,7 +144,7 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
         raise ValueError(f"unverifiable_knobs: {', '.join(unknown)} not in the knob catalog {catalog.source}")
     if spec.plugin_library is not None and not spec.plugin_library.is_file():  # found at the end of a tune otherwise
         raise ValueError(f"plugin_library: {spec.plugin_library} does not exist (build it: commcamp plugin build)")
-    site_env(spec)
+    site_env(spec, {})
     if not inside_allocation:
         check_partition_size(spec)
     if spec.executor == "launcher":
@@ -165,7 +168,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     commbench's records."""
     catalog, files = check_spec(spec, inside_allocation=inside_allocation, launcher_runs_here=launcher_runs_here)
     library = Library(spec.library)
-    base_env = {**strip_knobs(os.environ if environ is None else environ, catalog, library), **site_env(spec)}
+    stripped = strip_knobs(os.environ if environ is None else environ, catalog, library)
+    base_env = {**stripped, **site_env(spec, stripped)}
     executor = make_executor(spec, base_env)
     request = spec.request()
     version = spec.library_version
@@ -180,7 +184,7 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     system, _, partition = spec.system.partition(":")
     scope = StudyScope(site=spec.site, system=system, partition=partition, library=library,
                        library_version=version, op=spec.op, transport=spec.transport, nodes=spec.nodes,
-                       gpus_per_node=spec.gpus_per_node)
+                       gpus_per_node=spec.gpus_per_node, tasks_per_node=spec.tasks_per_node)
     buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
     # The site's defaults of knobs this tune does not search run in every trial, as in the site's jobs (a
     # tune of NCCL_BUFFSIZE alone on Alps keeps its NCCL_PROTO=^LL128 pin).

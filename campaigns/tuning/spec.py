@@ -3,6 +3,8 @@ per-size stage, outputs; and what the spec's site says (its partition, environme
 overrides)."""
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -338,9 +340,18 @@ def only_partition(site_name: str, system_name: str) -> str:
     return f"{system_name}:{system.partitions[0].name}"
 
 
-def site_env(spec: TuningSpec) -> dict[str, str]:
-    """What the site environment exports for its jobs, minus commcamp's launcher selector."""
+_SHELL_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def site_env(spec: TuningSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """What the site environment exports for its jobs, minus commcamp's launcher selector, each value with its
+    $NAME / ${NAME} expanded as the job script's shell does (against `environ` and the lines before it; unset:
+    empty): a launch without ReFrame gets no shell, and LD_LIBRARY_PATH=$X/lib:$LD_LIBRARY_PATH passed literally
+    loses the caller's path."""
     found = site_partition(spec)
-    env = {} if found is None else dict(found[1])
-    env.pop("COMMCAMP_MPIEXEC", None)
+    env: dict[str, str] = {}
+    for name, value in ({} if found is None else found[1]).items():
+        if name != "COMMCAMP_MPIEXEC":
+            seen = {**environ, **env}
+            env[name] = _SHELL_VARIABLE.sub(lambda m: seen.get(m.group(1) or m.group(2), ""), value)
     return env
