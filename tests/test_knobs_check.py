@@ -40,7 +40,7 @@ def test_missing_stale_and_wrong_domains_are_reported(commbench_builds: dict[str
         "OMPI_MCA_coll_tuned_bcast_algorithm": {**KNOB, "libraries": ["openmpi"], "type": "int", "low": 0,
                                                  "high": 9},
         "OMPI_MCA_btl_tcp_sndbuf": {**KNOB, "libraries": ["openmpi"], "type": "pow2", "low": 4096,
-                                     "high": 65536, "versions": {"openmpi": "<4.0"}},
+                                     "high": 65536, "versions": {"openmpi": "<4.0"}, "unset": "0: kernel"},
     }}))
     code, stdout, _ = commcamp("knobs", "check", "--library", "openmpi", "--catalog", catalog,
                                "--commbench", commbench_builds["openmpi"].binary)
@@ -186,3 +186,56 @@ def test_a_component_closed_by_a_one_process_init_is_not_missing(commbench_build
     assert code == 0, stdout + stderr
     assert "unset = btl_vader_single_copy_mechanism=cma in the library" in stdout
     assert stdout.strip().endswith("1 catalog knob(s) compared with MPI_T, 0 problem(s)")
+
+
+def test_open_mpi_s_parameter_files_do_not_reach_the_listing(commbench_builds: dict[str, CommbenchBuild],
+                                                              tmp_path: Path) -> None:
+    """Open MPI reads $HOME/.openmpi/mca-params.conf and the system's openmpi-mca-params.conf besides OMPI_MCA_*: a
+    user's file setting coll_tuned_use_dynamic_rules = 1 made the catalog's (right) unset_equals 0 a failure, exit 1;
+    a file could as well hide a wrong unset_equals. The listing runs with OMPI_MCA_mca_base_param_files=/dev/null."""
+    (tmp_path / ".openmpi").mkdir()
+    (tmp_path / ".openmpi" / "mca-params.conf").write_text("coll_tuned_use_dynamic_rules = 1\n"
+                                                           "coll_tuned_allreduce_algorithm = ring\n")
+    code, stdout, stderr = commcamp("knobs", "check", "--library", "openmpi", "--commbench",
+                                    commbench_builds["openmpi"].binary, "--library-version", "4.1.4", "--notes",
+                                    env={"HOME": str(tmp_path)})
+    assert code == 0 and stdout.strip().endswith(", 0 problem(s)"), stdout + stderr
+    assert "unset = coll_tuned_use_dynamic_rules=false in the library" in stdout
+    assert "unset = coll_tuned_allreduce_algorithm=ignore in the library" in stdout
+
+
+@pytest.mark.parametrize(("library", "knobs", "expected"), [
+    ("mpich", {
+        # MPICH types every cvar int: a bool knob on one whose unset value is 2048 is no boolean
+        "MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE": {**KNOB, "libraries": ["mpich"], "type": "bool"},
+        "MPIR_CVAR_ENABLE_HCOLL": {**KNOB, "libraries": ["mpich"], "type": "bool"},  # 0 when unset: right
+        # 2048 when unset lies below the domain, and the catalog does not say so
+        "MPIR_CVAR_REDUCE_SHORT_MSG_SIZE": {**KNOB, "libraries": ["mpich"], "type": "pow2", "low": 4096,
+                                            "high": 65536, "unset": "MPICH's default"},
+    }, ["domain: MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE: bool in the catalog, MPIR_CVAR_ALLREDUCE_SHORT_MSG_SIZE is int "
+        "2048 when unset, not 0 or 1",
+        "domain: MPIR_CVAR_REDUCE_SHORT_MSG_SIZE: MPIR_CVAR_REDUCE_SHORT_MSG_SIZE is 2048 when unset, outside the "
+        "catalog's [4096, 65536], and the catalog's unset (\"MPICH's default\") does not begin with 2048: a wrong "
+        "domain, or say it (\"2048: ...\")"]),
+    ("openmpi", {
+        "OMPI_MCA_btl_tcp_sndbuf": {**KNOB, "libraries": ["openmpi"], "type": "pow2", "low": 4096, "high": 65536,
+                                     "unset": "the kernel's socket buffer autotuning"},
+        # the catalog's way of saying the library's unset value is outside the searched domain: right
+        "OMPI_MCA_btl_tcp_rcvbuf": {**KNOB, "libraries": ["openmpi"], "type": "pow2", "low": 4096, "high": 65536,
+                                     "unset": "0: the kernel's socket buffer autotuning"},
+    }, ["domain: OMPI_MCA_btl_tcp_sndbuf: btl_tcp_sndbuf is 0 when unset, outside the catalog's [4096, 65536], and "
+        "the catalog's unset (\"the kernel's socket buffer autotuning\") does not begin with 0: a wrong domain, "
+        "or say it (\"0: ...\")"]),
+])
+def test_a_domain_that_does_not_hold_the_library_s_unset_value_is_reported(
+        commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, library: str,
+        knobs: dict[str, dict[str, object]], expected: list[str]) -> None:
+    """A bool knob was accepted for any integer cvar without values, and an int knob's range was never compared with
+    the library's unset value: a catalog whose domain the library does not take passed as consistent."""
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": knobs}))
+    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--catalog", catalog, "--commbench",
+                                    commbench_builds[library].binary, "--library-version", VERSIONS[library])
+    assert code == 1, stdout + stderr
+    assert sorted(line for line in stdout.splitlines() if line.startswith("domain: ")) == sorted(expected)
+    assert stdout.strip().endswith(f", {len(expected)} problem(s)")

@@ -12,7 +12,7 @@ import yaml
 from fixtures_tuner import catalog  # noqa: F401  (fixture)
 
 from tuners.catalog import CatalogError, KnobCatalog, Library, Safety, UnsafeValueError, check_safe_value
-from tuners.space import SpaceError, build_space
+from tuners.space import SpaceError, build_space, check_knob_names
 
 REQUIRED_KNOBS = [
     "NCCL_NET_GDR_LEVEL",
@@ -242,7 +242,8 @@ def test_version_filtering(catalog: KnobCatalog) -> None:
     old = build_space(catalog, {Library.NCCL: "2.16.5"}, transport="ccl")
     new = build_space(catalog, NCCL_NEW, transport="ccl")
     assert "NCCL_MIN_NCHANNELS" in old.knob_names and "NCCL_MIN_CTAS" not in old.knob_names
-    assert "NCCL_MIN_CTAS" in new.knob_names and "NCCL_MIN_NCHANNELS" not in new.knob_names
+    # NCCL 2.28.3 still reads NCCL_MIN/MAX_NCHANNELS (src/graph/connect.cc:325-326) beside the per-collective CTAs
+    assert {"NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"} <= set(new.knob_names)
     assert "NCCL_NCHANNELS_PER_PEER" not in new.knob_names  # RCCL only
     algo = {d.name: d for d in old.dimensions}["NCCL_ALGO"].choices
     assert algo is not None and "PAT" not in algo and "NVLS" not in algo and "CollnetDirect" in algo
@@ -437,3 +438,122 @@ def test_mpich_4_allreduce_tunes_do_not_search_the_short_message_threshold(catal
     assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM" in space.knob_names  # the knob that does select the algorithm
     with pytest.raises(SpaceError, match=f"{knob} cannot be searched: it does not affect op=allreduce"):
         build_space(catalog, mpich, knobs=[knob], op="allreduce", transport="mpi")
+
+
+def test_library_defaults_and_bounds_match_the_sources(catalog: KnobCatalog) -> None:
+    """Reviewed against NVIDIA/nccl and aws/aws-ofi-nccl: NCCL_NCHANNELS_PER_NET_PEER is auto (not 2) when unset from
+    NCCL 2.20 (v2.28.3 init.cc:1374, graph/paths.cc:821-835), so no unset_equals; OFI_NCCL_EAGER_MAX_SIZE is 8192 when
+    unset (nccl_ofi_param.h, v1.7.0 on but v1.14.0), not -1; NCCL_IB_QPS_PER_CONNECTION above 32 overflows qps[128]
+    with 4 merged devices (net_ib.cc); NCCL_MIN/MAX_NCHANNELS are read by every NCCL version."""
+    assert catalog["NCCL_NCHANNELS_PER_NET_PEER"].unset_equals is None
+    assert catalog.effective_env({"NCCL_NCHANNELS_PER_NET_PEER": "2"}) == {"NCCL_NCHANNELS_PER_NET_PEER": "2"}
+    assert catalog["OFI_NCCL_EAGER_MAX_SIZE"].unset_equals == "8192"
+    assert catalog.effective_env({"OFI_NCCL_EAGER_MAX_SIZE": "-1"}) == {"OFI_NCCL_EAGER_MAX_SIZE": "-1"}
+    assert catalog["NCCL_IB_QPS_PER_CONNECTION"].high == 32
+    with pytest.raises(UnsafeValueError, match="outside"):
+        catalog["NCCL_IB_QPS_PER_CONNECTION"].check_value("64")
+    for name in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+        assert catalog[name].applies_to({Library.NCCL: "2.28.3"}) is None
+
+
+EAGER, STRIPE = "OFI_NCCL_EAGER_MAX_SIZE", "OFI_NCCL_MIN_STRIPE_SIZE"
+OFI = {Library.AWS_OFI_NCCL: "1.21.1"}
+
+
+def test_eager_size_never_exceeds_the_stripe_size(catalog: KnobCatalog) -> None:
+    """aws-ofi-nccl's RDMA protocol refuses EAGER_MAX_SIZE > MIN_STRIPE_SIZE (src/nccl_ofi_rdma.cpp 'Invalid value
+    for EAGER_MAX_SIZE', -ENOTSUP), a knob not set counting as its default (8192, 131072): MIN_STRIPE_SIZE=4096 alone
+    breaks it. No env, site default, pin or trial may carry such a pair; the space raises the stripe's low to the
+    eager size and caps the eager size at a pinned stripe size."""
+    for env in ({STRIPE: "4096"}, {EAGER: "65536", STRIPE: "32768"}):
+        with pytest.raises(UnsafeValueError, match=f"{EAGER}=.* exceeds {STRIPE}="):
+            catalog.validate_env(env)
+    for env in ({EAGER: "0", STRIPE: "4096"}, {EAGER: "8192", STRIPE: "8192"}, {EAGER: "65536"}, {EAGER: "-1"}):
+        assert catalog.validate_env(env) == env
+    with pytest.raises(CatalogError, match=rf"alps/site\.yaml: {EAGER}, knobs\.defaults\.{STRIPE}: {EAGER}=8192 "
+                                           r"\(not set\) exceeds"):
+        catalog.for_site({"defaults": {STRIPE: 4096}}, "alps/site.yaml")
+    with pytest.raises(CatalogError, match=rf"knobs\.pinned\.{EAGER}, knobs\.pinned\.{STRIPE}: {EAGER}=65536 exceeds "
+                                           rf"{STRIPE}=32768 \(aws/aws-ofi-nccl src/nccl_ofi_rdma\.cpp"):
+        catalog.for_site({"pinned": {EAGER: 65536, STRIPE: 32768}}, "alps/site.yaml")
+    site = catalog.for_site({"defaults": {EAGER: 0}}, "alps/site.yaml")  # a site default counts for what is absent
+    assert site.validate_env({STRIPE: "4096"}) == {STRIPE: "4096"}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    both = build_space(catalog, OFI, knobs=[EAGER, STRIPE])
+    pairs = []
+    for _ in range(300):
+        env = both.suggest(study.ask())  # UnsafeValueError on a pair that breaks it
+        pairs.append((int(env.get(EAGER, 8192)), int(env.get(STRIPE, 131072))))
+    assert all(eager <= stripe for eager, stripe in pairs)
+    assert any(stripe < 8192 for _, stripe in pairs)  # small stripes stay in the search, beside small eager sizes
+    pinned = build_space(catalog.for_site({"pinned": {STRIPE: 8192}}), OFI, knobs=[EAGER])
+    outcomes = set()
+    for _ in range(100):
+        try:
+            outcomes.add(pinned.suggest(study.ask()).get(EAGER))
+        except SpaceError as exc:  # a searched value above the pin: not launched (one distribution per knob)
+            assert f"{EAGER}=65536 breaks the catalog's constraints" in str(exc)
+            outcomes.add("refused")
+    assert outcomes == {None, "-1", "0", "8192", "refused"}
+    floor = build_space(catalog.for_site({"defaults": {EAGER: 65536}}), OFI, knobs=[STRIPE])
+    assert {floor.suggest(study.ask()).get(STRIPE, "131072") for _ in range(100)} <= {str(2**e) for e in range(16, 23)}
+
+
+def test_an_ordered_constraint_is_checked_where_it_is_loaded(tmp_path: Path) -> None:
+    knob = {**GOOD, "libraries": ["aws-ofi-nccl"]}
+    boolean = {**{k: v for k, v in knob.items() if k not in ("low", "high")}, "type": "bool"}
+    document = {"schema_version": 1, "knobs": {"A": knob, "B": knob, "C": boolean},
+                "constraints": [{"ordered": ["A", "C"], "source": "-"}]}
+    with pytest.raises(CatalogError, match=r"t\.yaml: constraints\[0\]\.ordered: C is not an int knob of the catalog"):
+        KnobCatalog.from_document(document, "t.yaml")
+    document["constraints"] = [{"ordered": ["A", "B"], "product": ["A", "B"], "at_most": 4, "source": "-"}]
+    with pytest.raises(CatalogError, match=r"constraints\[0\]: needs 'product' \(with 'at_most'\) or 'ordered'"):
+        KnobCatalog.from_document(document, "t.yaml")
+    document["constraints"] = [{"ordered": ["A", "B"], "source": "-"}]
+    catalog = KnobCatalog.from_document(document, "t.yaml")
+    with pytest.raises(UnsafeValueError, match=r"A=9 exceeds B=3"):
+        catalog.validate_env({"A": "9", "B": "3"})
+    assert catalog.validate_env({"A": "9"}) == {"A": "9"}  # B unset: its value is not known (no unset_equals)
+
+
+def test_a_pin_that_undoes_a_searched_knob_s_requirement_is_refused(catalog: KnobCatalog) -> None:
+    """A site pinning OMPI_MCA_coll_tuned_use_dynamic_rules=0 while a tune searches allreduce_algorithm (which
+    requires it =1): env_from_values set the requirement, then the pin over it, so every trial ran coll/tuned's fixed
+    rules: the baseline measured again under another name. A named knob is refused, a default space leaves it out."""
+    rules, algorithm = "OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm"
+    site = catalog.for_site({"pinned": {rules: 0}}, "site.yaml")
+    openmpi = {Library.OPENMPI: "4.1.4"}
+    with pytest.raises(SpaceError, match=f"{algorithm} cannot be searched: it requires {rules}=1, which the site pins "
+                                         "to 0"):
+        build_space(site, openmpi, knobs=[algorithm, "OMPI_MCA_btl_tcp_sndbuf"], op="allreduce")
+    with pytest.raises(SpaceError, match=f"it requires {rules}=1, which the site pins to 0"):
+        check_knob_names(site, Library.OPENMPI, [algorithm], op="allreduce")
+    default = build_space(site, openmpi, op="allreduce", transport="mpi")
+    assert algorithm not in default.knob_names and "OMPI_MCA_btl_tcp_sndbuf" in default.knob_names
+    agreeing = catalog.for_site({"pinned": {rules: 1}}, "site.yaml")  # the pin the knob needs: searched
+    space = build_space(agreeing, openmpi, knobs=[algorithm], op="allreduce")
+    assert space.suggest(optuna.trial.FixedTrial({algorithm: "ring"})) == {algorithm: "ring", rules: "1"}
+
+
+def test_transport_switches_are_searched_only_when_named(catalog: KnobCatalog) -> None:
+    """NCCL_P2P_DISABLE / NCCL_SHM_DISABLE only slow NCCL down (P2P_DISABLE=1: 27 GB/s on the H200, gpu-device) yet
+    were in every default NCCL space; they stay out of it (searched_by_default false), still searchable when named
+    and pinnable (site_configs/knobs/planted/socket-path.yaml)."""
+    switches = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+    default = build_space(catalog, NCCL_NEW, op="allreduce", transport="ccl")
+    assert not set(switches) & set(default.knob_names) and "NCCL_BUFFSIZE" in default.knob_names
+    assert build_space(catalog, NCCL_NEW, knobs=list(switches)).knob_names == switches
+    socket_path = yaml.safe_load((Path(__file__).resolve().parents[1] / "site_configs/knobs/planted/socket-path.yaml")
+                                 .read_text())
+    pinned = catalog.for_site(socket_path, "socket-path.yaml")
+    space = build_space(pinned, NCCL_NEW, knobs=["NCCL_BUFFSIZE"])
+    assert space.suggest(optuna.trial.FixedTrial(space.params_for_env({}))) == {name: "1" for name in switches}
+
+
+def test_ops_and_transports_are_commbench_s_names(tmp_path: Path, catalog: KnobCatalog) -> None:
+    """A misspelt op or transport kept the knob out of every space without a word (`sendrecv` is commbench's ring
+    shift, bench_src/schema/vocabulary.json)."""
+    assert "sendrecv" in catalog["NCCL_NCHANNELS_PER_NET_PEER"].ops
+    for field, value in (("ops", ["send_recv"]), ("transports", ["nccl"])):
+        with pytest.raises(CatalogError, match=rf"knobs\.NCCL_IB_SL\.{field}: \[{value[0]!r}\] are not commbench"):
+            KnobCatalog.load(write_catalog(tmp_path, {**GOOD, field: value}))

@@ -8,6 +8,8 @@ character whitelist first, then the knob's domain. Nothing else can reach a job 
 from __future__ import annotations
 
 import enum
+import functools
+import json
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -20,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError, typos_first
 from campaigns.paths import KNOB_CATALOG as DEFAULT_CATALOG_PATH  # the catalog ships with commcamp
+from campaigns.paths import VOCABULARY as VOCABULARY_PATH  # commbench's ops and transports
 
 # Letters, digits and the punctuation real knob values need (UCX_TLS lists, NCCL_PROTO=^LL128,
 # paths). Everything a shell or Lua could interpret ($ ` ; | & quotes whitespace newlines
@@ -135,6 +138,8 @@ class Knob(BaseModel):
     search_values: tuple[int, ...] | None = None  # int knobs: the points searched (domain stays low..high)
     default: str | None = None
     allow_unset: bool = True
+    # False: only a tune that names the knob searches it (never worth searching on its own, e.g. NCCL_P2P_DISABLE)
+    searched_by_default: bool = True
     versions: dict[Library, str] = Field(default_factory=dict)
     value_versions: dict[str, dict[Library, str]] = Field(default_factory=dict)
     ops: tuple[str, ...] = ("*",)
@@ -277,8 +282,13 @@ class ProductConstraint(BaseModel):
     at_most: int = Field(ge=1)
     source: str = Field(min_length=1)
 
-    def violation(self, values: Mapping[str, str]) -> str | None:
-        """Why `values` (name -> value, unset knobs absent) break the constraint, or None."""
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.product
+
+    def violation(self, values: Mapping[str, str], unset: Mapping[str, str | None] | None = None) -> str | None:
+        """Why `values` (name -> value, unset knobs absent) break the constraint, or None. `unset` (what an absent
+        knob is) plays no part: the product is judged only when every factor is set."""
         if not all(name in values for name in self.product):
             return None
         product = math.prod(int(values[name]) for name in self.product)
@@ -297,6 +307,70 @@ class ProductConstraint(BaseModel):
         if any(value is None for value in others):
             return None
         return self.at_most // math.prod(int(value) for value in others if value is not None)
+
+
+class OrderConstraint(BaseModel):
+    """`ordered: [A, B]`: A <= B, a knob that is not set counting as what it then is (`unset`: the site's pin or
+    default, else the library's own value, unset_equals; None = not known, and the constraint is not judged). E.g.
+    aws-ofi-nccl's RDMA protocol refuses OFI_NCCL_EAGER_MAX_SIZE above OFI_NCCL_MIN_STRIPE_SIZE."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ordered: tuple[str, str]
+    source: str = Field(min_length=1)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.ordered
+
+    @staticmethod
+    def _value(name: str, values: Mapping[str, str | None], unset: Mapping[str, str | None]) -> int | None:
+        value = values.get(name)
+        if value is None:
+            value = unset.get(name)
+        return None if value is None else int(value)
+
+    def violation(self, values: Mapping[str, str | None], unset: Mapping[str, str | None] | None = None
+                  ) -> str | None:
+        """Why `values` (name -> value; absent or None: not set, then `unset[name]`) break A <= B, or None."""
+        unset = unset or {}
+        low_name, high_name = self.ordered
+        low, high = self._value(low_name, values, unset), self._value(high_name, values, unset)
+        if low is None or high is None or low <= high:
+            return None
+
+        def shown(name: str, value: int) -> str:
+            return f"{name}={value}" + ("" if values.get(name) is not None else " (not set)")
+
+        return f"{shown(low_name, low)} exceeds {shown(high_name, high)} ({self.source})"
+
+    def cap(self, name: str, values: Mapping[str, str | None], unset: Mapping[str, str | None]) -> int | None:
+        """A's largest value beside B's (set, or None = not set) in `values`; None where B is not chosen yet (it then
+        takes A's value as its floor) or unknown, and for B."""
+        low_name, high_name = self.ordered
+        if name != low_name or high_name not in values:
+            return None
+        return self._value(high_name, values, unset)
+
+    def floor(self, name: str, values: Mapping[str, str | None], unset: Mapping[str, str | None]) -> int | None:
+        """B's smallest value beside A's in `values` (None where A is not chosen yet, or unknown), and None for A."""
+        low_name, high_name = self.ordered
+        if name != high_name or low_name not in values:
+            return None
+        return self._value(low_name, values, unset)
+
+    def unset_conflict(self, name: str, values: Mapping[str, str | None], unset: Mapping[str, str | None]
+                       ) -> str | None:
+        """Why leaving `name` unset breaks the constraint beside the other knob's value in `values`, or None."""
+        if name not in self.ordered:
+            return None
+        other = self.ordered[1] if name == self.ordered[0] else self.ordered[0]
+        if other not in values:  # not chosen yet: it adapts to this one's value
+            return None
+        return self.violation({other: values[other]}, unset)
+
+
+Constraint = ProductConstraint | OrderConstraint
 
 
 class KnobRestriction(BaseModel):
@@ -350,7 +424,7 @@ class KnobCatalog:
         knobs: Mapping[str, Knob],
         source: str,
         pinned: Mapping[str, str] | None = None,
-        constraints: tuple[ProductConstraint, ...] = (),
+        constraints: tuple[Constraint, ...] = (),
         documented: tuple[DocumentedSetting, ...] = (),
     ) -> None:
         self._knobs = dict(knobs)
@@ -386,20 +460,26 @@ class KnobCatalog:
             if not isinstance(fields, dict):
                 raise CatalogError(f"{source}: knobs.{name}: must be a mapping")
             knobs[name] = _build(Knob, {"name": name, **fields}, source, f"knobs.{name}")
+        _check_vocabulary(knobs, source)
         entries = document.get("constraints") or []
         if not isinstance(entries, list):
             raise CatalogError(f"{source}: constraints: must be a list")
-        constraints = tuple(
-            _build(ProductConstraint, entry, source, f"constraints[{i}]")
-            for i, entry in enumerate(entries)
-        )
+        constraints: list[Constraint] = []
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict) or ("product" in entry) == ("ordered" in entry):
+                raise CatalogError(f"{source}: constraints[{i}]: needs 'product' (with 'at_most') or 'ordered', "
+                                   "one of them")
+            model: type[BaseModel] = ProductConstraint if "product" in entry else OrderConstraint
+            constraints.append(_build(model, entry, source, f"constraints[{i}]"))
         for i, constraint in enumerate(constraints):
-            for name in constraint.product:
+            product = isinstance(constraint, ProductConstraint)
+            for name in constraint.names:
                 if name not in knobs or knobs[name].type not in (KnobType.INT, KnobType.POW2) \
-                        or knobs[name].search_values is not None:
-                    raise CatalogError(f"{source}: constraints[{i}].product: {name} is not an int knob "
-                                       "(without search_values) of the catalog")
-        catalog = cls(knobs, source, constraints=constraints)
+                        or product and knobs[name].search_values is not None:
+                    kind = "product" if product else "ordered"
+                    raise CatalogError(f"{source}: constraints[{i}].{kind}: {name} is not an int knob "
+                                       + ("(without search_values) " if product else "") + "of the catalog")
+        catalog = cls(knobs, source, constraints=tuple(constraints))
         catalog._check_references(source)
         return catalog
 
@@ -468,8 +548,10 @@ class KnobCatalog:
 
         trial_zero = catalog.default_env()
         for constraint in self.constraints:
-            if (broken := constraint.violation(trial_zero)) is not None:
-                raise CatalogError(f"{source}: {keys(constraint.product, 'defaults')}: {broken}")
+            if (broken := constraint.violation(trial_zero, catalog.unset_values(constraint.names))) is not None:
+                raise CatalogError(f"{source}: {keys(constraint.names, 'defaults')}: {broken}")
+            if isinstance(constraint, OrderConstraint):
+                continue  # trial 0 fits (checked above): the space keeps to it (a knob left unset at worst)
             # the smallest values the factors take when set: above the limit, they can never be set together
             smallest = {name: pinned.get(name, str(knobs[name].low)) for name in constraint.product}
             if (broken := constraint.violation(smallest)) is not None:
@@ -505,17 +587,24 @@ class KnobCatalog:
         return len(self._knobs)
 
     def validate_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """Every name must be a catalog knob, every value inside its domain, every constraint met."""
+        """Every name must be a catalog knob, every value inside its domain, every constraint met (a knob `env` does
+        not set counts as the site's pin or default, else the library's own value: an `ordered` constraint)."""
         checked = {}
         for name, value in env.items():
             if name not in self._knobs:
                 raise UnsafeValueError(f"{name} is not a knob of the catalog {self.source}")
             checked[name] = self._knobs[name].check_value(value)
         for constraint in self.constraints:
-            broken = constraint.violation(checked)
+            broken = constraint.violation(checked, self.unset_values(constraint.names, site=True))
             if broken is not None:
                 raise UnsafeValueError(broken)
         return checked
+
+    def unset_values(self, names: tuple[str, ...] | list[str], *, site: bool = False) -> dict[str, str | None]:
+        """What each named knob is when an environment does not set it: the library's own value (`unset_equals`;
+        None = not known) or, with `site`, the site's pin or default first (an env on top of the site defaults)."""
+        defaults = self.default_env(names) if site else {}
+        return {name: defaults.get(name, self._knobs[name].unset_equals) for name in names}
 
     def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
         """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
@@ -558,9 +647,29 @@ class KnobCatalog:
 
     def cap(self, name: str, values: Mapping[str, str | None]) -> int | None:
         """The largest value of knob `name` that every constraint allows given the other knobs' values (None =
-        unset); a factor absent from `values` is not chosen yet and counts at its low (ProductConstraint.cap)."""
-        caps = [constraint.cap(name, values, self._lows(constraint)) for constraint in self.constraints]
+        unset); a factor absent from `values` is not chosen yet and counts at its low (ProductConstraint.cap); the
+        lower knob of an `ordered` pair is capped at the other's value once that is known (OrderConstraint.cap)."""
+        caps = [constraint.cap(name, values, self._lows(constraint)) if isinstance(constraint, ProductConstraint)
+                else constraint.cap(name, values, self.unset_values(constraint.names))
+                for constraint in self.constraints]
         return min((c for c in caps if c is not None), default=None)
+
+    def floor(self, name: str, values: Mapping[str, str | None]) -> int | None:
+        """The smallest value of knob `name` the `ordered` constraints allow beside the values chosen (None = unset)
+        of the knobs they put below it; None: no lower limit."""
+        floors = [constraint.floor(name, values, self.unset_values(constraint.names))
+                  for constraint in self.constraints if isinstance(constraint, OrderConstraint)]
+        return max((f for f in floors if f is not None), default=None)
+
+    def unset_conflict(self, name: str, values: Mapping[str, str | None]) -> str | None:
+        """Why leaving knob `name` unset (the library's own value) breaks an `ordered` constraint beside the values
+        chosen so far, or None."""
+        for constraint in self.constraints:
+            if isinstance(constraint, OrderConstraint):
+                conflict = constraint.unset_conflict(name, values, self.unset_values(constraint.names))
+                if conflict is not None:
+                    return conflict
+        return None
 
     def _lows(self, constraint: ProductConstraint) -> dict[str, int]:
         return {name: low for name in constraint.product if (low := self._knobs[name].low) is not None}
@@ -582,6 +691,27 @@ def _build(model: type[BaseModel], data: dict[str, Any], source: str, where: str
         raise CatalogError(f"{source}: {key}: {message}") from exc
     except UnsafeValueError as exc:
         raise CatalogError(f"{source}: {where}: {exc}") from exc
+
+
+@functools.cache
+def _vocabulary() -> tuple[frozenset[str], frozenset[str]]:
+    """commbench's ops and transports (bench_src/schema/vocabulary.json)."""
+    try:
+        document = json.loads(VOCABULARY_PATH.read_text(encoding="utf-8"))
+        return frozenset(document["ops"]), frozenset(document["transports"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CatalogError(f"cannot read commbench's vocabulary {VOCABULARY_PATH}: {exc}") from None
+
+
+def _check_vocabulary(knobs: Mapping[str, Knob], source: str) -> None:
+    """A knob's ops and transports are commbench's names (or "*"): a typo would keep it out of every space."""
+    ops, transports = _vocabulary()
+    for knob in knobs.values():
+        for field, names, known in (("ops", knob.ops, ops), ("transports", knob.transports, transports)):
+            unknown = [name for name in names if name != "*" and name not in known]
+            if unknown:
+                raise CatalogError(f"{source}: knobs.{knob.name}.{field}: {unknown} are not commbench "
+                                   f"{field} ({', '.join(sorted(known))}; {VOCABULARY_PATH})")
 
 
 def _validate_at(knob: Knob, value: str, source: str, where: str) -> str:

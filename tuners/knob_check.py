@@ -9,7 +9,10 @@ name. Findings per knob of the library:
 - stale: the catalog says the knob (or one of its values) does not exist in this version, the
   library has it;
 - domain: a categorical choice the library does not list, a bool the library does not take as a
-  boolean, or an int/pow2 knob the library does not type as an integer;
+  boolean (an integer variable without values counts only where it is 0 or 1 when unset: MPICH types every
+  cvar int or char), an int/pow2 knob the library does not type as an integer, or one whose unset value lies
+  outside the knob's [low, high] without the catalog saying so (its `unset` text begins with that value, e.g.
+  btl_tcp_sndbuf's "0: the kernel's socket buffer autotuning");
 - unset: the catalog's unset_equals is not the value the library holds when the variable is unset
   (the search would take that setting for the library's own and never measure it);
 - note (not a failure): library values the catalog does not search (besides the default that
@@ -22,6 +25,7 @@ cannot be checked this way and are listed as such.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +37,12 @@ CVAR_PREFIX = {Library.OPENMPI: "OMPI_MCA_", Library.MPICH: "MPIR_CVAR_"}
 # selections such as OMPI_MCA_btl included); MPICH 4.0.2 MPIR_CVAR_<NAME> and its aliases MPICH_<NAME> and
 # MPIR_PARAM_<NAME> (`strings libmpich.so.12` lists all three for ALLREDUCE_SHORT_MSG_SIZE, and each sets it).
 ENV_PREFIXES = {Library.OPENMPI: ("OMPI_MCA_",), Library.MPICH: ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")}
+# Set for the listing: Open MPI also reads its MCA parameter files ($HOME/.openmpi/mca-params.conf,
+# <sysconfdir>/openmpi-mca-params.conf: mca_base_param_files), which would show a user's or the system's setting as
+# the library's unset value. /dev/null reads as an empty file (Open MPI 4.1.4: the listing then shows
+# mca_base_param_files=/dev/null and coll_tuned_use_dynamic_rules false with a HOME whose file sets it true).
+# The admin's override file (mca_base_override_param_file, constant scope) cannot be turned off this way.
+LISTING_ENV = {Library.OPENMPI: {"OMPI_MCA_mca_base_param_files": "/dev/null"}, Library.MPICH: {}}
 INTEGER_TYPES = frozenset({"int", "unsigned", "unsigned_long", "unsigned_long_long", "count"})
 BOOL_NAMES = frozenset({"false", "true"})
 
@@ -102,10 +112,13 @@ def cvar_name(library: Library, knob: str) -> str | None:
 
 
 def library_environment(library: Library | str, environ: Mapping[str, str]) -> dict[str, str]:
-    """`environ` without the variables through which the library reads control variables: the listing is then
-    the library's own (every component opened, each variable at its unset value), not the caller's settings."""
-    prefixes = ENV_PREFIXES[Library(library)]
-    return {name: value for name, value in environ.items() if not name.startswith(prefixes)}
+    """`environ` without the variables through which the library reads control variables, and with Open MPI's
+    parameter files turned off (LISTING_ENV): the listing is then the library's own (every component opened, each
+    variable at its unset value), not the caller's, the user's or the system's settings."""
+    library = Library(library)
+    prefixes = ENV_PREFIXES[library]
+    return {**{name: value for name, value in environ.items() if not name.startswith(prefixes)},
+            **LISTING_ENV[library]}
 
 
 def listed_library(cvars: Mapping[str, Cvar]) -> Library | None:
@@ -175,12 +188,19 @@ def _domain_findings(knob: Knob, cvar: Cvar, versions: Mapping[Library, str | No
         if extra:
             found.append(KnobFinding(knob.name, "note", f"library values not searched: {extra}"))
     elif knob.type is KnobType.BOOL:
+        integer = _integer(cvar.value)
         if not (cvar.type == "bool" or library_values == BOOL_NAMES or cvar.type in INTEGER_TYPES and not cvar.enum):
             found.append(KnobFinding(knob.name, "domain", f"bool in the catalog, {cvar.name} is {cvar.type} "
                                      f"{list(cvar.enum or ())}"))
+        elif cvar.type in INTEGER_TYPES and not cvar.enum and integer not in (0, 1):
+            # an integer variable is a boolean only where its own value is one: MPICH types every cvar int or char
+            found.append(KnobFinding(knob.name, "domain", f"bool in the catalog, {cvar.name} is {cvar.type} "
+                                     f"{_shown(cvar)} when unset, not 0 or 1"))
     elif cvar.type not in INTEGER_TYPES or cvar.enum:
         found.append(KnobFinding(knob.name, "domain", f"{knob.type} in the catalog, {cvar.name} is {cvar.type}"
                                  + (f" with values {list(cvar.enum)}" if cvar.enum else "")))
+    elif knob.unset_equals is None and (outside := _unset_outside(knob, cvar)) is not None:
+        found.append(KnobFinding(knob.name, "domain", outside))
     unset = _catalog_form(cvar)
     if knob.unset_equals is not None and unset is not None and knob.unset_equals != unset:
         found.append(KnobFinding(knob.name, "unset", f"unset_equals {knob.unset_equals} in the catalog, but "
@@ -188,6 +208,25 @@ def _domain_findings(knob: Knob, cvar: Cvar, versions: Mapping[Library, str | No
     found.append(KnobFinding(knob.name, "note", f"unset = {cvar.name}={_shown(cvar)} in the library; "
                              f"catalog: {knob.unset}"))
     return found
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _unset_outside(knob: Knob, cvar: Cvar) -> str | None:
+    """Why the variable's unset value, outside the int knob's [low, high], is a problem: the catalog's `unset` does
+    not begin with that value (as btl_tcp_sndbuf's "0: the kernel's ..." does, a value no search can set); None
+    where it lies inside, could not be read, or the catalog says so."""
+    value = _integer(cvar.value)
+    assert knob.low is not None and knob.high is not None
+    if value is None or knob.low <= value <= knob.high:
+        return None
+    stated = re.match(r"\s*(-?[0-9]+)(?![0-9])", knob.unset)
+    if stated is not None and int(stated.group(1)) == value:
+        return None
+    return (f"{cvar.name} is {value} when unset, outside the catalog's [{knob.low}, {knob.high}], and the catalog's "
+            f"unset ({knob.unset!r}) does not begin with {value}: a wrong domain, or say it (\"{value}: ...\")")
 
 
 def _catalog_form(cvar: Cvar) -> str | None:

@@ -5,7 +5,9 @@ Encoding (define-by-run, so Optuna's group decomposition sees the conditional st
 - int / pow2 knob that may stay unset: categorical NAME:set over ("unset", "set"), and only when
   "set" the number: NAME (int, optionally log-scaled, or over `search_values`) or NAME:log2 (pow2);
 - int / pow2 knob that may not stay unset: only the number parameter.
-Forbidden and pinned knobs never enter a space; pinned values are added to every environment.
+Forbidden and pinned knobs never enter a space; pinned values are added to every environment. A knob whose `requires`
+the site pins otherwise never enters one either (every trial would run the pin's configuration), and a knob the catalog
+marks `searched_by_default: false` only when a tune names it.
 """
 
 from __future__ import annotations
@@ -41,31 +43,49 @@ class KnobDimension:
     def numeric(self) -> bool:
         return self.knob.type in (KnobType.INT, KnobType.POW2)
 
-    def suggest(self, trial: optuna.Trial, cap: int | None = None) -> str | None:
-        """The knob's value for this trial, or None for unset; a numeric value at most `cap` (a
-        cross-knob constraint given the other knobs). With `cap` below the knob's low it stays unset,
-        or, if it may not, SpaceError."""
+    def suggest(self, trial: optuna.Trial, cap: int | None = None, *, floor: int | None = None,
+                unset_conflict: str | None = None) -> str | None:
+        """The knob's value for this trial, or None for unset; a numeric value at most `cap` and at least `floor`
+        (cross-knob constraints given the other knobs). With no value of the domain between them it stays unset,
+        or, if it may not (or leaving it unset breaks a constraint too: `unset_conflict` says why), SpaceError. A
+        knob searched over `search_values` keeps its one distribution (Optuna cannot change a categorical's
+        choices): a drawn value outside the limits is SpaceError (the trial is not launched)."""
         knob = self.knob
         if not self.numeric:
             assert self.choices is not None
             value = trial.suggest_categorical(knob.name, self.choices)
             return None if value == UNSET else str(value)
         assert knob.low is not None and knob.high is not None
-        if cap is not None and cap < knob.low:
-            if knob.allow_unset:
-                return None
-            raise SpaceError(f"{knob.name}: no value from its low {knob.low} fits the catalog's constraints beside "
-                             f"the other knobs' values (at most {cap})")
-        if knob.allow_unset and trial.suggest_categorical(f"{knob.name}:{SET}", (UNSET, SET)) == UNSET:
-            return None
         high = knob.high if cap is None else min(knob.high, cap)
+        low = knob.low if floor is None else max(knob.low, floor)
         if knob.type is KnobType.POW2:
-            exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(knob.low)), int(math.log2(high)))
+            low = 2 ** math.ceil(math.log2(low))
+        elif knob.search_values is None:
+            low += -(low - knob.low) % knob.step  # up to the step grid
+        fits = [v for v in knob.search_values if low <= v <= high] if knob.search_values is not None else low <= high
+        if not fits:
+            if knob.allow_unset and unset_conflict is None:
+                return None
+            limits = f"at most {cap}" if floor is None else f"at least {floor}" if cap is None else \
+                f"between {floor} and {cap}"
+            raise SpaceError(f"{knob.name}: no value {f'from its low {knob.low} ' if floor is None else ''}fits the "
+                             f"catalog's constraints beside the other knobs' values ({limits})"
+                             + (f"; unset: {unset_conflict}" if knob.allow_unset and unset_conflict else ""))
+        if knob.allow_unset and trial.suggest_categorical(f"{knob.name}:{SET}", (UNSET, SET)) == UNSET:
+            if unset_conflict is not None:
+                raise SpaceError(f"{knob.name} unset: {unset_conflict}")
+            return None
+        if knob.type is KnobType.POW2:
+            exponent = trial.suggest_int(f"{knob.name}:log2", int(math.log2(low)), int(math.log2(high)))
             return str(2**exponent)
         if knob.search_values is not None:
-            return str(trial.suggest_categorical(knob.name, knob.search_values))
+            value = trial.suggest_categorical(knob.name, knob.search_values)
+            if not low <= value <= high:
+                raise SpaceError(f"{knob.name}={value} breaks the catalog's constraints beside the other knobs' "
+                                 f"values (it must be between {low} and {high})")
+            return str(value)
         high -= (high - knob.low) % knob.step
-        return str(trial.suggest_int(knob.name, knob.low, high, step=knob.step, log=knob.log))
+        return str(trial.suggest_int(knob.name, low, high, step=knob.step, log=knob.log))
 
     def ladder(self) -> list[str | None]:
         """The values a one-knob-at-a-time search tries (None = unset): every choice; a power-of-two knob's every
@@ -143,12 +163,15 @@ class SearchSpace:
         site = self.catalog.default_env()  # a factor outside the space runs at the site's default (or pin), or unset
         values: dict[str, str | None] = {
             name: site.get(name)
-            for constraint in self.catalog.constraints for name in constraint.product if name not in self.knob_names
+            for constraint in self.catalog.constraints for name in constraint.names if name not in self.knob_names
         }
         values.update(fixed or {})
+        catalog = self.catalog
         for dimension in self.dimensions:
             if dimension.name not in values:
-                values[dimension.name] = dimension.suggest(trial, self.catalog.cap(dimension.name, values))
+                name = dimension.name
+                values[name] = dimension.suggest(trial, catalog.cap(name, values), floor=catalog.floor(name, values),
+                                                 unset_conflict=catalog.unset_conflict(name, values))
         return self.env_from_values({name: values[name] for name in self.knob_names})
 
     def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:
@@ -203,7 +226,7 @@ def build_space(
     """
     versions = {Library(lib): version for lib, version in libraries.items()}
     explicit = knobs is not None
-    names = list(knobs) if knobs is not None else [k.name for k in catalog]
+    names = list(knobs) if knobs is not None else [k.name for k in catalog if k.searched_by_default]
     if explicit and len(set(names)) != len(names):
         raise SpaceError(f"knob named twice in {names}")
     dimensions = []
@@ -268,6 +291,11 @@ def _exclusion_reason(
         return "it is forbidden at this site"
     if knob.name in catalog.pinned:
         return f"it is pinned to {catalog.pinned[knob.name]} at this site"
+    for required, value in knob.requires.items():
+        pinned = catalog.pinned.get(required)
+        if pinned is not None and pinned != value:
+            return (f"it requires {required}={value}, which the site pins to {pinned} (knobs.pinned): every trial "
+                    "would run the pinned configuration")
     if knob.safety.rank > max_safety.rank:
         return f"its safety class {knob.safety} is above the allowed {max_safety}"
     if not knob.affects(op, transport):

@@ -780,7 +780,7 @@ def finalization_candidates(
     best_env = chosen[0][1]
     important = {name for name in space.knob_names if weight.get(name, 0.0) >= min_importance}
     # a constraint's factors come all from the best or all from the baseline: a mix may break it
-    groups = [set(constraint.product) for constraint in space.catalog.constraints]
+    groups = [set(constraint.names) for constraint in space.catalog.constraints]
     while grown := {name for group in groups if important & group for name in group} - important:
         important |= grown
     simplified = space.env_from_values(

@@ -4,7 +4,10 @@ Runs the library's commbench build (by default the workspace's, where `commcamp 
 `--list-cvars` (one process: the MPI_T control variables with names, types and enum values;
 bench_src/src/mpit.c) in an environment without the library's control variables (OMPI_MCA_*; MPIR_CVAR_*,
 MPICH_*, MPIR_PARAM_*: a component selection or a sourced .env file would hide variables or show the
-caller's value as the library's unset one), reads the library version from the same binary (`--version`:
+caller's value as the library's unset one) and without Open MPI's parameter files
+(OMPI_MCA_mca_base_param_files=/dev/null: ~/.openmpi/mca-params.conf and the system's openmpi-mca-params.conf
+would do the same; an admin's override file, which cannot be turned off, is named on stderr), reads the library
+version from the same binary (`--version`:
 the linked MPI's MPI_Get_library_version, not ompi_info's or mpichversion's on PATH, which can belong to
 another MPI), and reports catalog knobs that are missing, stale or whose domain differs (tuners.knob_check).
 Exit codes: 0 consistent, 1 problems found, 2 commbench could not be run or printed something else (another
@@ -85,10 +88,15 @@ def check(
         version = library_version_ or linked_library_version(binary, library, environment)
         listing = _output([str(binary), "--list-cvars"], f"{binary} --list-cvars", environment)
         source = f"{binary} --list-cvars"
-        report = check_catalog(catalog, library, version, parse_cvars(listing.splitlines(), source), source)
+        cvars = parse_cvars(listing.splitlines(), source)
+        report = check_catalog(catalog, library, version, cvars, source)
     except (RuntimeError, CvarListError, CatalogError, ValueError) as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    override = cvars.get("mca_base_override_param_file")
+    if override is not None and isinstance(override.value, str) and Path(override.value).is_file():
+        errors.print(f"note: Open MPI's override file {escape(override.value)} exists: what it sets shows as the "
+                     "library's unset value (mca_base_override_param_file cannot be turned off)", soft_wrap=True)
     out = Console(soft_wrap=True, highlight=False)
     for line in format_report(report, notes=notes):
         out.print(escape(line))
