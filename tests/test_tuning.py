@@ -347,6 +347,26 @@ def test_an_interrupted_reframe_trial_leaves_no_process(tmp_path: Path, catalog:
     assert processes_under(tmp_path) == []
 
 
+def test_a_reframe_trial_past_its_queue_wait_stops_the_tune_without_charging_the_setting(
+        tmp_path: Path, catalog: KnobCatalog) -> None:
+    """ReFrame's own limit counts the job's wait in the queue and the build: past it (was: the run's limit + 120 s,
+    a busy queue's ordinary wait) the trial read "hung" and its setting was never launched again. A hang is what
+    commbench's watchdog or the job's time limit reports; past the queue wait the tune stops, the setting not
+    charged, and no process is left."""
+    from tuners.evaluation import EvaluationAborted
+
+    base = strip_knobs({**os.environ, **OMPI_ENV}, catalog, Library.OPENMPI)
+    executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base, queue_wait_s=0)
+    long = BenchRequest("allreduce", "mpi", (1 << 20,), iters=10**6, bench_timeout_s=120, time_limit_s=3)
+    with pytest.raises(EvaluationAborted, match=r"ReFrame did not finish within the run's time limit \(3 s\) \+ "
+                                                r"queue_wait_s \(0 s\).*not charged to the setting"):
+        executor.run({}, long, False)
+    deadline = time.monotonic() + 10
+    while processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_under(tmp_path) == []
+
+
 def test_paths_typed_relative_to_the_working_directory_reach_the_launch(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """--commbench, --runs-dir and a launcher script typed relative to where commcamp starts: the launch runs in

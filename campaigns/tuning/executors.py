@@ -242,13 +242,14 @@ class ReframeExecutor:
     stage files and later runs restore that build (ReFrame's --restore-session)."""
 
     def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
-                 runs_dir: Path, base_env: Mapping[str, str]) -> None:
+                 runs_dir: Path, base_env: Mapping[str, str], *, queue_wait_s: float = 1800) -> None:
         from campaigns.model.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
 
         if nodes not in (1, 2):
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
         self.runs_dir = runs_dir
         self.base_env = dict(base_env)
+        self.queue_wait_s = queue_wait_s
         self.spec_text = yaml.safe_dump({
             "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
             "checks": [{"check": "commbench_run", "ops": ["allreduce"], "tasks_per_node": tasks_per_node}]})
@@ -298,10 +299,14 @@ class ReframeExecutor:
             proc = subprocess.Popen([*cmd[:-1], *extra, cmd[-1]], stdout=log, stderr=subprocess.STDOUT, cwd=prefix,
                                     env={**self.base_env, **paths.subprocess_env(), "TMPDIR": str(prefix)},
                                     start_new_session=True, preexec_fn=die_with_this_process())
-            rc = _wait(proc, request.time_limit_s + 120)
+            # A run that hangs ends at commbench's watchdog or the job's time limit, both in ReFrame's report. This
+            # limit also counts the job's wait in the queue and the build: past it nothing says the setting hung.
+            rc = _wait(proc, request.time_limit_s + self.queue_wait_s)
             if rc is None:
-                return RunOutcome([], "", None, True, "ReFrame did not finish within the time limit + 120 s",
-                                  prefix)
+                raise EvaluationAborted(
+                    f"ReFrame did not finish within the run's time limit ({request.time_limit_s} s) + queue_wait_s "
+                    f"({self.queue_wait_s:.0f} s): its job waited in the queue or built that long, or ReFrame hung "
+                    f"({prefix / REFRAME_LOG}); not charged to the setting")
         report = prefix / REPORT_FILE
         if self.built and "could not restore" in (prefix / REFRAME_LOG).read_text(errors="replace"):
             self.built = None  # the kept build is gone: build again

@@ -69,7 +69,7 @@ def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
     runs_dir = Path(spec.runs_dir)
     if spec.executor == "reframe":
         return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
-                               base_env)
+                               base_env, queue_wait_s=spec.queue_wait_s)
     assert spec.launcher is not None
     commbench = spec.commbench or paths.commbench_build_dir() / f"cpu-{spec.environ}" / "commbench"
     return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)

@@ -88,6 +88,9 @@ class TuningSpec(YamlModel):
     batch: int = Field(default=1, ge=1)
     bench_timeout_s: int = Field(default=60, ge=1)
     time_limit_s: int = Field(default=300, ge=10)
+    queue_wait_s: int = Field(default=1800, ge=60, description=(
+        "ReFrame executor: how long a trial's job may wait in the queue (and the first trial build commbench) "
+        "beyond time_limit_s before the tune stops without charging the setting"))
     knobs: list[str] | None = Field(default=None, description="None: every catalog knob that applies")
     knob_overrides: list[Path] = Field(default=[], description="more knob override files (defaults, pins)")
     unverifiable_knobs: list[str] = Field(default=[], description="knobs exempt from the read-log check")
