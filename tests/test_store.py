@@ -254,6 +254,27 @@ def test_sqlite_uses_wal_and_foreign_keys(store: Store) -> None:
         assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
+def test_sqlite_on_a_network_filesystem_keeps_its_rollback_journal(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """WAL needs every process on one host (its index is shared memory): a results database on NFS or Lustre, which
+    jobs on several nodes write (pretune in every job), stays in SQLite's rollback-journal mode."""
+    from campaigns.store import on_network_filesystem
+    from campaigns.store.store import filesystem_type
+
+    mounts = ("/dev/vda1 / ext4 rw 0 0\nserver:/export /scratch nfs4 rw 0 0\n"
+              "lfs@o2ib:/fs /scratch/lustre lustre rw 0 0\n/dev/vdb /scratch\\040local ext4 rw 0 0\n")
+    assert filesystem_type(Path("/scratch/me/db"), mounts) == "nfs4"
+    assert filesystem_type(Path("/scratch/lustre/me"), mounts) == "lustre"
+    assert filesystem_type(Path("/scratchy/db"), mounts) == "ext4"
+    assert filesystem_type(Path("/scratch local/db"), mounts) == "ext4"
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    assert on_network_filesystem(url) is None and on_network_filesystem("postgresql://h/db") is None
+    monkeypatch.setattr("campaigns.store.store.filesystem_type", lambda path, mounts=None: "nfs4")
+    assert on_network_filesystem(url) == "nfs4"
+    with open_store(url).engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "delete"
+
+
 def test_models_match_migrations(store: Store) -> None:
     with store.engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})

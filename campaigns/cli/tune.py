@@ -541,6 +541,7 @@ def register(app: typer.Typer) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
         from campaigns.tuning.session import TuningSession, UntestedDecision, make_tuner, prepare, write_env_file
+        from campaigns.store import display_url, on_network_filesystem
         from campaigns.tuning.workers import slurm_launcher
         from tuners.study import best_envs_of_studies, open_storage, study_progress
 
@@ -579,6 +580,12 @@ def register(app: typer.Typer) -> None:
             check_outputs({"--env-file": env_file, "--summary": summary},
                           {"--publish-dir": publish_dir, "--runs-dir": spec_obj.runs_dir}, per_size_paths(spec_obj))
             setup = prepare(spec_obj, inside_allocation=True)
+            filesystem = on_network_filesystem(spec_obj.storage_url())
+            if filesystem is not None:  # pretune runs in every job: many hosts may write the one file at once
+                errors.print(f"warning: the study's database {escape(display_url(spec_obj.storage_url()))} is SQLite "
+                             f"on {filesystem}, shared by the nodes of every job that runs pretune: SQLite's locks "
+                             "there may fail (sqlite.org/faq.html#q5); give --db postgresql://... or a database on "
+                             "node-local disk", highlight=False, soft_wrap=True)
             # This allocation's own study: earlier studies of the stem seed it, never stand in for it.
             stem = study or setup.study_name
             setup = dataclasses.replace(setup, study_name=f"{stem}/job{os.environ['SLURM_JOB_ID']}-"

@@ -259,6 +259,41 @@ def _sqlite_path(url: URL) -> Path | None:
     return Path(database).expanduser().absolute()
 
 
+# Filesystems shared between hosts: SQLite's WAL needs its shared memory on one host (sqlite.org/wal.html)
+NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "ceph", "glusterfs",
+                                 "fuse.glusterfs", "fuse.sshfs", "fuse.ceph", "9p", "pvfs2", "orangefs", "wekafs",
+                                 "fuse.weka", "afs", "panfs", "davfs"})
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the filesystem `path` lies on, from /proc/mounts (or `mounts`, its text): the longest mount
+    point above it; None when that cannot be read."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+    best, found = -1, None
+    target = str(path.absolute())
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:
+            best, found = len(point), fields[2]
+    return found
+
+
+def on_network_filesystem(url: str | URL) -> str | None:
+    """The network filesystem type (nfs, lustre, ...) a SQLite database URL's file lies on; None otherwise."""
+    parsed = make_url(url)
+    path = _sqlite_path(parsed) if parsed.get_backend_name() == "sqlite" else None
+    kind = None if path is None else filesystem_type(path.parent)
+    return kind if kind in NETWORK_FILESYSTEMS else None
+
+
 def _enable_wal(cursor: Any) -> None:
     """Switch the database to WAL (a no-op once it is). While another connection holds or is taking the write
     lock of a fresh (rollback-journal) database, e.g. a campaign job creating the schema or converting it too,
@@ -275,14 +310,15 @@ def _enable_wal(cursor: Any) -> None:
             sleep(0.01)
 
 
-def _install_sqlite_hooks(engine: Engine) -> None:
+def _install_sqlite_hooks(engine: Engine, wal: bool) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection: Any, _record: Any) -> None:
         # sqlite3 would not BEGIN before DDL, so migrations would not be atomic; on_begin does it instead.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
-        _enable_wal(cursor)
+        if wal:
+            _enable_wal(cursor)
         cursor.close()
 
     @event.listens_for(engine, "begin")
@@ -307,8 +343,8 @@ def _create_engine(url: URL, display: str) -> Engine:
         engine = create_engine(url, connect_args=connect_args)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"cannot use results database {display}: {exc}") from exc
-    if backend == "sqlite":
-        _install_sqlite_hooks(engine)
+    if backend == "sqlite":  # on a network filesystem: SQLite's rollback journal (WAL needs one host)
+        _install_sqlite_hooks(engine, wal=on_network_filesystem(url) is None)
     return engine
 
 
