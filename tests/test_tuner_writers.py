@@ -803,3 +803,16 @@ def test_scopes_of_two_rank_layouts_are_published_side_by_side_and_recommend_ask
     assert code == 3 and "nothing measured" in stdout
     code, _, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "0")
     assert code == 2 and "--tasks-per-node 0 must be at least 1" in stderr
+
+
+def test_a_scope_published_before_it_named_its_ranks_per_node_is_replaced_by_its_next_tune(
+        tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """An entry without ranks per node (published before scopes named them) and the same scope tuned again: one
+    entry, the newer (two would leave recommend asking "--tasks-per-node None or 2")."""
+    old = local_recommendation()
+    new = old.model_copy(update={"scope": old.scope.model_copy(update={"tasks_per_node": 2})})
+    publish(tmp_path, old, catalog)
+    files = publish(tmp_path, new, catalog)
+    assert [r.scope for r in load_recommendations(files.recommendations).recommendations] == [new.scope]
+    code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
+    assert code == 0 and "tasks_per_node=2" in stdout

@@ -348,6 +348,14 @@ def load_recommendations(path: Path) -> RecommendationFile:
         raise ValueError(f"{exc.source}{line}: not a valid recommendations file: {problem}{more}") from None
 
 
+def replaces(scope: StudyScope, published: StudyScope) -> bool:
+    """Whether publishing `scope` replaces the entry of `published`: the same scope, or the same but published
+    before scopes named their ranks per node (its layout unknown: the newer tune's entry stands for it)."""
+    if published.tasks_per_node is None:
+        published = published.model_copy(update={"tasks_per_node": scope.tasks_per_node})
+    return published == scope
+
+
 def publish(
     root: Path, rec: Recommendation, catalog: KnobCatalog, *, plugin_library: str | None = None
 ) -> PublishedFiles:
@@ -382,7 +390,7 @@ def publish(
     with _locked(directory):
         others = []
         if yaml_path.exists():
-            others = [r for r in load_recommendations(yaml_path).recommendations if r.scope != rec.scope]
+            others = [r for r in load_recommendations(yaml_path).recommendations if not replaces(rec.scope, r.scope)]
         everything = sorted([*others, rec], key=lambda r: r.scope.slug)
         texts = {} if rules is None else {rules[0]: rules[1]}
         texts[env_path] = env_file_text(rec, env, unset)
