@@ -377,6 +377,8 @@ def test_a_scope_republished_without_per_size_changes_stops_pointing_at_its_rule
     earlier .env (it was removed: MPICH dies in MPI_Init on a missing tuning file); another scope's stays too."""
     from test_tuner_writers import env_changes, mpi_recommendation
 
+    from tuners.writers import cleared_names
+
     rec = mpi_recommendation(nodes=1)
     bucket = rec.per_size[0].model_copy(update={"bucket": "8B-4MiB", "max_bytes": 1 << 22})
     result = result_with("allreduce", "ring", 4, 1 << 20, 1 << 22)
@@ -387,7 +389,8 @@ def test_a_scope_republished_without_per_size_changes_stops_pointing_at_its_rule
     rules = [f.env_file.parent / f"{r.scope.slug}.coll_tuned_rules" for f, r in zip(files, recs)]
     assert all(path.exists() for path in rules)
     earlier, _ = env_changes(f"source {files[0].env_file}", {})
-    publish(tmp_path, recs[0], catalog)  # measured again: no per-size change this time
+    publish(tmp_path, recs[0].model_copy(update={"cleared": cleared_names(catalog, catalog.default_env())}),
+            catalog)  # measured again: no per-size change this time
     assert rules[0].exists() and rules[1].exists()
     assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in files[0].env_file.read_text()
     changed, removed = env_changes(f"source {files[0].env_file}", earlier)

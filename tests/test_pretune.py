@@ -62,6 +62,8 @@ def test_pretune_in_an_sbatch_job_writes_the_env_the_application_uses(slurm_clus
     # (which knob the best trial of an 80 s budget changes is the search's business: one is enough).
     assert "decision: change" in env_text, log[-3000:]
     assert " in 1 batch allocation(s);" in env_text  # every finalization run inside this job
+    # what every trial ran without is unset too (pretune's file had none of those lines)
+    assert "\nunset OMPI_MCA_coll_tuned_allreduce_algorithm\n" in env_text, env_text
     exported = dict(line.removeprefix("export ").replace("'", "").split("=", 1)
                     for line in env_text.splitlines() if line.startswith("export "))
     recommended = {name: exported.get(name) for name in PLANTED_VALUES}

@@ -25,7 +25,7 @@ from tuners.recommendation import Recommendation, build_recommendation, with_per
 from tuners.space import build_space
 from tuners.study import Tuner
 from tuners.synthetic import SCENARIOS, SYNTHETIC_SIZES, SyntheticEvaluator
-from tuners.writers import env_file_text, load_recommendations, publish, write_atomic
+from tuners.writers import cleared_names, env_file_text, load_recommendations, publish, write_atomic
 
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
 PLUGIN = "/opt/commcamp/lib/libnccl-tuner-commcamp.so"
@@ -133,7 +133,9 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
         ranges=[SizeRange(min_bytes=8, max_bytes=32768, selection=tree_ll, gains=[0.2, 0.1]),
                 SizeRange(min_bytes=65536, max_bytes=1 << 27, selection=None, gains=[])],
     )
-    rec = with_per_size(nccl_recommendation, per_size)
+    # as a tune gives it: every knob the trials ran without, the site setting none (cleared_names)
+    rec = with_per_size(nccl_recommendation, per_size).model_copy(update={
+        "cleared": cleared_names(catalog, catalog.default_env())})
     assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
     assert rec.env == {} and rec.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
     assert [(s.decision, s.env) for s in rec.per_size] == [("change", SMALL_WINNER)] * 2 + [("change", {})] * 2
@@ -148,15 +150,14 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
     assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds, which also decided it: +20.0%, +10.0%)" in text
     # The .env removes the planted site defaults and points NCCL at the plugin and its config; a knob the job
-    # inherited (NCCL_ALGO: every trial ran without it) is unset too, an MPI knob and anything else stay.
+    # inherited (every trial ran without it) is unset too, anything else stays.
     inherited = {"NCCL_ALGO": "Ring", "OMPI_MCA_btl_tcp_sndbuf": "65536", "KEEP": "x"}
     changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", **inherited})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
-    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS", "NCCL_ALGO"}
+    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS", "NCCL_ALGO", "OMPI_MCA_btl_tcp_sndbuf"}
     loaded = load_recommendations(files.recommendations).recommendations
     cleared = loaded[0].cleared
     assert "NCCL_ALGO" in cleared and "NCCL_SOCKET_NTHREADS" in cleared and not set(cleared) & {*changed, *rec.unset}
-    assert not [name for name in cleared if not name.startswith("NCCL_")]
     assert loaded == [rec.model_copy(update={"plugin_env": changed, "cleared": cleared})]
     result = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2, size=1 << 20)
     assert result.measured and result.settings == changed and result.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
@@ -167,12 +168,13 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
 
 
 def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
-    rec = mpi_recommendation()
+    rec = mpi_recommendation().model_copy(update={"cleared": cleared_names(catalog, catalog.default_env())})
     files = publish(tmp_path, rec, catalog)
     assert files.tuner_config is None
     text = files.env_file.read_text()
     assert "# note: note with $(id) and?newline" in text  # comments cannot break out of their line
     assert env_changes(f"source {files.env_file}", {}) == (rec.env, set())
+    assert "unset OMPI_MCA_btl_tcp_sndbuf" in text and "unset OMPI_MCA_coll_tuned_allreduce_algorithm" not in text
     lmod = f"source {LMOD_INIT}\nmodule use {files.modulefile.parent.parent}"
     changed, _ = env_changes(f"{lmod}\nmodule load {files.module_name}", {})
     assert {k: v for k, v in changed.items() if k in rec.env or k.startswith(("NCCL", "UCX", "OMPI"))} == rec.env
@@ -469,7 +471,9 @@ def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_ve
     assert sorted(rows_of("gpu"), key=str) == sorted(rows_of("gpu_bcast"), key=str) == sorted(both, key=str)
     # A scope republished without rows leaves its group's file, which stays after the group's last rows (a job
     # queued with the earlier .env reads it); the new .env unsets the plugin's lines.
-    published = publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None}), catalog)
+    published = publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None,
+                                                          "cleared": cleared_names(catalog, catalog.default_env())}),
+                        catalog)
     assert files["gpu2"].tuner_config is not None and files["gpu2"].tuner_config.exists()
     assert published.tuner_config is None and "unset NCCL_TUNER_CONFIG_FILE" in published.env_file.read_text()
     assert files["gpu"].tuner_config is not None and files["gpu"].tuner_config.exists()

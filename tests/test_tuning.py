@@ -785,10 +785,15 @@ def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: P
     code, out = commcamp_output("tune", str(spec), "--library-version", "4.1.4", "--executor", "launcher",
                                 "--commbench", COMMBENCH, "--launcher", str(launcher), "--trials", "2",
                                 "--db", f"sqlite:///{tmp_path / 'study.db'}", "--runs-dir", tmp_path / "runs",
-                                env={**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"})
+                                "--publish-dir", tmp_path / "rec", env={**OMPI_ENV, "OMPI_MCA_btl": "self,tcp"})
     assert code == 0, out
     launches = seen.read_text().split()
     assert len(launches) >= 2 and set(launches) == {"4096"}, launches
+    # The .env unsets what every launch ran without, never the site's default that ran in all of them (the first
+    # version unset Alps' NCCL_PROTO=^LL128 pin in a tune of NCCL_BUFFSIZE alone); pretune's file says the same.
+    (env_file,) = (tmp_path / "rec").rglob("*.env")
+    text = env_file.read_text()
+    assert "unset OMPI_MCA_coll_tuned_allreduce_algorithm" in text and "OMPI_MCA_btl_tcp_rcvbuf" not in text, text
 
 
 def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tuners.recommendation import Recommendation, SizeRangeResult
 from tuners.catalog import KnobCatalog
-from tuners.writers import (CLEARED_COMMENT, PLUGIN_ENV, RECOMMENDATIONS_FILE, check_published,
+from tuners.writers import (CLEARED_COMMENT, PLUGIN_ENV, RECOMMENDATIONS_FILE, check_published, job_cleared,
                              load_recommendations, system_dir, verdict)
 
 # The scope fields a job context may name besides op and nodes, and recommend's option for each.
@@ -41,7 +41,7 @@ class LookupResult:
 
     @property
     def cleared(self) -> list[str]:
-        return [] if self.recommendation is None else list(self.recommendation.cleared)
+        return [] if self.recommendation is None else job_cleared(self.recommendation)
 
 
 def lookup(

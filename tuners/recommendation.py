@@ -159,7 +159,7 @@ class Recommendation(_Model):
     decision: Verdict
     env: dict[str, str]  # export these (validated values)
     unset: list[str] = Field(default_factory=list)  # unset these (set by the site default, not by the winner)
-    # unset these too: the libraries' other knobs and commcamp's per-size variables, which every trial ran without
+    # unset these too: the knobs and per-size variables every trial ran without, the site setting none of them
     # (a value inherited from the job, a module or an earlier .env would run a configuration never measured)
     cleared: list[str] = Field(default_factory=list)
     baseline_env: dict[str, str]
@@ -225,6 +225,7 @@ def build_recommendation(
     study: optuna.Study,
     versions: Mapping[str, str],
     now: datetime.datetime | None = None,
+    cleared: Sequence[str] = (),
 ) -> Recommendation:
     """Turns a finalization report into the published form. The global environment is the
     overall decision's, as measured; per-size choices come from the per-size stage
@@ -237,6 +238,7 @@ def build_recommendation(
         decision="change" if overall.change else "keep-defaults",
         env=env,
         unset=sorted(set(report.baseline_env) - set(env)),
+        cleared=list(cleared),
         baseline_env=dict(report.baseline_env),
         gain=_gain(overall, report),
         closest=_closest(overall, report),

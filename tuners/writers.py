@@ -12,8 +12,8 @@
 Every value is validated against the knob catalog (and the character whitelist) right before it
 is written; a bad value raises before any file changes. A scope's files are published together
 (write_files): a failure before the renames (a directory that cannot be made, a full disk) changes none.
-A job gets what the trials ran: the .env, the modulefile and `recommend` also unset the other knobs of the
-tune's libraries (`cleared`). A rule file or tuner config no scope points at any more is kept.
+A job gets what the trials ran: the .env, the modulefile and `recommend` also unset the knobs the trials ran
+without (`cleared`). A rule file or tuner config no scope points at any more is kept.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import os
 import re
 import tempfile
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,15 +222,19 @@ PER_SIZE_ENV: dict[str, tuple[str, ...]] = {"nccl": PLUGIN_ENV, "rccl": PLUGIN_E
 PUBLISHED_ENV = frozenset(name for names in PER_SIZE_ENV.values() for name in names)
 
 
-def cleared_names(rec: Recommendation, catalog: KnobCatalog, plugin_env: Mapping[str, str]) -> list[str]:
-    """What a job must unset besides `rec.unset` to run what was measured: every knob of the libraries the tune
-    ran (`rec.versions`) and every per-size variable of its library that the deployed set does not set. The trials
-    ran without them (executors.strip_knobs), so a value a job inherits (its own export, a module, an earlier
-    .env) would run a configuration never measured."""
-    libraries = set(rec.versions)
-    names = {knob.name for knob in catalog if libraries & set(knob.libraries)}
-    names |= set(PER_SIZE_ENV.get(rec.scope.library, ()))
-    return sorted(names - set(rec.env) - set(plugin_env) - set(rec.unset))
+def cleared_names(catalog: KnobCatalog, launch_names: Collection[str]) -> list[str]:
+    """What a job must unset to run what the trials ran: every catalog knob and per-size variable (the tune strips
+    them from its own environment: executors.strip_knobs) that a launch did not set again (`launch_names`: the
+    site's env_vars, its defaults and pins). A value a job inherits (its own export, a module, an earlier .env)
+    would otherwise run a configuration never measured. What the deployed set sets or unsets itself is taken out
+    where it is written (job_cleared)."""
+    return sorted(({knob.name for knob in catalog} | PUBLISHED_ENV) - set(launch_names))
+
+
+def job_cleared(rec: Recommendation) -> list[str]:
+    """`rec.cleared` less what the deployed set exports or unsets itself."""
+    return [name for name in rec.cleared if name not in rec.env and name not in rec.plugin_env
+            and name not in rec.unset]
 
 
 def _validated(
@@ -251,8 +255,8 @@ def _validated(
     for name in rec.cleared:
         if name not in catalog and name not in PUBLISHED_ENV:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
-        if name in catalog.pinned or name in env or name in plugin_env:
-            raise UnsafeValueError(f"unset {name}: the deployed set sets it")
+        if name in catalog.pinned:
+            raise UnsafeValueError(f"unset {name}: the site pins it")
     for name, value in plugin_env.items():
         if name not in PUBLISHED_ENV or env.get(name, value) != value:
             raise UnsafeValueError(f"{name}: not a variable of the per-size rules' ({', '.join(sorted(PUBLISHED_ENV))})"
@@ -290,7 +294,7 @@ def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> No
                              f"{getattr(exc, 'strerror', None) or exc}): publish the tune again") from None
 
 
-CLEARED_COMMENT = "as in every trial, the other knobs of its libraries unset: a value from elsewhere was never measured"
+CLEARED_COMMENT = "unset as in every trial (the knobs the site does not set): a value from elsewhere was never measured"
 
 
 def env_file_text(rec: Recommendation, env: Mapping[str, str], unset: list[str]) -> str:
@@ -300,9 +304,9 @@ def env_file_text(rec: Recommendation, env: Mapping[str, str], unset: list[str])
     ]
     lines.extend(f"export {name}='{value}'" for name, value in env.items())
     lines.extend(f"unset {name}" for name in unset)
-    if rec.cleared:
+    if cleared := job_cleared(rec):
         lines.append(f"# {CLEARED_COMMENT}")
-        lines.extend(f"unset {name}" for name in rec.cleared)
+        lines.extend(f"unset {name}" for name in cleared)
     if rec.per_size_selection is not None and rec.scope.library in ("mpich", "cray-mpich"):
         lines.append("# The same per-size choices for MPICH-derived libraries, NOT run here (no Intel MPI or Cray MPICH):")
         lines.extend(f"#   {line}" for line in rule_files.intel_mpi_lines(rec.per_size_selection))
@@ -322,9 +326,9 @@ def modulefile_text(rec: Recommendation, env: Mapping[str, str], unset: list[str
     # pushenv: unloading the module gives back what the job had before (setenv/unsetenv would leave it unset)
     lines.extend(f'pushenv("{name}", "{value}")' for name, value in env.items())
     lines.extend(f'pushenv("{name}", false)' for name in unset)
-    if rec.cleared:
+    if cleared := job_cleared(rec):
         lines.append(f"-- {CLEARED_COMMENT}")
-        lines.extend(f'pushenv("{name}", false)' for name in rec.cleared)
+        lines.extend(f'pushenv("{name}", false)' for name in cleared)
     return "\n".join(lines) + "\n"
 
 
@@ -381,7 +385,7 @@ def publish(
                                  "env": {name: value for name, value in rec.env.items()
                                          if plugin_env.get(name, value) == value},
                                  "unset": [name for name in rec.unset if name not in plugin_env]})
-    rec = rec.model_copy(update={"cleared": cleared_names(rec, catalog, plugin_env)})
+    rec = rec.model_copy(update={"cleared": job_cleared(rec)})
     env, unset = _validated(rec, catalog, plugin_env)
     env_path = directory / f"{rec.scope.slug}.env"
     module_version = f"{rec.scope.system}_{rec.scope.slug}"

@@ -33,9 +33,9 @@ from tuners.recommendation import Recommendation, build_recommendation, with_dep
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
-from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, config_comments,
-                            env_file_text, load_recommendations, publish, rule_file, system_dir, tuner_config_name,
-                            write_atomic)
+from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, cleared_names,
+                            config_comments, env_file_text, load_recommendations, publish, rule_file, system_dir,
+                            tuner_config_name, write_atomic)
 
 
 def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
@@ -63,6 +63,8 @@ class TuningSetup:
     evaluator: CommbenchEvaluator
     versions: dict[str, str]
     study_name: str
+    # the knobs and per-size variables every trial ran without (stripped, and not set by the site): a job unsets them
+    cleared: tuple[str, ...] = ()
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -169,7 +171,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     catalog, files = check_spec(spec, inside_allocation=inside_allocation, launcher_runs_here=launcher_runs_here)
     library = Library(spec.library)
     stripped = strip_knobs(os.environ if environ is None else environ, catalog, library)
-    base_env = {**stripped, **site_env(spec, stripped)}
+    launch_env = site_env(spec, stripped)
+    base_env = {**stripped, **launch_env}
     executor = make_executor(spec, base_env)
     request = spec.request()
     version = spec.library_version
@@ -195,7 +198,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
-                       study_name(spec, scope, files, space))
+                       study_name(spec, scope, files, space),
+                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()})))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -368,7 +372,7 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
             *report.notes, f"at most {thresholds.rounds} rounds instead of {configured.rounds} to fit the time budget "
                            "(alpha holds; less power for small gains: results/bench/finalize_max)"))
     setup.evaluator.run_done = None
-    rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions)
+    rec = build_recommendation(setup.scope, report, setup.buckets, study, setup.versions, cleared=setup.cleared)
     return report, rec
 
 
