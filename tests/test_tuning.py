@@ -1276,3 +1276,7 @@ def test_site_variables_reach_a_launch_expanded_as_the_job_script_s_shell_does()
     assert env["UCX_MODULE_DIR"] == "/opt/ucx/libucx/lib/ucx"
     assert env["LD_LIBRARY_PATH"] == "/opt/ucx/libucx/lib:/opt/ucx/libucx_cu13.libs:/usr/lib"
     assert site_env(spec, {})["LD_LIBRARY_PATH"] == "/libucx/lib:/libucx_cu13.libs:"  # unset: empty, as in sh
+    # quotes, as the shell reads them: Alps' NCCL_NET '"AWS Libfabric"' reached NCCL with its quotes
+    alps = TuningSpec(site="alps", system="daint:normal", environ="prgenv-gnu", library="nccl", op="allreduce",
+                      transport="ccl", sizes=["1M"], executor="launcher", launcher=["srun"])
+    assert site_env(alps, {})["NCCL_NET"] == "AWS Libfabric"

@@ -3,7 +3,8 @@ per-size stage, outputs; and what the spec's site says (its partition, environme
 overrides)."""
 from __future__ import annotations
 
-import re
+import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -343,18 +344,27 @@ def only_partition(site_name: str, system_name: str) -> str:
     return f"{system_name}:{system.partitions[0].name}"
 
 
-_SHELL_VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-
-
 def site_env(spec: TuningSpec, environ: Mapping[str, str]) -> dict[str, str]:
-    """What the site environment exports for its jobs, minus commcamp's launcher selector, each value with its
-    $NAME / ${NAME} expanded as the job script's shell does (against `environ` and the lines before it; unset:
-    empty): a launch without ReFrame gets no shell, and LD_LIBRARY_PATH=$X/lib:$LD_LIBRARY_PATH passed literally
-    loses the caller's path."""
+    """What the site environment exports for its jobs, minus commcamp's launcher selector, each value as the job
+    script's shell makes it: ReFrame writes `export NAME=VALUE` lines, so quotes, $NAME, ${NAME:-default} and
+    escapes mean what they mean to bash (evaluated by bash, against `environ` and the lines before). A launch
+    without ReFrame gets no shell: NCCL_NET='"AWS Libfabric"' reached NCCL with its quotes, and
+    LD_LIBRARY_PATH=$X/lib:$LD_LIBRARY_PATH replaced the caller's path. ValueError when bash refuses the lines."""
     found = site_partition(spec)
-    env: dict[str, str] = {}
-    for name, value in ({} if found is None else found[1]).items():
-        if name != "COMMCAMP_MPIEXEC":
-            seen = {**environ, **env}
-            env[name] = _SHELL_VARIABLE.sub(lambda m: seen.get(m.group(1) or m.group(2), ""), value)
-    return env
+    items = {} if found is None else {k: v for k, v in found[1].items() if k != "COMMCAMP_MPIEXEC"}
+    if not items:
+        return {}
+    # bash builtins only (no PATH needed): each value, NUL-terminated, in the order of the names
+    script = "".join(f"export {name}={value}\n" for name, value in items.items()) + "".join(
+        f"printf '%s\\0' \"${{{name}}}\"\n" for name in items)
+    bash = shutil.which("bash") or "/bin/bash"
+    try:
+        out = subprocess.run([bash, "-c", script], env=dict(environ), capture_output=True, text=True, timeout=30,
+                             check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError(f"cannot evaluate the site's env_vars with {bash}: {exc}") from None
+    values = out.stdout.split("\0")[:-1]
+    if out.returncode != 0 or len(values) != len(items):
+        raise ValueError(f"site {spec.site!r}: its env_vars for {spec.system} / {spec.environ} do not evaluate as a "
+                         f"job script's export lines: {' '.join(out.stderr.split()) or f'exit {out.returncode}'}")
+    return dict(zip(items, values, strict=True))
