@@ -112,6 +112,16 @@ echo "102 PENDING Priority"; else echo "101 RUNNING None"; echo "102 PENDING Res
     assert (calls / "scancel.args").read_text().split() == ["101", "102"]
 
 
+def test_a_worker_pending_for_a_reason_that_never_clears_is_cancelled(tmp_path: Path) -> None:
+    """A worker whose -t is above the partition's MaxTime (EnforcePartLimits=NO) pends for PartitionTimeLimit for
+    ever: the wait, which no longer limits pending time, waited for ever too."""
+    calls, env = fake_slurm(tmp_path, squeue='echo "101 PENDING Priority"; echo "102 PENDING PartitionTimeLimit"')
+    with pytest.raises(WorkersFailed, match=r"Slurm jobs 102 \(PartitionTimeLimit\) pending for a reason that does not "
+                                            r"clear by itself .*; Slurm jobs 101, 102 cancelled"):
+        wait_for_jobs([101, 102], env, run_limit_s=60, poll_s=0.1)
+    assert (calls / "scancel.args").read_text().split() == ["101", "102"]
+
+
 def test_squeue_is_asked_every_poll_interval_and_a_job_gone_from_slurm_s_memory_has_ended(tmp_path: Path) -> None:
     """squeue was asked every second (a load on slurmctld for an hours-long wait); POLL_S now, tests pass less.
     `squeue --jobs=ID` of a job slurmctld no longer knows (MinJobAge after its end) fails: that job has ended."""

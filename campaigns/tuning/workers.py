@@ -17,6 +17,12 @@ GRACE_S = 600.0  # past a worker's time limit (Slurm's OverTimeLimit, KillWait, 
 SQUEUE_PATIENCE_S = 600.0  # squeue failing (slurmctld restarting, busy) this long in a row stops the wait
 # A job that left slurmctld's memory (MinJobAge after its end) is unknown: `squeue -j ID` says so and fails.
 _UNKNOWN_JOB = "Invalid job id"
+# Pending reasons Slurm keeps until someone changes the job or the system (squeue(1) JOB REASON CODES): a job
+# pending for one of them never starts by itself
+_NEVER_STARTS = frozenset({"PartitionTimeLimit", "PartitionNodeLimit", "QOSMaxWallDurationPerJobLimit",
+                           "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit", "BadConstraints",
+                           "DependencyNeverSatisfied", "InvalidAccount", "InvalidQOS",
+                           "AssocMaxWallDurationPerJobLimit", "AssocMaxNodesPerJobLimit"})
 # States whose time does not count against the job's time limit: waiting, requeued, its nodes still booting
 _NOT_STARTED = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED"})
 
@@ -187,6 +193,12 @@ def _wait_for_jobs(job_ids: Sequence[int], env: Mapping[str, str], run_limit_s: 
             failing_since = None
             if not states:
                 return
+            stuck = sorted(f"{job} ({reason})" for job, (state, reason) in states.items()
+                           if state == "PENDING" and reason.split(",")[0].strip() in _NEVER_STARTS)
+            if stuck:
+                raise WorkersFailed(f"Slurm jobs {', '.join(stuck)} pending for a reason that does not clear by "
+                                    "itself (squeue(1), JOB REASON CODES: e.g. -t above the partition's MaxTime, "
+                                    "a QOS limit): fix the partition or limits (budget, time_limit_s, trials)")
             for job, (state, _) in states.items():
                 if state in _NOT_STARTED:  # requeued (a node failed): its time limit counts from its next start
                     started.pop(job, None)
