@@ -480,6 +480,9 @@ def test_eager_size_never_exceeds_the_stripe_size(catalog: KnobCatalog) -> None:
     assert site.validate_env({STRIPE: "4096"}) == {STRIPE: "4096"}
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     both = build_space(catalog, OFI, knobs=[EAGER, STRIPE])
+    # named the other way round, the eager size (over search_values, whose choices cannot follow the stripe) is
+    # still drawn first: before, 8 of 200 random draws (118 of TPE's) were refused, the trials not launched
+    assert [d.name for d in build_space(catalog, OFI, knobs=[STRIPE, EAGER]).dimensions] == [EAGER, STRIPE]
     pairs = []
     for _ in range(300):
         env = both.suggest(study.ask())  # UnsafeValueError on a pair that breaks it

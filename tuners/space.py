@@ -19,7 +19,7 @@ from typing import Any
 
 import optuna
 
-from tuners.catalog import UNSET, Knob, KnobCatalog, KnobType, Library, Safety
+from tuners.catalog import UNSET, Knob, KnobCatalog, KnobType, Library, OrderConstraint, Safety
 
 SET = "set"
 
@@ -253,6 +253,11 @@ def build_space(
         dimensions.append(KnobDimension(knob, choices))
     if not dimensions:
         raise SpaceError("the search space is empty: no catalog knob applies to these libraries/op/transport")
+    # A knob of an `ordered` pair searched over search_values is drawn first: its choices cannot follow the other's
+    # value (Optuna keeps a categorical's choices), the other's range can (every other knob keeps its place)
+    ordered = {name for constraint in catalog.constraints if isinstance(constraint, OrderConstraint)
+               for name in constraint.names}
+    dimensions.sort(key=lambda d: not (d.name in ordered and d.knob.search_values is not None))
     return SearchSpace(catalog, tuple(dimensions), dict(catalog.pinned))
 
 
