@@ -339,7 +339,9 @@ def test_help_version_list(commbench_builds: dict[str, CommbenchBuild]) -> None:
     for flag in ("--op", "--transport", "--list", "--min-bytes", "--max-bytes", "--step-factor", "--sizes",
                  "--warmup", "--iters", "--batch", "nccl-tests' throughput method", "--check", "--no-check", "--peer", "--device", "--assume-gpu-aware-mpi",
                  "--timeout", "--output", "--inject", "--version", "--help", "TEST ONLY", "Exit codes",
-                 "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2"):
+                 "3 timeout", "GB/s", "busbw", "goodput", "round trip / 2",
+                 # exit 4 for standard output holds for commbench's own; under a launcher it is the launcher's
+                 "commbench's own standard output", "Under a launcher (mpirun, mpiexec, srun)", "use --output"):
         assert flag in helped.stdout, flag
     version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, check=False)
     assert version.returncode == 0 and version.stdout.startswith("commbench 0.1.0 backend cpu schema 2")
@@ -393,13 +395,45 @@ def test_allocation_failure_is_an_error_record(
 def test_sizes_beyond_the_transports_count_exit_2(
     commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, mpi: str
 ) -> None:
-    """A count above MPI's int is refused before anything runs or is allocated (it was an error record after
-    the largest buffers had been allocated and filled, or allocation failed first: exit 4)."""
+    """A count above MPI's int on a transport named in --transport is refused before anything runs or is
+    allocated (it was an error record after the largest buffers had been allocated and filled, or allocation
+    failed first: exit 4)."""
     output = tmp_path / "out.jsonl"
     started = time.monotonic()
     done = run_commbench(commbench_builds[mpi], 2, ["--op", "pingpong,allreduce", "--sizes", "8,1024G",
-                                                    "--iters", "1", "--output", str(output)])
+                                                    "--iters", "1", "--transport", "mpi", "--output", str(output)])
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.count("commbench: size 1099511627776 B: op pingpong passes 274877906944 elements per call at "
                              "2 ranks; transport mpi takes at most 2147483647") == 1  # said once, by rank 0
     assert output.read_text() == "" and time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("mpi", MPIS)
+def test_sizes_beyond_a_default_transports_count_are_unsupported_records(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path,
+    mpi: str
+) -> None:
+    """Without --transport (the cpu build's default transports: mpi), a size a transport cannot take is an
+    `unsupported` record of that transport and the other sizes run: refusing the whole run kept a GPU build's
+    ccl, d2d and d2d-kernel from the 8 GiB that only staging and mpi cannot take. 1 TiB is never allocated:
+    6 GiB of address space would fail that (a runtime record)."""
+    output = tmp_path / "out.jsonl"
+    build = commbench_builds[mpi]
+    done = subprocess.run(
+        [*mpi_launch(build.mpi, 2), str(build.binary), "--op", "pingpong,allreduce", "--sizes", "8,1024G,64",
+         "--iters", "1", "--output", str(output)],
+        capture_output=True, text=True, timeout=60, env=launch_env(), preexec_fn=limit_address_space, check=False,
+    )
+    assert done.returncode == 4, done.stdout + done.stderr
+    records = read_records(output)
+    for record in records:
+        record_validator.validate(record)
+    assert [(r["op"], r["requested_bytes"], r["kind"]) for r in records] == [
+        ("pingpong", 1 << 40, "error"), ("pingpong", 8, "result"), ("pingpong", 64, "result"),
+        ("allreduce", 1 << 40, "error"), ("allreduce", 8, "result"), ("allreduce", 64, "result")]
+    for record in records:
+        if record["kind"] == "error":
+            assert record["reason"] == "unsupported" and record["transport"] == "mpi"
+            assert record["bytes"] == 1 << 40 and "transport mpi takes at most 2147483647" in record["error"]
+        else:
+            assert record["valid"] is True

@@ -281,3 +281,58 @@ def test_sweep_timeout_record_names_the_selection(commbench_builds: dict[str, Co
     assert done.returncode == 3
     assert record["reason"] == "timeout" and record["selection"]["name"] == "own"
     assert record["selection"]["cvar"] == "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
+
+
+# A transport that keeps its result in a buffer of its own (a GPU build's staging: a pinned host bounce buffer)
+# and whose step does nothing for one call leaves the previous call's result there. This MPI_Allreduce (PMPI,
+# LD_PRELOAD) plays it on the cpu build: float calls copy their result into a bounce buffer, and call
+# number STALE_SKIP_CALL does not communicate but hands back what the bounce buffer holds.
+STALE_SHIM = r"""
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+static char bounce[1 << 16];
+static int calls;
+int MPI_Allreduce(const void *send, void *recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm)
+{
+    size_t bytes = (size_t)count * sizeof(float);
+    if (type != MPI_FLOAT || bytes > sizeof bounce)
+        return PMPI_Allreduce(send, recv, count, type, op, comm);
+    const char *skip = getenv("STALE_SKIP_CALL");
+    if (++calls == (skip ? atoi(skip) : 0)) {
+        memcpy(recv, bounce, bytes);
+        return MPI_SUCCESS;
+    }
+    int rc = PMPI_Allreduce(send, recv, count, type, op, comm);
+    memcpy(bounce, recv, bytes);
+    return rc;
+}
+"""
+
+
+def test_sweep_stale_result_of_another_selection_fails_validation(
+    commbench_builds: dict[str, CommbenchBuild], tmp_path: Path
+) -> None:
+    """A selection whose allreduce did nothing, its output the previous cell's (own's, same size and round)
+    left in the transport's buffer: it passed validation, every cell being filled with the same seed. The
+    seed now mixes op, size, instance, selection and round in: its data differs."""
+    shim = tmp_path / "stale.so"
+    built = subprocess.run(["mpicc.mpich", "-shared", "-fPIC", "-O1", "-o", str(shim), "-x", "c", "-"],
+                           input=STALE_SHIM, capture_output=True, text=True, timeout=120, check=False)
+    assert built.returncode == 0, built.stderr
+    output = tmp_path / "out.jsonl"
+    # float allreduce calls: 1 own round 0, 2 recursive_doubling round 0 (skipped), 3 and 4 the extra checks
+    done = run_commbench(commbench_builds["mpich"], 2, [
+        "--op", "allreduce", "--transport", "mpi", "--sizes", "64", "--rounds", "1", "--iters", "1", "--warmup", "0",
+        "--selections", "recursive_doubling", "--output", str(output)],
+        env={"LD_PRELOAD": str(shim), "STALE_SKIP_CALL": "2"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    own, stale = read_records(output)
+    assert own["selection"]["name"] == "own" and own["valid"] is True
+    assert stale["selection"]["name"] == "recursive_doubling"
+    assert stale["valid"] is False and stale["wrong_elements"] > 0 and stale["reason"] == "validation"
+    # the shim does what it says: without a skipped call, both cells are valid
+    done = run_commbench(commbench_builds["mpich"], 2, [
+        "--op", "allreduce", "--transport", "mpi", "--sizes", "64", "--rounds", "1", "--iters", "1", "--warmup", "0",
+        "--selections", "recursive_doubling"], env={"LD_PRELOAD": str(shim), "STALE_SKIP_CALL": "0"})
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -44,6 +44,10 @@ int cb_parse_size(const char *text, uint64_t *bytes)
         unit = 1ull << 30;
         p++;
         break;
+    case 'T': /* CB_MAX_BYTES is 1T: the messages name the limit with it */
+        unit = 1ull << 40;
+        p++;
+        break;
     default: break;
     }
     if (*p != '\0' || value == 0 || value > CB_MAX_BYTES / unit)
@@ -143,7 +147,7 @@ static int parse_size_list(const char *text, struct cb_args *a, char *err, size_
             return fail(err, errlen, "--sizes: more than %d sizes", CB_MAX_SIZES);
         if (cb_parse_size(item, &a->sizes[a->nsizes]))
             return fail(err, errlen,
-                        "--sizes: '%s' is not a size (a positive integer with optional K/M/G suffix, "
+                        "--sizes: '%s' is not a size (a positive integer with optional K/M/G/T suffix, "
                         "at most 1T)",
                         item);
         a->nsizes++;
@@ -274,7 +278,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
         case OPT_MAX:
             if (cb_parse_size(value, options[k].id == OPT_MIN ? &min : &max))
                 return fail(err, errlen,
-                            "%s: '%s' is not a size (a positive integer with optional K/M/G suffix, "
+                            "%s: '%s' is not a size (a positive integer with optional K/M/G/T suffix, "
                             "at most 1T)",
                             name, value);
             series_given = 1;

@@ -49,7 +49,7 @@ struct cb_args {
  * argv or args->name_store. */
 int cb_args_parse(int argc, char **argv, struct cb_args *args, char *err, size_t errlen);
 
-/* "8", "64K", "1M", "2G" (powers of 1024). Returns 0 or -1 (not a size, zero, or > CB_MAX_BYTES). */
+/* "8", "64K", "1M", "2G", "1T" (powers of 1024). Returns 0 or -1 (not a size, zero, or > CB_MAX_BYTES). */
 int cb_parse_size(const char *text, uint64_t *bytes);
 
 /* min, min*factor, ... <= max. Returns the count, or -1 when more than max_sizes would result. */

@@ -26,8 +26,41 @@ struct run {
     int hung; /* --inject hang: only once */
 };
 
-static const uint32_t seed_timed = 1, seed_extra = 2;
 static const float corrupt_value = -7.0f;
+
+/* ---- Validation seeds ----
+ * Every fill gets its own seed, a hash of what it is for: op, size, instance (pair, direction, host
+ * memory), selection and round of a sweep, and whether it is the timed loop's or the extra check's. A
+ * step that did nothing must not pass on data left from another one: with one seed for everything (1
+ * timed, 2 extra), a transport's bounce buffer holding the previous size's or the previous
+ * selection's result held exactly what this one expected (a sum over ranks does not depend on the
+ * size, and every cell of a sweep round was filled alike). The inputs are the same on every rank, so
+ * every rank expects what the others sent; it costs a few multiplications per fill. */
+static uint32_t seed_add(uint32_t h, uint64_t v)
+{
+    h = cb_pattern_mix(h ^ (uint32_t)v);
+    return cb_pattern_mix(h + 0x9e3779b9u + (uint32_t)(v >> 32));
+}
+
+static uint32_t seed_add_name(uint32_t h, const char *name)
+{
+    uint32_t fnv = 2166136261u; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)name; c && *c; c++)
+        fnv = (fnv ^ *c) * 16777619u;
+    return seed_add(h, fnv);
+}
+
+static uint32_t validation_seed(const struct cb_op *op, const struct cb_plan *plan, const struct cb_instance *inst,
+                                const struct cb_selection *sel, int round, int extra)
+{
+    uint32_t h = seed_add_name(0x636f6d6du, op->name);
+    h = seed_add(h, plan->requested_bytes);
+    h = seed_add(h, ((uint64_t)(uint32_t)inst->src << 32) | (uint32_t)inst->dst);
+    h = seed_add(h, ((uint64_t)(uint32_t)inst->dir << 32) | (uint32_t)inst->host_memory);
+    h = seed_add_name(h, sel ? sel->name : "");
+    h = seed_add(h, ((uint64_t)(uint32_t)round << 1) | (uint64_t)(extra != 0));
+    return h;
+}
 
 /* The rank that misbehaves under --inject: the last one, the default ping-pong peer. */
 static int inject_rank(const struct cb_ctx *ctx)
@@ -221,7 +254,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
 
     cb_watchdog_arm("measurement", op->name, t->name, &plan, inst);
     if (!rc)
-        rc = prepare(run, op, &plan, inst, bufs, seed_timed, &data);
+        rc = prepare(run, op, &plan, inst, bufs, validation_seed(op, &plan, inst, NULL, 0, 0), &data);
     if (!all_ok(run, rc, op->name, t->name, &plan, inst))
         goto out;
     rc = timed_loop(run, op, &exec, samples);
@@ -230,7 +263,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
     if (!all_ok(run, rc, op->name, t->name, &plan, inst))
         goto out;
     if (args->check) {
-        rc = prepare(run, op, &plan, inst, bufs, seed_extra, &data);
+        rc = prepare(run, op, &plan, inst, bufs, validation_seed(op, &plan, inst, NULL, 0, 1), &data);
         if (!rc)
             rc = cb_barrier();
         if (!rc)
@@ -280,13 +313,14 @@ static int select_candidate(const struct cb_transport *t, void *state, const str
 /* One (round, candidate) cell: select, fill, time, check. CB_UNSUPPORTED when the library refused
  * the forced choice for a call. */
 static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_exec *exec, const struct cb_selection *sel,
-                       const struct cb_bufs *bufs, double *samples, uint64_t *wrong)
+                       int round, const struct cb_bufs *bufs, double *samples, uint64_t *wrong)
 {
     const struct cb_transport *t = exec->transport;
     struct cb_data data;
     int rc = select_candidate(t, exec->state, op, sel);
     if (!rc)
-        rc = prepare(run, op, exec->plan, exec->inst, bufs, seed_timed, &data);
+        rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, round, 0),
+                     &data);
     if (!rc)
         rc = timed_loop(run, op, exec, samples);
     if (!rc && run->args->check)
@@ -303,7 +337,8 @@ static int sweep_extra_check(struct run *run, const struct cb_op *op, const stru
     struct cb_data data;
     int rc = select_candidate(exec->transport, exec->state, op, sel);
     if (!rc)
-        rc = prepare(run, op, exec->plan, exec->inst, bufs, seed_extra, &data);
+        rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, 0, 1),
+                     &data);
     if (!rc)
         rc = cb_barrier();
     if (!rc)
@@ -386,7 +421,7 @@ static void sweep_size(struct run *run, const struct cb_exec *exec, const struct
             struct cb_selection_record current = {.sel = &sels[s], .available = 1, .reason = process_reason};
             cb_record_selection(&current); /* a watchdog timeout record names the selection */
             cb_watchdog_arm("selection sweep", op->name, t->name, exec->plan, exec->inst);
-            rc = sweep_round(run, op, exec, &sels[s], bufs, mine, &cells[s].wrong);
+            rc = sweep_round(run, op, exec, &sels[s], r, bufs, mine, &cells[s].wrong);
             if (sweep_agree(run, op, exec, &sels[s], &cells[s], rc) == CB_OK) {
                 double *block = root ? cells[s].samples + (size_t)r * (size_t)iters : NULL;
                 MPI_Reduce(mine, block, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -501,12 +536,28 @@ static int sweep_candidates(struct run *run, const struct cb_transport *t, void 
     return kept;
 }
 
-/* Largest send and receive buffers any size needs. */
-static void max_plan(const struct run *run, const struct cb_op *op, struct cb_plan *max)
+/* Whether t takes size's count per call for op (MPI counts are ints); if not, why, into why. */
+static int size_fits(const struct run *run, const struct cb_transport *t, const struct cb_op *op, uint64_t size,
+                     char *why, size_t len)
 {
+    struct cb_plan plan;
+    op->plan(run->ctx, size, &plan);
+    if (!t->max_count || plan.arg_count <= t->max_count)
+        return 1;
+    snprintf(why, len, "size %llu B: op %s passes %zu elements per call at %d ranks; transport %s takes at most %zu",
+             (unsigned long long)size, op->name, plan.arg_count, run->ctx->nranks, t->name, t->max_count);
+    return 0;
+}
+
+/* Largest send and receive buffers any size needs that t takes (the others are never allocated). */
+static void max_plan(const struct run *run, const struct cb_transport *t, const struct cb_op *op, struct cb_plan *max)
+{
+    char why[CB_TEXT_MAX];
     memset(max, 0, sizeof *max);
     for (int s = 0; s < run->args->nsizes; s++) {
         struct cb_plan p;
+        if (!size_fits(run, t, op, run->args->sizes[s], why, sizeof why))
+            continue;
         op->plan(run->ctx, run->args->sizes[s], &p);
         if (p.send_count > max->send_count)
             max->send_count = p.send_count;
@@ -541,7 +592,7 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
     const struct cb_backend *b = run->ctx->backend;
     struct cb_plan max;
     char msg[CB_TEXT_MAX] = "";
-    max_plan(run, op, &max);
+    max_plan(run, t, op, &max);
     bufs->send_space = inst->send_space;
     bufs->recv_space = inst->recv_space;
     bufs->send_bytes = (max.send_count ? max.send_count : 1) * sizeof(float);
@@ -572,6 +623,22 @@ static int acquire_buffers(struct run *run, const struct cb_transport *t, void *
 static void run_op(struct run *run, const struct cb_transport *t, void *state, const struct cb_op *op)
 {
     const struct cb_ctx *ctx = run->ctx;
+    /* Sizes t cannot take for op: an `unsupported` record each, and neither buffers nor runs (a transport
+     * named in --transport refused them up front: sizes_fit). The same verdict on every rank. */
+    int fitting = 0;
+    unsigned char fits[CB_MAX_SIZES];
+    for (int s = 0; s < run->args->nsizes; s++) {
+        char why[CB_TEXT_MAX];
+        fits[s] = (unsigned char)size_fits(run, t, op, run->args->sizes[s], why, sizeof why);
+        fitting += fits[s];
+        if (!fits[s]) {
+            struct cb_plan plan;
+            op->plan(ctx, run->args->sizes[s], &plan);
+            error_record(run, op->name, t->name, &plan, NULL, CB_UNSUPPORTED, why);
+        }
+    }
+    if (!fitting)
+        return;
     struct cb_instance plain = {.src = -1, .dst = -1, .dir = CB_DIR_NONE, .host_memory = -1};
     struct cb_instance *insts = &plain;
     int n = 1;
@@ -612,6 +679,8 @@ static void run_op(struct run *run, const struct cb_transport *t, void *state, c
             continue;
         have = 1;
         for (int s = 0; s < run->args->nsizes; s++) {
+            if (!fits[s])
+                continue;
             if (!sels) {
                 measure(run, t, state, op, &insts[i], &bufs, run->args->sizes[s]);
                 continue;
@@ -693,8 +762,11 @@ static void run_transport(struct run *run, const struct cb_transport *t)
     cb_watchdog_step_done();
 }
 
-/* A size whose count exceeds what t takes per call (MPI counts are ints) is refused before any buffer is
- * allocated and filled, as bad arguments: found in the first warm-up it cost the largest buffers first. */
+/* A transport named in --transport must take every size: one it cannot (its count per call exceeds the
+ * transport's, MPI counts are ints) is refused before any buffer is allocated and filled, as bad arguments
+ * (found in the first warm-up it cost the largest buffers first). A transport not named runs the sizes it
+ * takes; run_op answers the others with `unsupported` records (a GPU build's staging and mpi must not keep
+ * ccl, d2d and d2d-kernel from an 8 GiB allreduce). */
 static int sizes_fit(const struct run *run, const struct cb_transport *t)
 {
     const struct cb_args *args = run->args;
@@ -702,16 +774,11 @@ static int sizes_fit(const struct run *run, const struct cb_transport *t)
     int n = t->max_count ? ops_of(args, t, ops) : 0;
     for (int i = 0; i < n; i++)
         for (int s = 0; s < args->nsizes; s++) {
-            struct cb_plan plan;
-            ops[i]->plan(run->ctx, args->sizes[s], &plan);
-            if (plan.arg_count <= t->max_count)
+            char why[CB_TEXT_MAX];
+            if (size_fits(run, t, ops[i], args->sizes[s], why, sizeof why))
                 continue;
             if (run->ctx->rank == 0)
-                fprintf(stderr,
-                        "commbench: size %llu B: op %s passes %zu elements per call at %d ranks; transport %s takes "
-                        "at most %zu (give smaller sizes)\n",
-                        (unsigned long long)args->sizes[s], ops[i]->name, plan.arg_count, run->ctx->nranks, t->name,
-                        t->max_count);
+                fprintf(stderr, "commbench: %s (give smaller sizes)\n", why);
             return 0;
         }
     return 1;
@@ -728,7 +795,7 @@ int cb_run_all(const struct cb_ctx *ctx)
     for (int i = 0; !args->ntransports && cb_transports[i] && nt < CB_MAX_NAMES; i++)
         if (cb_transports[i]->backends & cb_backend_bit())
             transports[nt++] = cb_transports[i];
-    for (int i = 0; i < nt; i++)
+    for (int i = 0; i < args->ntransports; i++) /* those named; the others answer with records (run_op) */
         if (!sizes_fit(&run, transports[i]))
             return CB_EXIT_USAGE; /* the same verdict on every rank: sizes and plans are alike */
     for (int i = 0; i < nt; i++)

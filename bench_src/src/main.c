@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,7 @@ static void print_help(const char *prog)
            "                       record has 2K-1 rounds and selection.stopped_after (default: every round)\n"
            "  --stop-after K       the even rounds that judge --stop-slower, K >= 3 (default 4; needs\n"
            "                       --rounds >= 2K)\n"
-           "Sizes (bytes; suffixes K, M, G are powers of 1024; at most 1T; float32 elements)\n"
+           "Sizes (bytes; suffixes K, M, G, T are powers of 1024; at most 1T; float32 elements)\n"
            "  --min-bytes S        smallest size (default 8)\n"
            "  --max-bytes S        largest size (default 4M)\n"
            "  --step-factor F      multiply the size by integer F in [2,1024] (default 2)\n"
@@ -93,7 +94,9 @@ static void print_help(const char *prog)
            "  allreduce/bcast = buffer; alltoall/allgather = receive buffer per rank; reduce_scatter =\n"
            "  send buffer per rank; h2d/d2h = bytes copied. Sizes are rounded down to whole elements\n"
            "  (and whole chunks per rank); the record keeps requested_bytes and the bytes moved. mpi and\n"
-           "  staging take at most 2^31-1 elements per call: a larger size is refused up front (exit 2).\n"
+           "  staging take at most 2^31-1 elements per call: a larger size is refused up front (exit 2)\n"
+           "  where --transport names them; otherwise it is an unsupported record of theirs (exit 4), never\n"
+           "  allocated, and the other sizes and transports run.\n"
            "Iterations\n"
            "  --warmup N           untimed samples first, of --batch operations each (default 5)\n"
            "  --iters N            timed samples, N >= 1 (default 20)\n"
@@ -117,8 +120,8 @@ static void print_help(const char *prog)
            "                       and all ranks exit with code 3, also a rank whose peer died (default 300)\n"
            "  --output FILE        append JSON Lines records to FILE (rank 0), one per op, transport,\n"
            "                       size and pair/direction/host memory; schema_version %d. A failed write\n"
-           "                       (full disk) cuts the file back to its last whole record, writes no more\n"
-           "                       and ends the run with exit 4\n"
+           "                       (full disk, a pipe or FIFO whose reader left) cuts the file back to its\n"
+           "                       last whole record, writes no more and ends the run with exit 4\n"
            "  --inject corrupt|hang|crash  TEST ONLY, for proving the checks work: 'corrupt' makes the last\n"
            "                       rank overwrite one received element before each check (valid=false,\n"
            "                       exit 1); 'hang' makes the last rank stop in the first timed iteration\n"
@@ -141,9 +144,13 @@ static void print_help(const char *prog)
            "  pairmatrix bi): goodput is per direction, aggregate_gbs = 2 * goodput.\n\n"
            "Exit codes\n"
            "  0 success; 1 validation failed (wrong data); 2 bad arguments (also a name twice in a list,\n"
-           "  an option where a value belongs, a size the transport cannot take); 3 timeout (watchdog,\n"
-           "  also during start-up); 4 runtime error or unsupported op/transport (see the error records),\n"
-           "  or records/output that could not be written (--output, standard output). 1 outranks 4.\n\n");
+           "  an option where a value belongs, a size a transport named in --transport cannot take);\n"
+           "  3 timeout (watchdog, also during start-up); 4 runtime error or unsupported op/transport/size\n"
+           "  (see the error records), or records that could not be written to --output, or a failed write\n"
+           "  to commbench's own standard output (a full disk, a pipe whose reader left). 1 outranks 4.\n"
+           "  Under a launcher (mpirun, mpiexec, srun) standard output is a pipe to the launcher, which\n"
+           "  writes it on: a failure there is the launcher's, commbench does not see it (Open MPI's mpirun\n"
+           "  then exits 0). For results that must arrive, use --output.\n\n");
     printf("Transports of this build (backend %s)\n", cb_backend->name);
     for (int i = 0; cb_transports[i]; i++)
         if (available(cb_transports[i])) {
@@ -167,14 +174,36 @@ static void print_version(void)
     printf("mpi_library %s\n", library);
 }
 
-/* What was printed must have arrived (a full disk, a closed pipe): otherwise exit 4 (1 outranks it), saying so. */
-static int stdout_status(int code)
+/* A write to a pipe or FIFO whose reader has gone (`--output` a FIFO, `commbench --list | head -c1`) must fail
+ * with EPIPE, to be reported and exit 4 naming the file, not kill the process with SIGPIPE (exit 141, a
+ * launcher's "signal 13"). A handler that does nothing rather than SIG_IGN: an ignored signal stays ignored
+ * across exec, a caught one does not, so processes the MPI library starts (Open MPI's singleton orted) keep
+ * the default. MPI libraries handle EPIPE on their sockets themselves (PMIx and UCX ignore SIGPIPE too). */
+static void sigpipe_noop(int sig)
 {
-    int flushed = fflush(stdout) == 0, flush_errno = errno;
-    if (flushed && !ferror(stdout))
+    (void)sig;
+}
+
+static void catch_sigpipe(void)
+{
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = sigpipe_noop;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGPIPE, &action, NULL);
+}
+
+/* What was printed must have arrived (a full disk, a pipe whose reader is gone): otherwise exit 4 (1 outranks
+ * it), saying why. write_errno: the errno of a write already seen to fail, else 0 (an fwrite larger than the
+ * buffer fails on its own; the final flush then has nothing left to fail with). */
+static int stdout_status(int code, int write_errno)
+{
+    int flushed = fflush(stdout) == 0, flush_errno = flushed ? 0 : errno;
+    int why = write_errno ? write_errno : flush_errno;
+    if (flushed && !ferror(stdout) && !write_errno)
         return code;
-    fprintf(stderr, "commbench: writing to standard output failed%s%s\n", flushed ? "" : ": ",
-            flushed ? "" : strerror(flush_errno));
+    fprintf(stderr, "commbench: writing to standard output failed%s%s\n", why ? ": " : "", why ? strerror(why) : "");
     return code == CB_EXIT_OK ? CB_EXIT_RUNTIME : code;
 }
 
@@ -234,7 +263,8 @@ static struct cb_device_info *gather_devices(const struct cb_ctx *ctx)
     return all;
 }
 
-/* Records lost to a failed write fail the run; rank 0 knows, every rank exits with the same code. */
+/* Records lost to a failed write fail the run; rank 0 knows (and has said so on stderr, once, when the
+ * write failed), every rank exits with the same code. */
 static int close_output(const struct cb_ctx *ctx, int code)
 {
     char msg[CB_TEXT_MAX] = "";
@@ -243,8 +273,6 @@ static int close_output(const struct cb_ctx *ctx, int code)
         snprintf(msg, sizeof msg, "%s", cb_last_error());
     if (cb_agree(rc, msg, sizeof msg) == CB_OK)
         return code;
-    if (ctx->rank == 0)
-        fprintf(stderr, "commbench: %s\n", msg);
     return code == CB_EXIT_OK ? CB_EXIT_RUNTIME : code; /* wrong data outranks it, as it outranks errors */
 }
 
@@ -320,8 +348,10 @@ static int list_cvars(const struct cb_ctx *ctx)
         fprintf(stderr, "commbench: --list-cvars: %s\n", cvar_listing_error);
         code = CB_EXIT_RUNTIME;
     } else if (ctx->rank == 0) {
-        fwrite(cvar_listing, 1, cvar_listing_len, stdout);
-        code = stdout_status(code);
+        int write_errno = 0;
+        if (fwrite(cvar_listing, 1, cvar_listing_len, stdout) != cvar_listing_len)
+            write_errno = errno ? errno : EIO;
+        code = stdout_status(code, write_errno);
     }
     free(cvar_listing);
     cb_mpit_finalize();
@@ -351,21 +381,22 @@ int main(int argc, char **argv)
 {
     static struct cb_args args;
     char err[CB_TEXT_MAX];
+    catch_sigpipe(); /* first: --help and --list write to stdout too */
     if (cb_args_parse(argc, argv, &args, err, sizeof err) || check_names(&args, err, sizeof err))
         return usage_error(err);
     switch (args.action) {
     case CB_ACT_HELP:
         if (launcher_rank_zero())
             print_help(argv[0]);
-        return stdout_status(CB_EXIT_OK);
+        return stdout_status(CB_EXIT_OK, 0);
     case CB_ACT_VERSION:
         if (launcher_rank_zero())
             print_version();
-        return stdout_status(CB_EXIT_OK);
+        return stdout_status(CB_EXIT_OK, 0);
     case CB_ACT_LIST:
         if (launcher_rank_zero())
             print_list();
-        return stdout_status(CB_EXIT_OK);
+        return stdout_status(CB_EXIT_OK, 0);
     case CB_ACT_LIST_CVARS:
         capture_cvars(args.list_cvars_prefix);
         break;
@@ -373,6 +404,9 @@ int main(int argc, char **argv)
     }
 
     MPI_Init(&argc, &argv);
+    struct sigaction pipe_action;
+    if (sigaction(SIGPIPE, NULL, &pipe_action) == 0 && pipe_action.sa_handler == SIG_DFL)
+        catch_sigpipe(); /* in case MPI_Init put the default back */
     struct cb_ctx ctx;
     if (cb_ctx_init(&ctx) != CB_OK) {
         fprintf(stderr, "commbench: %s\n", cb_last_error());

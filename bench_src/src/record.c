@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,9 @@ static pthread_mutex_t emit_lock = PTHREAD_MUTEX_INITIALIZER;
 static int output_fd = -1;
 static char output_path[4096];
 static int output_failed, output_errno; /* sticky: a record was lost, no further ones are written */
+/* The first failed write or flush of the table on stdout (0: none): the final flush alone finds only
+ * ferror, not why. Said on stderr once, when it happens. */
+static int stdout_errno;
 static int table_header_done;
 static const struct cb_ctx *rec_ctx; /* NULL until cb_record_start: no record can be made yet */
 static struct cb_selection_record current_selection;
@@ -28,6 +32,16 @@ static char current_reason[CB_TEXT_MAX];
  * backends only), "versions" (cb_record_setup; NULL before it: records leave them out). */
 static char *hostnames_json, *mpi_library_json, *devices_json, *gpu_sharing_json, *versions_json, *env_json,
     *slurm_job_json;
+
+/* Keeps the first failure of the table on stdout and says it once, when it happens; failed: the printf
+ * or fflush just made returned an error (errno is its reason). Called with emit_lock held. */
+static void note_stdout(int failed)
+{
+    if (!failed || stdout_errno)
+        return;
+    stdout_errno = errno ? errno : EIO;
+    fprintf(stderr, "commbench: writing the table to standard output failed: %s\n", strerror(stdout_errno));
+}
 
 static const char *const env_prefixes[] = {"NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_",
                                            "FI_",   "HSA_",  "OMPI_",  "CUDA_",      "HIP_"};
@@ -211,10 +225,11 @@ static void describe_sharing(const struct cb_ctx *ctx, const struct cb_device_in
     free(per_rank);
 
     if (most > 1)
-        printf("# NOTE: up to %d ranks share one GPU (MPS %s): their GPU work is %s, so these times are not "
-               "interconnect numbers\n",
-               most, mps == 1 ? "on" : mps == 0 ? "off" : "unknown",
-               mps == 1 ? "scheduled together through MPS" : "time-sliced between their processes unless MPS runs");
+        note_stdout(printf("# NOTE: up to %d ranks share one GPU (MPS %s): their GPU work is %s, so these times are "
+                           "not interconnect numbers\n",
+                           most, mps == 1 ? "on" : mps == 0 ? "off" : "unknown",
+                           mps == 1 ? "scheduled together through MPS"
+                                    : "time-sliced between their processes unless MPS runs") < 0);
 }
 
 void cb_record_start(const struct cb_ctx *ctx, const char *mpi_library)
@@ -292,19 +307,24 @@ int cb_output_open(const char *path)
 int cb_output_close(void)
 {
     pthread_mutex_lock(&emit_lock);
-    if (output_fd >= 0 && close(output_fd) != 0 && !output_failed) { /* NFS reports a failed write here */
+    /* NFS reports a failed write here. A failed write was said when it happened: not again. */
+    if (output_fd >= 0 && close(output_fd) != 0 && !output_failed) {
         output_failed = 1;
         output_errno = errno;
+        fprintf(stderr, "commbench: writing --output %s failed (at close): %s; records are missing there\n",
+                output_path, strerror(output_errno));
     }
     output_fd = -1;
-    int flushed = fflush(stdout) == 0, flush_errno = errno, rc = CB_ERROR;
-    if (output_failed)
-        cb_errorf("writing --output %s failed: %s; records are missing there", output_path, strerror(output_errno));
-    else if (!flushed || ferror(stdout))
-        cb_errorf("writing the table to standard output failed%s%s", flushed ? "" : ": ",
-                  flushed ? "" : strerror(flush_errno));
-    else
-        rc = CB_OK;
+    errno = 0;
+    note_stdout(fflush(stdout) != 0 || ferror(stdout)); /* an error flag without a failed call seen: EIO */
+    int rc = CB_OK;
+    if (output_failed) {
+        cb_errorf("writing --output %s failed: %s", output_path, strerror(output_errno));
+        rc = CB_ERROR;
+    } else if (stdout_errno) {
+        cb_errorf("writing the table to standard output failed: %s", strerror(stdout_errno));
+        rc = CB_ERROR;
+    }
     pthread_mutex_unlock(&emit_lock);
     return rc;
 }
@@ -312,7 +332,16 @@ int cb_output_close(void)
 /* One write per record with O_APPEND: a crash never leaves half a line from this process. A failed
  * or short write (a full disk) cuts the file back to where the record began, so no half line is
  * left, and stops the output for good: a later record must not follow a lost one as if none were
- * missing. cb_output_close reports it, and the run exits with code 4. Called with emit_lock held. */
+ * missing. The failure is said on stderr here, once; cb_output_close returns it, and the run exits
+ * with code 4. Called with emit_lock held.
+ *
+ * Where the record began is known only after its bytes landed: O_APPEND puts every write at the end
+ * of the file, after whatever another appender (a second commbench on the same file) wrote meanwhile,
+ * and leaves the offset at the end of what it wrote. So a piece's start is the offset after it minus
+ * its length; the record is cut back only where its pieces lie together and the file still ends with
+ * them (fstat), never into someone else's record; otherwise its last line stays cut off, and the
+ * message says so. (An appender between that fstat and the ftruncate remains possible: a window of
+ * two system calls.) */
 static void write_line(struct cb_json *j)
 {
     if (output_fd < 0 || output_failed)
@@ -320,8 +349,8 @@ static void write_line(struct cb_json *j)
     char *p = j->buf;
     size_t len = j->len, done = 0;
     p[len++] = '\n'; /* put() always leaves room for the terminator */
-    /* -1 on a pipe or FIFO: nothing can be cut back there */
-    off_t start = lseek(output_fd, 0, SEEK_END);
+    off_t start = -1, end = -1; /* where the record's bytes written so far lie (-1: unknown, as on a pipe) */
+    int together = 1;           /* its pieces lie one after the other */
     while (done < len) {
         ssize_t n = write(output_fd, p + done, len - done);
         if (n < 0 && errno == EINTR)
@@ -331,11 +360,22 @@ static void write_line(struct cb_json *j)
             break;
         }
         done += (size_t)n;
+        if (done == len)
+            return; /* the usual case, one whole write, costs no further call */
+        off_t at = lseek(output_fd, 0, SEEK_CUR); /* a short write: where did this piece land? */
+        if (at < (off_t)n)                        /* also -1: a pipe or FIFO */
+            together = 0;
+        else if (start < 0)
+            start = at - (off_t)n;
+        else if (at - (off_t)n != end)
+            together = 0;
+        end = at;
     }
-    if (done == len)
-        return;
     output_failed = 1;
-    int cut = done == 0 || (start >= 0 && ftruncate(output_fd, start) == 0);
+    int cut = done == 0;
+    struct stat st;
+    if (!cut && together && start >= 0 && fstat(output_fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == end)
+        cut = ftruncate(output_fd, start) == 0;
     fprintf(stderr, "commbench: writing --output %s failed: %s; no further records are written there%s\n", output_path,
             strerror(output_errno), cut ? "" : " (its last line is cut off)");
 }
@@ -501,10 +541,11 @@ static void table_header(void)
     if (table_header_done)
         return;
     table_header_done = 1;
-    printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s %s\n", "op", "transport", "bytes",
-           "count", "pair", "dir", "hostmem", "median_us", "min_us", "p95_us", "goodput", "busbw", "wrong", "valid");
-    printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s\n", "", "", "(B)", "(elem)", "", "", "",
-           "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "");
+    note_stdout(printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s %s\n", "op", "transport",
+                       "bytes", "count", "pair", "dir", "hostmem", "median_us", "min_us", "p95_us", "goodput", "busbw",
+                       "wrong", "valid") < 0);
+    note_stdout(printf("# %-14s %-10s %12s %11s %-7s %-4s %-8s %11s %11s %11s %9s %9s %6s\n", "", "", "(B)", "(elem)",
+                       "", "", "", "(us)", "(us)", "(us)", "(GB/s)", "(GB/s)", "") < 0);
 }
 
 static void table_labels(const struct cb_instance *inst, char *pair, size_t len, const char **dir, const char **mem)
@@ -615,14 +656,16 @@ void cb_emit_result(const struct cb_result *r)
     table_labels(r->inst, pair, sizeof pair, &dir, &mem);
     write_line(&j);
     table_header();
-    printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s%s%s\n", r->op,
-           r->transport, r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem, r->stats.median, r->stats.min,
-           r->stats.p95, r->goodput_gbs, r->busbw_gbs, (unsigned long long)r->wrong,
-           !r->check ? "unchecked"
-           : valid   ? "ok"
-                     : "WRONG",
-           current_selection.sel ? " selection=" : "", current_selection.sel ? current_selection.sel->name : "");
-    fflush(stdout);
+    note_stdout(printf("  %-14s %-10s %12zu %11zu %-7s %-4s %-8s %11.2f %11.2f %11.2f %9.3f %9.3f %6llu %s%s%s\n",
+                       r->op, r->transport, r->plan->bytes, r->plan->bytes / sizeof(float), pair, dir, mem,
+                       r->stats.median, r->stats.min, r->stats.p95, r->goodput_gbs, r->busbw_gbs,
+                       (unsigned long long)r->wrong,
+                       !r->check ? "unchecked"
+                       : valid   ? "ok"
+                                 : "WRONG",
+                       current_selection.sel ? " selection=" : "",
+                       current_selection.sel ? current_selection.sel->name : "") < 0);
+    note_stdout(fflush(stdout) != 0);
     pthread_mutex_unlock(&emit_lock);
     cb_json_free(&j);
 }
@@ -651,9 +694,9 @@ void cb_emit_error(const char *op, const char *transport, const struct cb_plan *
         snprintf(bytes, sizeof bytes, "-");
     write_line(&j);
     table_header();
-    printf("  %-14s %-10s %12s %11s %-7s %-4s %-8s ERROR (%s): %s\n", op, transport, bytes, "", pair, dir, mem,
-           reason_name(reason), message);
-    fflush(stdout);
+    note_stdout(printf("  %-14s %-10s %12s %11s %-7s %-4s %-8s ERROR (%s): %s\n", op, transport, bytes, "", pair, dir,
+                       mem, reason_name(reason), message) < 0);
+    note_stdout(fflush(stdout) != 0);
     pthread_mutex_unlock(&emit_lock);
     cb_json_free(&j);
 }

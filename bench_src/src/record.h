@@ -55,7 +55,8 @@ void cb_record_setup(const struct cb_device_info *devices, const struct cb_kv *v
 /* Opens (appends to) the JSON Lines file; CB_ERROR + cb_errorf on failure. NULL: none. */
 int cb_output_open(const char *path);
 /* Closes the JSON Lines file and flushes the table on stdout. CB_ERROR + cb_errorf naming what failed
- * when a record or a table line was lost (a failed write, close or flush), else CB_OK. */
+ * when a record or a table line was lost (a failed write, close or flush), else CB_OK. Every such
+ * failure has been said on stderr once, when it was found (here, for a failed close or final flush). */
 int cb_output_close(void);
 
 /* Records emitted from now on carry this "selection" (NULL: none, the default). */

@@ -1,10 +1,15 @@
 /* Unit tests of what needs neither MPI nor a device: argument parsing, size lists, statistics,
  * bandwidth factors, JSON escaping, the env filter and the validation pattern.
  * Prints one line per failed check and exits non-zero if any failed. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "json.h"
@@ -166,6 +171,12 @@ static void test_sizes(void)
     CHECK(cb_parse_size("1G", &b) == 0 && b == 1ull << 30);
     CHECK(cb_parse_size("1024G", &b) == 0 && b == 1ull << 40);
     CHECK(cb_parse_size("1025G", &b) == -1);
+    /* T: the messages name the limit "1T"; it was refused as no size at all */
+    CHECK(cb_parse_size("1T", &b) == 0 && b == 1ull << 40);
+    CHECK(cb_parse_size("1t", &b) == 0 && b == 1ull << 40);
+    CHECK(cb_parse_size("2T", &b) == -1 && cb_parse_size("1TB", &b) == -1);
+    CHECK(parse("--sizes", "8,1T", NULL) == 0 && args.nsizes == 2 && args.sizes[1] == 1ull << 40);
+    CHECK(parse("--max-bytes", "2T", NULL) == -1 && err_mentions("K/M/G/T") && err_mentions("at most 1T"));
     CHECK(cb_parse_size(" 8", &b) == -1 && cb_parse_size("+8", &b) == -1 && cb_parse_size("", &b) == -1);
 }
 
@@ -408,6 +419,126 @@ static void test_rank_attribution(void)
     CHECK(slowest[0] == 0 && count[0] == 1 && count[1] == 0);
 }
 
+/* ---- A failed record cut back only where nothing of another appender's would go with it ----
+ * This program's write() replaces libc's for record.c (a definition in the executable wins; stdio does not
+ * call it): it plays a disk that fills during a record, with another process appending to the same file
+ * before, between or after the record's pieces. Pieces are written through a duplicate of the descriptor
+ * (one open file description: the offset moves as the real write's would), the other appender through a
+ * file of its own. */
+enum { APPEND_NONE, APPEND_BEFORE, APPEND_BETWEEN, APPEND_AFTER };
+static int fake_disk, fake_append, fake_calls;
+static const char *fake_path;
+static const char other_record[] = "{\"other\":1}\n";
+
+static void put_through(int fd, const void *buf, size_t n, const char *mode)
+{
+    FILE *f = fd >= 0 ? fdopen(dup(fd), mode) : fopen(fake_path, mode);
+    if (f) {
+        fwrite(buf, 1, n, f);
+        fclose(f);
+    }
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    if (!fake_disk) {
+        put_through(fd, buf, n, "a");
+        return (ssize_t)n;
+    }
+    size_t piece = n < 10 ? n : 10;
+    switch (++fake_calls) {
+    case 1: /* the first 10 bytes of the record */
+        if (fake_append == APPEND_BEFORE) /* landed after the lseek(SEEK_END) that once marked the start */
+            put_through(-1, other_record, sizeof other_record - 1, "a");
+        put_through(fd, buf, piece, "a");
+        if (fake_append == APPEND_AFTER)
+            put_through(-1, other_record, sizeof other_record - 1, "a");
+        return (ssize_t)piece;
+    case 2:
+        if (fake_append == APPEND_BETWEEN) { /* the second piece lands after the other's record */
+            put_through(-1, other_record, sizeof other_record - 1, "a");
+            put_through(fd, buf, piece, "a");
+            return (ssize_t)piece;
+        }
+        break;
+    default: break;
+    }
+    errno = ENOSPC;
+    return -1;
+}
+
+/* In a child (record.c's state is once per process): one record into a file holding one line, through a disk
+ * that fills; returns the file's content and what stderr said. */
+static void emit_on_full_disk(int append, char *content, size_t content_len, char *said, size_t said_len)
+{
+    char path[] = "/tmp/commbench_unit_XXXXXX", errpath[] = "/tmp/commbench_unit_err_XXXXXX";
+    int fd = mkstemp(path), errfd = mkstemp(errpath);
+    static const char prior[] = "{\"prior\":1}\n";
+    content[0] = said[0] = '\0';
+    if (fd < 0 || errfd < 0)
+        return;
+    if (pwrite(fd, prior, sizeof prior - 1, 0) != (ssize_t)(sizeof prior - 1))
+        return;
+    close(fd);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        static const struct cb_backend backend = {.name = "cpu"};
+        static char hosts[1][CB_HOST_MAX] = {"unit"};
+        static int node_of[1];
+        static struct cb_ctx ctx = {.nranks = 1, .local_size = 1, .nnodes = 1, .node_of = node_of, .hosts = hosts,
+                                    .backend = &backend};
+        if (!freopen("/dev/null", "w", stdout) || dup2(errfd, 2) < 0)
+            _exit(2);
+        fake_path = path;
+        cb_record_start(&ctx, "unit");
+        if (cb_output_open(path) != CB_OK)
+            _exit(2);
+        fake_disk = 1;
+        fake_append = append;
+        cb_emit_error("allreduce", "mpi", NULL, NULL, CB_REASON_RUNTIME, "a record longer than two pieces of 10 bytes");
+        fake_disk = 0;
+        _exit(cb_output_close() == CB_ERROR ? 0 : 3);
+    }
+    int status = -1;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(content, 1, content_len - 1, f) : 0;
+    content[n] = '\0';
+    if (f)
+        fclose(f);
+    n = (size_t)pread(errfd, said, said_len - 1, 0);
+    said[n < said_len ? n : 0] = '\0';
+    close(errfd);
+    unlink(path);
+    unlink(errpath);
+}
+
+static void test_output_cut_back(void)
+{
+    char content[4096], said[4096];
+    /* alone: the half record goes, the file ends with its last whole line */
+    emit_on_full_disk(APPEND_NONE, content, sizeof content, said, sizeof said);
+    CHECK(strcmp(content, "{\"prior\":1}\n") == 0);
+    CHECK(strstr(said, "No space left on device") && !strstr(said, "cut off"));
+    /* another record appended just before ours: cut back to where ours began, the other's kept (the start
+     * taken with lseek(SEEK_END) before the write removed it) */
+    emit_on_full_disk(APPEND_BEFORE, content, sizeof content, said, sizeof said);
+    CHECK(strcmp(content, "{\"prior\":1}\n{\"other\":1}\n") == 0);
+    CHECK(strstr(said, "No space left on device") && !strstr(said, "cut off"));
+    /* appended after our piece: the file no longer ends with our data, nothing is cut, and that is said */
+    emit_on_full_disk(APPEND_AFTER, content, sizeof content, said, sizeof said);
+    CHECK(strstr(content, "{\"other\":1}\n") != NULL);
+    CHECK(strstr(said, "(its last line is cut off)") != NULL);
+    /* appended between our two pieces: they do not lie together, nothing is cut */
+    emit_on_full_disk(APPEND_BETWEEN, content, sizeof content, said, sizeof said);
+    CHECK(strstr(content, "{\"other\":1}\n") != NULL);
+    CHECK(strstr(said, "(its last line is cut off)") != NULL);
+    /* said once, at the write (it was said again at close) */
+    const char *first = strstr(said, "writing --output");
+    CHECK(first && !strstr(first + 1, "writing --output"));
+}
+
 int main(void)
 {
     test_args();
@@ -420,6 +551,7 @@ int main(void)
     test_pattern_catches_misplacement();
     test_ranks_per_device();
     test_rank_attribution();
+    test_output_cut_back();
     printf("commbench_unit: %d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }
