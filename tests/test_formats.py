@@ -6,9 +6,11 @@ with its provenance) and OSU 7.0 outputs printed here (tests/data/osu/PROVENANCE
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_cli import commcamp
 
@@ -70,9 +72,13 @@ def test_nccl_tests_json_keeps_per_iteration_and_per_process_times() -> None:
     assert (record["op"], record["hostnames"], record["nodes"], record["bytes"]) == ("allreduce", ["n1", "n2"], 2, 1048576)
     assert record["samples_us"] == [18.0, 18.25, 20.0] and record["iters"] == 3
     assert record["source"]["per_process_us"][1] == [17.0, 18.25, 12.0]
-    assert (record["busbw_gbs"], record["latency_us"]) == (83.87, 18.75)
+    # the schema's numbers from the samples (median 18.25 us, 2 ranks: factor 1); nccl-tests' own under reported
+    assert record["latency_us"] == record["stats"]["median_us"] == 18.25 and record["batch"] == 1
+    assert record["busbw_gbs"] == pytest.approx(1048576 / 18.25 / 1e3 * 1.0)
+    assert record["source"]["reported"] == {"time_us": 18.75, "algbw_gbs": 55.91, "busbw_gbs": 83.87}
     [plain] = foreign.parse("nccl-tests-json", _nccl_tests_json(per_iter=False), source="t.json", timestamp=STAMP)
     assert plain["samples_us"] == [18.75] and plain["source"]["iterations_averaged"] == 3
+    assert (plain["iters"], plain["batch"], plain["latency_us"]) == (1, 3, 18.75)  # one sample of 3 ops back to back
     with pytest.raises(nccl_tests.NcclTestsError, match="version 2 is not nccl-tests JSON version 3"):
         nccl_tests.parse_json(json.dumps({"version": 2}))
 
@@ -205,3 +211,173 @@ def test_ingest_refuses_a_file_of_two_benchmark_runs(tmp_path: Path) -> None:
                          "allreduce" in out + err, out + err
     with open_store(url) as store:
         assert store.runs() == []
+
+
+# --- what the reviewer found (2026-11-27): each test fails on the parsers before that day's fixes ---------------
+
+ALL_REDUCE_PERF = (NT_DATA / "all_reduce_perf.txt").read_text()  # 1 rank, 12 sizes, iters 20, agg iters 1
+
+
+def test_nccl_tests_in_place_wrong_elements_make_the_record_invalid(tmp_path: Path) -> None:
+    """'#wrong' of the in-place result > 0 was stored as valid (only out-of-place was read): now the record
+    is invalid with both placements' counts, and `results ingest` stores the run as failed."""
+    first = ("           8             2     float     sum      -1     7.14    0.00    0.00       0     0.50    0.02"
+             "    0.00       0")
+    assert first in ALL_REDUCE_PERF
+    text = ALL_REDUCE_PERF.replace(first, first[:-1] + "3")
+    records = foreign.parse("nccl-tests", text, source="ar.txt", timestamp=STAMP)
+    for record in records:
+        validate_record(record, "ar.txt")
+    assert (records[0]["valid"], records[0]["check"], records[0]["wrong_elements"]) == (False, True, 3)
+    assert records[0]["source"]["wrong"] == {"out_of_place": 0, "in_place": 3} and records[0]["reason"] == "validation"
+    assert all(r["valid"] and r["wrong_elements"] == 0 for r in records[1:])
+    out_wrong = ALL_REDUCE_PERF.replace(first, first.replace("0.00       0     0.50", "0.00       5     0.50"))
+    assert foreign.parse("nccl-tests", out_wrong, source="ar.txt", timestamp=STAMP)[0]["wrong_elements"] == 5
+    source = tmp_path / "ar.txt"
+    source.write_text(text)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    code, out, err = commcamp("results", "ingest", source, "--format", "nccl-tests", "--site", "h200",
+                              "--system", "h200", "--db", url)
+    assert code == 0, out + err
+    with open_store(url) as store:
+        [run] = store.runs()
+    assert (run.status, run.reason) == ("fail", "1 of 12 records not valid")
+
+
+@pytest.mark.parametrize("cut", ["in-place-columns", "after-out-of-place", "after-a-row"])
+def test_a_truncated_nccl_tests_output_is_refused(tmp_path: Path, cut: str) -> None:
+    """A job killed mid-run left its output cut off: the last row without its in-place columns (it was read as
+    in-place only) or the closing lines missing (read as complete). `results ingest` refuses it, as it refuses a
+    commbench file with a truncated line (exit 2, nothing stored), naming the row or the missing lines. The
+    reviewer's inputs: /tmp/rev8/in/ar_trunc.txt, ar_trunc2.txt."""
+    lines = ALL_REDUCE_PERF.splitlines()
+    last_row = max(i for i, line in enumerate(lines) if line.strip().startswith("33554432"))
+    if cut != "after-a-row":  # 11 columns; 9, as an in-place-only table has
+        kept, columns = {"in-place-columns": (-20, 11), "after-out-of-place": (-30, 9)}[cut]
+        text = "\n".join(lines[:last_row] + [lines[last_row][:kept]]) + "\n"
+        message = f":{last_row + 1}: an incomplete nccl-tests row ({columns} columns, not 13;"
+        with pytest.raises(nccl_tests.NcclTestsError, match=re.escape(message)):
+            nccl_tests.parse_text(text, "ar.txt")
+    else:
+        text = "\n".join(lines[:last_row + 1]) + "\n"
+        message = "the output ends before nccl-tests' closing lines ('# Out of bounds values : N OK', '# Avg bus"
+        assert not nccl_tests.parse_text(text).complete and nccl_tests.parse_text(ALL_REDUCE_PERF).complete
+        with pytest.raises(nccl_tests.NcclTestsError, match=re.escape(message)):
+            foreign.parse("nccl-tests", text, source="ar.txt", timestamp=STAMP)
+    source = tmp_path / "ar.txt"
+    source.write_text(text)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    code, out, err = commcamp("results", "ingest", source, "--format", "nccl-tests", "--site", "h200",
+                              "--system", "h200", "--db", url)
+    assert code == 2 and message in " ".join((out + err).split()), out + err
+    with open_store(url) as store:
+        assert store.runs() == []
+
+
+def test_nccl_tests_time_is_a_sample_of_iters_operations_and_metrics_are_the_schemas() -> None:
+    """nccl-tests prints elapsed / (iters x agg iters) of operations launched back to back: the schema's batch
+    (operations per sample), not a per-operation latency; 'batch 1' pooled it with commbench's per-op timing.
+    Its stats and metrics are commbench's definitions (campaigns.model.records): median, p95 linearly
+    interpolated, sample stdev, busbw factor (n-1)/n for gather/scatter as nccl-tests'."""
+    from campaigns.model.records import busbw_factor, sample_stats
+
+    records = foreign.parse("nccl-tests", ALL_REDUCE_PERF, source="ar.txt", timestamp=STAMP)
+    assert {(r["batch"], r["iters"], r["source"]["iterations_averaged"]) for r in records} == {(20, 1, 20)}
+    agg = ALL_REDUCE_PERF.replace("agg iters: 1 ", "agg iters: 4 ")
+    assert foreign.parse("nccl-tests", agg, source="ar.txt", timestamp=STAMP)[0]["batch"] == 80
+    with_iters = foreign.parse("nccl-tests-json", (NT_DATA / "all_reduce_perf-I.json").read_text(), source="a.json",
+                               timestamp=STAMP)
+    for record in with_iters:
+        samples = sorted(record["samples_us"])
+        assert record["batch"] == 1 and record["iters"] == 20
+        assert record["latency_us"] == record["stats"]["median_us"] == (samples[9] + samples[10]) / 2
+        assert record["stats"]["p95_us"] == pytest.approx(samples[18] + 0.05 * (samples[19] - samples[18]))
+        assert record["stats"]["stdev_us"] == pytest.approx(float(np.std(samples, ddof=1)))
+        assert record["stats"] == sample_stats(record["samples_us"])
+        assert record["goodput_gbs"] == pytest.approx(record["bytes"] / record["latency_us"] / 1e3)
+    assert sample_stats([4.0]) == {"min_us": 4.0, "median_us": 4.0, "mean_us": 4.0, "p95_us": 4.0, "max_us": 4.0,
+                                   "stdev_us": 0.0}
+    assert busbw_factor("gather", 4) == busbw_factor("scatter", 4) == 0.75 and busbw_factor("bcast", 4) == 1.0
+    assert foreign.busbw_factor is busbw_factor  # one definition
+
+
+def test_nccl_tests_json_records_are_stamped_when_the_run_started() -> None:
+    """The JSON's start_time (the local time of the host that ran it), not the file's modification time."""
+    [record, *_] = foreign.parse("nccl-tests-json", (NT_DATA / "all_reduce_perf.json").read_text(), source="a.json",
+                                 timestamp=STAMP)
+    started = datetime(2026, 11, 23, 14, 51, 36).astimezone()
+    assert datetime.fromisoformat(record["timestamp"]) == started
+
+
+@pytest.mark.parametrize("title", [
+    "MPI Reduce Latency Test", "MPI Gather Latency Test", "MPI Scatter Latency Test", "MPI Barrier Latency Test",
+    "MPI_Put Latency Test", "MPI All-to-Allv Personalized Exchange Latency Test", "MPI Allgatherv Latency Test",
+    "MPI Multiple Bandwidth / Message Rate Test", "MPI Non-blocking Allreduce Latency Test",
+    "MPI_Get Bandwidth Test", "MPI Multi-threaded Latency Test"])
+def test_osu_benchmarks_commcamp_does_not_read_are_refused_by_name(tmp_path: Path, title: str) -> None:
+    """The benchmark was picked by a word of the title: Reduce, Gather, Scatter, Barrier and MPI_Put latency
+    were read as pingpong, All-to-Allv as alltoall, Allgatherv as allgather, Multiple Bandwidth as osu_bw.
+    Exact titles now; any other is refused naming it (exit 2 from `results ingest`, nothing stored)."""
+    text = f"# OSU {title} v7.0\n# Size       Avg Latency(us)\n4                       1.76\n"
+    with pytest.raises(osu.OsuError, match=re.escape(f"{title!r} is not an OSU benchmark commcamp reads")):
+        osu.parse_text(text)
+    source = tmp_path / "osu.txt"
+    source.write_text(text)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    code, out, err = commcamp("results", "ingest", source, "--format", "osu", "--hosts", "n1,n2", "--site", "local",
+                              "--system", "local", "--db", url)
+    assert code == 2 and f"{title!r} is not an OSU benchmark commcamp reads" in " ".join((out + err).split())
+
+
+@pytest.mark.parametrize("title, op, ccl", [
+    ("MPI Latency Test", "pingpong", False), ("MPI-CUDA Latency Test", "pingpong", False),
+    ("MPI-CUDA Bandwidth Test", "osu_bw", False), ("NCCL Allreduce Latency Test", "allreduce", True),
+    ("MPI-ROCM All-to-All Personalized Exchange Latency Test", "alltoall", False),
+    ("NCCL-CUDA Reduce_scatter Latency Test", "reduce_scatter", True), ("MPI Broadcast Latency Test", "bcast", False)])
+def test_osu_titles_commcamp_reads(title: str, op: str, ccl: bool) -> None:
+    run = osu.parse_text(f"# OSU {title} v7.4\n# Size       Avg Latency(us)\n8     1.5\n")
+    assert (run.op, run.ccl) == (op, ccl)
+
+
+def test_osu_columns_are_read_by_the_column_line() -> None:
+    """OSU 7's -z tail latencies and -c validation were read by position (P50 as min, P90 as max, P99 as the
+    iteration count) or refused ('Pass'); the non-blocking collectives' columns too (refused by title now)."""
+    tail = ("# OSU MPI Allreduce Latency Test v7.4\n# Datatype: MPI_CHAR.\n"
+            "# Size       Avg Latency(us)    P50 Tail Lat(us)    P90 Tail Lat(us)    P99 Tail Lat(us)\n"
+            "4                       1.50                1.40                1.90                2.70\n")
+    [row] = osu.parse_text(tail).rows
+    assert (row.value, row.min_us, row.max_us, row.iterations) == (1.5, None, None, None)
+    assert row.tail == (("p50", 1.4), ("p90", 1.9), ("p99", 2.7))
+    [record] = foreign.osu_records(osu.parse_text(tail), hostnames=["a", "b"], timestamp=STAMP)
+    assert record["source"]["tail"] == {"p50": 1.4, "p90": 1.9, "p99": 2.7} and "min_us" not in record["source"]
+    validated = ("# OSU MPI Latency Test v7.3\n# Size          Latency (us)        Validation\n"
+                 "1                       0.20              Pass\n2                       0.21              Fail\n")
+    records = foreign.osu_records(osu.parse_text(validated), hostnames=["a", "b"], timestamp=STAMP)
+    for record in records:
+        validate_record(record, "lat.txt")
+    assert [(r["valid"], r["check"]) for r in records] == [(True, True), (False, True)]
+    full = (OSU_DATA / "osu_allreduce-full.txt").read_text()
+    first = osu.parse_text(full).rows[0]
+    assert (first.value, first.min_us, first.max_us, first.iterations, first.passed) == (0.33, 0.30, 0.35, 1000, None)
+    with pytest.raises(osu.OsuError, match=r"osu:2: column 'Transmit Size' of .* is not one commcamp reads"):
+        osu.parse_text("# OSU MPI Latency Test v7.4\n# Size  Latency (us)  Transmit Size\n1 0.2 1\n", "osu")
+    with pytest.raises(osu.OsuError, match=r"osu:3: 2 values for the 3 columns"):
+        osu.parse_text("# OSU MPI Latency Test v7.4\n# Size  Latency (us)  Validation\n1 0.2\n", "osu")
+
+
+def test_osu_alltoall_and_allgather_sizes_are_the_schemas_bytes() -> None:
+    """OSU's alltoall size is what a rank sends to each peer, allgather's what each rank contributes; the
+    schema's bytes for both is a rank's whole receive buffer (commbench's, nccl-tests'): size x ranks, so that
+    sizes, goodput and busbw line up with commbench's records."""
+    hosts = ["n1", "n1", "n2", "n2"]
+    for name, title in (("alltoall", "All-to-All Personalized Exchange Latency Test"),
+                        ("allgather", "Allgather Latency Test")):
+        text = f"# OSU MPI {title} v7.0\n# Size       Avg Latency(us)\n1024                    10.00\n"
+        [record] = foreign.parse("osu", text, source=name, timestamp=STAMP, hostnames=hosts)
+        validate_record(record, name)
+        assert (record["op"], record["bytes"], record["source"]["osu_size"]) == (name, 4096, 1024)
+        assert record["goodput_gbs"] == pytest.approx(4096 / 10.0 / 1e3)
+        assert record["busbw_gbs"] == pytest.approx(record["goodput_gbs"] * 3 / 4)
+    [allreduce] = foreign.parse("osu", (OSU_DATA / "osu_allreduce.txt").read_text(), source="a", timestamp=STAMP,
+                                hostnames=hosts)[:1]
+    assert allreduce["bytes"] == 4 and "osu_size" not in allreduce["source"]  # a buffer size: as it is

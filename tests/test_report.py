@@ -145,6 +145,8 @@ def test_report_groups_what_changes_the_number_and_says_what_each_curve_is(repor
 
 def test_report_bad_input(tmp_path: Path, report_db: str) -> None:
     code, output = commcamp_output("report", "--db", report_db, "--op", "nosuchop", "--output", tmp_path / "r.html")
+    assert code == 2 and "--op: 'nosuchop' is not an op" in output and not (tmp_path / "r.html").exists()
+    code, output = commcamp_output("report", "--db", report_db, "--op", "bcast", "--output", tmp_path / "r.html")
     assert code == 2 and "no measurements" in output and not (tmp_path / "r.html").exists()
     bad = tmp_path / "verdict.json"
     bad.write_text("{}")
@@ -199,3 +201,58 @@ def test_a_campaign_report_shows_its_own_site_only(tmp_path: Path) -> None:
         write_campaign_report(store, load_campaign(spec), report)
     text = report.read_text()
     assert "tinychar on local:local" in text and "localslurm" not in text
+
+
+def _values(array: Any) -> list[float]:
+    """A figure's data array: a list, or plotly's typed array ({"dtype", "bdata": base64})."""
+    if isinstance(array, dict):
+        import base64
+
+        import numpy as np
+
+        return np.frombuffer(base64.b64decode(array["bdata"]), dtype=array["dtype"]).tolist()
+    return list(array)
+
+
+def _report_of(tmp_path: Path, records_by_run: dict[str, list[dict[str, Any]]]) -> str:
+    """build_report of runs of one site, system and environment, each holding the given records."""
+    from campaigns.report.html import build_report
+    from campaigns.store import open_store
+    from fixtures_store import run_info
+
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        for key, records in records_by_run.items():
+            store.ingest(run_info(key), records)
+        return build_report(store, title="t", nominal=[], verdicts=[])
+
+
+def test_other_benchmarks_records_are_never_pooled_with_commbench_s(tmp_path: Path) -> None:
+    """nccl-tests or OSU records ingested from their output (`source.benchmark`) measure another way: the report
+    pooled them with commbench's into one median curve when every other dimension agreed. A curve per
+    benchmark now, its legend naming it."""
+    from fixtures_store import commbench_record
+
+    sizes = (1024, 65536)
+    ours = [commbench_record(size=size, seed=size) for size in sizes]
+    theirs = [commbench_record(size=size, seed=size + 1, latency_us=1.0, goodput_gbs=100.0 + size,
+                               source={"benchmark": "nccl-tests", "format": "nccl-tests"}) for size in sizes]
+    text = _report_of(tmp_path, {"commbench": ours, "nccl-tests": theirs})
+    (goodput,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("allreduce: goodput")]
+    curves = {trace["name"]: _values(trace["y"]) for trace in goodput["data"] if trace.get("mode") == "lines+markers"}
+    assert sorted(curves) == ["commbench, gnu, Open MPI v4.1.4", "nccl-tests, gnu, Open MPI v4.1.4"], curves
+    assert curves["nccl-tests, gnu, Open MPI v4.1.4"] == [100.0 + size for size in sizes]
+    assert "runs of one benchmark, site" in text
+
+
+def test_the_distributions_show_valid_measurements_only(tmp_path: Path) -> None:
+    """The goodput plots used valid measurements only, the distribution section every one: an invalid run's
+    samples (wrong data) widened the violins and the p95/p99 table."""
+    from fixtures_store import commbench_record
+
+    valid = [commbench_record(size=1024, seed=1)]
+    wrong = [commbench_record(size=1024, seed=2, valid=False, wrong_elements=3, reason="validation",
+                              samples_us=[1e6] * 8)]
+    text = _report_of(tmp_path, {"valid": valid, "wrong": wrong})
+    (violins,) = [f for f in figures(text) if "per-iteration times" in f["layout"]["title"]["text"]]
+    assert max(max(_values(trace["y"])) for trace in violins["data"]) < 1e3
+    assert "1e+06" not in text and "<td>8</td>" in text  # the valid run's 8 samples, not 16

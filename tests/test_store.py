@@ -393,3 +393,85 @@ def test_store_and_optuna_share_one_database(tmp_path: Path) -> None:
     store = open_store(url)
     assert store.runs() == []
     store.close()
+
+
+def _revisions_oldest_first() -> list[tuple[str, str | None]]:
+    """(revision, the revision it upgrades from) of every store migration, oldest first."""
+    from campaigns.store.migrate import _script
+
+    return [(rev.revision, rev.down_revision) for rev in reversed(list(_script().walk_revisions()))]
+
+
+def _rows_per_table(connection: sqlalchemy.Connection) -> dict[str, list[tuple[object, ...]]]:
+    return {table: sorted(tuple(row) for row in connection.exec_driver_sql(
+        f"SELECT {columns} FROM {table}").all())
+        for table, columns in (("runs", "id, run_key, status"), ("measurements", "id, run_id, seq, op, bytes"),
+                               ("samples", "measurement_id, count, data"))}
+
+
+@pytest.mark.parametrize("revision", [rev for rev, down in _revisions_oldest_first() if down is not None])
+def test_every_migration_keeps_every_run_measurement_and_sample(store_url: str, revision: str) -> None:
+    """A database at the revision before `revision` holding runs, measurements and samples (two runs, three
+    measurements, samples packed as the store packs them) keeps every row through open_store's upgrade, which
+    runs `revision` and every later one. 0001 -> 0002 on SQLite emptied measurements and samples: batch mode rebuilt
+    `runs` (DROP TABLE) with foreign keys on, and ON DELETE CASCADE deleted their rows."""
+    from alembic import command
+
+    from campaigns.store.migrate import alembic_config
+    from campaigns.store.store import pack_samples
+
+    down = dict(_revisions_oldest_first())[revision]
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), down)
+        tables = {name: sqlalchemy.Table(name, sqlalchemy.MetaData(), autoload_with=connection)
+                  for name in ("runs", "measurements", "samples")}
+        for run_id in (1, 2):
+            connection.execute(tables["runs"].insert(), {
+                "id": run_id, "run_key": f"k{run_id}", "campaign": "c", "site": "s", "system": "sys",
+                "partition": "p", "environ": "e", "check_name": "chk", "parameters": {}, "num_nodes": 1,
+                "num_tasks": 2, "status": "pass", "created_at": datetime(2026, 1, 1)})
+        for measurement_id, run_id in ((1, 1), (2, 1), (3, 2)):
+            connection.execute(tables["measurements"].insert(), {
+                "id": measurement_id, "run_id": run_id, "seq": measurement_id, "schema_version": 1, "kind": "result",
+                "op": "allreduce", "transport": "mpi", "backend": "cpu", "bytes": 8 * measurement_id, "valid": True,
+                "ranks": 2, "nodes": 1, "hostnames": ["n1", "n1"], "mpi_library": "", "env": {},
+                "commbench_version": "x", "timestamp": datetime(2026, 1, 1)})
+            connection.execute(tables["samples"].insert(), {
+                "measurement_id": measurement_id, "count": 3, "data": pack_samples([1.0, 2.0, float(measurement_id)])})
+        before = _rows_per_table(connection)
+    engine.dispose()
+    with open_store(store_url) as store:  # upgraded through `revision` to head, as commcamp does
+        with store.engine.connect() as connection:
+            assert _rows_per_table(connection) == before
+            assert current_revision(connection) == head_revision()
+        assert store.samples(3) == [1.0, 2.0, 3.0]
+        if store_url.startswith("sqlite"):  # enforced again once migrated: deleting a run deletes its children
+            with store.engine.begin() as connection:
+                assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+                connection.exec_driver_sql("DELETE FROM runs WHERE id = 1")
+            assert len(store.measurements()) == 1
+
+
+@sqlite_only
+def test_a_migration_that_would_leave_dangling_rows_is_refused_and_rolled_back(store_url: str) -> None:
+    """PRAGMA foreign_key_check after the upgrade: a measurement of a run that does not exist (possible in a
+    0001 database written with foreign keys off) fails the migration, naming it; the database stays at 0001."""
+    from alembic import command
+
+    from campaigns.store.migrate import alembic_config
+
+    engine = sqlalchemy.create_engine(store_url)  # no commcamp hooks: foreign keys off
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0001")
+        connection.exec_driver_sql(
+            "INSERT INTO measurements (run_id, seq, schema_version, kind, op, transport, backend, valid, ranks, nodes, "
+            "hostnames, mpi_library, env, commbench_version, timestamp) VALUES (42, 0, 1, 'result', 'allreduce', "
+            "'mpi', 'cpu', 1, 2, 1, '[]', '', '{}', 'x', '2026-01-01 00:00:00')")
+    with pytest.raises(StoreError, match=r"1 row\(s\) pointing at rows that do not exist \(measurements row 1 -> "
+                                         r"runs\); nothing was changed"):
+        open_store(store_url)
+    with engine.connect() as connection:
+        assert current_revision(connection) == "0001"
+        assert connection.exec_driver_sql("SELECT count(*) FROM measurements").scalar() == 1
+    engine.dispose()

@@ -242,3 +242,30 @@ def test_ingest_real_commbench_output(tmp_path: Path, store_url: str) -> None:
             record = json.loads(line)
             assert store.samples(row.measurement_id) == record["samples_us"]
             assert row.median_us == record["stats"]["median_us"] and row.bytes == record["bytes"]
+
+
+@pytest.mark.parametrize("filters, message", [
+    (["--op", "all_reduce"], "--op: 'all_reduce' is not an op of commbench's vocabulary or of the nccl-tests and OSU"),
+    (["--transport", "MPI"], "--transport: 'MPI' is not a transport of commbench's vocabulary"),
+    (["--backend", "gpu"], "--backend: 'gpu' is not a backend of commbench's vocabulary"),
+    (["--op", "bcast"], "no measurements in sqlite:///"),  # a name records can have, none stored
+    (["--site", "nowhere"], "no measurements in sqlite:///"),
+])
+def test_filters_that_select_nothing_exit_2_in_list_export_and_report(jsonl: Path, tmp_path: Path,
+                                                                       filters: list[str], message: str) -> None:
+    """`results list --op all_reduce` printed an empty table and `results export` a header-only file, exit 0,
+    while `report` with the same filters exited 2: a misspelt name read as 'nothing was measured'. Every one of
+    them refuses a name no record can have and a selection of nothing, exit 2, one message, nothing written."""
+    from fixtures_cli import commcamp
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    assert _ingest(jsonl, url).exit_code == 0
+    output = tmp_path / "e.csv"
+    for command in (["list"], ["export", "--output", output]):
+        result = _invoke(*command, "--db", url, *filters)
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+    code, out, err = commcamp("report", "--db", url, "--output", tmp_path / "r.html", *filters)
+    assert code == 2 and message in " ".join((out + err).split()), out + err
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["r.db", "site-run.jsonl"]
+    for name in ("osu_bw", "reduce", "allreduce"):  # the names of ingested nccl-tests and OSU records are known
+        assert "is not an op" not in _invoke("list", "--db", url, "--op", name).output

@@ -92,6 +92,10 @@ def _short_stats() -> dict[str, Any]:
     (_bad_record(gpu_sharing={"max_ranks_per_gpu": 2, "mps": "on"}), "gpu_sharing.mps", "is not of type"),
     (_bad_record(gpu_sharing={"max_ranks_per_gpu": 2}), "gpu_sharing.mps", "is a required property"),
     (error_record(valid=True), "valid", "was expected"),
+    # commbench counts a node per distinct host name (src/comm.c); wrong data is never valid
+    (_bad_record(hostnames=["n1", "n2", "n3", "n3"]), "nodes", "2 nodes for 3 distinct hostnames"),
+    (_bad_record(nodes=1), "nodes", "1 nodes for 2 distinct hostnames"),
+    (_bad_record(wrong_elements=3), "valid", "true with 3 wrong elements"),
     (error_record(reason="bogus"), "reason", "is not one of"),
 ])
 def test_schema_violation_names_line_and_field(tmp_path: Path, record: dict[str, Any], field: str,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command 
     import numpy as np
     import pandas
 
-    from campaigns.store import MeasurementFilter
+    from campaigns.store import MeasurementFilter, Store
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -115,10 +115,13 @@ def list_runs(db: DbOption = None,
 def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: LimitOption = 100,
                       list_format: FormatOption = ListFormat.table) -> None:
     """List stored measurements (one per commbench record), newest run first."""
+    from campaigns.formats.foreign import check_filter_names
     from campaigns.store import open_store
 
-    with expected_errors(), open_store(db, create=False) as store:
-        frame = store.measurements(**vars(filters))
+    with expected_errors():
+        check_filter_names(**vars(filters))  # an op, transport or backend no record can have
+        with open_store(db, create=False) as store:
+            frame = _selected(store, filters)
     frame = frame.sort_values("run_id", ascending=False, kind="stable")
     rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
              _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
@@ -128,6 +131,17 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
     _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
                                                   "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
                  rows, len(frame), list_format)
+
+
+def _selected(store: Store, filters: MeasurementFilter) -> pandas.DataFrame:
+    """The measurements `filters` select; ValueError (exit 2, as `report`) for filters that select nothing: an
+    empty table or a header-only file read as 'nothing was measured' where a filter was mistyped."""
+    from campaigns.store.store import no_measurements_message
+
+    frame = store.measurements(**vars(filters))
+    if frame.empty:
+        raise ValueError(no_measurements_message(store.url, vars(filters)))
+    return frame
 
 
 class ExportFormat(str, Enum):
@@ -148,6 +162,7 @@ def export(filters: MeasurementFilter,
     written as JSON text."""
     from sqlalchemy import JSON
 
+    from campaigns.formats.foreign import check_filter_names
     from campaigns.store import open_store
     from campaigns.store.models import Measurement
     from tuners.writers import new_file_mode
@@ -159,8 +174,9 @@ def export(filters: MeasurementFilter,
             raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
                                      param_hint="--format") from None
     with expected_errors():
+        check_filter_names(**vars(filters))
         with open_store(db, create=False) as store:
-            frame = store.measurements(**vars(filters))
+            frame = _selected(store, filters)
             if samples:
                 frame = _sample_rows(frame, store.sample_arrays(**vars(filters)))
         for column in Measurement.__table__.columns:

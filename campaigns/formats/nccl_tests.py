@@ -3,9 +3,13 @@
 Text: the header ("# nccl-tests version 2.19.6 ...", "# nThread 1 nGpus 1 ... iters: 20 ..."), the
 "#  Rank  0 Group  0 Pid 5108 on vm device 0 [0000:00:06] NVIDIA H200" lines and one row per size:
 size count type redop root | out-of-place time algbw busbw #wrong | in-place time algbw busbw #wrong
-[| with -I each placement is followed by i_min i_max i_p99 i_cv%]. Other lines (NCCL or MPI messages) are skipped.
-JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): config (with the devices), results with
-out_of_place / in_place and, with `-I 1`, *_per_iter (times_us and per_process_max_times_us).
+[| with -I each placement is followed by i_min i_max i_p99 i_cv%], and the closing lines "# Out of bounds values :
+N OK" and "# Avg bus bandwidth : X" (`Run.complete`: an output without them was cut off). A row must have every
+column of its table (a job killed mid-row leaves a short one: refused). Other lines (NCCL or MPI messages) are
+skipped.
+JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): start_time (the local time of the host
+that ran it, no offset), config (with the devices), results with out_of_place / in_place and, with `-I 1`,
+*_per_iter (times_us and per_process_max_times_us); the file is valid JSON only once nccl-tests finished it.
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 JSON_FILE_VERSION = 3
@@ -59,10 +64,15 @@ class Run:
     op: str = ""  # commbench's name, from the binary ("all_reduce_perf" -> "allreduce")
     iters: int | None = None
     warmup: int | None = None
+    agg_iters: int = 1  # operations launched (in one group) per iteration: -m
     params: str = ""
     hosts: list[str] = field(default_factory=list)  # by rank
     devices: list[str] = field(default_factory=list)  # by rank, as printed
     rows: list[Row] = field(default_factory=list)
+    per_iter: bool = False  # -I: the times of every iteration (JSON) / their summary columns (text)
+    complete: bool = False  # the output reached nccl-tests' closing lines (text) or is a finished JSON file
+    out_of_bounds: int | None = None  # "# Out of bounds values : N" (JSON: out_of_bounds.count)
+    start_time: datetime | None = None  # JSON start_time (naive: the local time of the host that ran it)
 
 
 def op_of(program: str) -> str:
@@ -77,8 +87,12 @@ _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+
 _VERSION = re.compile(r"^# nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
 _TEST = re.compile(r"^# Collective test starting: (\S+)")
 _ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
-# Columns of one placement: time algbw busbw #wrong, then with -I i_min i_max i_p99 i_cv%.
-_PLACEMENT_COLUMNS, _PER_ITER_COLUMNS = 4, 8
+_AGG_ITERS = re.compile(r"agg iters: (\d+)")
+_OUT_OF_BOUNDS = re.compile(r"^# Out of bounds values\s*:\s*(\d+)")
+_AVERAGE_BUSBW = re.compile(r"^# Avg bus bandwidth\s*:")
+# Columns of a row: size count type redop root, then per placement time algbw busbw #wrong (with -I also
+# i_min i_max i_p99 i_cv%); out-of-place is blank where nccl-tests measures in-place only (trace replay).
+_ROW_HEAD, _PLACEMENT_COLUMNS, _PER_ITER_COLUMNS = 5, 4, 8
 
 
 def _wrong(text: str | float | None, where: str) -> int | None:
@@ -94,6 +108,7 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
     """Parse nccl-tests stdout; a row that looks like a table row but does not parse is an error."""
     run = Run()
     per_iter = False
+    row_width = 0  # the columns of the table's rows, once its first row is read
     hosts: dict[int, str] = {}
     devices: dict[int, str] = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -112,15 +127,29 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
                 run.params = line[2:].strip()
                 if match := _ITERS.search(line):
                     run.warmup, run.iters = int(match.group(1)), int(match.group(2))
+                if match := _AGG_ITERS.search(line):
+                    run.agg_iters = int(match.group(1))
             elif match := _RANK.match(line):
                 rank = int(match.group(1))
                 hosts[rank], devices[rank] = match.group(2), " ".join(match.group(3).split())
+            elif match := _OUT_OF_BOUNDS.match(line):
+                run.out_of_bounds, run.complete = int(match.group(1)), True
+            elif _AVERAGE_BUSBW.match(line):
+                run.complete = True
             continue
         words = line.split()
-        if len(words) < 5 + _PLACEMENT_COLUMNS or not (words[0].isdigit() and words[1].isdigit()):
+        if len(words) < 2 or not (words[0].isdigit() and words[1].isdigit()):
             continue
         width = _PER_ITER_COLUMNS if per_iter else _PLACEMENT_COLUMNS
-        groups = [words[start:start + _PLACEMENT_COLUMNS] for start in range(5, len(words) - width + 1, width)]
+        # A killed job's last row is cut short; one cut right after its out-of-place columns looks like an
+        # in-place-only row, which nccl-tests prints for a whole table or not at all: the table's first row decides.
+        expected = [row_width] if row_width else [_ROW_HEAD + 2 * width, _ROW_HEAD + width]
+        if len(words) not in expected:
+            raise NcclTestsError(f"{where}: an incomplete nccl-tests row ({len(words)} columns, not "
+                                 f"{' or, in-place only, '.join(map(str, expected))}; the output was cut off?): "
+                                 f"{line.strip()!r}")
+        row_width = len(words)
+        groups = [words[start:start + _PLACEMENT_COLUMNS] for start in range(_ROW_HEAD, len(words), width)]
         try:
             root = int(words[4])
             placements = [Placement(float(t), float(a), float(b), _wrong(w, where)) for t, a, b, w in groups[:2]]
@@ -133,7 +162,15 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
         raise NcclTestsError(f"{source}: no nccl-tests result rows")
     run.hosts = [hosts[rank] for rank in sorted(hosts)]
     run.devices = [devices[rank] for rank in sorted(devices)]
+    run.per_iter = per_iter
     return run
+
+
+def _start_time(text: object) -> datetime | None:
+    try:
+        return datetime.strptime(str(text), "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
 
 
 def _placement(data: dict[str, Any] | None, per_iter: dict[str, Any] | None, where: str) -> Placement | None:
@@ -160,9 +197,12 @@ def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
         raise NcclTestsError(f"{source}: version {found!r} is not nccl-tests JSON version {JSON_FILE_VERSION}")
     args = document.get("args") or []
     config = document.get("config") or {}
+    bounds = document.get("out_of_bounds")
     run = Run(op=op_of(args[0]) if args else "", nccl_version=str(document.get("nccl_version", "")),
               iters=config.get("iterations"), warmup=config.get("warmup_iters"),
-              params=" ".join(args[1:]))
+              agg_iters=int(config.get("aggregated_iterations") or 1), params=" ".join(args[1:]),
+              complete=True, start_time=_start_time(document.get("start_time")),
+              out_of_bounds=bounds.get("count") if isinstance(bounds, dict) else None)
     devices = config.get("devices") or document.get("devices") or []  # 2.19 writes them under config
     for device in sorted(devices, key=lambda d: d.get("rank", 0)):
         run.hosts.append(str(device.get("hostname", "")))
@@ -178,4 +218,6 @@ def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
             raise NcclTestsError(f"{where}: {exc!r}") from None
     if not run.rows:
         raise NcclTestsError(f"{source}: no results")
+    run.per_iter = any(placement is not None and placement.times_us
+                       for row in run.rows for placement in (row.out_of_place, row.in_place))
     return run

@@ -1,29 +1,55 @@
-"""OSU micro-benchmark text output (osu_latency, osu_bw, osu_bibw, the blocking collectives and their
-osu_xccl_* variants): a title line "# OSU MPI Latency Test v7.0", a column line "# Size  Latency (us)"
-or "# Size  Avg Latency(us)  Min Latency(us)  Max Latency(us)  Iterations" (with -f), then one row per
-size. The benchmark is read from the title; the value's unit from the column line.
+"""OSU micro-benchmark text output: a title line "# OSU MPI Latency Test v7.0" ("# OSU MPI-CUDA ...",
+"# OSU NCCL ...": the library and the buffers' accelerator, then the benchmark), a column line "# Size  Latency (us)",
+"# Size  Avg Latency(us)  Min Latency(us)  Max Latency(us)  Iterations" (-f), with "Validation" (-c) and
+"P50 Tail Lat(us)" ... (-z) columns where asked for, then one row per size.
+
+The benchmark is its exact title, one of BENCHMARKS (commcamp stores what its ops mean: the point-to-point
+latency and bandwidth tests and the blocking collectives of commbench's vocabulary); any other title (Reduce,
+Gather, Scatter, Barrier, the v-variants, the non-blocking collectives, one-sided MPI_Put/MPI_Get, Multiple
+Bandwidth / Message Rate, ...) is refused, naming it. Each row is read by the column line's names; a column this
+parser does not know is refused, naming it.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-# Title words -> (commbench-style op name, what the value is). OSU's own names where commbench has no
-# such op (osu_bw streams a window of messages: it is not commbench's pingpong goodput).
-_BENCHMARKS = (
-    ("bi-directional bandwidth", "osu_bibw", "bandwidth"),
-    ("bandwidth", "osu_bw", "bandwidth"),
-    ("allreduce", "allreduce", "latency"),
-    ("all-to-all", "alltoall", "latency"),
-    ("alltoall", "alltoall", "latency"),
-    ("allgather", "allgather", "latency"),
-    ("reduce_scatter", "reduce_scatter", "latency"),
-    ("reduce-scatter", "reduce_scatter", "latency"),
-    ("broadcast", "bcast", "latency"),
-    ("bcast", "bcast", "latency"),
-    ("latency", "pingpong", "latency"),
-)
+# Exact title (without "OSU <library>[-<accelerator>] " and the version) -> (commbench-style op name, what the
+# value is). OSU's own names where commbench has no such op (osu_bw streams a window of messages: it is not
+# commbench's pingpong goodput).
+BENCHMARKS = {
+    "Latency Test": ("pingpong", "latency"),
+    "Bandwidth Test": ("osu_bw", "bandwidth"),
+    "Bi-Directional Bandwidth Test": ("osu_bibw", "bandwidth"),
+    "Allreduce Latency Test": ("allreduce", "latency"),
+    "All-to-All Personalized Exchange Latency Test": ("alltoall", "latency"),
+    "Allgather Latency Test": ("allgather", "latency"),
+    "Reduce_scatter Latency Test": ("reduce_scatter", "latency"),
+    "Broadcast Latency Test": ("bcast", "latency"),
+}
+_BY_TITLE = {title.lower(): found for title, found in BENCHMARKS.items()}
+# Ops whose OSU size is what one rank sends to each peer (alltoall) or contributes (allgather): the record's
+# bytes, the whole receive buffer of a rank (the schema's convention, commbench's and nccl-tests'), is size x ranks.
+PER_RANK_SIZE_OPS = ("alltoall", "allgather")
 _TITLE = re.compile(r"^#\s*OSU\s+(.*?)\s+v?(\d[\w.\-]*)\s*$", re.IGNORECASE)
+# "MPI", "MPI-CUDA", "MPI-CUDA MANAGED", "NCCL", "RCCL", "XCCL-ROCM", ... then the benchmark
+_LIBRARY = re.compile(r"^(MPI|NCCL|RCCL|XCCL|HCCL)(-(?:CUDA MANAGED|CUDA|ROCM|OPENACC|MANAGED))?\s+(.+)$",
+                      re.IGNORECASE)
+_CCL = ("nccl", "rccl", "xccl", "hccl")
+
+# The column names OSU prints (c/util/osu_util*.c), longest first where one is the start of another.
+_VALUE, _MIN, _MAX, _ITERATIONS, _VALIDATION, _TAIL = "value", "min", "max", "iterations", "validation", "tail"
+_COLUMNS = (
+    (re.compile(r"Size"), "size"),
+    (re.compile(r"Avg Latency\s*\(us\)"), _VALUE),
+    (re.compile(r"Latency\s*\(us\)"), _VALUE),
+    (re.compile(r"Bandwidth\s*\(MB/s\)"), _VALUE),
+    (re.compile(r"Min Latency\s*\(us\)"), _MIN),
+    (re.compile(r"Max Latency\s*\(us\)"), _MAX),
+    (re.compile(r"Iterations"), _ITERATIONS),
+    (re.compile(r"Validation"), _VALIDATION),
+    (re.compile(r"(P\d+) Tail (?:Lat\s*\(us\)|BW\s*\(MB/s\))"), _TAIL),
+)
 
 
 class OsuError(ValueError):
@@ -37,26 +63,75 @@ class Row:
     min_us: float | None = None  # -f (full) collectives
     max_us: float | None = None
     iterations: int | None = None
+    passed: bool | None = None  # -c: the Validation column (Pass / Fail); None: not validated
+    tail: tuple[tuple[str, float], ...] = ()  # -z: ("p99", value) in the value's unit
 
 
 @dataclass
 class Run:
     title: str = ""  # "MPI Latency Test"
     version: str = ""  # "7.0"
-    op: str = ""  # commbench-style name (see _BENCHMARKS)
+    op: str = ""  # commbench-style name (see BENCHMARKS)
     quantity: str = ""  # "latency" (us) or "bandwidth" (MB/s)
     ccl: bool = False  # an osu_xccl_* / NCCL / RCCL variant: the collective library, not MPI, moved the data
+    columns: list[tuple[str, str]] = field(default_factory=list)  # (kind, name as printed) of the column line
     rows: list[Row] = field(default_factory=list)
 
 
 def benchmark_of(title: str) -> tuple[str, str]:
-    """'MPI Allreduce Latency Test' -> ('allreduce', 'latency')."""
-    lowered = title.lower()
-    for words, op, quantity in _BENCHMARKS:
-        if words in lowered:
-            return op, quantity
-    raise OsuError(f"{title!r} is not an OSU benchmark commcamp reads (latency, bandwidth, bi-directional "
-                   f"bandwidth, allreduce, alltoall, allgather, reduce_scatter, broadcast)")
+    """'MPI Allreduce Latency Test' -> ('allreduce', 'latency'); an OsuError for a title that is not exactly one
+    of BENCHMARKS."""
+    match = _LIBRARY.match(title.strip())
+    found = _BY_TITLE.get(" ".join(match.group(3).split()).lower()) if match else None
+    if found is None:
+        known = ", ".join(f"'{name}'" for name in BENCHMARKS)
+        raise OsuError(f"{title!r} is not an OSU benchmark commcamp reads (OSU <library> followed by one of: "
+                       f"{known})")
+    return found
+
+
+def _columns(line: str, where: str) -> list[tuple[str, str]]:
+    """The column line's columns, in order: (kind, the name as printed)."""
+    rest = line.lstrip("#").strip()
+    columns: list[tuple[str, str]] = []
+    while rest:
+        for pattern, kind in _COLUMNS:
+            if match := pattern.match(rest):
+                columns.append((kind if kind != _TAIL else f"{_TAIL}:{match.group(1).lower()}", match.group(0)))
+                rest = rest[match.end():].lstrip()
+                break
+        else:
+            raise OsuError(f"{where}: column {rest!r} of {line.strip()!r} is not one commcamp reads")
+    kinds = [kind for kind, _ in columns]
+    if kinds[:1] != ["size"] or kinds.count(_VALUE) != 1 or len(set(kinds)) != len(kinds):
+        raise OsuError(f"{where}: {line.strip()!r} is not an OSU column line commcamp reads (Size, then one latency "
+                       "or bandwidth column)")
+    return columns
+
+
+def _row(words: list[str], columns: list[tuple[str, str]], where: str, line: str) -> Row:
+    if len(words) != len(columns):
+        raise OsuError(f"{where}: {len(words)} values for the {len(columns)} columns "
+                       f"({', '.join(name for _, name in columns)}): {line!r}")
+    fields: dict[str, object] = {}
+    tail: list[tuple[str, float]] = []
+    try:
+        for (kind, name), word in zip(columns, words, strict=True):
+            if kind == "size":
+                fields["size"] = int(word)
+            elif kind == _VALIDATION:
+                if word not in ("Pass", "Fail"):
+                    raise ValueError(f"{name} {word!r} is not Pass or Fail")
+                fields["passed"] = word == "Pass"
+            elif kind == _ITERATIONS:
+                fields["iterations"] = int(word)
+            elif kind.startswith(_TAIL):
+                tail.append((kind.split(":", 1)[1], float(word)))
+            else:
+                fields[{_VALUE: "value", _MIN: "min_us", _MAX: "max_us"}[kind]] = float(word)
+    except ValueError as exc:
+        raise OsuError(f"{where}: not an OSU result row: {line!r} ({exc})") from None
+    return Row(**fields, tail=tuple(tail))  # type: ignore[arg-type]
 
 
 def parse_text(text: str, source: str = "OSU output") -> Run:
@@ -73,22 +148,19 @@ def parse_text(text: str, source: str = "OSU output") -> Run:
                                    f"{run.title!r}: give one benchmark run per file")
                 run.title, run.version = match.group(1), match.group(2)
                 run.op, run.quantity = benchmark_of(run.title)
-                run.ccl = bool(re.search(r"\b(nccl|rccl|xccl|hccl)\b", run.title, re.IGNORECASE))
+                library = _LIBRARY.match(run.title.strip())
+                run.ccl = library is not None and library.group(1).lower() in _CCL
+            elif run.title and re.match(r"#\s*Size\b", stripped):
+                run.columns = _columns(stripped, where)
             continue
         words = stripped.split()
         if not words[0].isdigit():
             continue  # an MPI or library message
         if not run.title:
             raise OsuError(f"{where}: a result row before the '# OSU ... Test' title line")
-        try:
-            values = [float(word) for word in words[1:]]
-        except ValueError:
-            raise OsuError(f"{where}: not an OSU result row: {stripped!r}") from None
-        if not values:
-            raise OsuError(f"{where}: a size without a value: {stripped!r}")
-        full = len(values) >= 4
-        run.rows.append(Row(int(words[0]), values[0], values[1] if full else None, values[2] if full else None,
-                            int(values[3]) if full else None))
+        if not run.columns:
+            raise OsuError(f"{where}: a result row before the '# Size ...' column line")
+        run.rows.append(_row(words, run.columns, where, stripped))
     if not run.title:
         raise OsuError(f"{source}: no '# OSU ... Test' title line")
     if not run.rows:

@@ -12,13 +12,15 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from campaigns.paths import RECORD_SCHEMA as SCHEMA_PATH
+
+if TYPE_CHECKING:  # numpy loads when samples are checked: the reference checks (inside a site's ReFrame, which
+    import numpy as np  # brings jsonschema) import campaigns.formats.foreign, hence sample_stats, from here
 
 # The items rule of samples_us that _check_samples implements; _load_validator refuses a schema whose
 # rule differs, so the vectorised check cannot silently drift from the contract.
@@ -66,6 +68,8 @@ def _field_of(error: Any) -> str:
 
 
 def _check_samples(samples: list[Any], where: str) -> np.ndarray:
+    import numpy as np
+
     # bool is an int subclass in Python but not a JSON number; numpy would also coerce strings.
     if not set(map(type, samples)) <= {int, float}:
         index = next(i for i, s in enumerate(samples) if type(s) not in (int, float))
@@ -94,6 +98,41 @@ def _check_attribution(record: dict[str, Any], where: str) -> None:
             raise RecordError(where, f"per_rank.{field}", f"{len(values)} entries for {ranks} ranks")
 
 
+def sample_stats(samples: list[float]) -> dict[str, float]:
+    """A record's `stats` from its samples, as commbench computes them (bench_src/src/stats.c, the one
+    definition): median the middle sample (the mean of the two middle ones for an even count), p95 linearly
+    interpolated at 0.95 (n - 1) of the sorted samples, stdev the sample standard deviation (n - 1; 0 for one)."""
+    ordered = sorted(float(value) for value in samples)
+    n = len(ordered)
+    if n == 0:
+        raise ValueError("no samples")
+    mean = sum(ordered) / n
+    median = ordered[n // 2] if n % 2 else 0.5 * (ordered[n // 2 - 1] + ordered[n // 2])
+    position = 0.95 * (n - 1)
+    low = int(position)
+    high = min(low + 1, n - 1)
+    p95 = ordered[low] + (position - low) * (ordered[high] - ordered[low])
+    stdev = (sum((value - mean) ** 2 for value in ordered) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return {"min_us": ordered[0], "median_us": median, "mean_us": mean, "p95_us": p95, "max_us": ordered[-1],
+            "stdev_us": stdev}
+
+
+# busbw = algbw x factor: nccl-tests' factors (its src/*.cu GetBw), the ones the record schema's busbw_gbs names
+# and commbench's C tables carry (cb_busbw_factor); gather and scatter as nccl-tests' gather/scatter_perf.
+_BUSBW_ALLREDUCE = ("allreduce",)
+_BUSBW_N_MINUS_1_OVER_N = ("allgather", "reduce_scatter", "alltoall", "alltoallv", "gather", "scatter")
+
+
+def busbw_factor(op: str, ranks: int) -> float:
+    """The bus bandwidth factor of `op` on `ranks` ranks: allreduce 2(n-1)/n; allgather, reduce_scatter,
+    alltoall(v), gather, scatter (n-1)/n; every other op 1."""
+    if op in _BUSBW_ALLREDUCE:
+        return 2 * (ranks - 1) / ranks
+    if op in _BUSBW_N_MINUS_1_OVER_N:
+        return (ranks - 1) / ranks
+    return 1.0
+
+
 def validate_record(record: Any, where: str) -> dict[str, Any]:
     """Check one parsed record; `where` (e.g. 'out.jsonl:12') prefixes every error message."""
     error = best_match(_VALIDATOR.iter_errors(record))
@@ -111,6 +150,11 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     if len(record["hostnames"]) != record["ranks"]:
         raise RecordError(where, "hostnames",
                           f"{len(record['hostnames'])} hostnames for {record['ranks']} ranks")
+    hosts = len(set(record["hostnames"]))
+    if record["nodes"] != hosts:  # commbench: a node is a distinct host name (src/comm.c)
+        raise RecordError(where, "nodes", f"{record['nodes']} nodes for {hosts} distinct hostnames")
+    if record["valid"] and record.get("wrong_elements", 0) > 0:
+        raise RecordError(where, "valid", f"true with {record['wrong_elements']} wrong elements")
     sharing = record.get("gpu_sharing")
     if sharing is not None and sharing["max_ranks_per_gpu"] > record["ranks"]:
         raise RecordError(where, "gpu_sharing.max_ranks_per_gpu",

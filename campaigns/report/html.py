@@ -5,7 +5,8 @@ plotly.js (4.6 MiB) is embedded gzip-compressed and base64-encoded (1.8 MiB) and
 with DecompressionStream (Chromium 80+, Firefox 113+, Safari 16.4+); each figure is a JSON block that the
 page draws once plotly is loaded. `document.body.dataset.plots` then holds the number of plots drawn.
 
-Medians are taken only over runs that agree on everything that changes the number: site, system and
+Medians are taken only over runs that agree on everything that changes the number: the benchmark that measured
+it (commbench, or nccl-tests / OSU records ingested from their output: other timing methods), site, system and
 partition, programming environment, MPI library, transport, node and rank count, placement (network
 distance), batch and knob set (the catalog's variables in the environment commbench recorded). Each curve is one such
 group; its legend names what differs between the curves of a plot, the plot's subtitle what they share.
@@ -16,9 +17,10 @@ Sections, each shown when the data has it:
    bandwidths dashed (seed 001 Figs. 3, 5, 6).
 2. GPU-pair heatmaps from `pairmatrix` records: latency at the smallest size, goodput (uni) and aggregate
    bandwidth (bi) at the largest size, per transport (seeds 000, 004).
-3. Distributions of per-iteration times (violin + box, p50/p95/p99 in the table) at the smallest, a middle
-   and the largest size per op and transport (seed 001 Fig. 8); each distribution is drawn from 201
-   quantiles of its stored samples, so the file stays small whatever the iteration count.
+3. Distributions of per-iteration times (violin + box, p50/p95/p99 in the table) of valid measurements (as every
+   plot) at the smallest, a middle and the largest size per op and transport (seed 001 Fig. 8); each
+   distribution is drawn from 201 quantiles of its stored samples, so the file stays small whatever the
+   iteration count.
 4. Nightly trend of every health metric with its reference band (the site's references), log axis.
 5. Health summary: the verdict files given (`--verdict`), metric (with placement and hosts) and node
    tables.
@@ -43,9 +45,11 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
+from campaigns.formats.foreign import check_filter_names
 from campaigns.model.references import find_reference, run_metrics
 from campaigns.model.site import BenchReference, Reference, SiteError, load_site
 from campaigns.store import Store
+from campaigns.store.store import no_measurements_message
 from campaigns.model.vocabulary import BENCHMARK_PARAMETER, MATRIX_OPS, METRICS, reported_metrics
 from tuners.writers import write_atomic
 
@@ -108,8 +112,8 @@ def _plotly_js_packed() -> str:
 
 TUNING_CAMPAIGN = "tune"  # campaigns/tuning/session.py stores each trial as a run of this campaign
 # What tells two curves apart, in legend order; environment and library are always in the legend.
-DIMENSIONS = ("site", "system", "environment", "library", "transport", "nodes", "ranks", "placement", "batch",
-              "knobs")
+DIMENSIONS = ("benchmark", "site", "system", "environment", "library", "transport", "nodes", "ranks", "placement",
+              "batch", "knobs")
 ALWAYS_IN_LEGEND = ("environment", "library")
 
 
@@ -132,13 +136,21 @@ def _knob_names() -> frozenset[str]:
     return frozenset(knob.name for knob in KnobCatalog.load())
 
 
+def benchmark_of(extra: object) -> str:
+    """Which benchmark measured a record: its `source.benchmark` (nccl-tests, osu: campaigns.formats.foreign),
+    else commbench."""
+    source = extra.get("source") if isinstance(extra, dict) else None
+    return str(source.get("benchmark") or "commbench") if isinstance(source, dict) else "commbench"
+
+
 def _dimensions(row: pandas.Series) -> dict[str, str]:
     extra = row["extra"] if isinstance(row["extra"], dict) else {}
     batch = extra.get("batch", 1)
     distance = row.get("network_distance")
     placement = distance if isinstance(distance, str) else row.get("placement") or "any"
     knobs = {k: v for k, v in (row["env"] if isinstance(row["env"], dict) else {}).items() if k in _knob_names()}
-    return {"site": str(row["site"]), "system": f"{row['system']}:{row['partition']}",
+    return {"benchmark": benchmark_of(extra), "site": str(row["site"]),
+            "system": f"{row['system']}:{row['partition']}",
             "environment": str(row["environ"]), "library": library_label(row["mpi_library"]),
             "transport": str(row["transport"]), "nodes": f"{row['nodes']} node(s)", "ranks": f"{row['ranks']} ranks",
             "placement": f"placement {placement}",
@@ -248,7 +260,7 @@ def _picked_sizes(sizes: list[int]) -> list[int]:
 
 
 def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]) -> str:
-    rows = frame[(frame["kind"] == "result") & frame["measurement_id"].isin(samples.keys())
+    rows = frame[(frame["kind"] == "result") & frame["valid"] & frame["measurement_id"].isin(samples.keys())
                  & ~frame["op"].isin(MATRIX_OPS)]
     if rows.empty:
         return ""
@@ -432,10 +444,12 @@ def site_references(sites: list[str]) -> list[Reference | BenchReference]:
 def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: list[dict[str, Any]],
                  include_tuning: bool = False, **filters: Any) -> str:
     """The report of the measurements `filters` select; tuning trials only with `include_tuning` (or when
-    the filters ask for campaign `tune`)."""
+    the filters ask for campaign `tune`). ValueError for an op, transport or backend no record can have, and for
+    filters that select nothing (as `results list` and `results export`)."""
+    check_filter_names(**filters)
     frame = store.measurements(**filters)
     if frame.empty:
-        raise ValueError(f"no measurements in {store.url} match the filters")
+        raise ValueError(no_measurements_message(store.url, filters))
     tuning = frame["campaign"] == TUNING_CAMPAIGN
     asked = include_tuning or TUNING_CAMPAIGN in (filters.get("campaign") or [])
     left_out = 0 if asked else frame[tuning]["run_id"].nunique()
@@ -465,8 +479,8 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {generated} from {html.escape(store.url)}"
               f" with filters {html.escape(json.dumps({k: v for k, v in filters.items() if v}, default=str))}: "
               f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.{tuning_note} Each curve pools only "
-              "runs of one site, system, environment, library, transport, node and rank count, placement and "
-              "knob set.</p>"
+              "runs of one benchmark, site, system, environment, library, transport, node and rank count, "
+              "placement, batch and knob set; plots and distributions show valid measurements only.</p>"
               f"{provenance.to_html(index=False, border=0)}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{header}{''.join(sections)}"

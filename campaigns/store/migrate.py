@@ -44,12 +44,27 @@ def current_revision(connection: Connection) -> str | None:
 def upgrade_to_head(connection: Connection, display_url: str) -> None:
     """Upgrade inside the caller's transaction; refuse a revision this checkout does not know.
     Concurrent openers are serialised (SQLite: the caller's BEGIN IMMEDIATE; PostgreSQL: an advisory lock),
-    so only the first one migrates and the others see the new revision."""
+    so only the first one migrates and the others see the new revision. SQLite: the caller turns foreign keys
+    off before its BEGIN (batch mode's table rebuild would otherwise cascade-delete the rebuilt table's children);
+    PRAGMA foreign_key_check must then find nothing, else the upgrade fails and is rolled back."""
     if connection.dialect.name == "postgresql":
         connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
     current = current_revision(connection)
     if current is not None and current not in {rev.revision for rev in _script().walk_revisions()}:
         raise StoreError(f"results database {display_url} has schema revision {current!r}, newer than this "
                          f"commcamp knows (head {head_revision()!r}); update commcamp to use it")
-    if current != head_revision():
-        command.upgrade(alembic_config(connection), "head")
+    if current == head_revision():
+        return
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite and connection.exec_driver_sql("PRAGMA foreign_keys").scalar():
+        # batch mode's DROP TABLE would delete the dropped table's children through ON DELETE CASCADE
+        raise StoreError(f"results database {display_url}: SQLite migrations must run with foreign keys off "
+                         "(campaigns.store.open_store does so)")
+    command.upgrade(alembic_config(connection), "head")
+    if sqlite:  # what a rebuilt table no longer matches; raising rolls the whole upgrade back
+        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            shown = ", ".join(f"{row[0]} row {row[1]} -> {row[2]}" for row in broken[:5])
+            raise StoreError(f"results database {display_url}: upgrading the schema from {current!r} to "
+                             f"{head_revision()!r} would leave {len(broken)} row(s) pointing at rows that do not "
+                             f"exist ({shown}); nothing was changed")

@@ -118,6 +118,14 @@ def _matches(column: Any, value: Match) -> ColumnElement[bool] | None:
     return column.in_(list(value))
 
 
+def no_measurements_message(url: str, filters: dict[str, Any]) -> str:
+    """What the commands that read measurements (`results list`, `results export`, `report`) say, exit 2, when
+    their filters (MeasurementFilter fields) select nothing."""
+    given = {name: value for name, value in filters.items() if value not in (None, [], ())}
+    return (f"no measurements in {url} match the filters"
+            + (f" {json.dumps(given, default=str)}" if given else " (the database holds none)"))
+
+
 def _day_bounds(since: date | datetime | None, until: date | datetime | None, column: Any
                 ) -> list[ColumnElement[bool] | None]:
     """since/until are inclusive; a date means that whole day, naive values are local time."""
@@ -348,6 +356,27 @@ def _create_engine(url: URL, display: str) -> Engine:
     return engine
 
 
+def _sqlite_foreign_keys(connection: Connection, on: bool) -> None:
+    """Turn SQLite's foreign key enforcement on or off on this connection. The pragma is a no-op inside a
+    transaction: it goes to the driver's connection directly, before SQLAlchemy's BEGIN (on_begin)."""
+    connection.connection.driver_connection.execute(f"PRAGMA foreign_keys = {'ON' if on else 'OFF'}")
+
+
+def _migrate(connection: Connection, display: str) -> None:
+    """Bring the schema to head in one write transaction. On SQLite with foreign keys OFF: alembic's batch mode
+    rebuilds a table (a copy, DROP TABLE, rename), and a DROP TABLE of `runs` with foreign keys on deletes every
+    measurement and sample through ON DELETE CASCADE; upgrade_to_head checks the keys before it commits."""
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        _sqlite_foreign_keys(connection, False)
+    try:
+        with connection.execution_options(write=True).begin():
+            upgrade_to_head(connection, display)
+    finally:
+        if sqlite and not connection.invalidated:  # back to the pool: every later transaction enforces them
+            _sqlite_foreign_keys(connection, True)
+
+
 def display_url(url: str | URL) -> str:
     """A database URL as shown to people: its password hidden."""
     return make_url(url).render_as_string(hide_password=True)
@@ -381,8 +410,8 @@ def _open_store(url: str | None, create: bool) -> Store:
     make_workspace(url)
     engine = _create_engine(parsed, display)
     try:
-        with engine.connect() as connection, connection.execution_options(write=True).begin():
-            upgrade_to_head(connection, display)
+        with engine.connect() as connection:
+            _migrate(connection, display)
     except (StoreError, SQLAlchemyError) as exc:
         engine.dispose()
         if isinstance(exc, StoreError):
