@@ -163,12 +163,19 @@ def test_an_unset_equals_the_library_does_not_hold_is_reported(commbench_builds:
                                                                expected: list[str]) -> None:
     """unset_equals makes the search treat setting that value as leaving the variable unset (never measured
     twice): a value the library does not hold when unset was reported as consistent."""
+    assert_problems(commbench_builds, tmp_path, library, knobs, "unset: ", expected)
+
+
+def assert_problems(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path, library: str,
+                    knobs: dict[str, dict[str, object]], kind: str, expected: list[str]) -> None:
+    """`knobs check` of a catalog of `knobs` against the real library: exit 1, exactly the `expected` lines of
+    `kind` ("unset: ", "domain: ") and as many problems."""
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": knobs}))
     code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--catalog", catalog, "--commbench",
                                     commbench_builds[library].binary, "--library-version", VERSIONS[library])
     assert code == 1, stdout + stderr
-    assert sorted(line for line in stdout.splitlines() if line.startswith("unset: ")) == sorted(expected)
+    assert sorted(line for line in stdout.splitlines() if line.startswith(kind)) == sorted(expected)
     assert stdout.strip().endswith(f", {len(expected)} problem(s)")
 
 
@@ -232,10 +239,4 @@ def test_a_domain_that_does_not_hold_the_library_s_unset_value_is_reported(
         knobs: dict[str, dict[str, object]], expected: list[str]) -> None:
     """A bool knob was accepted for any integer cvar without values, and an int knob's range was never compared with
     the library's unset value: a catalog whose domain the library does not take passed as consistent."""
-    catalog = tmp_path / "catalog.yaml"
-    catalog.write_text(yaml.safe_dump({"schema_version": 1, "knobs": knobs}))
-    code, stdout, stderr = commcamp("knobs", "check", "--library", library, "--catalog", catalog, "--commbench",
-                                    commbench_builds[library].binary, "--library-version", VERSIONS[library])
-    assert code == 1, stdout + stderr
-    assert sorted(line for line in stdout.splitlines() if line.startswith("domain: ")) == sorted(expected)
-    assert stdout.strip().endswith(f", {len(expected)} problem(s)")
+    assert_problems(commbench_builds, tmp_path, library, knobs, "domain: ", expected)
