@@ -47,6 +47,7 @@ import reframe.utility.typecheck as typ
 from reframe.core.exceptions import SanityError
 
 from campaigns.formats import foreign, nccl_tests, osu  # the one parser of each format (checks, store, scripts)
+from campaigns.model.spec import CAMPAIGN_ENVIRONS
 from campaigns.model.vocabulary import METRICS, REFERENCE_CHECKS
 
 # appended, not inserted first: ReFrame loads check files in its temp_sys_path, which pops by index
@@ -70,7 +71,7 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     the suite (site.yaml key, feature), which of them run on two ranks and the metrics each reports are the
     vocabulary's (bench_src/schema/vocabulary.json `reference_checks`), which campaigns read too.'''
 
-    valid_prog_environs = ['+mpi -gpu_aware_mpi']  # as CommbenchTest: not in GPU-aware MPI environments
+    valid_prog_environs = [CAMPAIGN_ENVIRONS]  # as CommbenchTest (campaigns.model.spec: the one definition)
     sourcesdir = None
     time_limit = '10m'
     keep_files = [RECORDS_FILE]

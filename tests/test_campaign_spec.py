@@ -101,8 +101,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     # JSON (the values hold ',' and ':'), as they are: the check validates and shell-quotes them
     assert "commbench_run.env_vars=" + json.dumps({"UCX_TLS": "tcp,sm,cuda_copy,cuda_ipc", "NCCL_PROTO": "^LL128"}) \
         in command
-    # one continuous perflog beside the runs directory, not one per invocation
-    assert command[command.index("--perflogdir") + 1] == str(tmp_path / "reframe" / "perflogs")
+    # one continuous perflog in the workspace (README), not one per invocation nor beside any --runs-dir
+    from campaigns import paths
+    assert command[command.index("--perflogdir") + 1] == str(paths.workspace() / "reframe" / "perflogs")
     assert "commbench_run.max_bytes=1024" in command
     assert "--skip-performance-check" not in command
     unjudged = load_campaign(write_spec(tmp_path, "check_performance: false\n" + VALID_SPEC))
@@ -161,7 +162,7 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
     pytest.param(SLURM_THREE_NODES.replace("ops: [pingpong, allreduce]", "ops: [pingpong]") + "kind: health\n",
                  ["checks[0].ops[0]: pingpong has no test case"], id="health-campaign-of-no-test-case"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, ccl]"),
-                 ["checks[0].transports: ['ccl'] not offered by partition local:cpu of site 'local' (it has: mpi)"],
+                 ["checks[0].transports[1]: transport 'ccl' is not offered by partition local:cpu of site 'local' (it has: mpi)"],
                  id="transport-not-offered"),
     pytest.param(VALID_SPEC.replace("    max_bytes: 1024", "    transports: [mpi, mpi]"),
                  ["spec.yaml:7: checks[0].transports: repeated values ['mpi']"], id="repeated-transport"),

@@ -173,13 +173,13 @@ def test_characterize_cases_and_placements(tmp_path: Path) -> None:
         except PlacementError as exc:
             options[case.op, case.num_nodes, case.placement] = str(exc)
     assert options["pingpong", 2, "any"] == ()
-    assert options["pingpong", 2, "same-switch"] == ("--switches=1",)
+    assert options["pingpong", 2, "same-switch"] == ("--nodelist=n1,n2",)  # not --switches=1: Slurm gives that up
     assert options["pingpong", 2, "different-switch"] == ("--nodelist=n1,n3",)
     assert options["pingpong", 2, "different-group"] == "the topology has 1 groups; the placement needs two"
     placeable = [c for c in cases if c.placement != "different-group"]
     invocations = plan_invocations(placeable, placer.job_options)
-    # one ReFrame run per distinct set of Slurm options (none, --switches=1, --nodelist=n1,n3)
-    assert sorted(i.job_options for i in invocations) == [(), ("--nodelist=n1,n3",), ("--switches=1",)]
+    # one ReFrame run per placement (none, same-switch n1,n2, different-switch n1,n3)
+    assert sorted(i.job_options for i in invocations) == [(), ("--nodelist=n1,n2",), ("--nodelist=n1,n3",)]
     command = next(i for i in invocations if i.job_options).command(tmp_path / "rfm")
     assert any(arg.startswith("--job-option=--") for arg in command)
 

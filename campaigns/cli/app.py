@@ -126,7 +126,7 @@ def run(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="validate the spec and show the test cases and ReFrame commands; run and write nothing")] = False,
     runs_dir: Annotated[Optional[Path], typer.Option(
-        help="where run directories (ReFrame stage, output, perflogs, report) go [default: <workspace>/runs]")] = None,
+        help="where run directories (ReFrame stage, output, report) go [default: <workspace>/runs]")] = None,
     tag: Annotated[Optional[str], typer.Option(
         help="run tag, part of every run key (health: the night; default there: today's UTC date)")] = None,
     verdict: Annotated[Optional[Path], typer.Option(
@@ -152,6 +152,13 @@ def run(
     except SpecError as exc:
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    produced = KINDS[campaign.spec.kind].output_option
+    given = (("verdict", verdict), ("report", report))
+    if unused := [f"--{name}" for name, path in given if path and name != produced]:
+        errors.print(f"[bold red]{', '.join(unused)}:[/] a {campaign.spec.kind} campaign writes no "
+                     f"{' or '.join(u.lstrip('-') for u in unused)}"
+                     + (f" (it writes --{produced})" if produced else ""), soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
     if tag is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", tag):
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)

@@ -38,7 +38,8 @@ the campaign's node counts that the suite lists (`node_counts`); pair benchmarks
 Campaign kinds (`kind`, default `run`):
 
 - `characterize`: the full sweep of a system. `max_nodes: 8` stands for node_counts 1, 2, 4, 8, and
-  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (--switches=1), `each-switch`
+  `placements` (Slurm partitions) places multi-node jobs: `any`, `same-switch` (a --nodelist under one leaf
+  switch), `each-switch`
   (one run under every leaf switch that has enough nodes, a --nodelist each: node sets that share no node),
   `different-switch` / `different-group` (a --nodelist spread over leaf switches / top-level groups of
   the live Slurm topology). Every run is labelled with the network distance its ranks actually spanned.
@@ -66,12 +67,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, ValidationInfo, field_validator, model_validator
 
-from campaigns.model.site import (COMMBENCH_OPS, BenchReference, EnvVarName, Name, Partition, Reference, Site,
-                                  SiteError, System, load_site)
+from campaigns.model.site import (COMMBENCH_OPS, BenchReference, EnvVarName, Environment, Name, Partition, Reference,
+                                  Site, SiteError, System, load_site)
 from campaigns.model.records import MAX_MESSAGE_BYTES
 from campaigns.model.sizes import ByteCount
 from campaigns.model.vocabulary import (BENCHMARK_PARAMETER, MATRIX_OPS, PAIR_OPS,  # pair: on 1 or 2 nodes
-                                        REFERENCE_CHECKS)
+                                        REFERENCE_CHECKS, SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS)
 from campaigns.model.yamlio import Loc, YamlDocument, YamlModel, YamlModelError
 from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
 
@@ -83,6 +84,22 @@ PLACEMENTS = ("any", "same-switch", "different-switch", "different-group", "each
 CAMPAIGN_KINDS = ("run", "characterize", "health")
 TransportName = Annotated[str, Field(pattern=r"^[a-z0-9-]+$", max_length=32)]
 MessageSize = Annotated[ByteCount, Field(le=MAX_MESSAGE_BYTES)]
+
+
+# The programming environments the checks campaigns run accept: their ReFrame valid_prog_environs, read from
+# here by reframe_checks/lib/commbench_tests.py and reframe_checks/reference_benchmarks.py. +mpi also matches an
+# environment's `mpi` extra (every site environment has one); environments with the feature gpu_aware_mpi exist
+# for commbench_gpu_aware_mpi alone.
+CAMPAIGN_ENVIRONS = "+mpi -gpu_aware_mpi"
+
+
+def campaign_runs_in(environment: Environment) -> bool:
+    """Whether CAMPAIGN_ENVIRONS selects `environment`, as ReFrame matches features: every `+` one and no `-` one
+    among its features or extras (site_configs/reframe_site.py: extras {mpi: ...})."""
+    have = {*environment.features, "mpi"}
+    words = CAMPAIGN_ENVIRONS.split()
+    return (all(w[1:] in have for w in words if w.startswith("+"))
+            and not any(w[1:] in have for w in words if w.startswith("-")))
 
 
 class SpecError(ValueError):
@@ -447,8 +464,11 @@ def _runs(check: CommbenchCheckSpec | ReferenceCheckSpec, partition: Partition, 
                         else check.tasks_per_node or suite.tasks_per_node or partition.commbench.tasks_per_node)
             yield benchmark, nodes, per_node, check.variables()
         return
+    named = "transports" in check.model_fields_set
     for transport, op, nodes in itertools.product(check.transports, check.ops, node_counts):
         if op in PAIR_OPS and nodes > PAIR_RANKS:
+            continue
+        if not named and transport in partition.commbench.expect_unsupported:  # the default, not offered here
             continue
         per_node = PAIR_RANKS // nodes if op in PAIR_OPS else check.tasks_per_node or partition.commbench.tasks_per_node
         yield op, nodes, per_node, check.variables(transport)
@@ -485,10 +505,17 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
     if not partitions and not problems:
         problems.append((site_loc, f"no partition of {site.name}:{system.name} runs commbench"))
     offered = sorted({env for p in partitions for env in p.environments})
+    excluded = {e.name for e in site.environments if not campaign_runs_in(e)}
     for index, env in enumerate(spec.environments or []):
         if env not in offered:
             problems.append((("environments", index), f"{env!r} is not an environment of "
                                                       f"{site.name}:{system.name} (it has: {', '.join(offered)})"))
+        elif env in excluded:
+            features = next(e.features for e in site.environments if e.name == env)
+            problems.append((("environments", index),
+                             f"{env!r} (features {features}) is not one the campaign checks run in: they select "
+                             f"{CAMPAIGN_ENVIRONS!r} (valid_prog_environs)"))
+    offered = [env for env in offered if env not in excluded]  # the default: those the checks accept
     for index, nodes in enumerate(spec.node_counts or []):
         for partition in partitions:
             if nodes > partition.nodes:
@@ -511,18 +538,16 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
         if isinstance(check, ReferenceCheckSpec):
             problems += _reference_problems(check, index, partitions, spec.nodes, system, site)
             continue
-        for partition in partitions:
-            offered_transports = getattr(partition.commbench, "transports", None) or ["mpi"]
-            unknown = [t for t in check.transports if t not in offered_transports]
-            if unknown:
-                problems.append((("checks", index, "transports"),
-                                 f"{unknown} not offered by partition {system.name}:{partition.name} of site "
-                                 f"{site.name!r} (it has: {', '.join(offered_transports)})"))
+        if transport_problems := _transport_problems(check, index, partitions, spec.nodes, system, site):
+            problems += transport_problems
+            continue
         # an op that runs at none of the campaign's node counts would be dropped without a word (_runs)
         runs = {run[0] for partition in partitions for run in _runs(check, partition, spec.nodes)}
         problems += [(("checks", index, "ops", number),
                       f"{op} has no test case: a pair op runs {PAIR_RANKS} ranks, on 1 or {PAIR_RANKS} nodes only; "
-                      f"the campaign's node counts are {spec.nodes}")
+                      f"the campaign's node counts are {spec.nodes}" if op in PAIR_OPS and min(spec.nodes) > PAIR_RANKS
+                      else f"{op} has no test case: the default transport(s) {check.transports} are listed under "
+                           f"expect_unsupported by every partition; name the transports")
                      for number, op in enumerate(check.ops) if partitions and op not in runs]  # else said above
     isolation_env = spec.health.isolation.environ if spec.health else None
     if isolation_env is not None and isolation_env not in (spec.environments or offered):
@@ -532,6 +557,39 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
         return None, problems
     return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
                     environments=tuple(spec.environments or offered)), []
+
+
+def _transport_problems(check: CommbenchCheckSpec, index: int, partitions: list[Partition], nodes: list[int],
+                        system: System, site: Site) -> list[tuple[Loc, str]]:
+    """What commbench_run would skip (reframe_checks/lib/commbench_tests.py set_layout) or only see answered
+    `unsupported`: a transport a partition does not offer, or lists under expect_unsupported (when named;
+    the default transport is left out there, _runs), an op the transport lacks (vocabulary.json), a
+    single-node transport on more than one node."""
+    problems: list[tuple[Loc, str]] = []
+    named = "transports" in check.model_fields_set
+    for number, transport in enumerate(check.transports):
+        loc: Loc = ("checks", index, "transports", number) if named else ("checks", index)
+        for partition in partitions:
+            assert partition.commbench is not None
+            where = f"partition {system.name}:{partition.name} of site {site.name!r}"
+            offered_transports = partition.commbench.transports or ["mpi"]
+            if transport not in offered_transports:
+                problems.append((loc, f"transport {transport!r} is not offered by {where} (it has: "
+                                      f"{', '.join(offered_transports)})"))
+            elif named and transport in partition.commbench.expect_unsupported:
+                problems.append((loc, f"transport {transport!r} is listed under expect_unsupported by {where}: "
+                                      f"{partition.commbench.expect_unsupported[transport]}"))
+        if transport not in TRANSPORT_OPS:
+            continue
+        if transport in SINGLE_NODE_TRANSPORTS and any(n > 1 for n in nodes):
+            problems.append((loc, f"transport {transport!r} connects the ranks of one node only; the campaign's node "
+                                  f"counts are {nodes} (run it in a campaign of node_counts [1])"))
+        for op_number, op in enumerate(check.ops):
+            if op not in TRANSPORT_OPS[transport]:
+                problems.append((("checks", index, "ops", op_number),
+                                 f"transport {transport!r} has no op {op} (it has: "
+                                 f"{', '.join(TRANSPORT_OPS[transport])})"))
+    return problems
 
 
 def _reference_problems(check: ReferenceCheckSpec, index: int, partitions: list[Partition], nodes: list[int],

@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.slurm.placement import Placer
+from campaigns.slurm.placement import Placer, placement_mismatch
 from campaigns.slurm.topology import PlacementError, Topology
 from campaigns.model.records import parse_record_lines
 from campaigns.model.site import NAME_PATTERN
@@ -63,10 +63,13 @@ CHECK_FILES = {"commbench_run": "commbench_run.py", **dict.fromkeys(REFERENCE_CH
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")  # ReFrame colours failed performance values even with --nocolor
 # "[       OK ] ( 3/14) commbench_run %op=pingpong %num_nodes=1 /b72462f8 @local:cpu+openmpi"; a reference
-# check's first parameter is its benchmark: "osu_run %benchmark=osu_latency %num_nodes=1 /..."
+# check's first parameter is its benchmark: "osu_run %benchmark=osu_latency %num_nodes=1 /..."; a SKIP line ends
+# with its reason in brackets ("... @local:cpu+openmpi [transport memcpy has no op pingpong]"), which ReFrame's
+# run report does not keep
 _RESULT_LINE = re.compile(r"^\[\s*(OK|FAIL|SKIP|ABORT|XFAIL|XPASS)\s*\] \(\s*(\d+)/(\d+)\) (.*)$")
 _TEST_NAME = re.compile(rf"^(?P<check>\w+) %(?:op|{BENCHMARK_PARAMETER})=(?P<op>\w+) %num_nodes=(?P<nodes>\d+) "
-                        r"/(?P<hash>[0-9a-f]+) @(?P<system>[\w-]+):(?P<partition>[\w-]+)\+(?P<environ>[\w-]+)$")
+                        r"/(?P<hash>[0-9a-f]+) @(?P<system>[\w-]+):(?P<partition>[\w-]+)\+(?P<environ>[\w-]+)"
+                        r"(?: \[(?P<skip_reason>.*)\])?$")
 _RESULT_STYLE = {"OK": "green", "FAIL": "bold red", "SKIP": "yellow", "ABORT": "bold red",
                  "XFAIL": "yellow", "XPASS": "red"}
 
@@ -139,9 +142,9 @@ class Invocation:
             cmd += ["-S", env_vars_setting(case.check, dict(case.env))]
         if not case.check_performance:
             cmd += ["--skip-performance-check"]
-        # One continuous perflog per system beside the runs directory (prefix: <runs dir>/<run dir>/rfm-N),
-        # results/reframe/perflogs by default, where plain `reframe` writes too.
-        cmd += ["--prefix", str(prefix), "--perflogdir", str(prefix.parents[2] / "reframe" / "perflogs"),
+        # One continuous perflog per system in the workspace (<workspace>/reframe/perflogs, README "Where
+        # results go"), where plain `reframe` writes too, whatever the runs directory.
+        cmd += ["--prefix", str(prefix), "--perflogdir", str(paths.workspace() / "reframe" / "perflogs"),
                 "--report-file", str(prefix / REPORT_FILE), "--nocolor", "-r"]
         return cmd
 
@@ -168,10 +171,12 @@ def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda cas
     a product (environments x names), so test cases whose names want different environment sets go
     into separate invocations; so does anything else the command takes from a case (check, site
     configuration, partition, variables such as the transport, env, settings) and Slurm job options
-    (placements)."""
+    (placements). Cases of different placements never share an invocation, even where their job options
+    agree (same-switch and one each-switch run on the same nodes): ReFrame would run the one test it
+    selects once, and both cases would be stored from that one job."""
     def group_of(case: TestCase) -> tuple[str, tuple[str, ...]]:
         launch = (case.check, str(case.reframe_config), case.system, case.partition, case.variables, case.env,
-                  case.tasks_per_node_setting, case.check_performance)
+                  case.tasks_per_node_setting, case.check_performance, case.placement, case.nodelist)
         return json.dumps(launch), job_options(case)
 
     by_name: dict[tuple[tuple[str, tuple[str, ...]], str], set[str]] = defaultdict(set)
@@ -313,8 +318,8 @@ def _timestamp(unix: float | None) -> datetime | None:
     return datetime.fromtimestamp(unix, UTC) if unix else None
 
 
-def _failure(tc: dict[str, Any], testcases: list[dict[str, Any]]) -> tuple[str, str]:
-    """Status and reason of a test case that did not pass."""
+def _failure(tc: dict[str, Any], testcases: list[dict[str, Any]], skip_reason: str | None = None) -> tuple[str, str]:
+    """Status and reason of a test case that did not pass (`skip_reason`: from ReFrame's SKIP line)."""
     if tc["result"] == "fail":
         return "fail", f"{tc.get('fail_phase')}: {tc.get('fail_reason')}"
     if tc["result"] == "fail_deps":  # its build (fixture) failed
@@ -324,17 +329,20 @@ def _failure(tc: dict[str, Any], testcases: list[dict[str, Any]]) -> tuple[str, 
                   and [dep["unique_name"], f"{dep['system']}:{dep['partition']}", dep["environ"]]
                   in tc.get("dependencies_actual", [])]
         return "fail", "; ".join(failed) or "a dependency failed"
+    if tc["result"] == "skip":
+        return "error", f"ReFrame skipped it: {skip_reason or tc.get('fail_reason') or 'no reason given'}"
     return "error", f"ReFrame result {tc['result']}: {tc.get('fail_reason') or 'no reason given'}"
 
 
 def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: int,
-             prefix: Path) -> tuple[CaseResult, list[dict[str, Any]]]:
-    """The result of one test case and the records to store with it."""
+                 prefix: Path, skip_reason: str | None = None) -> tuple[CaseResult, list[dict[str, Any]]]:
+    """The result of one test case and the records to store with it (`skip_reason`: what ReFrame's SKIP line
+    said, which its report does not keep)."""
     tc = _matching(case, testcases)
     if tc is None:
         reason = f"ReFrame (exit code {reframe_rc}) did not report this test case; see {prefix / REFRAME_LOG}"
         return CaseResult(case, "error", reason), []
-    status, reason = ("pass", None) if tc["result"] == "pass" else _failure(tc, testcases)
+    status, reason = ("pass", None) if tc["result"] == "pass" else _failure(tc, testcases, skip_reason)
     # A passed test case's files are in its output directory; a failed one's stay in its stage directory.
     where = tc.get("outputdir") if status == "pass" else tc.get("stagedir")
     directory = Path(where) if where else None
@@ -383,6 +391,8 @@ def early_outcome(case: TestCase, kind: str, test: dict[str, str],
         status, reason = "pass", None
     elif kind == "OK":
         status, reason = "fail", problems[0]
+    elif kind == "SKIP":
+        status, reason = "error", f"ReFrame skipped it: {test.get('skip_reason') or 'no reason given'}"
     else:
         status = "fail" if kind == "FAIL" else "error"
         reason = f"ReFrame result {kind}; the reason follows in its run report (see {prefix / REFRAME_LOG})"
@@ -408,8 +418,12 @@ def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
                 topology: Topology | None = None, replaces_run: int | None = None) -> None:
     """Store the run of one test case with its records as a new attempt of its run key (earlier attempts
     that passed are kept, failed ones dropped; `replaces_run`: this attempt stored earlier); a store
-    failure is kept in result.store_error (the records stay in result.directory) so the campaign goes on."""
+    failure is kept in result.store_error (the records stay in result.directory) so the campaign goes on.
+    A placed run whose ranks spanned another network distance than its placement asks for is stored as
+    failed (placement_mismatch), whatever ReFrame said."""
     case = result.case
+    if result.status == "pass" and (mismatch := placement_mismatch(case, result.hosts, topology)):
+        result.status, result.reason = "fail", mismatch
     parameters = case.parameters
     if case.nodelist:
         parameters["nodelist"] = list(case.nodelist)
@@ -447,6 +461,7 @@ def run_cases(cases: list[TestCase], store: Store, *, console: Console, run_dir:
     """Run test cases through ReFrame (invocations numbered from `first_invocation` under run_dir),
     storing each as it completes; their results in the order given."""
     results: dict[str, CaseResult] = {}
+    skip_reasons: dict[str, str] = {}  # ReFrame's SKIP lines say why; its report does not
     placeable = []
     for case in cases:
         try:
@@ -462,6 +477,8 @@ def run_cases(cases: list[TestCase], store: Store, *, console: Console, run_dir:
                       prefix: Path = prefix) -> None:
             case = _matching_case(invocation.cases, test)
             if case is not None:
+                if test.get("skip_reason"):
+                    skip_reasons[case.run_key] = test["skip_reason"]
                 result, records = early_outcome(case, kind, test, prefix)
                 ingest_case(store, result, records, topology)
                 results[case.run_key] = result
@@ -473,7 +490,7 @@ def run_cases(cases: list[TestCase], store: Store, *, console: Console, run_dir:
             if testcases or case.run_key not in results:
                 early = results.get(case.run_key)
                 stored_early = early is not None and early.store_error is None
-                result, records = case_outcome(case, testcases, rc, prefix)
+                result, records = case_outcome(case, testcases, rc, prefix, skip_reasons.get(case.run_key))
                 ingest_case(store, result, records, topology, replaces_run=early.run_id if early else None)
                 if result.store_error and stored_early:  # its records are stored; only the report's details are not
                     console.print(f"[yellow]note[/] {escape(case.run_key)}: stored when it finished, but its job id "

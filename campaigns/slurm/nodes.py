@@ -46,6 +46,11 @@ def preflight(campaign: Campaign) -> list[str]:
 _OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "unk", "pow_dn", "npc")
 
 
+def in_service(state: str) -> bool:
+    """Whether a node in sinfo's short state `state` (%t) takes new jobs."""
+    return not (state.rstrip("*~#!%$@^-") in _OUT_OF_SERVICE or state.endswith("*"))
+
+
 def nodes_out_of_service(nodes: Collection[str]) -> list[str]:
     """Those of `nodes` that Slurm runs no new jobs on now, each as 'NODE: STATE (REASON)'; [] when all are in
     service or Slurm cannot be asked."""
@@ -59,6 +64,6 @@ def nodes_out_of_service(nodes: Collection[str]) -> list[str]:
     found: dict[str, str] = {}
     for line in out.stdout.splitlines():
         node, state, reason = (line.split("|", 2) + ["", ""])[:3]
-        if state.rstrip("*~#!%$@^-") in _OUT_OF_SERVICE or state.endswith("*"):
+        if not in_service(state):
             found[node] = f"{node}: {state}" + (f" ({reason})" if reason and reason != "none" else "")
     return [found[node] for node in sorted(found)]

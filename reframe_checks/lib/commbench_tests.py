@@ -16,6 +16,7 @@ from reframe.core.exceptions import SanityError
 from commcamp_checks import (DATA_ROOT, UnsafeVariableError, apply_site_environment, assert_job_ended, checked_words,
                              quoted, set_references)
 
+from campaigns.model.spec import CAMPAIGN_ENVIRONS
 from campaigns.model.vocabulary import (COLLECTIVE_OPS, METRICS, P2P_OPS, PAIR_OPS, PEER_TRANSPORTS,  # noqa: F401
                                         SINGLE_NODE_TRANSPORTS, SWEEP_METRICS, TRANSPORT_OPS, metric_value, op_kind)
 
@@ -127,9 +128,9 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     '''One commbench run on the partition: layout and sizes from the site, records checked, metrics and
     references. Subclasses set the parameters, `metrics()`, `size_set()` and `metric_at()`.'''
 
-    # +mpi also matches an environment's `mpi` extra (every site environment has one); environments
-    # with the feature gpu_aware_mpi exist for commbench_gpu_aware_mpi alone.
-    valid_prog_environs = ['+mpi -gpu_aware_mpi']
+    # '+mpi -gpu_aware_mpi': campaigns.model.spec holds it, so campaign specs default to and accept the same
+    # environments (environments with the feature gpu_aware_mpi exist for commbench_gpu_aware_mpi alone).
+    valid_prog_environs = [CAMPAIGN_ENVIRONS]
     sourcesdir = None
     keep_files = [RECORDS_FILE]
     commbench = fixture(commbench_build, scope='environment')
