@@ -172,7 +172,8 @@ def test_an_expect_unsupported_default_transport_is_left_out(tmp_path: Path) -> 
                         "    ops: [pingpong]\n")
 
 
-def test_run_refuses_an_output_option_its_kind_does_not_write(tmp_path: Path) -> None:
+def test_run_refuses_an_output_option_its_kind_does_not_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMMCAMP_HOME", str(tmp_path))  # --workspace sets it for the children: undone after the test
     result = CliRunner().invoke(app, ["--workspace", str(tmp_path), "run", str(REPO / "campaigns" / "smoke.yaml"),
                                       "--report", str(tmp_path / "r.html"), "--verdict", str(tmp_path / "v.json")])
     assert result.exit_code == 2, result.output

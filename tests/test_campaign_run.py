@@ -21,7 +21,8 @@ ENVIRONS = ("openmpi", "mpich")
 
 def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     db, runs = tmp_path / "results.db", tmp_path / "runs"
-    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs))
+    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs),
+                              env={"COMMCAMP_HOME": str(tmp_path)})  # the perflogs' workspace
     assert code == 0, out + err
     assert f"Results: sqlite:///{db}" in out
     (run_dir,) = runs.iterdir()
@@ -40,7 +41,7 @@ def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     for ranks, hosts in zip(frame["ranks"], frame["hostnames"], strict=True):
         assert ranks == 2 and len(set(hosts)) == 1
 
-    # What ReFrame left behind: the run report and, in one perflog per system beside the runs directory
+    # What ReFrame left behind: the run report and, in one perflog per system in the workspace
     # (not one per invocation), lines that carry the node count, tasks, GPUs per node, the result, the
     # message size of each performance variable and value/unit/reference per performance variable.
     assert (run_dir / "rfm-1" / "report.json").is_file()
@@ -57,7 +58,8 @@ def test_smoke_campaign_on_local(tmp_path: Path) -> None:
     assert len(perflog) == 1 + len(OPS) * len(ENVIRONS)  # every invocation's cases in the one file
 
     # Everything passed and is stored: a second run has nothing to do and starts no ReFrame.
-    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs))
+    code, out, err = commcamp("run", str(SMOKE), "--db", f"sqlite:///{db}", "--runs-dir", str(runs),
+                              env={"COMMCAMP_HOME": str(tmp_path)})  # the perflogs' workspace
     assert code == 0, out + err
     assert "Nothing to run" in out
     assert len(list(runs.iterdir())) == 1

@@ -245,7 +245,8 @@ def test_reference_benchmarks_run_from_the_site_directory_or_skip_with_the_reaso
     nccl = cases["nccl_tests_run"]
     assert (nccl["result"], nccl["fail_phase"]) == ("fail", "performance")
     perf = {name.split(":")[-1]: values for name, values in nccl["perfvalues"].items()}
-    assert perf["large_busbw"][:2] == [362.38, 362]
+    # busbw from the size and time as commbench defines it; nccl-tests printed 362.38 (its rounding)
+    assert perf["large_busbw"][0] == pytest.approx(362.38, abs=0.01) and perf["large_busbw"][1] == 362
     assert perf["small_latency"][:2] == [23.58, 8.3]
     job = next((prefix / "stage").glob("local/cpu/openmpi/nccl_tests_run_*/rfm_job.sh")).read_text()
     assert re.search(rf' -n 4 {re.escape(str(binary))} -g 1 -c 1\n', job), job

@@ -1003,7 +1003,7 @@ def test_finalize_study_shuffles_its_rounds_with_the_studys_seed(monkeypatch: py
     def order(study_seed: int | None, spec_seed: int | None = None) -> list[str]:
         evaluator = DriftingEvaluator(FIVE_SIZES, {}, 0.02, seed=0)
         setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=spec_seed), evaluator=evaluator,
-                                buckets=FIVE_BUCKETS, scope=None, versions={},
+                                buckets=FIVE_BUCKETS, scope=None, versions={}, cleared=(),
                                 space=SimpleNamespace(knob_names=["NCCL_PROTO"], changeable=["NCCL_PROTO"],
                                                       unsafe_changes=lambda b, e: ()))
         study = SimpleNamespace(user_attrs={} if study_seed is None else {SCREEN_SEED: study_seed})
@@ -1049,7 +1049,7 @@ def test_finalize_studys_plan_counts_the_companions_a_knob_requires(monkeypatch:
             return Evaluation(times_us={s: list(t * rng.lognormal(0, 0.03, 1)) for s in sizes}, validated=validate)
 
     setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=2), evaluator=Evaluator(),
-                            buckets=buckets_for_sizes(sizes, 1), scope=None, versions={}, space=space)
+                            buckets=buckets_for_sizes(sizes, 1), scope=None, versions={}, cleared=(), space=space)
     logs: list[str] = []
     report, _ = session.finalize_study(setup, SimpleNamespace(user_attrs={}), {}, log=logs.append)
     assert report.overall.env == ring and len(report.overall.ablation) == 2

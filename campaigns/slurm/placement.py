@@ -27,8 +27,8 @@ another distance than its placement asked for is no pass (`placement_mismatch`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from campaigns.model.spec import SLURM_SCHEDULERS, Campaign, TestCase
