@@ -182,6 +182,9 @@ def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:
                               " upper: 1.0}\n",
                  ["spec.yaml:9: references[0]: metric 'large_busbw' is not reported by osu_latency (it has: "
                   "small_latency)"], id="benchmark-reference-of-a-metric-it-does-not-report"),
+    pytest.param(VALID_SPEC + "  - check: commbench_run\n    ops: [allreduce]\n    max_bytes: 1024\n",
+                 ["spec.yaml:8: checks[1]: runs a test case checks[0] runs too (commbench_run allreduce on 1 node(s)"],
+                 id="one-test-case-twice"),
 ])
 def test_bad_spec_is_refused_and_nothing_is_written(tmp_path: Path, text: str, expected: list[str]) -> None:
     spec = write_spec(tmp_path, text)

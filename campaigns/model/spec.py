@@ -421,23 +421,26 @@ class Campaign:
         return [*self.spec.references, *(ref for p in self.partitions for ref in p.references)]
 
     def cases(self, tag: str | None = None) -> list[TestCase]:
+        return [case for check in self.spec.checks for case in self.check_cases(check, tag)]
+
+    def check_cases(self, check: CommbenchCheckSpec | ReferenceCheckSpec, tag: str | None = None) -> list[TestCase]:
+        """The test cases of one of the spec's checks."""
         cases = []
-        for check in self.spec.checks:
-            for partition in self.partitions:
-                for environ in self.environments:
-                    if environ not in partition.environments:
-                        continue
-                    for op, nodes, per_node, variables in _runs(check, partition, self.spec.nodes):
-                        # one node has nothing to place: a single case, whatever the placements
-                        for placement in ["any"] if nodes == 1 else self.spec.placements:
-                            cases.append(TestCase(
-                                campaign=self.name, site=self.site.name, system=self.system.name,
-                                partition=partition.name, environ=environ, check=check.check,
-                                op=op, num_nodes=nodes, tasks_per_node=per_node,
-                                variables=tuple(variables.items()),
-                                env=tuple(check.env.items()), placement=placement, tag=tag,
-                                reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
-                                check_performance=self.spec.check_performance))
+        for partition in self.partitions:
+            for environ in self.environments:
+                if environ not in partition.environments:
+                    continue
+                for op, nodes, per_node, variables in _runs(check, partition, self.spec.nodes):
+                    # one node has nothing to place: a single case, whatever the placements
+                    for placement in ["any"] if nodes == 1 else self.spec.placements:
+                        cases.append(TestCase(
+                            campaign=self.name, site=self.site.name, system=self.system.name,
+                            partition=partition.name, environ=environ, check=check.check,
+                            op=op, num_nodes=nodes, tasks_per_node=per_node,
+                            variables=tuple(variables.items()),
+                            env=tuple(check.env.items()), placement=placement, tag=tag,
+                            reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
+                            check_performance=self.spec.check_performance))
         return cases
 
 
@@ -555,8 +558,27 @@ def _resolve(spec: CampaignSpec, path: Path, site: Site,
                                                              f"this campaign"))
     if problems:
         return None, problems
-    return Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
-                    environments=tuple(spec.environments or offered)), []
+    campaign = Campaign(spec=spec, path=path, site=site, system=system, partitions=tuple(partitions),
+                        environments=tuple(spec.environments or offered))
+    problems = _repeated_cases(campaign)
+    return (None, problems) if problems else (campaign, [])
+
+
+def _repeated_cases(campaign: Campaign) -> list[tuple[Loc, str]]:
+    """A check whose test case an earlier check already runs: one run key would name two measurements (the
+    store keeps one, a resumed campaign skips the other)."""
+    problems: list[tuple[Loc, str]] = []
+    first_check: dict[str, int] = {}
+    for index, check in enumerate(campaign.spec.checks):
+        for case in campaign.check_cases(check):
+            first = first_check.setdefault(case.run_key, index)
+            if first != index:
+                problems.append((("checks", index), f"runs a test case checks[{first}] runs too ({case.check} "
+                                                    f"{case.op} on {case.num_nodes} node(s), {case.partition}, "
+                                                    f"{case.environ}, transport {case.transport}, same settings): "
+                                                    f"remove one or change a setting"))
+                break
+    return problems
 
 
 def _transport_problems(check: CommbenchCheckSpec, index: int, partitions: list[Partition], nodes: list[int],
