@@ -15,9 +15,11 @@ When none has them the test case is skipped with the reason, naming what was tri
 
 nccl-tests run one process per GPU (`-g 1`) with data checking (`-c 1`) after the site's `args`
 (sizes, iterations). Sanity: exit code 0, no wrong elements, "Out of bounds values : 0 OK", one rank
-line per task on the expected number of hosts. Performance: `small_latency` (out-of-place time at the
-smallest size that moves data, us) and `large_busbw` (out-of-place bus bandwidth at the largest size, GB/s).
-OSU: the site's `args` (e.g. `-d cuda D D`, `-m 8:1048576`); sanity: exit code 0 and the OSU table;
+line per task on the expected number of hosts, and the records below, every one valid. Performance:
+`small_latency` (out-of-place time at the smallest size that moves data, us) and `large_busbw`
+(out-of-place bus bandwidth at the largest size, GB/s).
+OSU: the site's `args` (e.g. `-d cuda D D`, `-m 8:1048576`, `-c` for its data check); sanity: exit code 0,
+the OSU table, and the records below, every one valid (no Fail in the Validation column of -c);
 performance: osu_latency `small_latency`, osu_bw `large_bandwidth` (GB/s), collectives
 `small_latency` and `large_latency` (us). Which benchmark reports which metric, and how each metric is
 taken from the records below, is the vocabulary's (bench_src/schema/vocabulary.json), as for commbench:
@@ -28,10 +30,10 @@ Variables: extra_args (more benchmark options), knob_defaults, time_limit, and R
 
 Results: each check writes its output as commbench-schema records to commbench.jsonl (kept in its output
 directory) through campaigns.formats.foreign.parse, the path `commcamp results ingest --format
-nccl-tests|osu` reads the same output through; the hosts of OSU's ranks (OSU does not print them) are the
-job's nodes, num_tasks_per_node each, in Slurm's block order. A campaign naming the check (`check:
-nccl_tests_run` / `osu_run` in its spec, campaigns/model/spec.py) stores that file like commbench's own, and
-so does `commcamp results ingest`.
+nccl-tests|osu` reads the same output through (output it refuses fails sanity: nothing could be
+stored); the hosts of OSU's ranks (OSU does not print them) are the job's nodes, num_tasks_per_node each,
+in Slurm's block order. A campaign naming the check (`check: nccl_tests_run` / `osu_run` in its spec,
+campaigns/model/spec.py) stores that file like commbench's own, and so does `commcamp results ingest`.
 """
 import json
 import os
@@ -174,7 +176,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
 
     @run_before('sanity')
     def write_records(self):
-        '''The records in RECORDS_FILE; an output that does not parse writes none (sanity says why).'''
+        '''The records in RECORDS_FILE, invalid ones too (as commbench writes its records of wrong data); an
+        output that does not parse writes none, and sanity fails with the parser's reason (validate_records).'''
         if self.is_dry_run():
             return
         try:
@@ -183,6 +186,18 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
             return
         with open(os.path.join(self.stagedir, RECORDS_FILE), 'w', encoding='utf-8') as stream:
             stream.writelines(json.dumps(record) + '\n' for record in records)
+
+    def validate_records(self):
+        '''Sanity of what is stored: the output parses into records (a parse error is a sanity error, so that
+        an output nothing can be stored of never passes, with or without the performance check) and every
+        record is valid: the benchmark's own data check passed at every size (OSU's Validation column with
+        -c, nccl-tests' wrong elements). A metric is taken from valid records only: an invalid size would
+        otherwise silently move it to another size.'''
+        records = self.results()
+        for record in records:
+            size = record['source'].get('osu_size', record['bytes'])  # OSU's own size where the record's differs
+            sn.evaluate(sn.assert_true(record['valid'], msg=f'{size} B: {self.benchmark}\'s data check failed'))
+        return sn.assert_true(records, msg='no result in the output')
 
     def metrics(self):
         '''Performance variable name -> unit: what the vocabulary says this benchmark reports.'''
@@ -243,6 +258,7 @@ class nccl_tests_run(ReferenceBenchmarkTest):
             sn.evaluate(sn.assert_in(row.in_place and row.in_place.wrong, (0, None),
                                      msg=f'{row.size} B: {{0}} wrong elements (in place)'))
         sn.evaluate(sn.assert_found(r'Out of bounds values\s*:\s*0\s+OK', self.stdout))
+        sn.evaluate(self.validate_records())
         sn.evaluate(sn.assert_eq(len(hosts), self.num_tasks, msg='{0} ranks reported, expected {1}'))
         return sn.assert_eq(len(set(hosts)), self.num_nodes, msg='ranks ran on {0} distinct hosts, expected {1}')
 
@@ -270,4 +286,5 @@ class osu_run(ReferenceBenchmarkTest):
     def validate_output(self):
         assert_job_ended(self, self.benchmark)
         sn.evaluate(sn.assert_found(r'# OSU MPI', self.stdout, msg='no OSU banner in the output'))
-        return sn.assert_true(self.parsed().rows, msg='no size table in the output')
+        sn.evaluate(sn.assert_true(self.parsed().rows, msg='no size table in the output'))
+        return self.validate_records()

@@ -2,14 +2,17 @@
 
 Each `site_configs/<site>/reframe_config.py` is `site_configuration_for(__file__)` (its site.yaml).
 This module needs only ReFrame and PyYAML (both in any ReFrame install), so a site can point its own
-ReFrame at the file. The strict validation of site.yaml lives in commcamp (campaigns/model/site.py); here
-the data is only reshaped:
+ReFrame at the file (a site.yaml message size with units, `1MiB`, is read by commcamp's rule,
+campaigns.model.sizes, imported only then). The strict validation of site.yaml lives in commcamp
+(campaigns/model/site.py; `commcamp site check`), which refuses what this module would pass on wrong (a
+number written as a string); here the data is only reshaped:
 
 * each partition's check-relevant data goes into its ReFrame `extras`, which checks read as
   `self.current_partition.extras` (checks never hard-code site specifics): `nodes`, `cores_per_node`,
   `gpus_per_node`, `commbench` (the site.yaml block as it is: backend, build, transports, sizes,
-  node counts, launcher/job options, references), `reference_benchmarks` and `knob_defaults` (the
-  site's `knobs.defaults`, applied under each check's env_vars);
+  node counts, launcher/job options, references; but every message size in bytes: site.yaml may write
+  `1MiB`, which commbench does not read), `reference_benchmarks` and `knob_defaults` (the site's
+  `knobs.defaults`, applied under each check's env_vars);
 * features say what a partition runs, so that checks select with `valid_systems` instead of skipping:
   `commbench`, `commbench_<transport>` per transport, `commbench_nodes_<n>` per suite node count, and
   `<benchmark>` / `<benchmark>_nodes_<n>` per reference benchmark (`nccl_tests`, `osu`);
@@ -28,6 +31,7 @@ the data is only reshaped:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +110,35 @@ def _text(value: Any) -> str:
     return str(value)
 
 
+def _bytes(value: Any) -> int:
+    """A message size of site.yaml in bytes. commbench reads digits with K, M, G or T only (not `8B` or `1MiB`,
+    which site.yaml may say): a size with units is read by commcamp's one rule (campaigns.model.sizes, which `commcamp
+    site check` validates it by), imported only then, so that a site whose sizes are numbers needs no commcamp."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        from campaigns.model.sizes import parse_size
+    except ImportError:  # a checkout's ReFrame without commcamp installed: this checkout's (as the checks do)
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
+        try:
+            from campaigns.model.sizes import parse_size
+        except ImportError as exc:
+            raise ConfigError(f"message size {value!r}: units need commcamp's campaigns.model.sizes ({exc}); "
+                              "write the size in bytes") from None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise ConfigError(f"message size: {exc} (`commcamp site check` says where)") from None
+
+
+def _size_sets(sets: dict[str, Any] | None) -> dict[str, Any]:
+    """commbench.sizes with every size in bytes: `{sizes: [...]}` or `{min_bytes, max_bytes, step_factor}`."""
+    return {name: {key: [_bytes(size) for size in value] if key == "sizes" and isinstance(value, list)
+                   else _bytes(value) if key in ("min_bytes", "max_bytes") and value is not None else value
+                   for key, value in (size_set or {}).items()}
+            for name, size_set in (sets or {}).items()}
+
+
 def _features(part: dict[str, Any]) -> list[str]:
     features = []
     commbench = part.get("commbench")
@@ -131,7 +164,8 @@ def _partition(part: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
         "reference_benchmarks": part.get("reference_benchmarks") or {},
     }
     if part.get("commbench"):
-        extras["commbench"] = {"references": [], **part["commbench"]}
+        extras["commbench"] = {"references": [], **part["commbench"],
+                               "sizes": _size_sets(part["commbench"].get("sizes"))}
     return {
         "name": part["name"],
         "descr": part.get("description", ""),

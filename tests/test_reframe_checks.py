@@ -109,6 +109,41 @@ def test_reframe_configs_carry_site_data_as_extras_and_features() -> None:
         assert config["general"][0]["report_file"].endswith("run-report-{sessionid}.json")
 
 
+def test_message_sizes_with_units_reach_commbench_in_bytes(tmp_path: Path) -> None:
+    """site.yaml sizes may carry units (`8B`, `64K`, `1MiB`: campaigns.model.sizes, which site check validates them
+    by), but commbench reads neither `8B` nor `1MiB` (exit 2, bad arguments): the partition extras hand the checks
+    the validated byte counts, and the job scripts pass those."""
+    from campaigns.model.site import Site
+    from campaigns.model.yamlio import YamlDocument
+
+    def edit(data: dict[str, Any]) -> None:
+        sizes = local_partition(data)["commbench"]["sizes"]
+        sizes["health"] = {"min_bytes": "8B", "max_bytes": "1MiB", "step_factor": 4}
+        sizes["matrix"] = {"sizes": [8, "64K", "1MiB"]}
+    config = copy_site(tmp_path, "local", edit)
+    site = YamlDocument(config.with_name("site.yaml")).validate(Site)
+    sys.path.insert(0, str(SITE_CONFIGS))
+    try:
+        import reframe_site
+    finally:
+        sys.path.remove(str(SITE_CONFIGS))
+    (part,) = reframe_site.site_configuration(config.with_name("site.yaml"))["systems"][0]["partitions"]
+    model = site.systems[0].partitions[0].commbench
+    assert model is not None
+    assert part["extras"]["commbench"]["sizes"] == {
+        name: size_set.model_dump(exclude_none=True) for name, size_set in model.sizes.items()}
+    assert part["extras"]["commbench"]["sizes"]["health"] == {"min_bytes": 8, "max_bytes": 1048576, "step_factor": 4}
+
+    prefix = tmp_path / "rfm"
+    result = reframe(config, "--dry-run", "-n", "commbench_sweep%op=pingpong%transport=mpi%size_range=health", "-n",
+                     "commbench_pairmatrix", "-p", "openmpi", prefix=prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    scripts = {script.parent.name.rsplit("_", 1)[0]: script.read_text()
+               for script in (prefix / "stage").glob("local/cpu/openmpi/*/rfm_job.sh")}
+    assert " --min-bytes 8 --max-bytes 1048576 --step-factor 4 " in scripts["commbench_sweep"], scripts
+    assert " --sizes 8,65536,1048576 " in scripts["commbench_pairmatrix"], scripts
+
+
 def test_env_vars_and_knob_defaults_reach_every_job(tmp_path: Path) -> None:
     """`-S env_vars=<JSON>` reaches the job script of every check (commbench and reference benchmarks)
     over the site's knob defaults; knob_defaults=false leaves those out. Dry runs: scripts, no jobs."""
@@ -296,6 +331,42 @@ def test_reference_benchmarks_store_their_output_as_results_ingest_reads_it(tmp_
                     == direct_store.measurements()[columns].to_dict("records"))
 
 
+def test_reference_benchmarks_fail_sanity_on_a_failed_data_check_or_output_records_cannot_be_made_of(
+        tmp_path: Path) -> None:
+    """OSU's own data check (-c: a Fail in its Validation column) fails osu_run in sanity, as nccl-tests' wrong
+    elements fail nccl_tests_run (its bandwidth would otherwise be taken at another size, silently); so does
+    output the records cannot be made of (a 0.00 latency, which campaigns.formats.foreign refuses), also with
+    --skip-performance-check (campaigns with check_performance: false), where no metric is taken."""
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    (outputs / "osu_bw.txt").write_text(
+        "# OSU MPI Bandwidth Test v7.3\n# Size      Bandwidth (MB/s)        Validation\n# Datatype: MPI_CHAR.\n"
+        "1                       0.50        Pass\n4096                  300.00        Pass\n"
+        "1048576              9000.00        Fail\n")
+    (outputs / "osu_latency.txt").write_text(
+        "# OSU MPI Latency Test v7.3\n# Size          Latency (us)\n1                       0.00\n"
+        "4096                    2.50\n")
+    for binary in ("osu_bw", "osu_latency"):
+        stand_in(tmp_path / "osu", binary, outputs / f"{binary}.txt")
+
+    def edit(data: dict[str, Any]) -> None:
+        local_partition(data)["reference_benchmarks"] = {
+            "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1]}}
+    prefix = tmp_path / "rfm"
+    result = reframe(copy_site(tmp_path, "local", edit), "-n", "osu_run%benchmark=osu_bw", "-n",
+                     "osu_run%benchmark=osu_latency", "-p", "openmpi", "--skip-performance-check", "-r", prefix=prefix)
+    assert result.returncode == 1, result.stdout + result.stderr
+    cases = {tc["display_name"].split()[1]: tc for tc in report_cases(prefix)}
+    assert {name: (tc["result"], tc["fail_phase"]) for name, tc in cases.items()} == {
+        "%benchmark=osu_bw": ("fail", "sanity"), "%benchmark=osu_latency": ("fail", "sanity")}
+    assert "1048576 B: osu_bw's data check failed" in cases["%benchmark=osu_bw"]["fail_reason"]
+    assert "1: 0.0 is not a positive latency" in cases["%benchmark=osu_latency"]["fail_reason"]
+    # what did parse is kept, its failed size marked invalid (as commbench's records of wrong data)
+    [written] = prefix.glob(f"stage/local/cpu/openmpi/osu_run_*/{RECORDS}")
+    assert [(r["bytes"], r["valid"]) for r in map(json.loads, written.read_text().splitlines())] == [
+        (1, True), (4096, True), (1048576, False)]
+
+
 @pytest.mark.slurm
 def test_localslurm_suite_on_two_and_three_nodes(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """The health suite's multi-node cases on the local Slurm cluster (3 nodes): sweeps on 2 and 3 nodes
@@ -400,6 +471,7 @@ def test_spack_build_installs_the_site_environment_and_links_the_binary(tmp_path
     def edit(data: dict[str, Any]) -> None:
         local_partition(data)["commbench"].update(build="spack", spack_env="spack_env/local",
                                                   spack_spec="commbench ^openmpi")
+        local_partition(data)["environments"] = ["openmpi"]  # one Spack spec builds for one MPI (site check)
     prefix = tmp_path / "rfm"
     result = reframe(copy_site(tmp_path, "local", edit), "--dry-run", "-n", "commbench_pairmatrix", "-p", "openmpi",
                      prefix=prefix)

@@ -105,6 +105,55 @@ def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -
     assert manifest.is_file()
 
 
+def test_spack_on_a_partition_with_two_environments_fails_the_check(site_copies: Path) -> None:
+    """One Spack spec builds for one MPI, but the build fixture and the reference checks run per environment:
+    on local's two environments (openmpi, mpich) the mpich jobs would run `commbench ^openmpi` (or OSU built with
+    Open MPI). site check refuses it, naming the partition and why; with one environment the site is sound."""
+    local_yaml = site_copies / "local" / "site.yaml"
+    edit(local_yaml, "          backend: cpu\n", "          backend: cpu\n          build: spack\n"
+         "          spack_env: spack_env/local\n          spack_spec: commbench ^openmpi\n")
+    (problem,) = check_site("local")
+    assert problem.startswith(f"{local_yaml}:{line_of(local_yaml, '- name: cpu')}: systems[0].partitions[0]: ")
+    assert ("partition 'cpu': commbench build: spack (spack_spec 'commbench ^openmpi'): one Spack spec builds for "
+            "one MPI, but the partition has 2 environments (openmpi, mpich)") in problem
+    edit(local_yaml, "environments: [openmpi, mpich]", "environments: [openmpi]")
+    assert check_site("local") == []
+
+    localslurm_yaml = site_copies / "localslurm" / "site.yaml"
+    edit(localslurm_yaml, "        commbench:\n", "        reference_benchmarks:\n          osu: {package: "
+         "osu-micro-benchmarks, spack_spec: osu-micro-benchmarks, node_counts: [2]}\n        commbench:\n")
+    (problem,) = check_site("localslurm")
+    assert (": systems[0].partitions[0]: partition 'debug': reference_benchmarks.osu (spack_spec "
+            "'osu-micro-benchmarks'): one Spack spec builds for one MPI") in problem
+
+
+def test_quoted_numbers_fail_the_check(site_copies: Path) -> None:
+    """A number given as a string ("3") passed site check (pydantic's lax mode) and reached the ReFrame
+    configuration as the string: the check listing crashed comparing it with a node count, and a reference for
+    nodes "2" never matched in ReFrame (no reference: it could never fail) while health matched it."""
+    localslurm_yaml = site_copies / "localslurm" / "site.yaml"
+    edit(localslurm_yaml, "        nodes: 3\n", '        nodes: "3"\n')
+    edit(localslurm_yaml, "          tasks_per_node: 2\n", '          tasks_per_node: "2"\n')
+    edit(localslurm_yaml, "bytes: 8, nodes: 2,", 'bytes: 8, nodes: "2",')
+    edit(localslurm_yaml, "node_counts: [1, 2, 3]", 'node_counts: [1, "2", 3]')
+    def at(text: str) -> str:
+        return f"{localslurm_yaml}:{line_of(localslurm_yaml, text)}: systems[0].partitions[0]."
+
+    assert check_site("localslurm") == [
+        at('nodes: "3"') + "nodes: Input should be a valid integer (got '3')",
+        at('tasks_per_node: "2"') + "commbench.tasks_per_node: Input should be a valid integer (got '2')",
+        at("node_counts:") + "commbench.node_counts[1]: Input should be 1, 2, 3, 4, 8, 16, 32, 64 or 128 (got '2')",
+        at('nodes: "2"') + "commbench.references[0].nodes: Input should be a valid integer (got '2')"]
+    # a size keeps its units (campaigns.model.sizes); YAML's true is still refused as a number
+    edit(localslurm_yaml, '        nodes: "3"\n', "        nodes: 3\n")
+    edit(localslurm_yaml, '          tasks_per_node: "2"\n', "          tasks_per_node: true\n")
+    edit(localslurm_yaml, 'bytes: 8, nodes: "2",', "bytes: 8, nodes: 2,")
+    edit(localslurm_yaml, 'node_counts: [1, "2", 3]', "node_counts: [1, 2, 3]")
+    edit(localslurm_yaml, "health: {min_bytes: 8, max_bytes: 1048576,", "health: {min_bytes: 8B, max_bytes: 1MiB,")
+    (problem,) = check_site("localslurm")
+    assert problem.endswith("systems[0].partitions[0].commbench.tasks_per_node: expected a number, not true")
+
+
 def test_site_cli_exit_codes(site_copies: Path) -> None:
     assert commcamp("site", "check", "mars")[0] == 2
     assert commcamp("site", "check")[0] == 2

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from campaigns.model import vocabulary
 from campaigns import paths
@@ -73,14 +73,24 @@ class SiteError(ValueError):
     """A site that does not exist or whose site.yaml is invalid."""
 
 
-class _Fact(YamlModel):
+class _SiteModel(YamlModel):
+    """Base of every site.yaml model: a number must be written as one. pydantic's lax mode would take `nodes: "3"`
+    as 3 here while site_configs/reframe_site.py, which reads site.yaml with plain PyYAML, hands the checks the
+    string "3" (a reference for nodes "2" never matching in ReFrame, a node count compared with a string). Strict
+    mode refuses a string (and YAML's true, which YamlModel already names) where a number belongs; a message size
+    (ByteCount) still takes its units, and reframe_site.py reads them by the same rule (campaigns.model.sizes)."""
+
+    model_config = ConfigDict(strict=True)
+
+
+class _Fact(_SiteModel):
     """A value about a real machine: where it comes from, and whether it was read on the machine."""
 
     source: str = Field(min_length=1, description="document, file or command the value comes from")
     verified: bool = Field(default=False, description="true only if checked on the real machine")
 
 
-class NodeSpec(YamlModel):
+class NodeSpec(_SiteModel):
     """What one node of a partition offers a job."""
 
     cores: int | None = Field(default=None, ge=1, description="CPU cores per node; null = not recorded")
@@ -121,7 +131,7 @@ class Latency(_Fact):
     note: str = ""
 
 
-class Links(YamlModel):
+class Links(_SiteModel):
     """Nominal bandwidths per direction, for "is my number right?": between two GPUs of a node, of one
     NIC (inter-node), and between the host and one GPU; the nominal inter-node latency. Health checks
     flag values no such link can give (campaigns.kinds.health)."""
@@ -146,14 +156,14 @@ class Network(_Fact):
     location_how: str = Field(min_length=1, description="how to read a node's network location")
 
 
-class Resource(YamlModel):
+class Resource(_SiteModel):
     """A ReFrame partition resource; `_rfm_gpu` carries the scheduler option for num_gpus_per_node."""
 
     name: str = Field(min_length=1)
     options: list[str] = []
 
 
-class SizeSet(YamlModel):
+class SizeSet(_SiteModel):
     """Message sizes in bytes: an explicit list, or min_bytes * step_factor^k up to max_bytes."""
 
     sizes: list[ByteCount] | None = Field(default=None, min_length=1)
@@ -183,7 +193,7 @@ class SizeSet(YamlModel):
         return sizes
 
 
-class Reference(YamlModel):
+class Reference(_SiteModel):
     """Expected value of one commbench performance metric; the checks apply the first entry that
     matches the test case (op, transport, node count, rank count, environment, message size).
 
@@ -213,7 +223,7 @@ class Reference(YamlModel):
         return self
 
 
-class CommbenchPartition(YamlModel):
+class CommbenchPartition(_SiteModel):
     """How commbench is built and run on a partition."""
 
     backend: Literal["cpu", "cuda", "hip"]
@@ -222,7 +232,8 @@ class CommbenchPartition(YamlModel):
     build_jobs: int = Field(default=2, ge=1)
     spack_env: str = Field(default="", description="Spack environment directory (build: spack): absolute, "
                            "or relative to commcamp's shipped folders (e.g. spack_env/h200)")
-    spack_spec: str = Field(default="", description="the commbench spec that environment installs (build: spack)")
+    spack_spec: str = Field(default="", description="the commbench spec that environment installs (build: spack; "
+                            "one MPI: the partition must have one environment)")
     tasks_per_node: int = Field(ge=1, description="ranks per node for collectives (pingpong uses 2 ranks)")
     transports: list[Transport] = Field(min_length=1)
     default_transport: Transport
@@ -259,7 +270,7 @@ class CommbenchPartition(YamlModel):
         return self
 
 
-class BenchReference(YamlModel):
+class BenchReference(_SiteModel):
     """Expected value of a third-party benchmark's metric (see reframe_checks/reference_benchmarks.py)."""
 
     benchmark: Literal[REFERENCE_BENCHMARKS] = Field(description="e.g. all_reduce_perf")  # type: ignore[valid-type]
@@ -284,7 +295,7 @@ class BenchReference(YamlModel):
         return self
 
 
-class ReferenceBenchmark(YamlModel):
+class ReferenceBenchmark(_SiteModel):
     """Where a partition gets nccl-tests / rccl-tests / OSU from, tried in this order: the directory
     in `dir_variable` (or `default_dir`, repository-relative), `modules`, the Spack spec."""
 
@@ -307,7 +318,7 @@ class ReferenceBenchmark(YamlModel):
         return self
 
 
-class Partition(YamlModel):
+class Partition(_SiteModel):
     name: Name
     description: str = ""
     scheduler: str = Field(min_length=1, description="ReFrame scheduler backend: local, slurm, squeue, ...")
@@ -355,6 +366,18 @@ class Partition(YamlModel):
                 if ref.benchmark not in checks[key].benchmarks:
                     raise ValueError(f"reference_benchmarks.{key} has a reference for {ref.benchmark}, which is not "
                                      f"one of its benchmarks ({', '.join(checks[key].benchmarks)})")
+        if len(self.environments) > 1:  # each environment is one MPI; a Spack spec is built against one MPI
+            spack = [f"commbench build: spack (spack_spec {self.commbench.spack_spec!r})"] \
+                if self.commbench and self.commbench.build == "spack" else []
+            spack += [f"reference_benchmarks.{key} (spack_spec {bench.spack_spec!r})"
+                      for key, bench in self.reference_benchmarks.items() if bench.spack_spec]
+            if spack:
+                raise ValueError(
+                    f"partition {self.name!r}: {'; '.join(spack)}: one Spack spec builds for one MPI, but the "
+                    f"partition has {len(self.environments)} environments ({', '.join(self.environments)}) and each "
+                    f"would run that build with its own MPI; give the partition one environment (a partition per "
+                    f"MPI), or do without Spack there (build: cmake; the binaries by dir_variable, default_dir or "
+                    f"modules)")
         if self.node.nvlink_multicast:
             missing = {k: v for k, v in NVLINK_MULTICAST_OFF.items() if self.env_vars.get(k) != v}
             if missing:
@@ -364,7 +387,7 @@ class Partition(YamlModel):
         return self
 
 
-class System(YamlModel):
+class System(_SiteModel):
     name: Name
     description: str = ""
     hostnames: list[str] = Field(min_length=1, description="regular expressions for the login/run hosts")
@@ -391,7 +414,7 @@ class System(YamlModel):
         return _by_name(self.partitions, name)
 
 
-class Environment(YamlModel):
+class Environment(_SiteModel):
     """A ReFrame programming environment: compilers plus what the launch needs."""
 
     name: Name
@@ -406,7 +429,7 @@ class Environment(YamlModel):
     features: list[Name] = Field(default=["mpi"], description="ReFrame features; checks select on them")
 
 
-class Site(YamlModel):
+class Site(_SiteModel):
     schema_version: Literal[1]
     name: Name
     description: str = ""
