@@ -93,9 +93,9 @@ def test_osu_outputs(name: str, op: str, quantity: str, rows: int) -> None:
     records = foreign.osu_records(run, hostnames=["a", "b"], timestamp=STAMP)
     for record in records:
         validate_record(record, name)
-    if quantity == "bandwidth":  # MB/s (10^6 B/s) -> time per message and GB/s
+    if quantity == "bandwidth":  # MB/s (10^6 B/s) -> time per message and GB/s (osu_bibw's: both directions)
         first = run.rows[-1]
-        assert records[-1]["goodput_gbs"] == pytest.approx(first.value / 1e3)
+        assert records[-1]["goodput_gbs"] == pytest.approx(first.value / (2 if op == "osu_bibw" else 1) / 1e3)
     if name.endswith("-full"):
         assert records[0]["source"]["iterations_averaged"] == 1000
 
@@ -381,3 +381,25 @@ def test_osu_alltoall_and_allgather_sizes_are_the_schemas_bytes() -> None:
     [allreduce] = foreign.parse("osu", (OSU_DATA / "osu_allreduce.txt").read_text(), source="a", timestamp=STAMP,
                                 hostnames=hosts)[:1]
     assert allreduce["bytes"] == 4 and "osu_size" not in allreduce["source"]  # a buffer size: as it is
+
+
+def test_osu_bibw_goodput_is_one_direction_as_the_schemas_bidirectional_ops() -> None:
+    """osu_bibw prints the bandwidth of both directions together: its records stored that total as goodput and
+    half the real time per message. As commbench's pingpong_bi (the record schema): goodput per direction,
+    aggregate_gbs both (2x), direction bi, the time of one message each way (2 x size / bandwidth)."""
+    records = {}
+    for name in ("osu_bw", "osu_bibw", "osu_latency"):
+        run = osu.parse_text((OSU_DATA / f"{name}.txt").read_text())
+        records[name] = (run, foreign.osu_records(run, hostnames=["a", "b"], timestamp=STAMP))
+    run, bibw = records["osu_bibw"]
+    for row, record in zip(run.rows, bibw, strict=True):
+        validate_record(record, "osu_bibw")
+        assert record["direction"] == "bi"
+        assert record["latency_us"] == pytest.approx(2 * row.size / row.value)
+        assert record["goodput_gbs"] == pytest.approx(row.value / 2 / 1e3)
+        assert record["aggregate_gbs"] == pytest.approx(row.value / 1e3)
+        assert record["source"]["reported"] == {"bandwidth_mbs": row.value}
+    run, bw = records["osu_bw"]
+    assert {r["direction"] for r in bw} == {"uni"} and all("aggregate_gbs" not in r for r in bw)
+    assert bw[-1]["goodput_gbs"] == pytest.approx(run.rows[-1].value / 1e3)
+    assert {r["direction"] for r in records["osu_latency"][1]} == {"uni"}  # as commbench's pingpong

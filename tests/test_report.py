@@ -256,3 +256,207 @@ def test_the_distributions_show_valid_measurements_only(tmp_path: Path) -> None:
     (violins,) = [f for f in figures(text) if "per-iteration times" in f["layout"]["title"]["text"]]
     assert max(max(_values(trace["y"])) for trace in violins["data"]) < 1e3
     assert "1e+06" not in text and "<td>8</td>" in text  # the valid run's 8 samples, not 16
+
+
+def _curves(text: str, title_start: str) -> dict[str, list[float]]:
+    (plot,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith(title_start)]
+    return {trace["name"]: _values(trace["y"]) for trace in plot["data"] if trace.get("mode") == "lines+markers"}
+
+
+SELECTION = {"mechanism": "mpi_t", "cvar": "coll_tuned_allreduce_algorithm", "value": 4, "available": True,
+             "reason": None}
+
+
+def test_pinned_and_pageable_and_each_selection_are_curves_of_their_own(tmp_path: Path) -> None:
+    """h2d from pinned (52.47 GB/s) and pageable (7.88) host memory at 1 GiB plotted as one median (30.17), and a
+    selection sweep's algorithms as one curve: host memory, direction and the selection are part of a curve's
+    identity (goodput, distributions)."""
+    from fixtures_store import commbench_record
+
+    def copy(size: int, seed: int, **fields: Any) -> dict[str, Any]:
+        return {**commbench_record(size=size, seed=seed), "op": "h2d", "transport": "memcpy", "busbw_factor": 1.0,
+                **fields}
+
+    h2d = [copy(1 << 30, 1, host_memory="pinned", goodput_gbs=52.47),
+           copy(1 << 30, 2, host_memory="pageable", goodput_gbs=7.88)]
+    sweep = [commbench_record(size=size, seed=size + k, goodput_gbs=gbs,
+                              selection={**SELECTION, "name": name, "value": k})
+             for size in (1024, 65536) for k, (name, gbs) in enumerate((("own", 1.0), ("ring", 3.0)))]
+    text = _report_of(tmp_path, {"h2d": h2d, "sweep": sweep})
+    assert _curves(text, "h2d: goodput") == {"gnu, Open MPI v4.1.4, pageable host memory": [7.88],
+                                             "gnu, Open MPI v4.1.4, pinned host memory": [52.47]}
+    assert _curves(text, "allreduce: goodput") == {"gnu, Open MPI v4.1.4, selection own": [1.0, 1.0],
+                                                   "gnu, Open MPI v4.1.4, selection ring": [3.0, 3.0]}
+    (violins,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("allreduce: per-iteration")]
+    assert sorted({t["name"].split(":")[0] for t in violins["data"]}) == [
+        "gnu, Open MPI v4.1.4, selection own", "gnu, Open MPI v4.1.4, selection ring"]
+    assert "host memory, direction and selection" in text
+
+
+def _nights(store: Any, statuses: dict[str, tuple[str, str | None]], site: str = "site-a",
+            partition: str = "cpu") -> None:
+    """One tagged nightly allreduce run per night, the last night 10x slower."""
+    from fixtures_store import commbench_record, run_info
+
+    for k, (night, (status, reason)) in enumerate(statuses.items()):
+        slower = 10.0 if k == len(statuses) - 1 else 1.0
+        records = [commbench_record(size=size, seed=10 * k + size, timestamp=f"{night}T01:00:00Z")
+                   for size in (8, 65536)]
+        for record in records:
+            record["samples_us"] = [x * slower for x in record["samples_us"]]
+            record["stats"] = {key: v * slower if key != "stdev_us" else v for key, v in record["stats"].items()}
+            record["latency_us"] *= slower
+        store.ingest(run_info(f"nightly/{site}/{partition}/allreduce@{night}", campaign="nightly", site=site,
+                              system="local", partition=partition, environ="openmpi", check_name="commbench_run",
+                              parameters={"op": "allreduce", "tag": night}, status=status, reason=reason), records)
+
+
+def _trend(text: str, metric: str) -> dict[str, Any]:
+    (plot,) = [f for f in figures(text) if f"{metric} @" in f["layout"]["title"]["text"]]
+    return plot
+
+
+def test_the_trend_shows_the_nights_health_judges_with_the_one_predicate(tmp_path: Path) -> None:
+    """The trend kept passed runs only, while health also judges a run that failed only ReFrame's performance
+    check: the degraded night was the one left out. One predicate (campaigns.model.references.measured) for both;
+    a run that failed otherwise (wrong data, a crash) is still left out."""
+    from campaigns.model.references import measured
+    from campaigns.report.html import build_report
+    from campaigns.store import open_store
+
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        _nights(store, {"2026-11-19": ("pass", None), "2026-11-20": ("fail", "sanity: wrong data"),
+                        "2026-11-21": ("pass", None),
+                        "2026-11-22": ("fail", "performance: reference(s) not met: small_latency=49.9 us")})
+        runs = store.runs()
+        text = build_report(store, title="t", nominal=[], verdicts=[])
+    assert [measured(run) for run in runs] == [True, False, True, True]
+    plot = _trend(text, "small_latency")
+    assert plot["data"][0]["x"] == ["2026-11-19", "2026-11-21", "2026-11-22"]
+    assert _values(plot["data"][0]["y"])[-1] > 10 * _values(plot["data"][0]["y"])[0] / 2
+    assert "failed its performance check" in plot["layout"]["title"]["text"]
+
+
+@pytest.fixture
+def twopart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Site `twopart`: system local with partitions fast (NIC 400 GB/s, allreduce small_latency reference 500 us)
+    and cpu (NIC 25 GB/s, reference 5 us), on COMMCAMP_SITE_PATH."""
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[1] / "site_configs" / "local"
+    site = yaml.safe_load((shipped / "site.yaml").read_text())
+    (cpu,) = site["systems"][0]["partitions"]
+    partitions = []
+    for name, nic, latency in (("fast", 400, 500.0), ("cpu", 25, 5.0)):
+        partition = json.loads(json.dumps(cpu))
+        partition.update(name=name, links={"nic": {"gbs": nic, "source": "test"}})
+        partition["commbench"]["references"] = [{"op": "allreduce", "metric": "small_latency", "bytes": 8,
+                                                 "value": latency, "upper": 0.5, "note": f"{name} ref"}]
+        partitions.append(partition)
+    site.update(name="twopart")
+    site["systems"][0]["partitions"] = partitions
+    directory = tmp_path / "sites" / "twopart"
+    directory.mkdir(parents=True)
+    (directory / "site.yaml").write_text(yaml.safe_dump(site))
+    shutil.copy(shipped / "reframe_config.py", directory / "reframe_config.py")
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path / "sites"))
+    return "twopart"
+
+
+def _band(plot: dict[str, Any]) -> tuple[float, float]:
+    (band,) = [shape for shape in plot["layout"]["shapes"] if shape["type"] == "rect"]
+    return band["y0"], band["y1"]
+
+
+def test_the_trend_band_is_the_reference_of_the_runs_own_partition(tmp_path: Path, twopart: str) -> None:
+    """Every partition's references were flattened into one list, and the first that matched op, metric and size
+    was drawn: partition cpu (reference 5 us) got fast's band 250-750 around 500. Each run's own partition now;
+    a characterize campaign's own references first (as health)."""
+    from campaigns.model.spec import load_campaign
+    from campaigns.report.html import build_report, write_campaign_report
+    from campaigns.store import open_store
+
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        _nights(store, {"2026-11-19": ("pass", None), "2026-11-20": ("pass", None)}, site=twopart)
+        text = build_report(store, title="t", nominal=[], verdicts=[])
+        low, high = _band(_trend(text, "small_latency"))
+        assert high == pytest.approx(7.5) and low < 5, (low, high)  # cpu's 5 us + 50 %, not fast's 750
+
+        spec = tmp_path / "nightly.yaml"
+        spec.write_text("name: nightly\nkind: characterize\nsite: twopart\nnode_counts: [1]\n"
+                        "references:\n  - {op: allreduce, metric: small_latency, bytes: 8, value: 40.0, upper: 0.25}\n"
+                        "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    max_bytes: 1024\n")
+        report = tmp_path / "nightly.html"
+        write_campaign_report(store, load_campaign(spec), report)
+    low, high = _band(_trend(report.read_text(), "small_latency"))
+    assert high == pytest.approx(50.0), (low, high)  # the campaign's own 40 us + 25 %
+
+
+def test_nominal_links_are_those_of_the_partitions_plotted(tmp_path: Path, twopart: str) -> None:
+    """The nominal lines were keyed by label only (the last partition's NIC won: cpu's 25 GB/s on a plot of
+    partition fast, whose NIC is 400) and `report --partition` was not passed on. Each partition's own, on the
+    plots with a curve from it."""
+    from campaigns.report.html import build_report, site_nominal
+    from campaigns.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with open_store(url) as store:
+        _nights(store, {"2026-11-19": ("pass", None)}, site=twopart, partition="fast")
+        text = build_report(store, title="t", nominal=site_nominal(twopart), verdicts=[])
+    (goodput,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("allreduce: goodput")]
+    assert [a["text"] for a in goodput["layout"]["annotations"]] == ["NIC nominal 400 GB/s"]
+    assert "Nominal link bandwidths dashed: NIC 400 GB/s" in text and "25 GB/s" not in text
+
+    report = tmp_path / "r.html"
+    code, output = commcamp_output("report", "--db", url, "--site", twopart, "--partition", "fast", "--output", report)
+    assert code == 0, output
+    assert "Nominal link bandwidths dashed: NIC 400 GB/s<" in report.read_text()
+    assert "25 GB/s" not in report.read_text()
+
+
+def test_a_selection_without_a_valid_result_writes_no_report(tmp_path: Path) -> None:
+    """Only invalid measurements selected: every plot shows valid ones only, so the report was empty, exit 0.
+    Refused, exit 2, as filters that select nothing. The header names every filter given (--min-size 0 too)."""
+    from campaigns.store import open_store
+    from fixtures_store import commbench_record, run_info
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    with open_store(url) as store:
+        store.ingest(run_info("wrong", status="fail"), [commbench_record(size=1024, valid=False, wrong_elements=3,
+                                                                         reason="validation")])
+        store.ingest(run_info("right", campaign="other"), [commbench_record(size=1024, seed=5)])
+    report = tmp_path / "r.html"
+    code, output = commcamp_output("report", "--db", url, "--campaign", "smoke", "--output", report)
+    assert code == 2 and "1 measurements match the filters, none valid" in output, output
+    assert not report.exists()
+    code, output = commcamp_output("report", "--db", url, "--min-size", "0", "--output", report)
+    assert code == 0, output
+    assert "&quot;min_bytes&quot;: 0" in report.read_text()
+
+
+def test_a_characterize_run_that_stored_nothing_says_so_without_a_traceback(tmp_path: Path) -> None:
+    """A characterize campaign whose cases stored no measurement crashed writing its report (ValueError
+    traceback, exit 1); it says no report was written and exits with its cases' outcome."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from campaigns.exit_codes import ExitCode
+    from campaigns.kinds.table import KINDS, FinishedRun
+    from campaigns.model.spec import load_campaign
+    from campaigns.store import open_store
+
+    spec = tmp_path / "tinychar.yaml"
+    spec.write_text("name: tinychar\nkind: characterize\nsite: local\nnode_counts: [1]\n"
+                    "checks:\n  - check: commbench_run\n    ops: [allreduce]\n    max_bytes: 1024\n")
+    errors = io.StringIO()
+    report = tmp_path / "tinychar.html"
+    result: Any = SimpleNamespace(unstored=[], all_passed=False)  # what _write_report reads of a CampaignResult
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        run = FinishedRun(campaign=load_campaign(spec), result=result, store=store, tag=None,
+                          console=Console(file=io.StringIO()), errors=Console(file=errors, width=200),
+                          runs_dir=tmp_path, placer=None, output=report)  # type: ignore[arg-type]
+        assert KINDS["characterize"].after_run(run) is ExitCode.FAILED
+    assert "no report written" in errors.getvalue() and "no measurements" in errors.getvalue()
+    assert not report.exists()

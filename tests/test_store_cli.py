@@ -269,3 +269,74 @@ def test_filters_that_select_nothing_exit_2_in_list_export_and_report(jsonl: Pat
     assert sorted(path.name for path in tmp_path.iterdir()) == ["r.db", "site-run.jsonl"]
     for name in ("osu_bw", "reduce", "allreduce"):  # the names of ingested nccl-tests and OSU records are known
         assert "is not an op" not in _invoke("list", "--db", url, "--op", name).output
+
+
+def _variants_jsonl(tmp_path: Path) -> Path:
+    """Records of one op and size that only host memory, direction, pair, batch or selection tell apart."""
+    selection = {"mechanism": "mpi_t", "cvar": "coll_tuned_allreduce_algorithm", "value": 4, "available": True,
+                 "reason": None}
+    return write_jsonl(tmp_path / "variants.jsonl", [
+        commbench_record(size=1024, seed=1, host_memory="pinned"),
+        commbench_record(size=1024, seed=2, host_memory="pageable", batch=20),
+        commbench_record(op="pingpong", size=1024, seed=3, direction="bi", pair={"src": 0, "dst": 3}),
+        commbench_record(size=1024, seed=4, selection={**selection, "name": "ring"}),
+        error_record()])
+
+
+def test_export_keeps_integer_columns_integers(jsonl: Path, store_url: str, tmp_path: Path) -> None:
+    """An integer column with a NULL in it (the error record's count, pair_src) was written as floats: bytes=8.0,
+    count=2.0. Integers stay integers, a NULL an empty CSV field / a Parquet null."""
+    import csv
+
+    assert _ingest(jsonl, store_url).exit_code == 0
+    for suffix in ("csv", "parquet"):
+        output = tmp_path / f"e.{suffix}"
+        result = _invoke("export", "--db", store_url, "--output", output)
+        assert result.exit_code == 0, result.output
+        if suffix == "csv":
+            rows = list(csv.DictReader(output.open()))
+            assert [row["count"] for row in rows] == ["256", str((1 << 20) // 4), "2", ""]
+            assert [row["bytes"] for row in rows] == ["1024", str(1 << 20), "8", str(1 << 20)]
+            assert {row["pair_src"] for row in rows} == {""} and rows[0]["iters"] == "8"
+        else:
+            exported = pandas.read_parquet(output)
+            assert str(exported["count"].dtype) == "Int64" and exported["count"].tolist()[:3] == [256, 1 << 18, 2]
+            assert str(exported["wrong_elements"].dtype) == "Int64"
+
+
+def test_export_samples_carry_what_tells_measurements_apart(tmp_path: Path, store_url: str) -> None:
+    """A sample row had its measurement's op, transport, size and hosts only: pinned and pageable, uni and bi,
+    pairs, batches, selections and valid and invalid measurements read alike."""
+    assert _ingest(_variants_jsonl(tmp_path), store_url).exit_code == 0
+    output = tmp_path / "s.csv"
+    result = _invoke("export", "--db", store_url, "--output", output, "--samples")
+    assert result.exit_code == 0, result.output
+    exported = pandas.read_csv(output)
+    for column in ("valid", "kind", "backend", "campaign", "check_name", "host_memory", "direction", "pair_src",
+                   "pair_dst", "batch", "selection"):
+        assert column in exported.columns, column
+    first = exported.groupby("measurement_id").first()
+    assert first.host_memory.tolist()[:2] == ["pinned", "pageable"] and first.batch.tolist()[:2] == [1, 20]
+    assert first.direction.iloc[2] == "bi" and (first.pair_src.iloc[2], first.pair_dst.iloc[2]) == (0, 3)
+    assert first.selection.iloc[3] == "ring" and set(exported.valid) == {True}
+    assert set(exported.campaign) == {"manual"} and set(exported.check_name) == {"commbench"}
+
+
+def test_list_tells_variants_apart_and_gives_numbers_as_numbers(tmp_path: Path, store_url: str) -> None:
+    """`results list` showed rows that differ only in host memory, direction, pair or selection as the same row,
+    and its json/csv gave "1 KiB" and two-decimal times. A variant column; json and csv have the raw numbers."""
+    assert _ingest(_variants_jsonl(tmp_path), store_url).exit_code == 0
+    with open_store(store_url) as store:
+        stored = store.measurements().set_index("measurement_id")
+    listed = _invoke("list", "--db", store_url)
+    assert listed.exit_code == 0, listed.output
+    for text in ("pinned", "pageable", "bi 0->3", "selection ring", "1 KiB"):
+        assert text in listed.output, text
+
+    shown = json.loads(_invoke("list", "--db", store_url, "--format", "json").stdout)
+    by_id = {row["id"]: row for row in shown}
+    assert [by_id[i]["variant"] for i in (1, 2, 3, 4, 5)] == ["pinned", "pageable", "bi 0->3", "selection ring", "-"]
+    assert by_id[1]["size"] == 1024 and by_id[1]["median us"] == stored.loc[1, "median_us"]
+    assert by_id[1]["goodput GB/s"] == stored.loc[1, "goodput_gbs"] and by_id[5]["median us"] is None
+    csv_text = _invoke("list", "--db", store_url, "--format", "csv").stdout
+    assert f",1024,{float(stored.loc[1, 'median_us'])!r}," in csv_text

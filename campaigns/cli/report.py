@@ -48,7 +48,8 @@ def report(filters: MeasurementFilter,
            output: Annotated[Path, typer.Option("--output", "-o", help="HTML file to write (replaced atomically)")],
            title: Annotated[str, typer.Option(help="heading of the report")] = "commcamp report",
            nominal: Annotated[Optional[list[str]], typer.Option(
-               help="nominal link bandwidth LABEL=GB/s drawn dashed (repeatable); added to the site's")] = None,
+               help="nominal link bandwidth LABEL=GB/s drawn dashed on every plot (repeatable); with --site, each "
+                    "partition's own (site data) on the plots of its curves too")] = None,
            verdict: Annotated[Optional[list[Path]], typer.Option(
                help="health verdict JSON for the summary table (repeatable)")] = None,
            include_tuning: Annotated[bool, typer.Option(
@@ -63,7 +64,9 @@ def report(filters: MeasurementFilter,
     with expected_errors():
         verdicts = _load_verdicts(verdict or [])
         for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
-            links += site_nominal(site, filters.system if isinstance(filters.system, list) else None)
+            # each partition's own (the report draws those of the partitions its curves ran on)
+            links += site_nominal(site, [filters.system] if isinstance(filters.system, str) else filters.system,
+                                  [filters.partition] if isinstance(filters.partition, str) else filters.partition)
         with open_store(db, create=False) as store:
             text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
                                 **vars(filters))

@@ -56,8 +56,9 @@ FormatOption = Annotated[ListFormat, typer.Option(
     "--format", help="table (rich), json (a list of objects) or csv (a header line, then one line per row)")]
 
 
-def _print_table(title: str, columns: list[str], rows: list[list[str]], total: int,
+def _print_table(title: str, columns: list[str], rows: list[list[Any]], total: int,
                  list_format: ListFormat = ListFormat.table) -> None:
+    """The rows as a table (each value text), JSON or CSV (values as given: numbers stay numbers)."""
     if list_format is ListFormat.table:
         from rich.table import Table
 
@@ -123,14 +124,37 @@ def list_measurements(filters: MeasurementFilter, db: DbOption = None, limit: Li
         with open_store(db, create=False) as store:
             frame = _selected(store, filters)
     frame = frame.sort_values("run_id", ascending=False, kind="stable")
-    rows = [[str(row.measurement_id), row.site, row.system, row.op, row.transport, human_size(row.bytes),
-             _fmt(row.median_us, ".2f"), _fmt(row.goodput_gbs, ".3f"), _fmt(row.busbw_gbs, ".3f"),
+    table = list_format is ListFormat.table  # human-rounded; json and csv: raw bytes, full-precision floats
+    rows = [[str(row.measurement_id) if table else int(row.measurement_id), row.site, row.system, row.op,
+             row.transport, variant(row),
+             human_size(row.bytes) if table else _raw(row.bytes, int),
+             _fmt(row.median_us, ".2f") if table else _raw(row.median_us, float),
+             _fmt(row.goodput_gbs, ".3f") if table else _raw(row.goodput_gbs, float),
+             _fmt(row.busbw_gbs, ".3f") if table else _raw(row.busbw_gbs, float),
              "yes" if row.valid else f"no ({row.reason if isinstance(row.reason, str) else 'validation'})",
              row.timestamp.strftime("%Y-%m-%d %H:%M")]
             for row in (frame.head(limit) if limit else frame).itertuples(index=False)]
-    _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "size", "median us",
-                                                  "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
+    _print_table(f"measurements in {store.url}", ["id", "site", "system", "op", "transport", "variant", "size",
+                                                  "median us", "goodput GB/s", "busbw GB/s", "valid", "date (UTC)"],
                  rows, len(frame), list_format)
+
+
+def _raw(value: Any, kind: type) -> Any:
+    """A number as itself (None for a missing one: NULL, NaN), for json and csv."""
+    return None if value is None or value != value else kind(value)
+
+
+def variant(row: Any) -> str:
+    """What tells apart measurements of one op, transport and size in one run: host memory (h2d/d2h), direction,
+    the pair of ranks (pairmatrix) and the algorithm a selection sweep selected; "-" for none of them."""
+    extra = row.extra if isinstance(row.extra, dict) else {}
+    selection = extra.get("selection") if isinstance(extra.get("selection"), dict) else {}
+    parts = [row.host_memory if isinstance(row.host_memory, str) else "",
+             row.direction if isinstance(row.direction, str) else "",
+             f"{int(row.pair_src)}->{int(row.pair_dst)}" if _raw(row.pair_src, int) is not None
+             and _raw(row.pair_dst, int) is not None else "",
+             f"selection {selection['name']}" if selection.get("name") else ""]
+    return " ".join(part for part in parts if part) or "-"
 
 
 def _selected(store: Store, filters: MeasurementFilter) -> pandas.DataFrame:
@@ -160,7 +184,7 @@ def export(filters: MeasurementFilter,
            db: DbOption = None) -> None:
     """Export measurements (or their per-iteration samples) as CSV or Parquet; JSON-valued columns are
     written as JSON text."""
-    from sqlalchemy import JSON
+    from sqlalchemy import JSON, Integer
 
     from campaigns.formats.foreign import check_filter_names
     from campaigns.store import open_store
@@ -183,6 +207,12 @@ def export(filters: MeasurementFilter,
             if isinstance(column.type, JSON) and column.key in frame:
                 frame[column.key] = [json.dumps(value, sort_keys=True) if value is not None else None
                                      for value in frame[column.key]]
+        # An integer column with a NULL (an error record's bytes, count) became float (8.0) in pandas: nullable
+        # integers keep 8 as 8 and NULL as an empty field (CSV) or null (Parquet).
+        integers = [c.key for c in Measurement.__table__.columns if isinstance(c.type, Integer) and c.key != "id"]
+        for key in ["measurement_id", "run_id", "iteration", "batch", *integers]:
+            if key in frame:
+                frame[key] = frame[key].astype("Int64")
         output = output.absolute()
         fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
         os.close(fd)
@@ -200,14 +230,23 @@ def export(filters: MeasurementFilter,
     _console().print(f"exported {len(frame)} {what} to {output} ({export_format.value})", markup=False)
 
 
-_SAMPLE_IDENTITY = ["measurement_id", "run_id", "site", "system", "partition", "environ", "op", "transport",
-                    "bytes", "ranks", "nodes", "timestamp"]
+# Everything that tells one measurement's samples from another's (and from an invalid one's): a row of samples
+# without them pools what the report keeps apart (pinned and pageable, uni and bi, pairs, batch, selections).
+_SAMPLE_IDENTITY = ["measurement_id", "run_id", "campaign", "site", "system", "partition", "environ", "check_name",
+                    "kind", "valid", "backend", "op", "transport", "bytes", "ranks", "nodes", "host_memory",
+                    "direction", "pair_src", "pair_dst", "batch", "selection", "timestamp"]
 
 
 def _sample_rows(measurements: pandas.DataFrame, samples: dict[int, np.ndarray]) -> pandas.DataFrame:
-    """Long format: one row per sample, in iteration order, with its measurement's identity."""
+    """Long format: one row per sample, in iteration order, with its measurement's identity (batch and
+    selection from the record's fields without a column: 1 and none when absent)."""
     import numpy as np
 
+    extras = [extra if isinstance(extra, dict) else {} for extra in measurements["extra"]]
+    measurements = measurements.assign(
+        batch=[extra.get("batch", 1) for extra in extras],
+        selection=[(extra.get("selection") or {}).get("name") if isinstance(extra.get("selection"), dict) else None
+                   for extra in extras])
     ids = [mid for mid in measurements["measurement_id"] if mid in samples]
     counts = [len(samples[mid]) for mid in ids]
     identity = measurements.set_index("measurement_id").loc[ids].reset_index()[_SAMPLE_IDENTITY]

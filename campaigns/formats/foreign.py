@@ -18,6 +18,11 @@ bytes / that median, busbw algbw x the op's factor; what the other benchmark pri
   (size x ranks; OSU's own size in `source.osu_size`);
 - data validation: nccl-tests' #wrong of both placements (a record is valid only when neither is > 0;
   `wrong_elements` their sum), OSU's Pass/Fail column (-c);
+- OSU's bandwidth tests print MB/s of a window of messages: osu_bw one direction, osu_bibw both directions together.
+  A record's time is that of one message each way at that rate (osu_bibw: 2 x size / bandwidth), so its goodput is
+  per direction and aggregate_gbs the two directions together, `direction` bi, as commbench's pingpong_bi (the
+  record schema's bidirectional op); osu_bw and the latency test (pingpong) are `direction` uni, as commbench's
+  pingpong;
 - OSU does not print hosts: they are whatever the caller passes (the hosts the job ran on).
 """
 from __future__ import annotations
@@ -29,6 +34,8 @@ from campaigns.formats import nccl_tests, osu
 from campaigns.model.records import busbw_factor, sample_stats
 
 FORMATS = ("nccl-tests", "nccl-tests-json", "osu")
+# The record schema's `direction` of OSU's point-to-point tests (the others, collectives, have none).
+P2P_DIRECTION = {"pingpong": "uni", "osu_bw": "uni", "osu_bibw": "bi"}
 NONE_VERSION = "none"
 __all__ = ["FORMATS", "NONE_VERSION", "busbw_factor", "check_filter_names", "filter_names", "nccl_tests_records",
            "osu_records", "parse"]
@@ -62,7 +69,7 @@ def check_filter_names(**filters: object) -> None:
 def _record(*, op: str, transport: str, backend: str, size: int, samples: list[float], batch: int,
             hostnames: list[str], mpi_library: str, timestamp: datetime, source: dict[str, Any],
             count: int | None = None, dtype: str | None = None, checked: bool = False, valid: bool = True,
-            wrong: int | None = None) -> dict[str, Any]:
+            wrong: int | None = None, direction: str | None = None) -> dict[str, Any]:
     ranks = len(hostnames)
     stats = sample_stats(samples)
     median = stats["median_us"]
@@ -76,6 +83,10 @@ def _record(*, op: str, transport: str, backend: str, size: int, samples: list[f
         "busbw_gbs": algbw * factor, "busbw_factor": factor, "valid": valid, "check": checked, "ranks": ranks,
         "nodes": len(set(hostnames)), "hostnames": hostnames, "mpi_library": mpi_library, "env": {},
         "source": source}
+    if direction is not None:
+        record["direction"] = direction
+        if direction == "bi":  # goodput is per direction; both together (the schema's aggregate_gbs): twice it
+            record["aggregate_gbs"] = 2 * algbw
     if not valid:
         record["reason"] = "validation"  # as commbench's records of wrong data
     if count is not None:
@@ -137,18 +148,22 @@ def nccl_tests_records(run: nccl_tests.Run, *, fmt: str, timestamp: datetime, mp
 
 def osu_records(run: osu.Run, *, hostnames: list[str], timestamp: datetime, mpi_library: str = "",
                 backend: str | None = None) -> list[dict[str, Any]]:
-    """One record per size; bandwidth rows (MB/s = 10^6 B/s) become the time per message at that rate."""
+    """One record per size; bandwidth rows (MB/s = 10^6 B/s) become the time per message at that rate (osu_bibw:
+    of one message each way, both directions' bytes at the printed rate)."""
     if not hostnames:
         raise osu.OsuError("OSU output names no hosts: give the hosts the job ran on, one per rank")
     if run.op.startswith("osu_b") or run.op == "pingpong":
         if len(hostnames) != 2:
             raise osu.OsuError(f"{run.title} runs on 2 ranks; {len(hostnames)} hosts given")
     scale = len(hostnames) if run.op in osu.PER_RANK_SIZE_OPS else 1
+    direction = P2P_DIRECTION.get(run.op)
+    directions = 2 if direction == "bi" else 1
     records = []
     for row in run.rows:
         if row.value <= 0:
             raise osu.OsuError(f"size {row.size}: {row.value} is not a positive {run.quantity}")
-        time_us = row.value if run.quantity == "latency" else row.size / row.value
+        # bytes / MB/s = us; osu_bibw's rate counts both directions' bytes, 2 x size per exchange
+        time_us = row.value if run.quantity == "latency" else directions * row.size / row.value
         source: dict[str, Any] = {"benchmark": "osu", "format": "osu", "version": run.version, "title": run.title,
                                   "reported": {"latency_us" if run.quantity == "latency" else "bandwidth_mbs":
                                                row.value}}
@@ -166,7 +181,7 @@ def osu_records(run: osu.Run, *, hostnames: list[str], timestamp: datetime, mpi_
                                backend=backend or ("cuda" if run.ccl else "cpu"), size=row.size * scale,
                                samples=[time_us], batch=1, hostnames=list(hostnames), mpi_library=mpi_library,
                                timestamp=timestamp, source=source, checked=row.passed is not None,
-                               valid=row.passed is not False))
+                               valid=row.passed is not False, direction=direction))
     return records
 
 

@@ -101,7 +101,7 @@ from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, Commben
 from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
-from campaigns.model.references import find_reference, run_metrics
+from campaigns.model.references import find_reference, measured, run_metrics
 from campaigns.model.vocabulary import METRICS, reported_metrics
 from campaigns.exit_codes import ExitCode
 from tuners.writers import write_atomic
@@ -115,7 +115,6 @@ SMALL_MESSAGE_BYTES = 4096
 EXIT_CODES = {"ok": ExitCode.OK, "not_judged": ExitCode.NOT_JUDGED, "degraded": ExitCode.DEGRADED,
               "failed": ExitCode.UNHEALTHY}
 MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution x 1.4826 = its standard deviation
-PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
 
 
 def worst(statuses: Iterable[str]) -> str:
@@ -258,11 +257,6 @@ def _ran_at(run: RunRow) -> datetime:
     """When a run ran: its start, else when it was stored (an ingested run may have no start)."""
     when = run.started_at or run.created_at
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def measured(run: RunRow) -> bool:
-    """A run whose records are judged: passed, or failed only ReFrame's performance check (valid records)."""
-    return run.status == "pass" or (run.reason or "").startswith(PERFORMANCE_FAILURE)
 
 
 def _record_dicts(frame: pandas.DataFrame) -> list[dict[str, Any]]:

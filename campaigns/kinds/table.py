@@ -66,11 +66,18 @@ def _judge_night(run: FinishedRun) -> ExitCode:
 
 
 def _write_report(run: FinishedRun) -> ExitCode:
-    """Characterize: the campaign's HTML report, then the outcome of its cases."""
+    """Characterize: the campaign's HTML report, then the outcome of its cases. A campaign that stored nothing to
+    show (no measurement, or none valid) gets no report: said, and the cases' outcome is the exit code."""
+    from rich.markup import escape
+
     from campaigns.report.html import write_campaign_report
 
     path = run.output or paths.reports_dir() / f"{run.campaign.name}.html"
-    write_campaign_report(run.store, run.campaign, path)
+    try:
+        write_campaign_report(run.store, run.campaign, path)
+    except ValueError as exc:  # build_report: nothing stored that a report could show
+        run.errors.print(f"[bold red]no report written[/]: nothing to show was stored ({escape(str(exc))})")
+        return cases_outcome(run)
     run.console.print(f"Report: {path}")
     return cases_outcome(run)
 

@@ -1,6 +1,6 @@
-"""A run's metric values and the reference each is judged against: shared by the nightly health verdict
-(campaigns/kinds/health.py) and the HTML report (campaigns/report/html.py), so both read one number the
-same way. The definitions themselves are in campaigns/model/vocabulary.py."""
+"""A run's metric values, which runs have them, and the reference each is judged against: shared by the nightly
+health verdict (campaigns/kinds/health.py) and the HTML report (campaigns/report/html.py), so both read one number
+the same way. The definitions themselves are in campaigns/model/vocabulary.py."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -11,6 +11,24 @@ import pandas
 from campaigns.model.site import BenchReference, Reference
 from campaigns.model.vocabulary import (MATRIX_OPS, REFERENCE_CHECKS, SWEEP_METRICS, metric_value,
                                         reference_matches)
+
+
+PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
+
+
+class RunOutcome(Protocol):
+    """What `measured` reads of a stored run (a store RunRow, a row of the report's runs frame)."""
+
+    status: str
+    reason: str | None
+
+
+def measured(run: RunOutcome) -> bool:
+    """A run whose records are judged (health) and plotted night by night (the report's trend): passed, or failed
+    only ReFrame's performance check (its records are valid; a night that missed its reference is exactly the
+    one to show)."""
+    reason = run.reason if isinstance(run.reason, str) else ""  # NaN in a pandas row
+    return run.status == "pass" or reason.startswith(PERFORMANCE_FAILURE)
 
 
 def run_metrics(records: pandas.DataFrame, metrics: Iterable[str] = SWEEP_METRICS) -> dict[tuple[str, int], float]:

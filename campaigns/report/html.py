@@ -8,20 +8,23 @@ page draws once plotly is loaded. `document.body.dataset.plots` then holds the n
 Medians are taken only over runs that agree on everything that changes the number: the benchmark that measured
 it (commbench, or nccl-tests / OSU records ingested from their output: other timing methods), site, system and
 partition, programming environment, MPI library, transport, node and rank count, placement (network
-distance), batch and knob set (the catalog's variables in the environment commbench recorded). Each curve is one such
-group; its legend names what differs between the curves of a plot, the plot's subtitle what they share.
+distance), batch, knob set (the catalog's variables in the environment commbench recorded), host memory (pinned
+or pageable), direction and, in a selection sweep, the algorithm selected. Each curve is one such group; its legend
+names what differs between the curves of a plot, the plot's subtitle what they share.
 Tuning trials (campaign `tune`: settings under test, some bad) are left out unless asked for.
 
 Sections, each shown when the data has it:
-1. Goodput vs message size, one plot per op, one line per group (median over its runs), nominal link
-   bandwidths dashed (seed 001 Figs. 3, 5, 6).
+1. Goodput vs message size, one plot per op, one line per group (median over its runs), the nominal link
+   bandwidths of the partitions its curves ran on dashed (seed 001 Figs. 3, 5, 6).
 2. GPU-pair heatmaps from `pairmatrix` records: latency at the smallest size, goodput (uni) and aggregate
    bandwidth (bi) at the largest size, per transport (seeds 000, 004).
 3. Distributions of per-iteration times (violin + box, p50/p95/p99 in the table) of valid measurements (as every
    plot) at the smallest, a middle and the largest size per op and transport (seed 001 Fig. 8); each
    distribution is drawn from 201 quantiles of its stored samples, so the file stays small whatever the
    iteration count.
-4. Nightly trend of every health metric with its reference band (the site's references), log axis.
+4. Nightly trend of every health metric with its reference band, log axis: the runs health judges
+   (campaigns.model.references.measured: passed, or failed only their performance check), each against the
+   references of the partition it ran on (a campaign's own references first, as health's).
 5. Health summary: the verdict files given (`--verdict`), metric (with placement and hosts) and node
    tables.
 """
@@ -34,7 +37,7 @@ import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,8 +49,8 @@ import plotly.io as pio
 import plotly.offline
 
 from campaigns.formats.foreign import check_filter_names
-from campaigns.model.references import find_reference, run_metrics
-from campaigns.model.site import BenchReference, Reference, SiteError, load_site
+from campaigns.model.references import find_reference, measured, run_metrics
+from campaigns.model.site import BenchReference, Reference, Site, SiteError, load_site
 from campaigns.store import Store
 from campaigns.store.store import no_measurements_message
 from campaigns.model.vocabulary import BENCHMARK_PARAMETER, MATRIX_OPS, METRICS, reported_metrics
@@ -70,10 +73,31 @@ td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; }
 
 @dataclass(frozen=True)
 class Nominal:
-    """A nominal link bandwidth drawn dashed on the goodput plots."""
+    """A nominal link bandwidth drawn dashed on the goodput plots: of one partition (site data: drawn on the plots
+    with a curve from it), or of no partition in particular (`--nominal`: drawn on every plot)."""
 
     label: str
     gbs: float
+    site: str | None = None
+    system: str | None = None
+    partition: str | None = None
+
+    def applies_to(self, partitions: set[tuple[str, str, str]]) -> bool:
+        """Whether it belongs on a plot of curves from these (site, system, partition)s."""
+        return self.partition is None or (self.site, self.system, self.partition) in partitions
+
+
+def _nominal_lines(links: list[Nominal], partitions: set[tuple[str, str, str]]) -> list[tuple[str, float]]:
+    """(label, GB/s) of each dashed line of one plot: one per label and value; where the plot's curves come from
+    several partitions, the label names the partitions the value is theirs."""
+    lines: dict[tuple[str, float], list[str]] = {}
+    for link in links:
+        if link.applies_to(partitions):
+            wheres = lines.setdefault((link.label, link.gbs), [])
+            if link.partition is not None:
+                wheres.append(f"{link.system}:{link.partition}")
+    return [(label + (f" ({', '.join(sorted(set(wheres)))})" if wheres and len(partitions) > 1 else ""), gbs)
+            for (label, gbs), wheres in sorted(lines.items())]
 
 
 _LOADER = """
@@ -113,7 +137,7 @@ def _plotly_js_packed() -> str:
 TUNING_CAMPAIGN = "tune"  # campaigns/tuning/session.py stores each trial as a run of this campaign
 # What tells two curves apart, in legend order; environment and library are always in the legend.
 DIMENSIONS = ("benchmark", "site", "system", "environment", "library", "transport", "nodes", "ranks", "placement",
-              "batch", "knobs")
+              "batch", "knobs", "host_memory", "direction", "selection")
 ALWAYS_IN_LEGEND = ("environment", "library")
 
 
@@ -143,12 +167,21 @@ def benchmark_of(extra: object) -> str:
     return str(source.get("benchmark") or "commbench") if isinstance(source, dict) else "commbench"
 
 
+def selection_of(extra: object) -> str | None:
+    """The algorithm a selection sweep's record measured (`selection.name`: own or a forced one), else None."""
+    selection = extra.get("selection") if isinstance(extra, dict) else None
+    return str(selection["name"]) if isinstance(selection, dict) and selection.get("name") else None
+
+
 def _dimensions(row: pandas.Series) -> dict[str, str]:
+    """The text of each of DIMENSIONS for one measurement; "" for one the record does not have (host memory,
+    direction and selection are left out of legends and subtitles then)."""
     extra = row["extra"] if isinstance(row["extra"], dict) else {}
     batch = extra.get("batch", 1)
     distance = row.get("network_distance")
     placement = distance if isinstance(distance, str) else row.get("placement") or "any"
     knobs = {k: v for k, v in (row["env"] if isinstance(row["env"], dict) else {}).items() if k in _knob_names()}
+    host_memory, direction, selection = row.get("host_memory"), row.get("direction"), selection_of(extra)
     return {"benchmark": benchmark_of(extra), "site": str(row["site"]),
             "system": f"{row['system']}:{row['partition']}",
             "environment": str(row["environ"]), "library": library_label(row["mpi_library"]),
@@ -156,7 +189,12 @@ def _dimensions(row: pandas.Series) -> dict[str, str]:
             "placement": f"placement {placement}",
             # nccl-tests' throughput method, not per-op latency
             "batch": f"batch {batch}" if batch > 1 else "per-op timing",
-            "knobs": "knobs " + (" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "unset")}
+            "knobs": "knobs " + (" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "unset"),
+            # h2d/d2h from pinned or pageable host memory: several times apart at the same size
+            "host_memory": f"{host_memory} host memory" if isinstance(host_memory, str) else "",
+            "direction": f"direction {direction}" if isinstance(direction, str) else "",
+            # a selection sweep (--selections): one curve per algorithm measured
+            "selection": f"selection {selection}" if selection else ""}
 
 
 def with_series(frame: pandas.DataFrame) -> pandas.DataFrame:
@@ -165,14 +203,15 @@ def with_series(frame: pandas.DataFrame) -> pandas.DataFrame:
     return frame.assign(dimensions=dimensions, series=[" | ".join(d[k] for k in DIMENSIONS) for d in dimensions])
 
 
-def describe_series(rows: pandas.DataFrame) -> tuple[dict[str, str], str]:
+def describe_series(rows: pandas.DataFrame, leave_out: tuple[str, ...] = ()) -> tuple[dict[str, str], str]:
     """Legend label per series of one plot (what differs, plus environment and library) and what every
-    series of the plot shares (its subtitle)."""
+    series of the plot shares (its subtitle); `leave_out`: dimensions the plot's title names itself."""
     groups = {series: dims for series, dims in zip(rows["series"], rows["dimensions"], strict=True)}
-    varying = [k for k in DIMENSIONS if len({d[k] for d in groups.values()}) > 1 or k in ALWAYS_IN_LEGEND]
-    labels = {series: ", ".join(dims[k] for k in varying) for series, dims in groups.items()}
+    shown = [k for k in DIMENSIONS if k not in leave_out]
+    varying = [k for k in shown if len({d[k] for d in groups.values()}) > 1 or k in ALWAYS_IN_LEGEND]
+    labels = {series: ", ".join(dims[k] for k in varying if dims[k]) for series, dims in groups.items()}
     first = next(iter(groups.values()))
-    return labels, "; ".join(first[k] for k in DIMENSIONS if k not in varying)
+    return labels, "; ".join(first[k] for k in shown if k not in varying and first[k])
 
 
 def _subtitled(title: str, common: str) -> str:
@@ -184,7 +223,8 @@ def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
                     & frame["goodput_gbs"].notna() & (frame["bytes"] > 0)]
     if results.empty:
         return ""
-    parts = []
+    parts: list[str] = []
+    drawn: dict[tuple[str, float], None] = {}  # the lines drawn on any plot, in order
     for op, rows in results.groupby("op", sort=True):
         fig = go.Figure()
         labels, common = describe_series(rows)
@@ -192,19 +232,21 @@ def goodput_section(frame: pandas.DataFrame, nominal: list[Nominal]) -> str:
             curve = points.groupby("bytes")["goodput_gbs"].median().sort_index()
             fig.add_trace(go.Scatter(x=curve.index, y=curve.values, mode="lines+markers", name=labels[series],
                                      hovertemplate="%{x} B: %{y:.3g} GB/s"))
-        for link in nominal:
-            fig.add_hline(y=link.gbs, line_dash="dash", line_color="#555")
+        # the links of the partitions this plot's curves ran on, not every partition's (a label is no key)
+        for label, gbs in _nominal_lines(nominal, set(zip(rows["site"], rows["system"], rows["partition"]))):
+            drawn[(label, gbs)] = None
+            fig.add_hline(y=gbs, line_dash="dash", line_color="#555")
             # On a log axis an annotation's y is log10 of the value (add_hline's own annotation gets it wrong).
-            fig.add_annotation(x=0, xref="paper", y=math.log10(link.gbs), yref="y", showarrow=False,
-                               xanchor="left", yanchor="bottom", text=f"{link.label} nominal {link.gbs:g} GB/s",
+            fig.add_annotation(x=0, xref="paper", y=math.log10(gbs), yref="y", showarrow=False,
+                               xanchor="left", yanchor="bottom", text=f"{label} nominal {gbs:g} GB/s",
                                font=dict(size=10, color="#555"))
         fig.update_layout(title=_subtitled(f"{op}: goodput, median over the runs of each curve", common),
                           legend=dict(orientation="h", yanchor="top", y=-0.2), height=520)
         fig.update_xaxes(type="log", title="message size (bytes)", exponentformat="power")
         fig.update_yaxes(type="log", title="goodput (GB/s)")
         parts.append(_figure_html(fig))
-    note = ("Nominal link bandwidths dashed: " + ", ".join(f"{n.label} {n.gbs:g} GB/s" for n in nominal)
-            if nominal else "No nominal link bandwidth known for this site (site data or --nominal).")
+    note = ("Nominal link bandwidths dashed: " + ", ".join(f"{label} {gbs:g} GB/s" for label, gbs in drawn)
+            if drawn else "No nominal link bandwidth known for the partitions shown (site data or --nominal).")
     return (f"<h2>Goodput vs message size</h2><p class='note'>{html.escape(note)}</p>"
             f"<div class='plots'>{''.join(parts)}</div>")
 
@@ -226,7 +268,7 @@ def heatmap_section(frame: pandas.DataFrame) -> str:
     if pairs.empty:
         return ""
     parts = []
-    labels, common = describe_series(pairs)
+    labels, common = describe_series(pairs, leave_out=("direction",))  # each heatmap's title names its direction
     for (series, direction), rows in pairs.groupby(["series", "direction"], sort=True):
         small, large = rows["bytes"].min(), rows["bytes"].max()
         bandwidth = "aggregate_gbs" if direction == "bi" and rows["extra"].notna().any() else "goodput_gbs"
@@ -287,29 +329,60 @@ def distribution_section(frame: pandas.DataFrame, samples: dict[int, np.ndarray]
             f"{pandas.DataFrame(table).to_html(index=False, border=0)}")
 
 
-def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame,
-                  references: list[Reference | BenchReference]) -> str:
-    """One plot per health series and metric: its value night by night, the reference band."""
-    tagged = runs[runs["tag"].notna() & (runs["status"] == "pass") & ~runs["pair"]]
+@dataclass
+class ReferenceSource:
+    """The references a run's metrics are judged against in the trend: `first` (a campaign's own, its spec's),
+    then those of the site, system and partition the run ran on (site data: `sites` where given, else loaded by
+    name), as health judges them. Never another partition's: its reference is no band for this one."""
+
+    first: tuple[Reference | BenchReference, ...] = ()
+    sites: dict[str, Site | None] = field(default_factory=dict)
+
+    def of(self, site: str, system: str, partition: str) -> list[Reference | BenchReference]:
+        if site not in self.sites:
+            try:
+                self.sites[site] = load_site(site)
+            except SiteError:
+                self.sites[site] = None  # measurements ingested under a site name without site data
+        data = self.sites[site]
+        try:
+            own = list(data.system(system).partition(partition).references) if data is not None else []
+        except KeyError:
+            own = []  # a system or partition the site data does not have (any more)
+        return [*self.first, *own]
+
+
+def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame, references: ReferenceSource) -> str:
+    """One plot per health series and metric: its value night by night, the reference band. The nights are the
+    runs health judges (`measured`): a night that failed only its performance check is shown, marked."""
     points = []
-    for run in tagged.itertuples():
+    for run in runs.itertuples():
+        if not pandas.notna(run.tag) or run.pair or not measured(run):
+            continue
         records = frame[frame["run_id"] == run.id]
         op = run.op if isinstance(run.op, str) else records["op"].iloc[0]  # a reference check's: its benchmark
         for (metric, size), value in run_metrics(records, reported_metrics(run.check, op)).items():
             points.append({"series": run.series, "metric": metric, "bytes": size, "tag": run.tag, "value": value,
                            "placement": run.placement, "site": records["site"].iloc[0],
-                           "system": f"{records['system'].iloc[0]}:{records['partition'].iloc[0]}",
+                           "system": records["system"].iloc[0], "partition": records["partition"].iloc[0],
                            "check": run.check, "op": op, "nodes": run.num_nodes, "environ": run.environ,
-                           "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0]})
+                           "ranks": int(records["ranks"].iloc[0]), "transport": records["transport"].iloc[0],
+                           "status": run.status if run.status == "pass" else f"{run.status}: {run.reason}"})
     if not points:
         return ""
-    parts = []
+    parts, any_reference = [], False
     for (_series, metric, size), rows in pandas.DataFrame(points).groupby(["series", "metric", "bytes"], sort=True):
         rows = rows.sort_values("tag")
         first = rows.iloc[0]
-        fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured"))
-        ref = find_reference(references, _CaseLike(first["check"], first["op"], int(first["nodes"]),
-                                                   int(first["ranks"]), first["environ"], first["transport"]),
+        passed = rows["status"] == "pass"
+        fig = go.Figure(go.Scatter(x=rows["tag"], y=rows["value"], mode="lines+markers", name="measured",
+                                   text=rows["status"], hovertemplate="%{x}: %{y:.4g} (%{text})<extra></extra>",
+                                   marker=dict(color=["#1f77b4" if ok else "#c62828" for ok in passed],
+                                               symbol=["circle" if ok else "x" for ok in passed], size=9)))
+        references_here = references.of(first["site"], first["system"], first["partition"])
+        any_reference = any_reference or bool(references_here)
+        ref = find_reference(references_here, _CaseLike(first["check"], first["op"], int(first["nodes"]),
+                                                         int(first["ranks"]), first["environ"], first["transport"]),
                              metric, int(size))
         if ref is not None:  # an open side of the band reaches past the data (a log axis has no 0)
             open_low = ref.lower is None or ref.lower <= -1
@@ -322,13 +395,15 @@ def trend_section(frame: pandas.DataFrame, runs: pandas.DataFrame,
                       annotation_text="median of the nights shown")
         where = "" if first["placement"] == "any" else f" {first['placement']}"
         what = f"{first['environ']} {first['op']} {first['nodes']}n{where}: {metric} @ {size} B"
-        shared = f"{first['site']}:{first['system']}, {first['transport']}, {first['ranks']} ranks"
+        shared = f"{first['site']}:{first['system']}:{first['partition']}, {first['transport']}, {first['ranks']} ranks"
+        if not passed.all():
+            shared += "; x: the run failed its performance check"
         fig.update_layout(title=_subtitled(what, shared), showlegend=False, height=340)
         fig.update_xaxes(type="category", title="night")
         # log: a wide reference band (e.g. 10x) would squash the nights' spread on a linear axis
         fig.update_yaxes(type="log", title=METRICS[metric].unit)
         parts.append(_figure_html(fig))
-    note = "" if references else "<p class='note'>No references in the site data of these measurements.</p>"
+    note = "" if any_reference else "<p class='note'>No references in the site data of these measurements.</p>"
     return f"<h2>Nightly trends</h2>{note}<div class='plots'>{''.join(parts)}</div>"
 
 
@@ -420,32 +495,22 @@ def _runs_frame(store: Store, run_ids: list[int]) -> pandas.DataFrame:
     wanted = set(run_ids)
     runs = [run for run in store.runs() if run.id in wanted]
     return pandas.DataFrame([{
-        "id": run.id, "run_key": run.run_key, "status": run.status, "environ": run.environ,
+        "id": run.id, "run_key": run.run_key, "status": run.status, "reason": run.reason, "environ": run.environ,
         "num_nodes": run.num_nodes, "check": run.check_name,
         "op": run.parameters.get("op", run.parameters.get(BENCHMARK_PARAMETER)), "tag": run.parameters.get("tag"),
         "pair": bool(run.parameters.get("nodelist")), "network_distance": run.parameters.get("network_distance"),
         "placement": run.parameters.get("placement", "any"), "series": run.run_key.rsplit("@", 1)[0]} for run in runs],
-        columns=["id", "run_key", "status", "environ", "num_nodes", "check", "op", "tag", "pair", "network_distance",
-                 "placement", "series"])
-
-
-def site_references(sites: list[str]) -> list[Reference | BenchReference]:
-    references: list[Reference | BenchReference] = []
-    for name in sites:
-        try:
-            site = load_site(name)
-        except SiteError:
-            continue  # measurements ingested under a site name without site data (e.g. reference runs)
-        references += [ref for system in site.systems for partition in system.partitions
-                       for ref in partition.references]
-    return references
+        columns=["id", "run_key", "status", "reason", "environ", "num_nodes", "check", "op", "tag", "pair",
+                 "network_distance", "placement", "series"])
 
 
 def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: list[dict[str, Any]],
-                 include_tuning: bool = False, **filters: Any) -> str:
+                 include_tuning: bool = False, references: ReferenceSource | None = None, **filters: Any) -> str:
     """The report of the measurements `filters` select; tuning trials only with `include_tuning` (or when
-    the filters ask for campaign `tune`). ValueError for an op, transport or backend no record can have, and for
-    filters that select nothing (as `results list` and `results export`)."""
+    the filters ask for campaign `tune`). ValueError for an op, transport or backend no record can have, for
+    filters that select nothing (as `results list` and `results export`) and for a selection without one valid
+    result (every plot shows valid results only: the report would be empty). `references`: where the trend's
+    reference bands come from (default: the site data of each run's partition)."""
     check_filter_names(**filters)
     frame = store.measurements(**filters)
     if frame.empty:
@@ -458,6 +523,9 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
         if frame.empty:
             raise ValueError(f"only tuning trials (campaign {TUNING_CAMPAIGN}) match the filters; "
                              "--include-tuning shows them")
+    if not ((frame["kind"] == "result") & frame["valid"].astype(bool)).any():
+        raise ValueError(f"{len(frame)} measurements match the filters, none valid: the report shows valid results "
+                         "only (`commcamp results list` shows the others)")
     runs = _runs_frame(store, sorted(set(frame["run_id"])))
     frame = with_series(frame.merge(runs[["id", "network_distance", "placement"]].rename(columns={"id": "run_id"}),
                                     on="run_id", how="left"))
@@ -466,7 +534,7 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
     placements = {run.run_key: run.parameters.get("placement", "any") for run in store.runs()
                   if run.run_key in verdict_keys} if verdicts else {}
     sections = [goodput_section(frame, nominal), heatmap_section(frame), distribution_section(frame, samples),
-                trend_section(frame, runs, site_references(sorted(set(frame["site"])))),
+                trend_section(frame, runs, references if references is not None else ReferenceSource()),
                 health_section(verdicts, placements)]
     provenance = (frame.assign(library=frame["mpi_library"].map(library_label))
                   .groupby(["site", "system", "campaign", "environ", "library", "backend", "commbench_version"],
@@ -474,13 +542,15 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
                   .agg(runs=("run_id", "nunique"), measurements=("measurement_id", "size"),
                        first=("timestamp", "min"), last=("timestamp", "max")).reset_index())
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    shown_filters = {k: v for k, v in filters.items() if v is not None and v != []}  # valid=False is a filter
     tuning_note = (f" {left_out} tuning-trial runs (campaign {TUNING_CAMPAIGN}) left out: --include-tuning shows "
                    "them." if left_out else "")
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {generated} from {html.escape(store.url)}"
-              f" with filters {html.escape(json.dumps({k: v for k, v in filters.items() if v}, default=str))}: "
+              f" with filters {html.escape(json.dumps(shown_filters, default=str))}: "
               f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.{tuning_note} Each curve pools only "
               "runs of one benchmark, site, system, environment, library, transport, node and rank count, "
-              "placement, batch and knob set; plots and distributions show valid measurements only.</p>"
+              "placement, batch, knob set, host memory, direction and selection; plots and distributions show valid "
+              "measurements only.</p>"
               f"{provenance.to_html(index=False, border=0)}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{header}{''.join(sections)}"
@@ -491,32 +561,40 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
 _LINK_LABELS = {"gpu_pair": "GPU-GPU link", "nic": "NIC", "host_device": "host-device link"}
 
 
-def site_nominal(site_name: str, system_names: list[str] | None = None) -> list[Nominal]:
-    """Nominal link bandwidths per direction from the site's data (a partition's `links`: gpu_pair, nic,
-    host_device; a range gives its two ends). A name without site data has none."""
+def site_nominal(site_name: str, system_names: list[str] | None = None,
+                 partition_names: list[str] | None = None) -> list[Nominal]:
+    """Nominal link bandwidths per direction from the site's data, one per partition (its `links`: gpu_pair, nic,
+    host_device; a range gives its two ends), of the systems and partitions named (all when None). A name without
+    site data has none."""
     try:
         site = load_site(site_name)
     except SiteError:
         return []
-    found: dict[str, float] = {}
+    found = []
     for system in site.systems:
         if system_names and system.name not in system_names:
             continue
         for partition in system.partitions:
+            if partition_names and partition.name not in partition_names:
+                continue
             links = getattr(partition, "links", None)
             for name, bandwidth in (links.model_dump(exclude_none=True) if links is not None else {}).items():
                 if name not in _LINK_LABELS:
                     continue  # not a bandwidth (nic_latency)
                 label = _LINK_LABELS[name]
-                if bandwidth.get("gbs"):
-                    found[label] = bandwidth["gbs"]
-                else:
-                    found[f"{label} (min)"], found[f"{label} (max)"] = bandwidth["min_gbs"], bandwidth["max_gbs"]
-    return [Nominal(label, gbs) for label, gbs in sorted(found.items())]
+                ends = ([(label, bandwidth["gbs"])] if bandwidth.get("gbs") else
+                        [(f"{label} (min)", bandwidth["min_gbs"]), (f"{label} (max)", bandwidth["max_gbs"])])
+                found += [Nominal(text, gbs, site.name, system.name, partition.name) for text, gbs in ends]
+    return sorted(found, key=lambda n: (n.label, n.system or "", n.partition or ""))
 
 
 def write_campaign_report(store: Store, campaign: Campaign, output: Path) -> None:
+    """A characterize campaign's report: its own site and system; each trend judged against the campaign's own
+    references first, then those of the run's partition (as health judges). ValueError (build_report) when the
+    campaign stored nothing to show."""
+    references = ReferenceSource(first=tuple(campaign.spec.references), sites={campaign.site.name: campaign.site})
     text = build_report(store, title=f"{campaign.name} on {campaign.site.name}:{campaign.system.name}",
                         nominal=site_nominal(campaign.site.name, [campaign.system.name]), verdicts=[],
-                        campaign=[campaign.name], site=[campaign.site.name], system=[campaign.system.name])
+                        references=references, campaign=[campaign.name], site=[campaign.site.name],
+                        system=[campaign.system.name])
     write_atomic(output, text)
