@@ -324,7 +324,7 @@ def test_reference_checks_expand_where_the_site_offers_their_suite(tmp_path: Pat
             'osu_run.env_vars={"UCX_TLS": "^cuda_ipc"}'} <= set(command)
 
     # the campaign's references first, then the site's; a benchmark's never judge commbench, nor the reverse
-    references = campaign.references
+    references = campaign.references(osu.partition)
     assert find_reference(references, osu, "small_latency", 8).value == 20
     assert find_reference(references, osu, "large_latency", 1048576).value == 900
     assert find_reference(references, nccl, "small_latency", 8) is None
@@ -344,3 +344,30 @@ def test_reference_checks_expand_where_the_site_offers_their_suite(tmp_path: Pat
     example = load_campaign(REPO / "campaigns" / "health-h200.yaml")
     assert sorted((c.check, c.op, c.num_tasks) for c in example.cases("night")) == [
         ("commbench_run", "allreduce", 4), ("nccl_tests_run", "all_reduce_perf", 4)]
+
+
+def test_a_case_is_judged_by_its_own_partition_s_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A campaign over two partitions: each case gets the campaign's references, then its own partition's, never
+    the other partition's (references do not name a partition: first match would win across partitions)."""
+    import copy
+
+    from campaigns.model.references import find_reference
+    from fixtures_sites import site_data, write_site
+
+    def two_partitions(data: dict[str, Any]) -> None:
+        data["name"] = "twopart"
+        (cpu,) = data["systems"][0]["partitions"]
+        data["systems"][0]["partitions"] = []
+        for name, latency in (("fast", 500.0), ("cpu", 5.0)):
+            partition = copy.deepcopy(cpu)
+            partition["name"] = name
+            partition["commbench"]["references"] = [{"op": "allreduce", "metric": "small_latency", "bytes": 8,
+                                                     "value": latency, "upper": 0.5}]
+            data["systems"][0]["partitions"].append(partition)
+
+    write_site(tmp_path / "sites" / "twopart", site_data("local", two_partitions))
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path / "sites"))
+    campaign = load_campaign(write_spec(tmp_path, VALID_SPEC.replace("site: local", "site: twopart")))
+    cases = {c.partition: c for c in campaign.cases() if c.op == "allreduce" and c.environ == "openmpi"}
+    assert {p: find_reference(campaign.references(p), case, "small_latency", 8).value
+            for p, case in cases.items()} == {"fast": 500.0, "cpu": 5.0}

@@ -537,8 +537,9 @@ class HealthCheck:
         verdicts = []
         for (metric, size), value in sorted(values.items()):
             unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
-            judgement = judge(value, higher, find_reference(self.campaign.references, case, metric, size),
-                              history.get((metric, size), []), self.settings, self._ceiling(case, metric, size))
+            reference = find_reference(self.campaign.references(case.partition), case, metric, size)
+            judgement = judge(value, higher, reference, history.get((metric, size), []), self.settings,
+                              self._ceiling(case, metric, size))
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
                                           status=judgement.status, evidence=judgement.evidence,
                                           reference=judgement.reference, history=judgement.history))
@@ -648,9 +649,9 @@ class HealthCheck:
         earlier = [(run, values) for run, values in self._history_runs(case) if keys <= values.keys()]
         healthy = [True] * len(earlier)
         for metric, size in keys:
+            reference = find_reference(self.campaign.references(case.partition), case, metric, size)
             flags = kept_nights([values[metric, size] for _, values in earlier], METRICS[metric].higher_is_better,
-                                find_reference(self.campaign.references, case, metric, size), self.settings,
-                                self._ceiling(case, metric, size))
+                                reference, self.settings, self._ceiling(case, metric, size))
             healthy = [h and f for h, f in zip(healthy, flags)]
         baseline = next((run for (run, _), ok in zip(reversed(earlier), reversed(healthy)) if ok), None)
         if baseline is None:

@@ -415,10 +415,10 @@ class Campaign:
     def name(self) -> str:
         return self.spec.name
 
-    @property
-    def references(self) -> list[Reference | BenchReference]:
-        """The campaign's own references first, then those of its partitions (first match wins)."""
-        return [*self.spec.references, *(ref for p in self.partitions for ref in p.references)]
+    def references(self, partition: str) -> list[Reference | BenchReference]:
+        """The references a case on `partition` is judged against: the campaign's own first, then that partition's
+        (first match wins; a reference matches no partition by itself, so another partition's is never one)."""
+        return [*self.spec.references, *(ref for p in self.partitions if p.name == partition for ref in p.references)]
 
     def cases(self, tag: str | None = None) -> list[TestCase]:
         return [case for check in self.spec.checks for case in self.check_cases(check, tag)]
