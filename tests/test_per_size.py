@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -34,8 +35,10 @@ from tuners.per_size import (
 )
 from tuners.recommend import format_lookup, lookup
 from tuners.recommendation import Recommendation, with_per_size
+from tuners import rule_files
 from tuners.rule_files import (
     RuleFileError,
+    mpich_generic_tree,
     mpich_json_text,
     ompi_rules_text,
     parse_ompi_rules,
@@ -248,8 +251,14 @@ def test_mpich_json_keeps_the_built_in_tree_around_the_measured_ranges() -> None
     assert list(intra) == ["comm_size<4", "comm_size<=4", "comm_size=any"]
     branch = intra["comm_size<=4"]
     assert list(branch) == ["total_msg_size<65536", f"total_msg_size<={1 << 20}", "total_msg_size=any"]
-    assert branch[f"total_msg_size<={1 << 20}"] == {"algorithm=MPIR_Reduce_scatter_block_intra_recursive_halving": {}}
-    assert branch["total_msg_size=any"] == intra["comm_size=any"]  # the built-in subtree, unchanged
+    # recursive_halving needs a commutative op (coll_algorithms.txt): a call with another op takes the built-in
+    assert branch[f"total_msg_size<={1 << 20}"] == {
+        "is_commutative=yes": {"algorithm=MPIR_Reduce_scatter_block_intra_recursive_halving": {}},
+        "is_commutative=no": branch["total_msg_size=any"]}
+    # the built-in subtree, as MPICH's pruning leaves it for 4 ranks (commutative: comm size plays no part)
+    assert branch["total_msg_size=any"]["is_commutative=yes"] == intra["comm_size=any"]["is_commutative=yes"]
+    assert branch["total_msg_size=any"]["is_commutative=no"] == intra["comm_size=any"]["is_commutative=no"][
+        "comm_size=pow2"]
     with pytest.raises(RuleFileError, match="not an MPICH 4.0.2"):
         mpich_json_text([result_with("allreduce", "ring", 9, 64, 128)], [])
 
@@ -332,6 +341,263 @@ def test_mpich_honours_the_selection_json(tmp_path: Path) -> None:
     out = subprocess.run(["mpiexec.hydra", "-np", "2", binary, "reduce_scatter", "64"], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(bad)})
     assert out.returncode != 0 and "unrecognized key" in out.stderr  # MPICH reads the file: it refuses bad names
+
+
+# ---- what MPICH 4.0.2 does with the selection file (tuners/rule_files.py, module docstring) -------------------
+
+MPICH_CVAR = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
+
+
+def mpich_sweep_records(speedups: dict[str, dict[int, list[float]]], ranks: int, nodes: int,
+                        op: str = "allreduce") -> list[dict[str, Any]]:
+    """sweep_records as MPICH's commbench writes them: MPI_T enum item names, op's algorithm variable."""
+    names = {f"alg{i}": name for i, name in enumerate(speedups, 1)}
+    cvar = f"MPIR_CVAR_{'REDUCE_SCATTER_BLOCK' if op == 'reduce_scatter' else op.upper()}_INTRA_ALGORITHM"
+    records = sweep_records({f"alg{i}": by_size for i, by_size in enumerate(speedups.values(), 1)},
+                            rounds_for(len(SIZES), 3, 0.01))
+    return [r | {"op": op, "ranks": ranks, "nodes": nodes, "mpi_library": "MPICH Version: 4.0.2",
+                 "selection": r["selection"] | ({"cvar": cvar, "name": names[r["selection"]["name"]]}
+                                                if r["selection"]["name"] != OWN else {})}
+            for r in records]
+
+
+def test_mpich_gets_no_rules_where_its_node_aware_composition_never_reads_them() -> None:
+    """Finding 1: on several nodes with more than one rank per node MPICH's ch4 runs a node-aware composition whose
+    MPIR-level selection sees only the node leaders' and each node's communicator: a file keyed on the tuned
+    comm size never applies there (reproduced with MPIR_CVAR_ODD_EVEN_CLIQUES=1 below). One rank per node and one
+    node keep their rules."""
+    assert rule_files.mpich_layout_problem(2, 2) is None and rule_files.mpich_layout_problem(4, 1) is None
+    problem = rule_files.mpich_layout_problem(4, 2)
+    assert problem is not None and "node-aware composition" in problem and "node leaders" in problem
+    two_nodes = result_with("reduce_scatter", "recursive_halving", 3, 65536, 1 << 20,
+                            cvar="MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM")
+    with pytest.raises(RuleFileError, match="node-aware composition"):
+        mpich_json_text([two_nodes.model_copy(update={"nodes": 2})], [])
+    assert "recursive_halving" in mpich_json_text([two_nodes.model_copy(update={"nodes": 4})], [])
+
+
+def test_an_environment_forcing_the_ops_algorithm_gets_no_mpich_rules() -> None:
+    """Finding 2: MPIR_CVAR_<COLL>_INTRA_ALGORITHM other than auto makes MPICH run that algorithm without reading
+    the selection file, and the sweep's `own` (auto, written through MPI_T) is not that baseline. Reduce_scatter is
+    MPI_Reduce_scatter_block for commbench: only its own variable counts."""
+    forced = rule_files.mpich_forced_by_env("allreduce", {MPICH_CVAR: "recursive_doubling"})
+    assert forced is not None and f"{MPICH_CVAR}=recursive_doubling" in forced
+    for env in ({}, {MPICH_CVAR: "auto"}, {MPICH_CVAR: "AUTO"}, {"MPIR_CVAR_BCAST_INTRA_ALGORITHM": "binomial"}):
+        assert rule_files.mpich_forced_by_env("allreduce", env) is None, env
+    assert rule_files.mpich_forced_by_env("reduce_scatter", {"MPIR_CVAR_REDUCE_SCATTER_INTRA_ALGORITHM": "pairwise"}) \
+        is None
+    assert rule_files.mpich_forced_by_env(
+        "reduce_scatter", {"MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM": "pairwise"}) is not None
+    assert rule_files.mpich_forced_by_env("pingpong", {MPICH_CVAR: "smp"}) is None
+
+
+@pytest.mark.parametrize(("op", "name", "ranks", "nodes", "size", "why"), [
+    ("allreduce", "smp", 2, 2, 1024, "parent-comm"),  # one rank per node: flat
+    ("allreduce", "smp", 1, 1, 1024, "parent-comm"),
+    ("allreduce", "smp", 4, 1, 1024, None),
+    ("bcast", "smp", 3, 3, 1024, "parent-comm"),
+    ("allgather", "recursive_doubling", 3, 1, 1024, "power-of-two"),
+    ("allgather", "recursive_doubling", 4, 1, 1024, None),
+    ("reduce_scatter", "noncommutative", 6, 6, 1024, "power-of-two"),
+    ("alltoall", "pairwise_sendrecv_replace", 4, 1, 1024, "inplace"),
+    ("alltoall", "brucks", 3, 1, 1024, None),
+    ("allreduce", "reduce_scatter_allgather", 4, 1, 8, "size-ge-pof2: count 2 < 4"),
+    ("allreduce", "reduce_scatter_allgather", 6, 1, 16, None),  # count 4 >= pof2(6) = 4
+    ("allreduce", "nb", 3, 3, 8, None),
+])
+def test_mpich_restrictions_against_commbenchs_call(op: str, name: str, ranks: int, nodes: int, size: int,
+                                                     why: str | None) -> None:
+    found = rule_files.mpich_cannot_run(rule_files.mpich_container(op, name), ranks, nodes, size)
+    assert (found is None) if why is None else (found is not None and why in found), found
+
+
+def test_a_restricted_mpich_algorithm_is_no_candidate_where_it_cannot_run() -> None:
+    """Finding 3: with MPIR_CVAR_COLLECTIVE_FALLBACK=silent (4.0.2's default) a forced algorithm whose restriction
+    fails runs MPICH's own choice, so the sweep's numbers for it are not its own; in the file it would run
+    unchecked (smp on a flat communicator: wrong sums). Such a selection is no candidate at that size, a note
+    says why, and a selection restricted only at some sizes (count >= pof2) stays one elsewhere."""
+    planted = {"smp": {s: [1.3] for s in SIZES}, "reduce_scatter_allgather": {s: [1.3] for s in SIZES}}
+    records, notes = rule_files.mpich_restrict_sweep(mpich_sweep_records(planted, ranks=2, nodes=2))
+    result = decide_per_size(load_sweep(records), top=3)
+    assert all("smp" not in d.candidates for d in result.sizes)
+    # count 2 < pof2 2? no: 8 B is 2 floats, pof2(2) = 2: reduce_scatter_allgather runs at every size
+    assert {d.winner for d in result.sizes} == {"reduce_scatter_allgather"}
+    (note,) = notes
+    assert note.startswith("allreduce smp is no candidate at 8 B, 64 B, 1024 B, 65536 B, 1048576 B") and \
+        "parent-comm" in note and "MPIR_CVAR_COLLECTIVE_FALLBACK=silent" in note
+    # on 8 ranks of one node smp runs; reduce_scatter_allgather needs count >= 8: not at 8 B (2 floats)
+    records, notes = rule_files.mpich_restrict_sweep(mpich_sweep_records(planted, ranks=8, nodes=1))
+    sweep = load_sweep(records)
+    result = decide_per_size(sweep, top=3)
+    assert "reduce_scatter_allgather" not in result.sizes[0].candidates
+    assert "reduce_scatter_allgather" in result.sizes[1].candidates and "smp" in result.sizes[0].candidates
+    (note,) = notes
+    assert note.startswith("allreduce reduce_scatter_allgather is no candidate at 8 B:") and "count 2 < 8" in note
+    # the selection a range carries is the one that ran, not the size where it was left out
+    assert sweep.selections["reduce_scatter_allgather"].available and \
+        sweep.selections["reduce_scatter_allgather"].reason is None
+    # a hand-made result with an algorithm that cannot run there is refused, not written
+    with pytest.raises(RuleFileError, match="cannot run MPIR_Allgather_intra_recursive_doubling on 3 ranks"):
+        mpich_json_text([result_with("allgather", "recursive_doubling", 2, 64, 128, cvar="", ranks=3)], [])
+
+
+def _branch(text: str, collective: str, ranks: int) -> dict[str, Any]:
+    branch: dict[str, Any] = json.loads(strip_c_comment(text))[f"collective={collective}"]["comm_type=intra"][
+        f"comm_size<={ranks}"]
+    return branch
+
+
+def test_mpich_json_guards_each_call_dependent_restriction() -> None:
+    """An algorithm the tuned call can run may still meet a call at the same comm size that breaks its restriction
+    (a node leaders' or other flat communicator of that size, MPI_IN_PLACE, a user-defined or non-commutative op,
+    another datatype's count): the csel key that tests it sends such a call to MPICH's own choice."""
+    smp = _branch(mpich_json_text([result_with("allreduce", "smp", 1, 1024, 4096, cvar=MPICH_CVAR, ranks=2)], []),
+                  "allreduce", 2)
+    built_in = smp["avg_msg_size<1024"]
+    assert smp["avg_msg_size<=4096"] == {
+        "is_commutative=yes": {"comm_hierarchy=parent": {"algorithm=MPIR_Allreduce_intra_smp": {}},
+                               "comm_hierarchy=any": built_in},
+        "is_commutative=no": built_in}
+    rsag = _branch(mpich_json_text([result_with("allreduce", "reduce_scatter_allgather", 1, 1024, 4096,
+                                                cvar=MPICH_CVAR, ranks=4)], []), "allreduce", 4)
+    assert rsag["avg_msg_size<=4096"] == {
+        "count<pow2": built_in,
+        "count=any": {"is_op_built_in=yes": {"algorithm=MPIR_Allreduce_intra_reduce_scatter_allgather": {}},
+                      "is_op_built_in=no": built_in}}
+    brucks = _branch(mpich_json_text([result_with("alltoall", "brucks", 1, 1024, 4096, cvar="", ranks=3)], []),
+                     "alltoall", 3)
+    assert list(brucks["total_msg_size<=4096"]) == ["is_sendbuf_inplace=no", "is_sendbuf_inplace=yes"]
+    assert brucks["total_msg_size<=4096"]["is_sendbuf_inplace=no"] == {"algorithm=MPIR_Alltoall_intra_brucks": {}}
+    ring = _branch(mpich_json_text([result_with("allgather", "ring", 1, 1024, 4096, cvar="", ranks=3)], []),
+                   "allgather", 3)
+    assert ring["total_msg_size<=4096"] == {"algorithm=MPIR_Allgather_intra_ring": {}}  # no restriction, no key
+
+
+def test_mpich_json_falls_through_to_what_mpich_chooses_at_the_tuned_comm_size() -> None:
+    """csel's search takes `comm_size<N` as <= (csel.c:1212 at v4.0.2; the per-communicator pruning is right), and
+    it is the search that evaluates the built-in subtrees copied below the branch's size keys: at 8 ranks the
+    built-in bcast's comm_size<8 subtree would run, not the power-of-two one MPICH chooses. The copies hold the
+    subtree of the measured comm size."""
+    tree = json.loads(strip_c_comment(mpich_json_text(
+        [result_with("bcast", "binomial", 1, 1024, 4096, cvar="", ranks=8)], [])))
+    built_in = tree["collective=bcast"]["comm_type=intra"]["comm_size=any"]
+    assert list(built_in) == ["comm_size<8", "comm_size=pow2", "comm_size=any"]
+    branch = tree["collective=bcast"]["comm_type=intra"]["comm_size<=8"]
+    assert branch["avg_msg_size<1024"] == branch["avg_msg_size=any"] == built_in["comm_size=pow2"]
+    assert "comm_size" not in json.dumps(branch)
+
+
+def test_mpich_bounds_above_int_max_are_clipped_or_left_out() -> None:
+    """Finding 4: csel reads a bound with atoi into an int (csel.c:463-491 at v4.0.2): 4294967296 would read 0."""
+    int_max = 2**31 - 1
+    clipped = result_with("alltoall", "pairwise", 1, 1 << 30, 1 << 32, cvar="", ranks=2)
+    text = mpich_json_text([clipped], ["evidence"])
+    assert list(_branch(text, "alltoall", 2)) == [f"total_msg_size<{1 << 30}", f"total_msg_size<={int_max}",
+                                                  "total_msg_size=any"]
+    assert f"upper bound clipped to {int_max}" in text.split("*/")[0]
+    beyond = result_with("alltoall", "pairwise", 1, 1 << 31, 1 << 32, cvar="", ranks=2)
+    text = mpich_json_text([beyond], [])
+    assert list(_branch(text, "alltoall", 2)) == ["total_msg_size=any"] and "left out" in text.split("*/")[0]
+    assert rule_files.mpich_ranges(clipped)[1][0].startswith(f"alltoall [{1 << 30}, {1 << 32}] B: upper bound")
+    for key in re.findall(r'"[a-z_]+<=?(\d+)"', text):
+        assert int(key) <= int_max
+
+
+GUARD_C = r"""
+/* allreduce: MPI_SUM of 1.0 per rank; alltoall_inplace: MPI_Alltoall with MPI_IN_PLACE. Rank 0 prints wrong=N. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, size, wrong = 0, total = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int count = atoi(argv[2]);
+    if (strcmp(argv[1], "allreduce") == 0) {
+        float *in = malloc((size_t)count * sizeof(float)), *out = malloc((size_t)count * sizeof(float));
+        for (int i = 0; i < count; i++) in[i] = 1.0f, out[i] = -1.0f;
+        MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        for (int i = 0; i < count; i++) wrong += out[i] != (float)size;
+    } else {
+        float *buf = malloc((size_t)count * (size_t)size * sizeof(float));
+        for (int p = 0; p < size; p++)
+            for (int i = 0; i < count; i++) buf[p * count + i] = (float)(1000 * rank + p);
+        MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, count, MPI_FLOAT, MPI_COMM_WORLD);
+        for (int p = 0; p < size; p++)
+            for (int i = 0; i < count; i++) wrong += buf[p * count + i] != (float)(1000 * p + rank);
+    }
+    MPI_Reduce(&wrong, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("wrong=%d\n", total);
+    MPI_Finalize();
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("mpicc.mpich") is None, reason="MPICH not installed")
+def test_mpich_runs_a_guarded_rule_only_where_its_restriction_holds(tmp_path: Path) -> None:
+    """The real MPICH 4.0.2: an smp rule tuned on 2 ranks of one node, run where the same 2 ranks are 2 nodes
+    (MPIR_CVAR_ODD_EVEN_CLIQUES=1: a flat communicator), gave every rank its own input (512 wrong sums) unguarded;
+    a brucks alltoall rule met by an MPI_IN_PLACE call aborted in MPICH. Guarded, both take MPICH's own choice."""
+    source = tmp_path / "guard.c"
+    source.write_text(GUARD_C)
+    binary = tmp_path / "guard"
+    subprocess.run(["mpicc.mpich", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(binary), str(source)], check=True)
+    smp = tmp_path / "smp.json"
+    smp.write_text(mpich_json_text([result_with("allreduce", "smp", 1, 1024, 4096, cvar=MPICH_CVAR, ranks=2)], []))
+    brucks = result_with("alltoall", "brucks", 1, 1024, 4096, cvar="", ranks=3)
+    # MPICH 4.0.2 sizes an in-place alltoall by its (ignored) send count: 0 bytes, so the rule covers 0 B
+    alltoall = tmp_path / "alltoall.json"
+    alltoall.write_text(mpich_json_text([brucks.model_copy(update={"ranges": [
+        brucks.ranges[1].model_copy(update={"min_bytes": 0})]})], []))
+
+    def run(ranks: int, what: str, count: int, **env: str) -> str:
+        return run_hash(["mpiexec.hydra", "-np", str(ranks), str(binary), what, str(count)], env)
+
+    for cliques in ("0", "1"):
+        assert run(2, "allreduce", 512, MPIR_CVAR_ODD_EVEN_CLIQUES=cliques,
+                   MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(smp)) == "wrong=0"
+    assert run(3, "alltoall_inplace", 100, MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=str(alltoall)) == "wrong=0"
+
+
+@pytest.mark.skipif(shutil.which("mpicc.mpich") is None, reason="MPICH not installed")
+def test_mpich_reads_the_selection_file_on_the_node_leaders_communicator(tmp_path: Path) -> None:
+    """The premise of finding 1 on the real MPICH 4.0.2: 4 ranks as 2 'nodes' of 2 (MPIR_CVAR_ODD_EVEN_CLIQUES=1)
+    run allreduce as ch4's node-aware composition, whose MPIR-level selection reads the file on the node leaders'
+    2-rank communicator: an (unguarded) smp rule for 2 ranks, wrong on that flat communicator, breaks the 4-rank
+    allreduce there, and only there; a rule for 4 ranks is never looked up."""
+    source = tmp_path / "guard.c"
+    source.write_text(GUARD_C)
+    binary = tmp_path / "guard"
+    subprocess.run(["mpicc.mpich", "-O2", "-o", str(binary), str(source)], check=True)
+    tree = mpich_generic_tree()
+    built_in = tree["collective=allreduce"]["comm_type=intra"]  # type: ignore[index]
+    tree["collective=allreduce"]["comm_type=intra"] = {  # type: ignore[index]
+        "comm_size<2": built_in, "comm_size<=2": {"algorithm=MPIR_Allreduce_intra_smp": {}}, "comm_size=any": built_in}
+    rules = tmp_path / "smp-at-2.json"
+    rules.write_text(json.dumps(tree))
+
+    def run(cliques: str) -> str:
+        return run_hash(["mpiexec.hydra", "-np", "4", str(binary), "allreduce", "64"],
+                        {"MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(rules),
+                         "MPIR_CVAR_ODD_EVEN_CLIQUES": cliques})
+
+    assert run("1") != "wrong=0"  # 2 nodes x 2 ranks: the leaders' communicator took the 2-rank rule
+    assert run("0") == "wrong=0"  # one node: no 2-rank communicator
+
+
+def test_the_readme_names_every_tuner_interface_the_plugin_exports() -> None:
+    """Finding 5: README's plugin section names the newest interface tuner_plugin.c exports."""
+    repo = Path(__file__).resolve().parents[1]
+    exported = sorted(int(v) for v in re.findall(r"\bncclTunerPlugin_v(\d+)\s*=",
+                                                 (repo / "bench_src/nccl_tuner/tuner_plugin.c").read_text()))
+    section = (repo / "README.md").read_text().split("### The NCCL/RCCL tuner plugin", 1)[1].split("\n## ", 1)[0]
+    assert f"v{exported[0]}-v{exported[-1]}" in section, exported
+    assert "v6 NCCL 2.30-2.31" in section and f"v{exported[-1]} NCCL 2.32+" in section
 
 
 # ---- published with the recommendation -----------------------------------------------------------

@@ -843,7 +843,7 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
     commbench does for one that corrupts data: no size then has a candidate."""
     from types import SimpleNamespace
 
-    from campaigns.tuning.session import per_size_stage, prepare
+    from campaigns.tuning.session import per_size_sweep, prepare
     from campaigns.tuning.spec import TuningSpec
 
     marks = ("import json, sys\n"
@@ -860,7 +860,7 @@ def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_neve
                       launcher=[str(launcher)], commbench=COMMBENCH, per_size={"enabled": True, "rounds": 4},
                       db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
     setup = prepare(spec, environ={**os.environ, **OMPI_ENV}, ingest=False)
-    result = per_size_stage(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
+    result, _ = per_size_sweep(setup, SimpleNamespace(env={}))  # the stage reads only the recommended env
     args = (tmp_path / "args").read_text().split()
     assert "--check" in args and "--stop-slower" not in args  # 4 rounds: too few for the stop rule to judge
     assert [size.candidates for size in result.sizes] == [[], []]
@@ -895,7 +895,7 @@ def test_a_per_size_sweep_past_its_time_limit_names_the_settings_that_give_it_mo
     from types import SimpleNamespace
 
     from campaigns.tuning.executors import RunOutcome
-    from campaigns.tuning.session import per_size_stage, prepare
+    from campaigns.tuning.session import per_size_sweep, prepare
     from campaigns.tuning.spec import TuningSpec
 
     spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
@@ -908,7 +908,7 @@ def test_a_per_size_sweep_past_its_time_limit_names_the_settings_that_give_it_mo
     with pytest.raises(EvaluationAborted, match=re.escape(
             "the per-size sweep failed (24 rounds of every selection at 2 size(s) did not fit: give "
             "per_size.time_limit_s more than 600 s, or fewer per_size.rounds): exit None, 0 records")):
-        per_size_stage(setup, SimpleNamespace(env={}))
+        per_size_sweep(setup, SimpleNamespace(env={}))
 
 
 class DeployedSetEvaluator:
@@ -1280,3 +1280,107 @@ def test_site_variables_reach_a_launch_expanded_as_the_job_script_s_shell_does()
     alps = TuningSpec(site="alps", system="daint:normal", environ="prgenv-gnu", library="nccl", op="allreduce",
                       transport="ccl", sizes=["1M"], executor="launcher", launcher=["srun"])
     assert site_env(alps, {})["NCCL_NET"] == "AWS Libfabric"
+
+
+class MpichSweep:
+    """A stand-in for the evaluator after finalization: its executor's sweep returns `records` (no run); the runs it
+    is asked for are recorded. No deployed-set run is expected (no rule comes out)."""
+
+    def __init__(self, request: BenchRequest, records: list[dict[str, Any]], base_env: dict[str, str]) -> None:
+        self.request, self.records, self.base_env = request, records, base_env
+        self.executor = self
+        self.swept: list[dict[str, str]] = []
+        self.durations_s: list[float] = []
+
+    def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
+        self.swept.append(dict(env))
+        return RunOutcome(self.records, "", 0)
+
+    def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        raise AssertionError(f"no deployed-set run expected (no rule), asked for {dict(env)}")
+
+
+MPICH_ALLREDUCE = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
+
+
+@pytest.mark.parametrize(("nodes", "tasks_per_node", "env", "base_env", "swept", "note"), [
+    # finding 1: ch4's node-aware composition never reads the file at the tuned comm size
+    (2, 2, {}, {}, 0, "per-size stage not run, no per-size rules: MPICH on 2 nodes with more than one rank per "
+                      "node (4 ranks): its ch4 device runs the collective as a node-aware composition"),
+    # finding 2: the deployed environment forces the op's algorithm (the recommended one, or what every run gets)
+    (1, 2, {MPICH_ALLREDUCE: "recursive_doubling"}, {}, 0,
+     f"per-size stage not run, no per-size rules: the environment sets {MPICH_ALLREDUCE}=recursive_doubling"),
+    (1, 2, {}, {MPICH_ALLREDUCE: "smp"}, 0,
+     f"per-size stage not run, no per-size rules: the environment sets {MPICH_ALLREDUCE}=smp"),
+    (1, 2, {MPICH_ALLREDUCE: "auto"}, {}, 1, None),  # auto is MPICH's own choice: the stage runs
+    # finding 3: one rank per node keeps its rules, but smp (parent-comm) is no candidate there
+    (2, 1, {}, {}, 1, "per-size stage: allreduce smp is no candidate at 8 B, 64 B, 1024 B, 65536 B, 1048576 B"),
+])
+def test_the_mpich_per_size_stage_gives_no_rule_mpich_would_not_run(
+        tmp_path: Path, nodes: int, tasks_per_node: int, env: dict[str, str], base_env: dict[str, str], swept: int,
+        note: str | None) -> None:
+    """MPICH reads the per-size selection file only where it runs the MPIR-level selection on the tuned
+    communicator and the op's algorithm is not forced (tuners/rule_files.py): elsewhere the stage runs no sweep and
+    the recommendation (and the summary) say why; an algorithm whose restriction the sweep's layout breaks (smp on
+    one rank per node) is no candidate, planted 30 % faster though."""
+    from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
+    from campaigns.tuning.spec import TuningSpec
+    from test_per_size import mpich_sweep_records
+    from test_tuner_writers import mpi_recommendation
+
+    spec = TuningSpec(site="local", system="local:cpu", environ="mpich", library="mpich", library_version="4.0.2",
+                      op="allreduce", sizes=[8, 64, 1024, 65536, 1 << 20], nodes=nodes, tasks_per_node=tasks_per_node,
+                      executor="launcher", launcher=["mpiexec.hydra", "-np", str(nodes * tasks_per_node)],
+                      commbench=REPO / "build" / "bench" / "cpu-mpich" / "commbench", per_size={"enabled": True},
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
+    setup = prepare(spec, environ=dict(os.environ), ingest=False, inside_allocation=True)
+    # smp planted 30 % faster where it cannot run (one rank per node); elsewhere no selection is faster
+    planted = {"smp": {s: [1.3 if nodes == nodes * tasks_per_node else 1.0] for s in (8, 64, 1024, 65536, 1 << 20)}}
+    records = mpich_sweep_records(planted, ranks=nodes * tasks_per_node, nodes=nodes)
+    sweep = MpichSweep(setup.evaluator.request, records, base_env)
+    setup = replace(setup, evaluator=sweep)
+    template = mpi_recommendation(nodes=nodes)
+    rec = template.model_copy(update={
+        "scope": setup.scope, "decision": "change" if env else "keep-defaults", "env": env,
+        "gain": template.gain if env else None,
+        "per_size": [template.per_size[0].model_copy(update={"bucket": b.name, "min_bytes": b.min_bytes,
+                                                             "max_bytes": b.max_bytes}) for b in setup.buckets]})
+    session = TuningSession(setup, log=None, outcome=TuningOutcome(optuna.create_study(), {}, recommendation=rec))
+    after = session.per_size()
+    assert len(sweep.swept) == swept
+    ranges = [] if after.per_size_selection is None else after.per_size_selection.ranges
+    assert all(r.selection is None for r in ranges)  # smp never wins; nothing else was planted
+    assert (after.per_size_selection is None) == (swept == 0)
+    notes = [n for n in after.evidence.notes if n not in rec.evidence.notes]
+    assert notes == [] if note is None else (len(notes) == 1 and notes[0].startswith(note)), notes
+    if swept == 0:
+        session.summary(tmp_path / "summary.json")
+        summary = json.loads((tmp_path / "summary.json").read_text())
+        assert summary["recommendation"]["evidence"]["notes"][-1] == notes[0]
+        assert summary["recommendation"]["per_size_selection"] is None
+
+
+def test_an_mpich_sweep_on_another_layout_than_the_spec_s_gives_no_rules(tmp_path: Path) -> None:
+    """The launcher decides the layout the sweep ran on (its records say it): 2 nodes with 2 ranks each where the
+    spec said one per node gets no rules either, with a note."""
+    from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
+    from campaigns.tuning.spec import TuningSpec
+    from test_per_size import mpich_sweep_records
+    from test_tuner_writers import mpi_recommendation
+
+    spec = TuningSpec(site="local", system="local:cpu", environ="mpich", library="mpich", library_version="4.0.2",
+                      op="allreduce", sizes=[8, 64, 1024, 65536, 1 << 20], nodes=2, tasks_per_node=1,
+                      executor="launcher", launcher=["mpiexec.hydra", "-np", "4"],
+                      commbench=REPO / "build" / "bench" / "cpu-mpich" / "commbench", per_size={"enabled": True},
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=None)
+    setup = prepare(spec, environ=dict(os.environ), ingest=False, inside_allocation=True)
+    planted = {"recursive_doubling": {s: [1.3] for s in (8, 64, 1024, 65536, 1 << 20)}}
+    sweep = MpichSweep(setup.evaluator.request, mpich_sweep_records(planted, ranks=4, nodes=2), {})
+    setup = replace(setup, evaluator=sweep)
+    template = mpi_recommendation(nodes=2)
+    rec = template.model_copy(update={"scope": setup.scope, "decision": "keep-defaults", "env": {}, "gain": None})
+    session = TuningSession(setup, log=None, outcome=TuningOutcome(optuna.create_study(), {}, recommendation=rec))
+    after = session.per_size()
+    assert len(sweep.swept) == 1 and after.per_size_selection is None
+    assert after.evidence.notes[-1].startswith("per-size sweep left out, no per-size rules: MPICH on 2 nodes with "
+                                               "more than one rank per node (4 ranks)")

@@ -226,10 +226,14 @@ def load_sweep(records: Sequence[Mapping[str, Any]]) -> Sweep:
         if (record["op"], int(record["ranks"]), int(record["nodes"])) != (op, ranks, nodes):
             raise SweepError(f"{where}: mixes sweeps (expected op={op}, ranks={ranks}, nodes={nodes})")
         selection = Selection.model_validate(record["selection"])
-        # stopped_after and its reason belong to one size, not to the selection
-        known = selections.setdefault(selection.name, selection.model_copy(update={"stopped_after": None,
-                                                                                   "reason": None})
-                                      if selection.stopped_after else selection)
+        # stopped_after and its reason belong to one size, not to the selection; so may unavailability (MPICH:
+        # an algorithm whose restriction only some sizes break, rule_files.mpich_restrict_sweep): the selection
+        # kept is its first available one
+        kept = (selection.model_copy(update={"stopped_after": None, "reason": None}) if selection.stopped_after
+                else selection)
+        known = selections.setdefault(selection.name, kept)
+        if selection.available and not known.available:
+            known = selections[selection.name] = kept
         if (known.mechanism, known.cvar, known.value, known.segsize, known.algorithm, known.protocol,
                 known.channels) != (selection.mechanism, selection.cvar, selection.value, selection.segsize,
                                     selection.algorithm, selection.protocol, selection.channels):

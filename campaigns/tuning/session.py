@@ -27,6 +27,7 @@ from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, check_deployed, finalize, fit_budget, planned_runs
+from tuners import rule_files
 from tuners.per_size import (PerSizeResult, SweepError, TunerConfigError, decide_per_size, format_config,
                              load_sweep, rounds_for)
 from tuners.recommendation import Recommendation, build_recommendation, with_deployed_check, with_per_size
@@ -376,8 +377,23 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
     return report, rec
 
 
-def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
-    """One selection sweep under the recommended environment, decided per size (tuners/per_size.py)."""
+def per_size_not_applicable(setup: TuningSetup, rec: Recommendation) -> str | None:
+    """Why the per-size stage can give no rule the scope's jobs would run (then it runs no sweep), or None. MPICH
+    (tuners/rule_files.py): a layout whose node-aware composition never reads the selection file at the tuned comm
+    size (several nodes, more than one rank per node), or an environment (the recommended one over what every run
+    gets) that forces the op's algorithm, which MPICH then runs without reading the file."""
+    if setup.scope.library != Library.MPICH:
+        return None
+    spec = setup.spec
+    return (rule_files.mpich_layout_problem(spec.ranks, spec.nodes)
+            or rule_files.mpich_forced_by_env(spec.op, {**getattr(setup.evaluator.executor, "base_env", {}),
+                                                       **rec.env}))
+
+
+def per_size_sweep(setup: TuningSetup, rec: Recommendation) -> tuple[PerSizeResult, list[str]]:
+    """One selection sweep under the recommended environment, decided per size (tuners/per_size.py), and notes on
+    what MPICH's selection file cannot hold: algorithms whose restrictions the sweep's layout or call breaks (no
+    candidates: their forced runs ran MPICH's own choice, rule_files.mpich_restrict_sweep), ranges past INT_MAX."""
     spec = setup.spec
     thresholds = spec.finalize.thresholds()
     rounds = spec.per_size.rounds or rounds_for(len(spec.sizes), spec.per_size.top, thresholds.alpha)
@@ -394,10 +410,21 @@ def per_size_stage(setup: TuningSetup, rec: Recommendation) -> PerSizeResult:
                   f"per_size.time_limit_s more than {spec.per_size.time_limit_s} s, or fewer per_size.rounds)"
                   if outcome.timed_out else "")
         raise EvaluationAborted(f"the per-size sweep failed{remedy}: {outcome_summary(outcome)}")
-    result = decide_per_size(load_sweep(outcome.records), thresholds=thresholds, top=spec.per_size.top)
+    records, notes = (rule_files.mpich_restrict_sweep(outcome.records) if setup.scope.library == Library.MPICH
+                      else (outcome.records, []))
+    result = decide_per_size(load_sweep(records), thresholds=thresholds, top=spec.per_size.top)
+    if setup.scope.library == Library.MPICH:
+        notes += rule_files.mpich_ranges(result)[1]
     if not request.stops_selections:
-        return result
-    return result.model_copy(update={"stop_slower": request.stop_slower, "stop_after": request.stop_after})
+        return result, notes
+    return result.model_copy(update={"stop_slower": request.stop_slower, "stop_after": request.stop_after}), notes
+
+
+def with_notes(rec: Recommendation, notes: Sequence[str]) -> Recommendation:
+    if not notes:
+        return rec
+    return rec.model_copy(update={"evidence": rec.evidence.model_copy(update={"notes": [*rec.evidence.notes,
+                                                                                        *notes]})})
 
 
 def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | None:
@@ -523,10 +550,21 @@ class TuningSession:
 
     def per_size(self) -> Recommendation:
         """The per-size stage under the recommended environment, merged into the recommendation, then what is
-        deployed (environment + rules) against the site's defaults (deployed_check)."""
+        deployed (environment + rules) against the site's defaults (deployed_check). Where the library would not
+        run the rules (per_size_not_applicable; the layout the sweep's records name), no rule: a note says why."""
         outcome = self._trials_done()
         assert outcome.recommendation is not None, "finalize() first"
-        rec = with_per_size(outcome.recommendation, per_size_stage(self.setup, outcome.recommendation))
+        rec = outcome.recommendation
+        why_not = per_size_not_applicable(self.setup, rec)
+        if why_not is not None:
+            rec = with_notes(rec, [f"per-size stage not run, no per-size rules: {why_not}"])
+        else:
+            result, notes = per_size_sweep(self.setup, rec)
+            # the layout the sweep ran on: the launcher's, which may not be the spec's
+            ran_on = (rule_files.mpich_layout_problem(result.ranks, result.nodes)
+                      if self.setup.scope.library == Library.MPICH else None)
+            rec = (with_notes(rec, [f"per-size sweep left out, no per-size rules: {ran_on}"]) if ran_on is not None
+                   else with_notes(with_per_size(rec, result), [f"per-size stage: {note}" for note in notes]))
         outcome.recommendation = deployed_check(self.setup, rec, outcome.baseline_env,
                                                 rounds_seed(self.setup, outcome.study), self.log)
         return outcome.recommendation
