@@ -32,6 +32,7 @@ from tuners.evaluation import (
 from tuners.finalize import (
     OVERALL,
     Candidate,
+    Comparison,
     FinalReport,
     Thresholds,
     Decision,
@@ -40,6 +41,8 @@ from tuners.finalize import (
     family_size,
     finalize,
     holm,
+    look_levels,
+    look_rounds,
     median_ci,
     min_rounds,
     nominal_levels,
@@ -540,6 +543,53 @@ def test_nominal_levels_spend_alpha_over_the_looks() -> None:
     assert np.mean((p < 0.05 / 8).any(axis=1)) < 0.035
 
 
+def _exact_crossing_ratio(levels_of, family: int, draws: int, seed: int = 0,
+                          tilt: float = 0.68) -> tuple[float, float]:
+    """P(the exact one-sided signed-rank test of one true H0 passes at some look) / (alpha / family) under the
+    default design (alpha 0.01, 40 rounds, a look every 5, looks before min_rounds skipped, as finalize does),
+    the levels `levels_of(fractions, alpha / family)`, and its standard error. Under H0 (independent values
+    symmetric about the margin, continuous) the signs are fair coins independent of the magnitudes' order,
+    whatever the noise: signs drawn + with probability `tilt` and reweighted (importance sampling: the
+    crossings are ~1e-3 events), magnitudes uniform."""
+    from tuners.finalize import _signed_rank_null
+
+    t = Thresholds()
+    looks = look_rounds(t, t.rounds)
+    levels = levels_of(tuple(n / t.rounds for n in looks), t.alpha / family)
+    critical = {}
+    for n, level in zip(looks, levels, strict=True):
+        at_least = 1 - np.concatenate([[0.0], _signed_rank_null(n)[:-1]])  # P(W+ >= w)
+        passing = np.nonzero(at_least < level)[0]
+        if n >= min_rounds(family, t.alpha) and len(passing):
+            critical[n] = passing[0]
+    rng = np.random.default_rng(seed)
+    positive = rng.random((draws, t.rounds)) < tilt
+    order = rng.random((draws, t.rounds))
+    crossed = np.zeros(draws, bool)
+    for n, w in critical.items():
+        ranks = order[:, :n].argsort(axis=1).argsort(axis=1) + 1
+        crossed |= (ranks * positive[:, :n]).sum(axis=1) >= w
+    k = positive.sum(axis=1)
+    weight = crossed * np.exp(k * np.log(0.5 / tilt) + (t.rounds - k) * np.log(0.5 / (1 - tilt)))
+    design = t.alpha / family
+    return float(weight.mean() / design), float(weight.std() / np.sqrt(draws) / design)
+
+
+def test_the_exact_signed_rank_test_keeps_its_share_of_alpha_over_the_looks() -> None:
+    """Brownian motion's levels (nominal_levels) applied to the exact signed-rank p values, re-ranked at each
+    look: one true H0 of a family of 12 (2 candidates x (overall + 5 buckets)) passed at some look with
+    1.024 x alpha / 12 (1e6 draws, sd 0.4 %; plain simulation 2 x 2e7: 1.021, 1.019): with all 12 at the
+    margin the family's bound is 1.02 x alpha. look_levels, at 0.95 x alpha / m with two or more looks,
+    keeps it below: 0.94. One look is the exact test at alpha / m itself."""
+    unspent, se = _exact_crossing_ratio(nominal_levels, 12, 300_000)
+    assert unspent > 1.0 + se, (unspent, se)  # what look_levels corrects (1.037 +- 0.012 with this seed)
+    ratio, se = _exact_crossing_ratio(look_levels, 12, 300_000)  # 0.950 +- 0.011
+    assert ratio + 3 * se < 1.0, (ratio, se)
+    ratio, se = _exact_crossing_ratio(look_levels, 1, 300_000, tilt=0.65)  # 0.954 +- 0.007
+    assert ratio + 3 * se < 1.0, (ratio, se)
+    assert look_levels((1.0,), 0.01) == nominal_levels((1.0,), 0.01) == pytest.approx((0.01,))
+
+
 def test_a_strong_effect_stops_early_and_a_fixed_budget_does_not() -> None:
     report, _ = run({"LL128": 0.2}, 1, noise=0.02)
     assert report.overall.env == FASTER and report.looks == (5, 10, 15, 20, 25, 30, 35, 40)
@@ -869,6 +919,34 @@ def test_bench_finalize_candidates_finalizes_that_many_distinct_candidates(
     assert len(seen) == 2 and all(envs == document["candidate_envs"] for envs in seen)
     assert seen[0][0] == {"NCCL_PROTO": "LL128"} and len({json.dumps(env, sort_keys=True) for env in seen[0]}) == 3
     assert bench.candidate_envs() == [dict(env) for env in bench.CANDIDATES]
+
+
+def test_bench_finalize_all_at_margin_puts_every_candidate_at_the_minimum_effect(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The boundary scenario sets LL128 at the margin and the others at 0 (half the family's H0s at equality);
+    all-at-margin sets every candidate there, with --candidates K too: every test's H0 at equality, every
+    acceptance a false change. Both are in the default run, side by side."""
+    import tuners.bench_finalize as bench
+
+    buckets = buckets_for_sizes(bench.SIZES, 1)
+    for k in (2, 8):
+        evaluate = bench.DriftingEvaluator(bench.SIZES, bench._true_gains(bench.ALL_AT_MARGIN, 0.03, 5, "x")[0],
+                                           0.0, 0, walk=0.0)
+        base = evaluate(bench.BASELINE).median_us()
+        for env in bench.candidate_envs(k):
+            assert all(base[s] / t == pytest.approx(1.03) for s, t in evaluate(env).median_us().items())
+    _, true_gain = bench._true_gains(bench.ALL_AT_MARGIN, 0.03, 5, "x")
+    _, boundary_gain = bench._true_gains(bench.BOUNDARY, 0.03, 5, "x")
+    comparisons = [Comparison(Candidate(env), name, True, "") for env in bench.candidate_envs(8)
+                   for name in (OVERALL, *(b.name for b in buckets))]
+    assert all(true_gain(c) == 0.03 for c in comparisons)
+    assert sum(boundary_gain(c) == 0.03 for c in comparisons) == 6
+    result = bench.run_scenario(bench.ALL_AT_MARGIN, 2, Thresholds(), "gaussian", bench.measured_noise())
+    assert result["scenario"] == bench.ALL_AT_MARGIN and result["gain_in_2MiB_bucket"] == 0.03
+    planned: list[object] = []
+    monkeypatch.setattr(bench, "run_scenario", lambda gain, *args: planned.append(gain) or {})
+    assert bench.main(["--finalizations", "1", "--noise", "gaussian", "--out", str(tmp_path / "d.json")]) == 0
+    assert planned[:2] == [bench.BOUNDARY, bench.ALL_AT_MARGIN]
 
 def test_planned_runs_bound_what_finalization_runs_with_ablation_and_held_out_rounds() -> None:
     """Budgets (finalize_study, the tuning demo) size finalization with planned_runs: it must cover the
