@@ -7,6 +7,13 @@
   cache variables its cmake_args define), read with `ast`, nothing imported.
 * `check_python_recipe(recipe, pyproject)`: py-commcamp's dependencies are pyproject.toml's pins, one
   for one, under Spack's names; and which of them Spack's builtin repository lacks (SPACK_BUILTIN).
+* the specs of an environment (`specs`, externals, `develop`, a package's `variants`/`require`) name only
+  variants their package has, where the checker knows the package: the recipes of the package repositories
+  the environment names (read with `ast`) and the builtin packages commcamp's environments use
+  (SPACK_BUILTIN_VARIANTS, transcribed from spack/spack-packages); an external of a compiler package
+  (llvm-amdgpu) names its compilers (`extra_attributes: compilers`), or Spack cannot build with it.
+* `commbench_environment(manifest, sources)`: a commbench-only environment made from a site's, for the
+  ReFrame build fixture (reframe_checks/lib/commbench_tests.py) to write into its stage directory.
 
 The key lists below are transcribed from Spack's JSON schemas in spack/spack, lib/spack/spack/schema
 (read through the project's public-code index; "Copyright Spack Project Developers" versions, i.e.
@@ -25,10 +32,11 @@ Only key names and the shapes above are vendored; no Spack code is.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,16 +79,20 @@ RECIPE_ONLY = frozenset({"python", "py-setuptools", "py-numpy", "cmake", "gmake"
 
 
 def check_environment_file(path: Path) -> list[str]:
-    """Every problem of a spack.yaml, as `FILE: key.path: message`; empty when it passes."""
+    """Every problem of a spack.yaml, as `FILE: key.path: message`; empty when it passes. The variants of
+    its specs are checked against the builtin packages of SPACK_BUILTIN_VARIANTS and the recipes of the
+    package repositories its `repos:` names (relative to the environment directory, `$env` expanded)."""
     try:
         data = YamlDocument(Path(path)).data  # duplicate keys refused, as Spack's loader does
     except YamlModelError as exc:
         return exc.problems
-    return [f"{path}: {where}: {message}" for where, message in check_manifest(data)]
+    repos = repo_paths(data, Path(path).parent) if isinstance(data, dict) else []
+    return [f"{path}: {where}: {message}" for where, message in check_manifest(data, known_packages(repos))]
 
 
-def check_manifest(data: Any) -> list[tuple[str, str]]:
-    """(key path, message) for every problem of a parsed spack.yaml."""
+def check_manifest(data: Any, known: dict[str, KnownPackage] | None = None) -> list[tuple[str, str]]:
+    """(key path, message) for every problem of a parsed spack.yaml; `known`: the packages whose variants are
+    checked (default: known_packages(), the builtin ones of SPACK_BUILTIN_VARIANTS)."""
     if not isinstance(data, dict) or set(data) != {"spack"}:
         return [("(document)", "a Spack environment manifest has exactly one top-level key, 'spack'")]
     spack = data["spack"]
@@ -93,7 +105,7 @@ def check_manifest(data: Any) -> list[tuple[str, str]]:
     for section, check in checks.items():
         if section in spack:
             problems += list(check(f"spack.{section}", spack[section]))
-    return problems
+    return problems + list(_variants(spack, known_packages() if known is None else known))
 
 
 def _unknown(where: str, mapping: Any, allowed: frozenset[str]) -> Iterator[tuple[str, str]]:
@@ -185,6 +197,7 @@ class Recipe:
     bases: list[str]
     variants: dict[str, Any] = field(default_factory=dict)  # name -> default (None if not a literal)
     dependencies: list[str] = field(default_factory=list)
+    conditions: dict[str, list[str | None]] = field(default_factory=dict)  # depends_on spec -> its when= (None)
     cmake_defines: set[str] = field(default_factory=set)  # first argument of self.define[_from_variant](...)
     variant_defines: dict[str, str] = field(default_factory=dict)  # define_from_variant: CMake name -> variant
     cmake_values: dict[str, set[str]] = field(default_factory=dict)  # self.define(name, "literal") values
@@ -211,6 +224,9 @@ def read_recipe(path: Path) -> Recipe:
             recipe.variants[literal] = default.value if isinstance(default, ast.Constant) else None
         elif name == "depends_on" and isinstance(literal, str):
             recipe.dependencies.append(literal)
+            when = next((kw.value for kw in node.keywords if kw.arg == "when"), None)
+            recipe.conditions.setdefault(literal, []).append(
+                when.value if isinstance(when, ast.Constant) and isinstance(when.value, str) else None)
         elif name in ("self.define", "self.define_from_variant") and isinstance(literal, str):
             recipe.cmake_defines.add(literal)
             second = node.args[1] if len(node.args) > 1 else None
@@ -227,6 +243,225 @@ def read_recipe(path: Path) -> Recipe:
                 and isinstance(node.slice, ast.Constant)):
             recipe.spec_variants.add(node.slice.value)
     return recipe
+
+
+# ---- variants of the packages an environment's specs name -------------------------------------------------
+# Read on 2026-11-27 from spack/spack-packages at commit 1e8cf059e35d55c4fe1142fed41785bedf6c7246 (committed
+# 2026-07-01), repos/spack_repo/builtin/: every variant("NAME", ...) of a package's class (the directory is the
+# package name with _ for -) and of the build-system base classes it derives from (build_systems/*.py; Package,
+# MpichEnvironmentModifications, LlvmDetection and CompilerPackage declare none), read with ast. The
+# build_system variant comes from the build_system() directive of every base; dev_path, patches and commit are
+# Spack's own. Whether a variant exists only `when=` something is not recorded: names only.
+BUILTIN_SOURCE = ("spack/spack-packages@1e8cf059e35d, repos/spack_repo/builtin/packages/{}/package.py")
+COMMON_VARIANTS = frozenset({"build_system", "dev_path", "patches", "commit"})
+# key=value keys of a spec that are not variants: architecture, compiler flags
+NOT_VARIANTS = frozenset({"arch", "architecture", "platform", "os", "target", "namespace", "cflags", "cxxflags",
+                          "fflags", "cppflags", "ldflags", "ldlibs"})
+BASE_CLASS_VARIANTS: dict[str, frozenset[str]] = {
+    "Package": frozenset(), "AutotoolsPackage": frozenset(), "MakefilePackage": frozenset(),
+    "PythonPackage": frozenset(), "CompilerPackage": frozenset(), "MpichEnvironmentModifications": frozenset(),
+    "LlvmDetection": frozenset(),
+    "CMakePackage": frozenset({"build_type", "ipo", "generator"}),  # build_systems/cmake.py
+    "CudaPackage": frozenset({"cuda", "cuda_arch"}),  # build_systems/cuda.py
+    "ROCmPackage": frozenset({"rocm", "amdgpu_target"}),  # build_systems/rocm.py
+}
+# Builtin packages that commcamp's environments name (specs, externals, ^dependencies): bases, own variants.
+SPACK_BUILTIN_VARIANTS: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
+    "openmpi": (("AutotoolsPackage", "CudaPackage", "ROCmPackage"), frozenset({
+        "atomics", "cray-xpmem", "cxx", "cxx_exceptions", "debug", "fabrics", "fortran", "gpfs", "internal-hwloc",
+        "internal-libevent", "internal-pmix", "ipv6", "java", "legacylaunchers", "lustre", "memchecker", "openshmem",
+        "orterunprefix", "pmi", "romio", "romio-filesystem", "rsh", "schedulers", "sqlite3", "static",
+        "thread_multiple", "two_level_namespace", "vt", "wrapper-rpath"})),
+    "mpich": (("MpichEnvironmentModifications", "AutotoolsPackage", "CudaPackage", "ROCmPackage"), frozenset({
+        "argobots", "datatype-engine", "device", "fortran", "hcoll", "hwloc", "hydra", "level_zero", "libxml2",
+        "netmod", "pci", "pmi", "romio", "slurm", "vci", "verbs", "wrapperrpath", "xpmem"})),
+    "cray-mpich": (("MpichEnvironmentModifications", "Package", "CudaPackage", "ROCmPackage"), frozenset({"wrappers"})),
+    "cuda": (("Package",), frozenset({"allow-unsupported-compilers", "dev"})),
+    "nccl": (("MakefilePackage", "CudaPackage"), frozenset({"cuda", "fabrics"})),
+    "nccl-tests": (("MakefilePackage", "CudaPackage"), frozenset({"cuda", "mpi"})),
+    "osu-micro-benchmarks": (("AutotoolsPackage", "CudaPackage", "ROCmPackage"),
+                             frozenset({"graphing", "papi", "xccl"})),
+    # a plain CMakePackage (no ROCmPackage: no +rocm, no amdgpu_target) that requires %cxx=llvm-amdgpu
+    "rccl-tests": (("CMakePackage",), frozenset({"mpi"})),
+    "rccl": (("CMakePackage",), frozenset({"amdgpu_target", "asan"})),
+    "hip": (("CMakePackage",), frozenset({"asan", "cuda", "rocm"})),
+    "hsa-rocr-dev": (("CMakePackage",), frozenset({"asan", "image", "shared"})),
+    "llvm-amdgpu": (("CMakePackage", "LlvmDetection", "CompilerPackage"), frozenset({
+        "generator", "link_llvm_dylib", "llvm_dylib", "rocm-device-libs"})),
+}
+
+
+@dataclass(frozen=True)
+class KnownPackage:
+    """A package whose variants the checker knows, and where they were read."""
+
+    variants: frozenset[str]
+    source: str
+    compiler: bool = False  # a CompilerPackage: its externals must name their compilers
+
+
+def known_packages(repos: Iterable[Path] = ()) -> dict[str, KnownPackage]:
+    """SPACK_BUILTIN_VARIANTS, then the recipes of the package repositories `repos` (Spack >= 1.0 layout:
+    <repo>/packages/<name with _>/package.py) whose base classes are all in BASE_CLASS_VARIANTS."""
+    known = {name: KnownPackage(own.union(*(BASE_CLASS_VARIANTS[b] for b in bases)),
+                                BUILTIN_SOURCE.format(name.replace("-", "_")), "CompilerPackage" in bases)
+             for name, (bases, own) in SPACK_BUILTIN_VARIANTS.items()}
+    for repo in repos:
+        for path in sorted(Path(repo).glob("packages/*/package.py")):
+            try:
+                recipe = read_recipe(path)
+            except (SyntaxError, ValueError, OSError):
+                continue  # not this checker's to judge here
+            if all(base in BASE_CLASS_VARIANTS for base in recipe.bases):
+                known[path.parent.name.replace("_", "-")] = KnownPackage(
+                    frozenset(recipe.variants).union(*(BASE_CLASS_VARIANTS[b] for b in recipe.bases)), str(path),
+                    "CompilerPackage" in recipe.bases)
+    return known
+
+
+def repo_paths(data: dict[str, Any], env_dir: Path) -> list[Path]:
+    """The local package repositories a manifest names, resolved as Spack does: `$env` is the environment
+    directory, a relative path is relative to it."""
+    repos = data.get("spack", {}).get("repos") if isinstance(data.get("spack"), dict) else None
+    entries = repos if isinstance(repos, list) else list(repos.values()) if isinstance(repos, dict) else []
+    return [env_dir / entry.replace("$env", str(env_dir)) for entry in entries if isinstance(entry, str)]
+
+
+_SPEC_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<edge>\^|%%?)(?:\[[^]]*\])?                         # a dependency (^) or direct dependency (%), edge attributes
+  | (?P<pair>[A-Za-z0-9_][A-Za-z0-9_.-]*(?:==|:=|=)(?:'[^']*'|"[^"]*"|[^\s'"^%]*))  # key=value, ==, :=
+  | (?P<flag>(?:\+\+|~~|--|\+|~|-)[A-Za-z0-9_][A-Za-z0-9_.-]*)  # +variant, ~variant (doubled: propagated)
+  | (?P<version>@[^\s^%+~]*)
+  | (?P<hash>/\w+)
+  | (?P<name>[A-Za-z0-9_][A-Za-z0-9_.-]*)
+""", re.VERBOSE)
+
+
+@dataclass
+class SpecNode:
+    """One node of a spec string: its package (None: anonymous) and the variants it sets, by name."""
+
+    name: str | None
+    variants: list[str] = field(default_factory=list)
+
+
+def spec_nodes(text: str) -> list[SpecNode]:
+    """The nodes of a spec string ("commbench +cuda cuda_arch=90 ^openmpi fabrics=ucx", "%cxx=llvm-amdgpu"),
+    read as far as variants go; what it cannot read is skipped."""
+    nodes, edge, pos = [SpecNode(None)], False, 0
+    while pos < len(text):
+        match = _SPEC_TOKEN.match(text, pos)
+        if match is None:
+            pos += 1
+            continue
+        pos, kind, token = match.end(), match.lastgroup, match.group()
+        if kind == "space":
+            continue
+        if kind == "edge":
+            nodes.append(SpecNode(None))
+            edge = True
+            continue
+        node = nodes[-1]
+        if kind == "name":
+            if node.name is None and not node.variants:
+                node.name = token.rsplit(".", 1)[-1]  # a namespace-qualified name: builtin.openmpi
+            else:
+                nodes.append(SpecNode(token.rsplit(".", 1)[-1]))
+        elif kind == "pair":
+            key, value = re.split(r"==|:=|=", token, maxsplit=1)
+            if edge and node.name is None and not node.variants:  # %cxx=llvm-amdgpu: the provider of a virtual
+                node.name = re.split(r"[@+~\s]", value.strip("'\""), maxsplit=1)[0] or None
+            elif key not in NOT_VARIANTS:
+                node.variants.append(key)
+        elif kind == "flag":
+            node.variants.append(token.lstrip("+~-"))
+        edge = False
+    return [node for node in nodes if node.name is not None or node.variants]
+
+
+def _spec_problems(where: str, text: Any, known: dict[str, KnownPackage],
+                   default: str | None = None) -> Iterator[tuple[str, str]]:
+    """A variant that its (known) package lacks; anonymous nodes are package `default`'s."""
+    if not isinstance(text, str):
+        return
+    for node in spec_nodes(text):
+        name = node.name or default
+        package = known.get(name or "")
+        if package is None:
+            continue
+        for variant in dict.fromkeys(node.variants):
+            if variant not in package.variants and variant not in COMMON_VARIANTS:
+                yield where, (f"{name} has no variant {variant!r} (its variants: "
+                              f"{', '.join(sorted(package.variants))}; read from {package.source})")
+
+
+def _variants(spack: dict[str, Any], known: dict[str, KnownPackage]) -> Iterator[tuple[str, str]]:
+    specs = spack.get("specs")
+    for index, spec in enumerate(specs if isinstance(specs, list) else []):
+        yield from _spec_problems(f"spack.specs[{index}]", spec, known)
+    develop = spack.get("develop")
+    for name, entry in (develop.items() if isinstance(develop, dict) else []):
+        if isinstance(entry, dict):
+            yield from _spec_problems(f"spack.develop.{name}.spec", entry.get("spec"), known, name)
+    packages = spack.get("packages")
+    for name, settings in (packages.items() if isinstance(packages, dict) else []):
+        if not isinstance(settings, dict) or name == "all":  # `all`: each package takes what it has
+            continue
+        for key in ("variants", "require", "prefer"):
+            values = settings.get(key)
+            for index, value in enumerate(values if isinstance(values, list) else [values]):
+                here = f"spack.packages.{name}.{key}" + (f"[{index}]" if isinstance(values, list) else "")
+                yield from _spec_problems(here, value, known, name)
+        externals = settings.get("externals")
+        for index, external in enumerate(externals if isinstance(externals, list) else []):
+            if not isinstance(external, dict):
+                continue
+            here = f"spack.packages.{name}.externals[{index}]"
+            yield from _spec_problems(f"{here}.spec", external.get("spec"), known, name)
+            package = known.get(name)
+            compilers = (external.get("extra_attributes") or {}).get("compilers") \
+                if isinstance(external.get("extra_attributes") or {}, dict) else None
+            if package is not None and package.compiler and not (
+                    isinstance(compilers, dict) and any(compilers.get(lang) for lang in ("c", "cxx", "fortran"))):
+                yield (f"{here}.extra_attributes.compilers",
+                       f"{name} is a compiler package: its external names its compilers (extra_attributes: "
+                       "{compilers: {c: PATH, cxx: PATH}}), else Spack cannot build with it")
+
+
+# ---- the commbench-only environment of the ReFrame build fixture ---------------------------------------------
+COMMBENCH = "commbench"
+
+
+def commbench_environment(manifest: Path, sources: str) -> dict[str, Any]:
+    """A Spack environment for building commbench alone, made from a site's environment (`manifest`): its
+    packages, externals, concretizer and other configuration as they are; no specs (the build adds the one it
+    builds: `spack -e DIR add SPEC`); one develop entry, commbench's (the site's develop spec, else
+    commbench@=0.1.0) with path `sources` (relative to the new environment's directory, where the build has
+    a writable copy of bench_src: Spack builds a develop spec inside its source directory); local
+    repositories and includes as absolute paths, resolved as Spack resolves them in the site's directory.
+    Nothing of it is written to the site's directory (spack.lock, .spack-env/ go to where the new one is
+    written), and the site's other develop entries (py-commcamp's `path: ../..`, which names the checkout and
+    not an installed commcamp) are left out."""
+    env_dir = Path(manifest).resolve().parent
+    spack = dict(YamlDocument(Path(manifest)).data["spack"])
+    spack["specs"] = []
+    develop = spack.get("develop") if isinstance(spack.get("develop"), dict) else {}
+    spec = (develop.get(COMMBENCH) or {}).get("spec", f"{COMMBENCH}@=0.1.0")
+    spack["develop"] = {COMMBENCH: {"spec": spec, "path": sources}}
+    spack["view"] = False
+
+    def absolute(path: str) -> str:
+        expanded = path.replace("$env", str(env_dir))
+        return expanded if "$" in expanded else os.path.normpath(env_dir / expanded)
+    repos = spack.get("repos")
+    if isinstance(repos, list):
+        spack["repos"] = [absolute(r) if isinstance(r, str) else r for r in repos]
+    elif isinstance(repos, dict):
+        spack["repos"] = {name: absolute(r) if isinstance(r, str) else r for name, r in repos.items()}
+    if isinstance(spack.get("include"), list):
+        spack["include"] = [absolute(i) if isinstance(i, str) and "://" not in i else i for i in spack["include"]]
+    return {"spack": spack}
 
 
 def _spec(text: str) -> tuple[str, str]:

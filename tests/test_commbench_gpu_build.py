@@ -1,20 +1,24 @@
 """commbench's GPU backends compile and link here (no GPU needed) with warnings as errors, and the
-binaries fail cleanly (an error record, exit 4) where no GPU is usable."""
+binaries fail cleanly (an error record, exit 4) where no GPU is usable; `commcamp bench build cuda|hip` takes
+the GPU architectures from its options or the site and configures again when they change."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from fixtures_bench import BENCH_BUILD, BENCH_SRC, launch_env, read_records
+from fixtures_sites import site_data, write_site
 
 CUDA_BIN = Path("/usr/local/cuda/bin")
 NVCC = shutil.which("nvcc") or (str(CUDA_BIN / "nvcc") if (CUDA_BIN / "nvcc").exists() else None)
 HIPCC = shutil.which("hipcc")
+COMMCAMP = Path(sys.executable).with_name("commcamp")
 ALL_TRANSPORTS = ["staging", "d2d", "d2d-kernel", "ccl", "mpi", "memcpy"]
 
 pytestmark = pytest.mark.slow
@@ -147,3 +151,55 @@ def test_gpu_scripts_build_step(tmp_path: Path) -> None:
     assert f"bin={binary} werror=ok nvls=0" in done.stdout
     assert listed_transports(binary)["ccl"].startswith(
         "transport ccl ops pingpong,pingpong_bi,allreduce,alltoall,allgather,reduce_scatter,bcast,pairmatrix,sendrecv")
+
+
+def test_bench_build_takes_gpu_architectures_from_its_options_else_the_site(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    """bench_src/Makefile's variables for `commcamp bench build`: --cuda-archs/--hip-archs, else (--site) the site's
+    -DCOMMBENCH_*_ARCHS of its partitions of that backend, else the Makefile's defaults (nothing passed); the site's
+    other cmake_options go to CMAKE_ARGS after the environment's."""
+    from campaigns.cli.bench import make_variables
+
+    monkeypatch.delenv("CMAKE_ARGS", raising=False)
+    assert make_variables("cuda", None, "leonardo") == ["CUDA_ARCHS=80"]  # -DCOMMBENCH_CUDA_ARCHS=80 (A100)
+    assert make_variables("hip", None, "lumi") == ["HIP_ARCHS=gfx90a"]
+    assert make_variables("cuda", "70", "h200") == ["CUDA_ARCHS=70"]  # the option wins
+    assert make_variables("cuda", None, None) == make_variables("cpu-openmpi", None, "local") == []
+
+    def edit(data: dict) -> None:
+        data["systems"][0]["partitions"][0]["commbench"]["cmake_options"] = ["-DCOMMBENCH_WERROR=OFF", "-DX=a b"]
+    write_site(tmp_path / "local", site_data("local", edit))
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path))
+    monkeypatch.setenv("CMAKE_ARGS", "-DY=1")
+    assert make_variables("cpu-mpich", None, "local") == ["CMAKE_ARGS=-DY=1 -DCOMMBENCH_WERROR=OFF '-DX=a b'"]
+    done = subprocess.run([str(COMMCAMP), "bench", "build", "cuda", "--site", "local", "--build-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "site 'local' has no partition with commbench backend cuda" in done.stderr
+    done = subprocess.run([str(COMMCAMP), "bench", "build", "--cuda-archs", "80", "--build-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "--cuda-archs applies to the cuda variant" in done.stderr
+
+
+@pytest.mark.skipif(HIPCC is None, reason="hipcc is not installed: the hip backend cannot be compiled here")
+def test_bench_build_hip_names_a_rejected_architecture_and_builds_again_with_others(tmp_path: Path) -> None:
+    """Debian 12's hipcc 5.2 rejects gfx942, one of the default HIP_ARCHS: the failed build says how to choose
+    others, and the next build with --hip-archs configures the build directory again (the Makefile configured
+    it once and kept the old architectures in the CMake cache)."""
+    if hipcc_accepts("gfx942", tmp_path):
+        pytest.skip("this hipcc accepts every default HIP architecture")
+    env = {k: v for k, v in compiler_env(tmp_path).items() if k not in ("HIP_ARCHS", "CMAKE_ARGS")}
+    env.update(MPICC="mpicc.openmpi", COLUMNS="200", COMMCAMP_HOME=str(tmp_path / "workspace"))
+    build = tmp_path / "bench"
+
+    def bench_build(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(COMMCAMP), "bench", "build", "hip", "--build-dir", str(build), *args],
+                              capture_output=True, text=True, timeout=1200, env=env, check=False)
+    failed = bench_build()
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    said = " ".join(failed.stderr.split())
+    assert "invalid target ID 'gfx942'" in said and "commcamp bench build hip --hip-archs gfx90a" in said, said
+    built = bench_build("--hip-archs", "gfx90a")
+    assert built.returncode == 0, built.stdout + built.stderr[-3000:]
+    assert built.stdout.strip() == str(build / "hip" / "commbench")
+    flags = (build / "hip" / "CMakeFiles" / "commbench.dir" / "flags.make").read_text()
+    assert "--offload-arch=gfx90a" in flags and "gfx942" not in flags

@@ -5,7 +5,8 @@ working directory, a site kept in a directory of its own ($COMMCAMP_SITE_PATH) a
 running the smoke campaign must work and write nothing but the workspace (and the site directory that
 `site new` is asked to write to). A small tune (the launcher executor, mpirun on this machine, commbench from
 the workspace's build) publishes into the workspace and `recommend` reads it back; the nightly health campaign
-runs on the local Slurm cluster from the same install.
+runs on the local Slurm cluster from the same install. The wheel carries the license; the shipped env.sh and the
+nightly health wrapper of the install use the workspace, never the install tree.
 
 The venv reuses the test venv's dependencies through a .pth line (not its editable commcamp: .pth files in a
 directory added that way are not processed), so only commcamp itself comes from the wheel.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,8 +30,9 @@ from fixtures_slurm import SlurmCluster
 
 REPO = Path(__file__).resolve().parents[1]
 # What the wheel is built from (campaigns/_data links to the folders beside it).
-SOURCES = ("pyproject.toml", "README.md", "campaigns", "tuners", "bench_src", "reframe_checks", "site_configs",
-           "spack_env")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "campaigns", "tuners", "bench_src", "reframe_checks",
+           "site_configs", "spack_env")
+SHIPPED = SOURCES[5:]  # the folders campaigns/_data links to
 
 pytestmark = [pytest.mark.slow,  # a wheel, a commbench build, the smoke campaign: 200 s on 2 loaded cores
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -65,6 +68,7 @@ class Installed:
         self.timed("pip wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
                                  str(tmp_path / "wheels"), str(source)])
         (wheel,) = (tmp_path / "wheels").glob("commcamp-*.whl")
+        self.wheel = wheel
         self.venv = venv = tmp_path / "venv"
         self.timed("venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
         self.timed("pip install", [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
@@ -110,7 +114,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
 def test_wheel_install_runs_and_writes_only_to_the_workspace(installed: Installed) -> None:
     commcamp, workspace, sites = installed.commcamp, installed.workspace, installed.sites
     shipped = installed.purelib / "campaigns" / "_data"
-    assert all((shipped / d).is_dir() and not (shipped / d).is_symlink() for d in SOURCES[4:]), "not in the wheel"
+    assert all((shipped / d).is_dir() and not (shipped / d).is_symlink() for d in SHIPPED), "not in the wheel"
     # The tuner's data files (MPICH's selection tree, which every MPICH per-size rule file is made from).
     data = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tuners" / "data").iterdir())
     assert data and all((installed.purelib / name).is_file() for name in data), "tuners/data not in the wheel"
@@ -147,6 +151,41 @@ def test_wheel_install_runs_and_writes_only_to_the_workspace(installed: Installe
     written = _files(workspace)
     assert "commcamp.db" in written and any(p.startswith("runs/smoke-") for p in written)
     print("timings (s):", installed.timings)
+
+
+def test_the_wheel_carries_the_license(installed: Installed) -> None:
+    """pyproject.toml's license (SPDX BSD-3-Clause) and its text: LICENSE in the wheel's .dist-info/licenses/
+    (setuptools' license-files), named in its metadata, and installed."""
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        dist_info = next(n.split("/")[0] for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        assert wheel.read(f"{dist_info}/licenses/LICENSE").decode() == (REPO / "LICENSE").read_text()
+        metadata = wheel.read(f"{dist_info}/METADATA").decode()
+    assert "License-Expression: BSD-3-Clause" in metadata and "License-File: LICENSE" in metadata, metadata[:2000]
+    assert "Copyright (c) 2026, the commcamp developers" in (REPO / "LICENSE").read_text()
+    assert (installed.purelib / dist_info / "licenses" / "LICENSE").is_file()
+
+
+def test_installed_env_sh_and_nightly_wrapper_write_to_the_workspace(installed: Installed) -> None:
+    """From the read-only install, as cron runs it (no commcamp on PATH): a shipped site's env.sh puts ReFrame's results
+    database in commcamp's default workspace ($XDG_DATA_HOME/commcamp, not site-packages/campaigns/_data/results), and
+    the nightly health wrapper runs the install's own commcamp, asks it for the workspace and makes its log directory
+    there (the cron example's redirection into a missing results/health/ failed before anything ran)."""
+    shipped = installed.purelib / "campaigns"
+    env = {k: v for k, v in installed.env(dict(os.environ)).items() if k not in ("COMMCAMP_HOME", "RFM_SQLITE_DB_FILE")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != str(installed.venv / "bin"))
+    shown = installed.timed("env.sh", _readonly([installed.venv, REPO], [
+        "bash", "-c", f'. {shipped / "_data" / "site_configs" / "local" / "env.sh"} && echo "$RFM_SQLITE_DB_FILE"']),
+        env=env, cwd=installed.cwd, timeout=60)
+    assert shown.stdout.strip() == str(installed.home / ".local" / "share" / "commcamp" / "reframe" / "results.db")
+    env.update(COMMCAMP_HOME=str(installed.workspace), COMMCAMP_HEALTH_LOG="nightly-wheel.log")
+    spec = "campaigns/no-such-health.yaml"
+    done = subprocess.run(_readonly([installed.venv, REPO], [str(shipped / "schedules" / "nightly-health.sh"), spec]),
+                          env=env, cwd=installed.cwd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr  # commcamp's: the spec does not exist
+    log = installed.workspace / "health" / "nightly-wheel.log"
+    assert f"exit 2 (spec/site/database unusable); log {log}" in done.stderr, done.stdout + done.stderr
+    assert spec in log.read_text() and "exit 2 (spec/site/database unusable)" in log.read_text()
+    assert _files(installed.cwd) == [] and _files(installed.home) == []
 
 
 @pytest.mark.slurm

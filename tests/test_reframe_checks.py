@@ -465,26 +465,6 @@ def test_env_file_stores_sessions_in_the_workspace_and_perflogs_say_sizes_not_re
     assert re.search(r"commbench_sweep .*,local:cpu\+openmpi,small_latency,us,[0-9.]+,[0-9.]+,0", compared), compared
 
 
-def test_spack_build_installs_the_site_environment_and_links_the_binary(tmp_path: Path) -> None:
-    """`commbench.build: spack` (Alps): the build fixture installs the site's Spack environment and links
-    the installed commbench into its stage directory, which the runs execute (dry run: no Spack here)."""
-    def edit(data: dict[str, Any]) -> None:
-        local_partition(data)["commbench"].update(build="spack", spack_env="spack_env/local",
-                                                  spack_spec="commbench ^openmpi")
-        local_partition(data)["environments"] = ["openmpi"]  # one Spack spec builds for one MPI (site check)
-    prefix = tmp_path / "rfm"
-    result = reframe(copy_site(tmp_path, "local", edit), "--dry-run", "-n", "commbench_pairmatrix", "-p", "openmpi",
-                     prefix=prefix)
-    assert result.returncode == 0, result.stdout + result.stderr
-    build_dir = next((prefix / "stage").glob("local/cpu/openmpi/commbench_build_*"))
-    build = (build_dir / "rfm_build.sh").read_text()
-    env_dir = REPO / "spack_env" / "local"
-    assert f"spack -e {env_dir} install --fail-fast -j 2\n" in build, build
-    assert f'ln -sf "$(spack -e {env_dir} location -i commbench ^openmpi)/bin/commbench" commbench' in build
-    job = next((prefix / "stage").glob("local/cpu/openmpi/commbench_pairmatrix_*/rfm_job.sh")).read_text()
-    assert f" {build_dir / 'commbench'} --op pairmatrix " in job
-
-
 def test_an_expected_nonzero_exit_is_not_a_failed_job() -> None:
     """ReFrame's local scheduler (and Slurm) report a job whose program exited non-zero as FAILURE/FAILED:
     when the check expects that exit code (an unsupported transport, exit 4) the job still ended normally;

@@ -1,16 +1,21 @@
 """Spack side, checked without Spack (it cannot be installed here; spack_env/README.md): every
 environment uses only keys of Spack's environment schema (spack_env/spack_check.py, key lists
-transcribed from spack/spack's lib/spack/spack/schema) and names what it needs; the checker catches
-what it must; the commbench recipe is valid Python whose variants and CMake defines match
-bench_src's CMake options."""
+transcribed from spack/spack's lib/spack/spack/schema) and only variants its packages have (the recipes
+here, and the builtin packages the environments use, transcribed from spack/spack-packages) and names what
+it needs; the checker catches what it must; the commbench recipe is valid Python whose variants and CMake
+defines match bench_src's CMake options, and whose CMake minimum is bench_src's; the ReFrame build fixture
+of a site that builds with Spack installs commbench alone from an environment in its stage directory."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from fixtures_sites import site_data, write_site
 
 from campaigns.model.site import available_sites, load_site
 
@@ -19,7 +24,8 @@ SPACK_ENV = REPO / "spack_env"
 RECIPE = SPACK_ENV / "repos" / "spack_repo" / "commcamp" / "packages" / "commbench" / "package.py"
 sys.path.insert(0, str(SPACK_ENV))
 from spack_check import (PY_COMMCAMP_RECIPE, check_environment_file, check_manifest,  # noqa: E402
-                         check_python_recipe, read_recipe)
+                         check_python_recipe, commbench_environment, known_packages, read_recipe, repo_paths,
+                         spec_nodes)
 
 MANIFESTS = sorted(SPACK_ENV.glob("*/spack.yaml"))
 
@@ -128,6 +134,47 @@ def test_recipe_variants_match_the_cmake_options() -> None:
     assert recipe.variants == {"ccl": True, "werror": False}
     assert recipe.spec_variants == {"cuda_arch", "amdgpu_target"}
     assert {"mpi", "nccl", "rccl", "hip"} <= set(recipe.dependencies)
+    # nvcc compiles the host code of the .cu files with the C++ compiler: Spack gives a build one only on request
+    assert recipe.conditions["cxx"] == ["+cuda"]
+
+
+def test_cmake_minimum_is_one_version_everywhere() -> None:
+    """bench_src's CMake projects (commbench and the tuner plugin beside it) and the recipes that build them
+    (commbench; py-commcamp, whose `bench build`/`plugin build` run CMake) name one minimum CMake version, and the
+    projects use nothing newer: the plugin asked for 3.21 (PROJECT_IS_TOP_LEVEL) while the rest said 3.18, so a
+    CMake 3.20 that the recipes accepted failed to configure."""
+    projects = sorted((REPO / "bench_src").rglob("CMakeLists.txt"))
+    assert REPO / "bench_src" / "nccl_tuner" / "CMakeLists.txt" in projects
+    minimums = {path.relative_to(REPO).as_posix(): re.search(r"cmake_minimum_required\(VERSION ([0-9.]+)\)",
+                                                             path.read_text()).group(1) for path in projects}
+    recipes = {name: [d for d in read_recipe(SPACK_ENV / "repos" / "spack_repo" / "commcamp" / "packages" / name /
+                                             "package.py").dependencies if d.startswith("cmake@")]
+               for name in ("commbench", "py_commcamp")}
+    (minimum,) = set(minimums.values())
+    assert recipes == {"commbench": [f"cmake@{minimum}:"], "py_commcamp": [f"cmake@{minimum}:"]}, (minimums, recipes)
+    newer = {"PROJECT_IS_TOP_LEVEL": "3.21", "cmake_path(": "3.20", "CMAKE_CUDA_ARCHITECTURES all": "3.23"}
+    for path in [*projects, *(REPO / "bench_src").rglob("*.cmake")]:
+        for feature, since in newer.items():
+            if tuple(map(int, since.split("."))) > tuple(map(int, minimum.split("."))):
+                assert feature not in path.read_text(), f"{path}: {feature} needs CMake {since}"
+
+
+def test_tuner_plugin_honours_commbench_werror(tmp_path: Path) -> None:
+    """The recipe's ~werror (its default) and COMMBENCH_WERROR=OFF reach the tuner plugin built beside commbench
+    (add_subdirectory(nccl_tuner)), and standalone; the project's own builds keep -Werror (the default ON)."""
+    def plugin_flags(source: Path, build: str, *options: str) -> str:
+        done = subprocess.run(["cmake", "-S", str(source), "-B", str(tmp_path / build),
+                               "-DMPI_C_COMPILER=mpicc.openmpi", *options],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        found = list((tmp_path / build).rglob("nccl-tuner-commcamp.dir/flags.make"))
+        assert len(found) == 1, found
+        return found[0].read_text()
+    bench_src = REPO / "bench_src"
+    assert "-Werror" in plugin_flags(bench_src, "on")
+    assert "-Werror" not in plugin_flags(bench_src, "off", "-DCOMMBENCH_WERROR=OFF")
+    assert "-Werror" not in plugin_flags(bench_src / "nccl_tuner", "plugin-off", "-DCOMMBENCH_WERROR=OFF",
+                                         "-DCOMMCAMP_TUNER_TESTS=OFF")
 
 
 def test_repo_yaml_names_the_repository() -> None:
@@ -155,3 +202,119 @@ def test_py_commcamp_recipe_pins_what_pyproject_pins(tmp_path: Path) -> None:
     extra.write_text(recipe.read_text().replace('depends_on("py-numpy")', 'depends_on("py-numpy")\n        '
                                                 'depends_on("py-requests")'))
     assert check_python_recipe(extra, pyproject)[0] == [f"{extra}: depends_on('py-requests') is not in pyproject.toml"]
+
+
+KNOWN = known_packages([SPACK_ENV / "repos" / "spack_repo" / "commcamp"])
+
+
+def test_the_checker_knows_every_package_the_environments_name() -> None:
+    """Every package named in a spec, an external or a ^dependency of the shipped environments has its variants in
+    the checker (a recipe here, or SPACK_BUILTIN_VARIANTS with its source), so no variant goes unchecked."""
+    named = set()
+    for manifest in MANIFESTS:
+        spack = yaml.safe_load(manifest.read_text())["spack"]
+        texts = [*spack["specs"], *(e["spec"] for s in spack["packages"].values() for e in s.get("externals", []))]
+        named |= {node.name for text in texts for node in spec_nodes(text)}
+        assert known_packages(repo_paths({"spack": spack}, manifest.parent)).keys() >= {"commbench", "py-commcamp"}
+    assert named and named <= set(KNOWN), named - set(KNOWN)
+
+
+@pytest.mark.parametrize("spec, variants", [
+    ("commbench +cuda cuda_arch=90 +ccl ^openmpi fabrics=ucx", [("commbench", ["cuda", "cuda_arch", "ccl"]),
+                                                                ("openmpi", ["fabrics"])]),
+    ("rccl-tests+rocm amdgpu_target=gfx90a %cxx=llvm-amdgpu@6.0.3", [("rccl-tests", ["rocm", "amdgpu_target"]),
+                                                                     ("llvm-amdgpu", [])]),
+    ("builtin.openmpi@4.1.6 ~cuda cflags='-O2 -g' target=zen3", [("openmpi", ["cuda"])]),
+    ("+cuda cuda_arch=80", [(None, ["cuda", "cuda_arch"])]),
+    ("py-commcamp@=0.1.0 +postgresql", [("py-commcamp", ["postgresql"])]),
+])
+def test_spec_nodes_reads_packages_and_variants(spec: str, variants: list) -> None:
+    assert [(node.name, node.variants) for node in spec_nodes(spec)] == variants
+
+
+@pytest.mark.parametrize("text, where, message", [
+    # LUMI's spec as it was: Spack's rccl-tests is a plain CMakePackage (variant mpi only)
+    ("spack:\n  specs: [rccl-tests +rocm amdgpu_target=gfx90a]\n", "spack.specs[0]",
+     "rccl-tests has no variant 'rocm'"),
+    ("spack:\n  specs: [commbench +cuda +nccl]\n", "spack.specs[0]", "commbench has no variant 'nccl'"),
+    ("spack:\n  specs: [osu-micro-benchmarks ^openmpi +ucx]\n", "spack.specs[0]", "openmpi has no variant 'ucx'"),
+    ("spack:\n  packages:\n    nccl:\n      externals:\n        - {spec: nccl +cuda cuda_arc=90, prefix: /usr}\n",
+     "spack.packages.nccl.externals[0].spec", "nccl has no variant 'cuda_arc'"),
+    ("spack:\n  packages:\n    openmpi:\n      require: ['+cudaa']\n", "spack.packages.openmpi.require[0]",
+     "openmpi has no variant 'cudaa'"),
+    ("spack:\n  develop:\n    commbench: {spec: commbench@=0.1.0 +rocn, path: .}\n", "spack.develop.commbench.spec",
+     "commbench has no variant 'rocn'"),
+    # a compiler package's external without its compilers cannot serve %cxx=llvm-amdgpu nor hip-lang
+    ("spack:\n  packages:\n    llvm-amdgpu:\n      externals:\n"
+     "        - {spec: llvm-amdgpu@6.0.3, prefix: /opt/rocm}\n",
+     "spack.packages.llvm-amdgpu.externals[0].extra_attributes.compilers", "llvm-amdgpu is a compiler package"),
+])
+def test_checker_rejects_a_variant_the_package_lacks(tmp_path: Path, text: str, where: str, message: str) -> None:
+    """Where the checker knows the package (a recipe of the environment's repositories, or a builtin package of
+    SPACK_BUILTIN_VARIANTS), a variant it lacks is a problem; a package it does not know is not judged."""
+    (tmp_path / "env").mkdir()
+    manifest = tmp_path / "env" / "spack.yaml"
+    repo = SPACK_ENV / "repos" / "spack_repo" / "commcamp"
+    manifest.write_text(text.replace("spack:\n", f"spack:\n  repos: [{repo}]\n", 1))
+    problems = check_environment_file(manifest)
+    assert problems and problems[0].startswith(f"{manifest}: {where}: {message}"), problems
+    fine = ("spack:\n  specs: [rccl-tests +mpi, hdf5 +whatever, commbench +rocm amdgpu_target=gfx90a ~ccl +werror,"
+            " osu-micro-benchmarks +rocm amdgpu_target=gfx90a +xccl ^cray-mpich +rocm]\n"
+            "  packages:\n    all: {variants: [+anything]}\n    llvm-amdgpu:\n      externals:\n"
+            "        - {spec: llvm-amdgpu@6.0.3, prefix: /opt/rocm/llvm, extra_attributes: {compilers: "
+            "{c: /opt/rocm/llvm/bin/amdclang, cxx: /opt/rocm/llvm/bin/amdclang++}}}\n")
+    manifest.write_text(fine.replace("spack:\n", f"spack:\n  repos: [{repo}]\n", 1))
+    assert check_environment_file(manifest) == []
+
+
+@pytest.mark.parametrize("site", ["alps", "lumi", "local"])
+def test_commbench_environment_is_the_sites_for_commbench_alone(tmp_path: Path, site: str) -> None:
+    """The Spack build's environment (ReFrame's build fixture writes it into its stage directory): the site's
+    packages and concretizer, no specs (the build adds commbench's), commbench's develop entry at the stage's
+    sources and nothing of py-commcamp (its `path: ../..` is the checkout, not an installed commcamp), the
+    package repository by an absolute path; a manifest that passes the checker."""
+    manifest = SPACK_ENV / site / "spack.yaml"
+    spack = yaml.safe_load(manifest.read_text())["spack"]
+    made = commbench_environment(manifest, "..")
+    assert made["spack"]["specs"] == [] and made["spack"]["view"] is False
+    assert made["spack"]["develop"] == {"commbench": {"spec": "commbench@=0.1.0", "path": ".."}}
+    assert made["spack"]["packages"] == spack["packages"] and made["spack"]["concretizer"] == spack["concretizer"]
+    (repo,) = made["spack"]["repos"].values()
+    assert Path(repo).is_absolute() and Path(repo) == (SPACK_ENV / "repos" / "spack_repo" / "commcamp").resolve()
+    written = tmp_path / "commbench-spack-env" / "spack.yaml"
+    written.parent.mkdir()
+    written.write_text(yaml.safe_dump(made))
+    assert check_environment_file(written) == []
+    assert not (manifest.parent / "spack.lock").exists()
+
+
+def test_spack_build_installs_commbench_alone_from_an_environment_in_its_stage(tmp_path: Path) -> None:
+    """`commbench.build: spack` (Alps): the build fixture installs the site's commbench spec, and nothing else of the
+    site's environment (commcamp itself, nccl-tests, OSU), in an environment it writes into its stage directory from
+    the site's (spack.lock and .spack-env/ land there, not in spack_env/<site>, which an installed commcamp holds in
+    its read-only install tree); it links the installed commbench into the stage, which the runs execute (dry run:
+    no Spack here)."""
+    def edit(data: dict) -> None:
+        data["systems"][0]["partitions"][0]["commbench"].update(build="spack", spack_env="spack_env/local",
+                                                                spack_spec="commbench ^openmpi")
+    prefix = tmp_path / "rfm"
+    config = write_site(tmp_path / "site-local", site_data("local", edit))
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("reframe")), "-C", str(config), "-c", str(REPO / "reframe_checks"),
+         "--prefix", str(prefix), "--report-file", str(prefix / "report.json"), "--nocolor", "--dry-run",
+         "-n", "commbench_pairmatrix", "-p", "openmpi"],
+        env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True, timeout=600, cwd=REPO, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    build_dir = next((prefix / "stage").glob("local/cpu/openmpi/commbench_build_*"))
+    build = (build_dir / "rfm_build.sh").read_text()
+    assert "spack -e commbench-spack-env add commbench ^openmpi\n" in build, build
+    assert "spack -e commbench-spack-env install --fail-fast -j 2\n" in build, build
+    assert 'ln -sf "$(spack -e commbench-spack-env location -i commbench ^openmpi)/bin/commbench" commbench' in build
+    assert str(SPACK_ENV) not in build, build
+    made = yaml.safe_load((build_dir / "commbench-spack-env" / "spack.yaml").read_text())["spack"]
+    assert made["specs"] == [] and set(made["develop"]) == {"commbench"}
+    assert made["develop"]["commbench"]["path"] == ".."
+    assert (build_dir / "commbench-spack-env" / ".." / "CMakeLists.txt").is_file()  # the stage's copy of bench_src
+    assert made["packages"] == yaml.safe_load((SPACK_ENV / "local" / "spack.yaml").read_text())["spack"]["packages"]
+    job = next((prefix / "stage").glob("local/cpu/openmpi/commbench_pairmatrix_*/rfm_job.sh")).read_text()
+    assert f" {build_dir / 'commbench'} --op pairmatrix " in job

@@ -87,7 +87,8 @@ def check_pairs(results):
 
 class commbench_build(rfm.CompileOnlyRegressionTest):
     '''Build commbench for the partition's backend: with CMake and the environment's MPI compiler, or
-    (site `commbench.build: spack`) by installing the site's Spack environment (spack_env/<site>).'''
+    (site `commbench.build: spack`) by installing the site's commbench spec in an environment made from the
+    site's Spack environment (spack_env/<site>) in the stage directory.'''
 
     descr = 'Build commbench'
     build_system = 'CMake'
@@ -101,11 +102,33 @@ class commbench_build(rfm.CompileOnlyRegressionTest):
         site = self.current_partition.extras['commbench']
         jobs = self.build_jobs or site.get('build_jobs', 2)
         if site.get('build') == 'spack':
-            env_dir = os.path.join(DATA_ROOT, site['spack_env'])
+            # Only the site's commbench spec, in a commbench-only environment made from the site's (its packages,
+            # externals, concretizer; spack_env/spack_check.py: commbench_environment) in the stage directory, built
+            # from the stage's copy of bench_src: spack.lock, .spack-env/ and Spack's build directory go to the
+            # stage, never to the site's environment or the shipped sources (an installed commcamp's install tree),
+            # and neither commcamp itself nor the reference benchmarks of the site's environment are installed.
+            import importlib.util
+            import sys
+
+            import yaml
+            spack_check = sys.modules.get('_commcamp_spack_check')  # the name campaigns.model.site loads it as
+            if spack_check is None:
+                loaded = importlib.util.spec_from_file_location(
+                    '_commcamp_spack_check', os.path.join(DATA_ROOT, 'spack_env', 'spack_check.py'))
+                spack_check = importlib.util.module_from_spec(loaded)
+                sys.modules['_commcamp_spack_check'] = spack_check  # its dataclasses look their module up there
+                loaded.loader.exec_module(spack_check)
+            env_name = 'commbench-spack-env'  # relative: the build script runs in the stage directory
+            env_dir = os.path.join(self.stagedir, env_name)
+            os.makedirs(env_dir, exist_ok=True)
+            with open(os.path.join(env_dir, 'spack.yaml'), 'w', encoding='utf-8') as stream:
+                yaml.safe_dump(spack_check.commbench_environment(
+                    os.path.join(DATA_ROOT, site['spack_env'], 'spack.yaml'), '..'), stream, sort_keys=False)
             self.build_system = 'Spack'
-            self.build_system.environment = env_dir
+            self.build_system.environment = env_name
+            self.build_system.specs = [site['spack_spec']]  # `spack -e ENV add SPEC`, then `spack -e ENV install`
             self.build_system.install_opts = ['--fail-fast', '-j', str(jobs)]
-            self.postbuild_cmds = [f'ln -sf "$(spack -e {env_dir} location -i {site["spack_spec"]})/bin/commbench" '
+            self.postbuild_cmds = [f'ln -sf "$(spack -e {env_name} location -i {site["spack_spec"]})/bin/commbench" '
                                    f'{SPACK_LINK}']
             return
         self.build_system.builddir = BUILD_DIR

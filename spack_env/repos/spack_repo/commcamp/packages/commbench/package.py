@@ -32,6 +32,9 @@ class Commbench(CMakePackage, CudaPackage, ROCmPackage):
     variant("werror", default=False, description="Treat compiler warnings as errors (COMMBENCH_WERROR)")
 
     depends_on("c", type="build")
+    # enable_language(CUDA): nvcc compiles host code with the C++ compiler (+rocm: hipcc is CMake's C++ compiler)
+    depends_on("cxx", type="build", when="+cuda")
+    # bench_src/CMakeLists.txt's (and nccl_tuner/'s) cmake_minimum_required
     depends_on("cmake@3.18:", type="build")
     # MPI is not optional: every transport synchronises and reports through it. Pick the provider
     # with the spec (^cray-mpich, ^openmpi, ^mpich).
