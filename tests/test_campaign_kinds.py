@@ -3,7 +3,12 @@ kind's after_run() gives `commcamp run`'s exit code. The kinds' real runs: test_
 test_health_localslurm.py (health), test_campaign_localslurm.py (characterize)."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from campaigns.cli.console import make_console
 from campaigns.exit_codes import ExitCode
@@ -67,3 +72,50 @@ def test_a_kind_output_that_cannot_be_written_stops_the_run_before_any_case(tmp_
     code, out, err = commcamp("run", spec, "--db", f"sqlite:///{db}", "--runs-dir", runs, "--verdict", later,
                               "--dry-run")
     assert code == 0 and not later.parent.exists(), out + err
+
+
+def test_every_kind_output_option_is_a_run_option_that_reaches_its_kind(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each kind's output_option (KINDS) is an option of `commcamp run`, and what is given there reaches that kind's
+    after_run() as FinishedRun.output; another kind's campaign refuses it and so does a directory (exit 2, before
+    anything runs). campaigns/cli/app.py kept three hand-written maps of the options: a kind added to KINDS with its
+    option on `run` but missing from one of them got its option silently ignored (the path not used, accepted on a
+    campaign of another kind, a directory not refused)."""
+    from campaigns.cli import app as app_module
+    from campaigns.reframe import runner
+    from fixtures_cli import commcamp
+
+    options = {name: kind.output_option for name, kind in KINDS.items() if kind.output_option}
+    assert options, "no kind has an output option"
+    parameters = inspect.signature(app_module.run).parameters
+    assert not [option for option in options.values() if option not in parameters], parameters
+    received: dict[str, Path | None] = {}
+
+    def receiving(name: str) -> Callable[[FinishedRun], ExitCode]:
+        def after_run(run: FinishedRun) -> ExitCode:
+            received[name] = run.output
+            return ExitCode.OK
+        return after_run
+
+    for name, kind in KINDS.items():  # every kind's after_run only records what it was handed
+        monkeypatch.setitem(KINDS, name, dataclasses.replace(kind, after_run=receiving(name)))
+    monkeypatch.setattr(runner, "run_campaign", lambda *args, **kwargs: CampaignResult(None, "sqlite://", []))
+    monkeypatch.setattr(app_module, "_print_summary", lambda *args: None)
+    specs = {}
+    for name in KINDS:
+        specs[name] = tmp_path / f"{name}.yaml"
+        specs[name].write_text(HEALTH_SPEC.replace("kind: health", f"kind: {name}"))
+    common = ("--db", f"sqlite:///{tmp_path / 'results.db'}", "--runs-dir", tmp_path / "runs")
+    for name, option in options.items():
+        target = tmp_path / "out" / f"{name}.{option}"
+        code, out, err = commcamp("run", specs[name], *common, f"--{option}", target)
+        assert code == ExitCode.OK and received.pop(name) == target, out + err
+        code, out, err = commcamp("run", specs[name], *common, f"--{option}", tmp_path, "--dry-run")
+        assert code == ExitCode.USAGE and f"--{option} {tmp_path}: is a directory" in err, out + err
+        for other in KINDS:
+            if KINDS[other].output_option != option:
+                code, out, err = commcamp("run", specs[other], *common, f"--{option}", target, "--dry-run")
+                assert code == ExitCode.USAGE and f"--{option}:" in err and f"writes no {option}" in err, out + err
+    for name in KINDS:  # without the option: the kind's default place (None)
+        code, out, err = commcamp("run", specs[name], *common)
+        assert code == ExitCode.OK and name in received and received.pop(name) is None, out + err

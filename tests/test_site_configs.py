@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from campaigns.model import site as site_module
+from campaigns.model import vocabulary
 from campaigns.model.site import ALL_OPS, NVLINK_MULTICAST_OFF, TRANSPORTS, available_sites, check_site, load_site
 from fixtures_cli import commcamp
 from test_reframe_checks import REPO, SITE_CONFIGS, reframe, report_cases
@@ -152,6 +153,67 @@ def test_quoted_numbers_fail_the_check(site_copies: Path) -> None:
     edit(localslurm_yaml, "health: {min_bytes: 8, max_bytes: 1048576,", "health: {min_bytes: 8B, max_bytes: 1MiB,")
     (problem,) = check_site("localslurm")
     assert problem.endswith("systems[0].partitions[0].commbench.tasks_per_node: expected a number, not true")
+
+
+def test_partition_transports_are_those_built_for_its_backend(site_copies: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition's transports are the vocabulary's for its backend (TRANSPORT_BACKENDS): a GPU-only transport on a
+    cpu partition and a CPU-only one on a GPU partition are refused, naming both. site.yaml had `backend: cpu` mean
+    `transports: [mpi]` hard-coded, so a new CPU transport (in the vocabulary with backends [cpu]) could not be
+    offered by any CPU site, while a GPU partition listing it passed the check and built a commbench without it."""
+    local_yaml, h200_yaml = site_copies / "local" / "site.yaml", site_copies / "h200" / "site.yaml"
+    edit(local_yaml, "transports: [mpi]", "transports: [mpi, ccl]")
+    (problem,) = check_site("local")
+    assert problem.startswith(f"{local_yaml}:") and "systems[0].partitions[0].commbench: " in problem
+    assert "transports ['ccl'] are not built for the cpu backend (built for ccl: cuda, hip)" in problem
+    # staging taken as a CPU-only transport, as a new one would be (its vocabulary entry: backends [cpu])
+    monkeypatch.setitem(vocabulary.TRANSPORT_BACKENDS, "staging", ("cpu",))
+    edit(local_yaml, "transports: [mpi, ccl]", "transports: [mpi, staging]")
+    assert check_site("local") == []
+    (problem,) = check_site("h200")
+    assert problem.startswith(f"{h200_yaml}:") and "systems[0].partitions[0].commbench: " in problem
+    assert "transports ['staging'] are not built for the cuda backend (built for staging: cpu)" in problem
+
+
+def test_a_site_from_the_template_names_itself_and_site_check_names_its_edit_values(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`site new NAME --from generic-slurm` wrote the template's header into site.yaml ("Copy this directory to
+    site_configs/<site>/", "what `commcamp site check generic-slurm` validates"), an env.sh saying to source
+    site_configs/generic-slurm/env.sh and a reframe_config.py calling itself a template; and `site check` said
+    only "ok" for the unedited copy. Now the files name the new site, and `site check` warns (stderr, exit code
+    still 0) naming each site.yaml value that still says EDIT by file, line and key; a comment's EDIT is no value.
+    `--all` says how many (the shipped template has them on purpose)."""
+    code, out, err = commcamp("site", "new", "mysite", "--dir", tmp_path)
+    assert code == 0, err
+    site_dir = tmp_path / "mysite"
+    site_yaml, env_sh, config = site_dir / "site.yaml", site_dir / "env.sh", site_dir / "reframe_config.py"
+    assert f"value(s) of {site_yaml} still say EDIT" in err
+    assert site_yaml.read_text().startswith("# Site 'mysite': made by `commcamp site new mysite --from generic-slurm`")
+    assert "Copy this directory" not in site_yaml.read_text()
+    assert f"`. {env_sh}`" in env_sh.read_text().splitlines()[0]
+    assert config.read_text().startswith("\"\"\"ReFrame configuration of site 'mysite', made from site 'generic-slurm'")
+    for path in (site_yaml, env_sh, config):  # the template is named only as where the site comes from
+        assert not [line for line in path.read_text().splitlines()
+                    if "generic-slurm" in line and "made" not in line and "site new" not in line], path
+        assert "template for a new" not in path.read_text(), path
+
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path))
+    code, out, err = commcamp("site", "check", "mysite")
+    assert code == 0 and out.strip() == "site mysite: ok", out + err
+    warned = [line.strip() for line in err.splitlines() if line.startswith(f"  {site_yaml}:")]
+    assert f"{site_yaml}:{line_of(site_yaml, 'fabric:')}: network.fabric: 'EDIT: e.g. InfiniBand NDR, " \
+           "Slingshot-11, 100 GbE'" in warned
+    assert f"{site_yaml}:{line_of(site_yaml, 'libraries:') + 1}: systems[0].partitions[0].libraries[0].version: " \
+           "'EDIT'" in warned
+    assert f"site mysite: warning: {len(warned)} value(s) still say EDIT" in err
+    assert not [line for line in warned if "systems[0].name" in line]  # `name: cluster  # EDIT`: a comment
+    edit(site_yaml, '"EDIT: e.g. InfiniBand NDR, Slingshot-11, 100 GbE"', '"InfiniBand HDR"')
+    code, out, err = commcamp("site", "check", "mysite")
+    assert code == 0 and f"{len(warned) - 1} value(s) still say EDIT" in err and "network.fabric" not in err
+    code, out, err = commcamp("site", "check", "--all")
+    assert code == 0 and "site mysite: ok" in out, out + err
+    assert f"site mysite: warning: {len(warned) - 1} value(s) still say EDIT" in err
+    assert "network.topology" not in err  # --all: how many, each one with `site check mysite`
 
 
 def test_site_cli_exit_codes(site_copies: Path) -> None:

@@ -47,6 +47,25 @@ def test_campaigns_use_the_vocabulary() -> None:
     assert set(site.COMMBENCH_METRICS) == set(vocabulary.SWEEP_METRICS) <= set(vocabulary.METRICS)
 
 
+# Sweep ops (vocabulary kind p2p or collective) a campaign may not ask commbench_run for, each with why. Empty:
+# campaigns offer every one (pairmatrix and the copies have their own checks and metrics: Reference._bounded).
+NOT_CAMPAIGN_OPS: dict[str, str] = {}
+
+
+def test_every_sweep_op_is_a_campaign_op() -> None:
+    """An op added to the vocabulary (kind p2p or collective) is one campaigns can run: in COMMBENCH_OPS
+    (campaigns/model/site.py: what a spec's `ops` accepts), which tests/test_reframe_checks.py holds equal to
+    CAMPAIGN_OPS (reframe_checks/lib/commbench_tests.py: commbench_run's `op` parameter), unless NOT_CAMPAIGN_OPS
+    says why not. Left out of both, nothing failed: campaigns silently could not run the new op."""
+    sweep_ops = [op for op in vocabulary.OPS if vocabulary.op_kind(op) in ("p2p", "collective")]
+    missing = [op for op in sweep_ops if op not in site.COMMBENCH_OPS and op not in NOT_CAMPAIGN_OPS]
+    assert not missing, (f"{missing}: add to COMMBENCH_OPS (campaigns/model/site.py) and CAMPAIGN_OPS "
+                         "(reframe_checks/lib/commbench_tests.py), or to NOT_CAMPAIGN_OPS here with the reason")
+    assert not set(NOT_CAMPAIGN_OPS) & set(site.COMMBENCH_OPS)
+    assert set(NOT_CAMPAIGN_OPS) <= set(sweep_ops)
+    assert set(site.COMMBENCH_OPS) <= set(vocabulary.OPS)
+
+
 def test_small_latency_is_one_number_for_reframe_and_health(commbench_builds: dict[str, CommbenchBuild],
                                                              tmp_path: Path) -> None:
     """A real 3-rank alltoall whose smallest size moves nothing per rank (8 B / 3 ranks of 4-byte floats:

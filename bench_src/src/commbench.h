@@ -1,7 +1,10 @@
 /* commbench core interfaces: backends (memory and device), transports (how bytes move) and
  * operations (what is measured). An operation only calls transport primitives, a transport only
- * calls the backend and the MPI helpers below, so adding either is one file plus one table line
- * (tables.c). */
+ * calls the backend and the MPI helpers below, so adding either changes no other op or transport:
+ * its file, its line in tables.c, its extern (an op's in tables.c, a transport's at the end of this
+ * file) and its source in the build (CMakeLists.txt add_executable; GPU: cmake/gpu.cmake). An op
+ * that needs a primitive no transport has yet also needs a CB_CAP_* bit, a struct cb_transport
+ * member and that primitive in each transport that offers it (ARCHITECTURE.md, "Where to add"). */
 #ifndef COMMBENCH_H
 #define COMMBENCH_H
 
@@ -239,7 +242,7 @@ struct cb_op {
     int (*run)(const struct cb_exec *exec); /* one iteration */
 };
 
-/* Transports (tables.c lists those of the build). */
+/* Transports (tables.c lists those of the build); a new one's extern goes here. */
 extern const struct cb_transport cb_transport_mpi, cb_transport_staging, cb_transport_d2d, cb_transport_d2d_kernel,
     cb_transport_ccl, cb_transport_memcpy;
 

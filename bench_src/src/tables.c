@@ -1,4 +1,5 @@
-/* The op and transport tables: adding one is a new file plus one line here. */
+/* The op and transport tables: a new one is its file, its line here, its extern (ops: here; transports:
+ * commbench.h) and its source in the build (CMakeLists.txt; GPU: cmake/gpu.cmake). */
 #include <string.h>
 
 #include "commbench.h"

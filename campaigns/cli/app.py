@@ -114,8 +114,23 @@ def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str
                       soft_wrap=True)
 
 
+def _kind_outputs(ctx: typer.Context) -> dict[str, Path]:
+    """The campaign kinds' output options given to `run`, by name in the order `run` declares them. Each kind's
+    `output_option` (campaigns/kinds/table.py KINDS) is a parameter of `run` of that name: a new kind needs its
+    KINDS entry and that parameter, nothing else here (tests/test_campaign_kinds.py)."""
+    from campaigns.kinds.table import KINDS
+
+    names = {kind.output_option for kind in KINDS.values() if kind.output_option}
+    declared = [param.name for param in ctx.command.params]
+    if lacking := sorted(names - set(declared)):
+        raise RuntimeError(f"campaigns/kinds/table.py KINDS names output option(s) {lacking} that `commcamp run` "
+                           "lacks: add each as a parameter of run() in campaigns/cli/app.py")
+    return {name: ctx.params[name] for name in declared if name in names and ctx.params[name] is not None}
+
+
 @app.command()
 def run(
+    ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(help="campaign spec (YAML), e.g. campaigns/smoke.yaml")],
     site: Annotated[Optional[str], typer.Option(
         help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
@@ -129,6 +144,8 @@ def run(
         help="where run directories (ReFrame stage, output, report) go [default: <workspace>/runs]")] = None,
     tag: Annotated[Optional[str], typer.Option(
         help="run tag, part of every run key (health: the night; default there: today's UTC date)")] = None,
+    # The kinds' output options, one per output_option of KINDS (campaigns/kinds/table.py), named alike; run()
+    # reads them through _kind_outputs(ctx) only.
     verdict: Annotated[Optional[Path], typer.Option(
         help="health: the verdict JSON file [default: <workspace>/health/<campaign>-<tag>.json]")] = None,
     report: Annotated[Optional[Path], typer.Option(
@@ -153,8 +170,8 @@ def run(
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     produced = KINDS[campaign.spec.kind].output_option
-    given = (("verdict", verdict), ("report", report))
-    if unused := [f"--{name}" for name, path in given if path and name != produced]:
+    outputs = _kind_outputs(ctx)  # --verdict, --report, ...: each kind's output_option (KINDS)
+    if unused := [f"--{name}" for name in outputs if name != produced]:
         errors.print(f"[bold red]{', '.join(unused)}:[/] a {campaign.spec.kind} campaign writes no "
                      f"{' or '.join(u.lstrip('-') for u in unused)}"
                      + (f" (it writes --{produced})" if produced else ""), soft_wrap=True)
@@ -163,11 +180,10 @@ def run(
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)
     try:  # written after every case ran (their directories made): a path that cannot take it stops here
-        outputs = {option: path for option, path in (("--verdict", verdict), ("--report", report)) if path}
-        if directory := next((f"{option} {path}: is a directory" for option, path in outputs.items()
+        if directory := next((f"--{name} {path}: is a directory" for name, path in outputs.items()
                               if path.is_dir()), None):
             raise ValueError(directory)
-        tune.check_outputs({}, {option: path.parent for option, path in outputs.items()})
+        tune.check_outputs({}, {f"--{name}": path.parent for name, path in outputs.items()})
     except ValueError as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
@@ -213,7 +229,7 @@ def run(
             console.print(f"Results: {escape(result.db_url)}")
             if result.run_dir is not None:
                 console.print(f"Run directory: {result.run_dir}")
-            output = {"verdict": verdict, "report": report}.get(kind.output_option or "")
+            output = outputs.get(kind.output_option or "")
             code = kind.after_run(FinishedRun(campaign, result, store, tag, console, errors, runs_dir, placer, output))
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)

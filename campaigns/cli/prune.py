@@ -28,7 +28,7 @@ from rich.markup import escape
 from campaigns import paths
 from campaigns.cli.options import DbOption, expected_errors
 
-HEALTH_DIR = "health"  # beside the runs directory (campaigns/cli/app.py DEFAULT_HEALTH_DIR)
+HEALTH_DIR = "health"  # beside the runs directory: campaigns.paths.health_dir(), health verdicts' default place
 REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: <runs directory>/reframe
 
 

@@ -3,8 +3,9 @@ campaigns/cli/app.py mounts it with register(app).
 
 `commcamp site check SITE` (or `--all`) validates site.yaml, the ReFrame configuration it produces, the
 knob overrides against the catalog, env.sh and the Spack environment (campaigns.model.site.check_site) and
-prints every problem as `FILE: key: message`. Exit codes: 0 sound, 1 problems found, 2 unknown site or
-bad usage.
+prints every problem as `FILE: key: message`; it warns (stderr) about each site.yaml value that still says EDIT
+(a template's placeholder: campaigns.model.site.edit_placeholders), which is not a problem. Exit codes: 0 sound
+(warnings or not), 1 problems found, 2 unknown site or bad usage.
 """
 from __future__ import annotations
 
@@ -85,12 +86,24 @@ def show(site_name: Annotated[str, typer.Argument(help="a directory under site_c
                           f"{', '.join(b.package for b in part.reference_benchmarks.values()) or 'none'}")
 
 
+def _warn_placeholders(errors: Console, name: str, placeholders: list[str], listed: bool) -> None:
+    """A warning naming the site.yaml values that still say EDIT (`listed`: each, else how many)."""
+    if placeholders:
+        errors.print(f"[yellow]site {name}: warning: {len(placeholders)} value(s) still say EDIT[/] (a template's "
+                     "placeholders: replace each with the site's value" +
+                     (")" if listed else f"; `commcamp site check {name}` names them)"), soft_wrap=True,
+                     highlight=False)
+        for placeholder in placeholders if listed else ():
+            errors.print(f"  {escape(placeholder)}", soft_wrap=True, highlight=False)
+
+
 def check(
     site_name: Annotated[Optional[str], typer.Argument(metavar="SITE", help="a directory under site_configs/")] = None,
     all_sites: Annotated[bool, typer.Option("--all", help="check every site")] = False,
 ) -> None:
-    """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment."""
-    from campaigns.model.site import SiteError, available_sites, check_site, site_file
+    """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment.
+    Values still marked EDIT (the template's) are warned about, not counted as problems."""
+    from campaigns.model.site import SiteError, available_sites, check_site, edit_placeholders, site_file
 
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
@@ -114,6 +127,7 @@ def check(
                 errors.print(f"  {escape(problem)}", soft_wrap=True, highlight=False)
         else:
             Console().print(f"site {name}: ok")
+        _warn_placeholders(errors, name, edit_placeholders(site_file(name)), listed=not all_sites)
     if failed:
         raise typer.Exit(ExitCode.FAILED)
 
@@ -126,7 +140,7 @@ def new(
 ) -> None:
     """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
     env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
-    from campaigns.model.site import SiteError, new_site, site_search_path
+    from campaigns.model.site import SITE_FILE, SiteError, edit_placeholders, new_site, site_search_path
 
     parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
     try:
@@ -135,9 +149,13 @@ def new(
         Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
         raise typer.Exit(ExitCode.USAGE) from None
     print(target)
+    errors = Console(stderr=True)
     if target.parent not in [p.resolve() for p in site_search_path()]:
-        Console(stderr=True).print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
-                                   f"site {site_name}", soft_wrap=True, highlight=False)
+        errors.print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
+                     f"site {site_name}", soft_wrap=True, highlight=False)
+    if placeholders := edit_placeholders(target / SITE_FILE):
+        errors.print(f"{len(placeholders)} value(s) of {escape(str(target / SITE_FILE))} still say EDIT: replace them "
+                     f"(`commcamp site check {site_name}` names those left)", soft_wrap=True, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,7 +4,9 @@ Each kind is one `CampaignKind` in `KINDS`: its run tag when none is given, the 
 that names its output file (--verdict, --report), and `after_run()`, which gets the finished run and
 returns the command's exit code (campaigns/exit_codes.py). How a spec turns into test cases is the
 spec's business (campaigns/model/spec.py: CAMPAIGN_KINDS, the kind's settings model).
-A new kind: both, and its output option (if any) on `run` in campaigns/cli/app.py.
+A new kind: both, and its output option (if any) as a parameter of `run` in campaigns/cli/app.py, named as
+its output_option (app.py reads every output option through KINDS); its default output directory in
+campaigns/paths.py.
 """
 from __future__ import annotations
 
@@ -90,7 +92,9 @@ def _today() -> str:
 class CampaignKind:
     name: str
     after_run: Callable[[FinishedRun], ExitCode]
-    output_option: str | None = None  # the `commcamp run` option naming the kind's output file
+    # The `commcamp run` option naming the kind's output file: a parameter of run() of this name
+    # (campaigns/cli/app.py), which hands its value to after_run() as FinishedRun.output.
+    output_option: str | None = None
     default_tag: Callable[[], str | None] = lambda: None
 
 

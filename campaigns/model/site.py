@@ -32,7 +32,7 @@ from campaigns.model import vocabulary
 from campaigns import paths
 from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
 from campaigns.model.sizes import ByteCount
-from campaigns.model.yamlio import YamlDocument, YamlModel, YamlModelError
+from campaigns.model.yamlio import YamlDocument, YamlModel, YamlModelError, format_loc
 
 SITE_FILE = "site.yaml"
 REFRAME_CONFIG_FILE = "reframe_config.py"
@@ -249,8 +249,10 @@ class CommbenchPartition(_SiteModel):
     def _consistent(self) -> CommbenchPartition:
         _require_unique(list(self.transports), "transport")
         _require_unique([str(n) for n in self.node_counts], "node count")
-        if self.backend == "cpu" and set(self.transports) != {"mpi"}:
-            raise ValueError("the cpu backend has one transport, mpi")
+        # Each transport is built for the backends the vocabulary gives it (bench_src/schema/vocabulary.json).
+        if wrong := [name for name in self.transports if self.backend not in vocabulary.TRANSPORT_BACKENDS[name]]:
+            built = "; ".join(f"{name}: {', '.join(vocabulary.TRANSPORT_BACKENDS[name])}" for name in wrong)
+            raise ValueError(f"transports {wrong} are not built for the {self.backend} backend (built for {built})")
         for name in self.expect_unsupported:
             if name not in self.transports:
                 raise ValueError(f"expect_unsupported names {name!r}, which is not in transports")
@@ -576,6 +578,66 @@ def check_site(name: str) -> list[str]:
     return problems
 
 
+# What a template (site_configs/generic-slurm) writes where a site must put its own value.
+EDIT_MARK = re.compile(r"\bEDIT\b")
+
+
+def edit_placeholders(site_yaml: Path) -> list[str]:
+    """The values of a site.yaml that still say EDIT (a template's placeholders: `site new` copies them), each as
+    `FILE:LINE: key: 'value'`. Not problems: a site made from the template is valid as made, but these values
+    describe no real machine yet (`commcamp site check` warns about each). Empty for a file that cannot be read
+    (check_site names that)."""
+    import yaml
+
+    try:
+        document = YamlDocument(site_yaml)
+    except YamlModelError:
+        return []
+    found: list[str] = []
+
+    def walk(node: yaml.Node | None, loc: tuple[str | int, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                walk(value, (*loc, key.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                walk(item, (*loc, index))
+        elif isinstance(node, yaml.ScalarNode) and EDIT_MARK.search(str(node.value)):
+            found.append(f"{site_yaml}:{node.start_mark.line + 1}: {format_loc(loc)}: {node.value!r}")
+
+    walk(document.root, ())
+    return found
+
+
+def _scaffold_site_yaml(text: str, name: str, template: str) -> str:
+    """A template's site.yaml for site `name`: its leading comments (what the template is, how to copy it by hand)
+    replaced by where the new site comes from, and its `name`."""
+    lines = text.splitlines(keepends=True)
+    head = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")), len(lines))
+    header = (f"# Site {name!r}: made by `commcamp site new {name} --from {template}` (commcamp's\n"
+              "# site_configs/README.md, \"A new site\"). Replace every value that says EDIT (`commcamp site check\n"
+              f"# {name}` names each one left) or whose comment says EDIT, each fact with its source.\n")
+    return header + re.sub(rf"^name:\s*{re.escape(template)}\s*$", f"name: {name}", "".join(lines[head:]), count=1,
+                           flags=re.MULTILINE)
+
+
+def _scaffold_reframe_config(text: str, name: str, template: str) -> str:
+    """A template's reframe_config.py for site `name`: its docstring's first sentence (which says what the template
+    site is) names the new site instead."""
+    made = f"ReFrame configuration of site {name!r}, made from site {template!r} by `commcamp site new`."
+    text, count = re.subn(rf"ReFrame configuration of site '{re.escape(template)}'[^\n]*?\.(?= Data: )", made, text,
+                          count=1)
+    return text if count else text.replace(f"site '{template}'", f"site '{name}'", 1)
+
+
+def _scaffold_env_sh(text: str, target: Path, template: str) -> str:
+    """A template's env.sh for the site made in `target`: comments naming the template's directory name the new
+    one, and ENV_FILE_PATHS_LINE after the leading comments."""
+    lines = [line.replace(f"site_configs/{template}/", f"{target}/") if line.lstrip().startswith("#") else line
+             for line in text.splitlines(keepends=True)]
+    return _with_paths_line("".join(lines))
+
+
 # What a site kept outside commcamp's examples adds to its env.sh: plain `reframe` then finds reframe_site.py
 # and the checks' shipped folders (COMMCAMP_DATA) and writes to the workspace (COMMCAMP_HOME).
 ENV_FILE_PATHS_LINE = 'eval "$(commcamp paths --env)"  # COMMCAMP_DATA, COMMCAMP_HOME (`commcamp paths`)\n'
@@ -616,14 +678,12 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         try:
             draft = staging / name
             draft.mkdir()
-            header = f"# Site {name!r}: `commcamp site new {name} --from {template}`; EDIT what the template marks.\n"
-            site_yaml = re.sub(rf"^name:\s*{re.escape(template)}\s*$", f"name: {name}",
-                               (source / SITE_FILE).read_text(encoding="utf-8"), count=1, flags=re.MULTILINE)
-            (draft / SITE_FILE).write_text(header + site_yaml, encoding="utf-8")
-            (draft / REFRAME_CONFIG_FILE).write_text((source / REFRAME_CONFIG_FILE).read_text(
-                encoding="utf-8").replace(f"site '{template}'", f"site '{name}'", 1), encoding="utf-8")
-            (draft / ENV_FILE).write_text(_with_paths_line((source / ENV_FILE).read_text(encoding="utf-8")),
-                                          encoding="utf-8")
+            (draft / SITE_FILE).write_text(_scaffold_site_yaml(
+                (source / SITE_FILE).read_text(encoding="utf-8"), name, template), encoding="utf-8")
+            (draft / REFRAME_CONFIG_FILE).write_text(_scaffold_reframe_config(
+                (source / REFRAME_CONFIG_FILE).read_text(encoding="utf-8"), name, template), encoding="utf-8")
+            (draft / ENV_FILE).write_text(_scaffold_env_sh(
+                (source / ENV_FILE).read_text(encoding="utf-8"), target, template), encoding="utf-8")
             with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
                 problems = check_site(name)
             if problems:
