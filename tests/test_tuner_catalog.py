@@ -120,6 +120,10 @@ GOOD = {"libraries": ["nccl"], "type": "int", "low": 0, "high": 15, "safety": "s
         ({"requires": {"NOT_A_KNOB": "1"}}, "knobs.NCCL_IB_SL.requires", "NOT_A_KNOB"),
         ({"unset_equals": 16}, "knobs.NCCL_IB_SL", "outside [0, 15]"),
         ({"inert_unless_set": ["NOT_A_KNOB"]}, "knobs.NCCL_IB_SL.inert_unless_set", "NOT_A_KNOB"),
+        ({"inert_when": {"NOT_A_KNOB": [1]}}, "knobs.NCCL_IB_SL.inert_when", "NOT_A_KNOB"),
+        ({"inert_when": {"NCCL_IB_SL": [1]}}, "knobs.NCCL_IB_SL.inert_when", "not another knob"),
+        ({"inert_when": {"NCCL_IB_SL": []}}, "knobs.NCCL_IB_SL", "give the values"),
+        ({"read_depends_on": ["NOT_A_KNOB"]}, "knobs.NCCL_IB_SL.read_depends_on", "NOT_A_KNOB"),
     ],
 )
 def test_bad_catalog_entry_names_file_and_key(tmp_path: Path, change: dict, key: str, words: str) -> None:
@@ -560,3 +564,47 @@ def test_ops_and_transports_are_commbench_s_names(tmp_path: Path, catalog: KnobC
     for field, value in (("ops", ["send_recv"]), ("transports", ["nccl"])):
         with pytest.raises(CatalogError, match=rf"knobs\.NCCL_IB_SL\.{field}: \[{value[0]!r}\] are not commbench"):
             KnobCatalog.load(write_catalog(tmp_path, {**GOOD, field: value}))
+
+
+def test_a_knob_not_read_beside_another_s_value_is_one_configuration(tmp_path: Path, catalog: KnobCatalog) -> None:
+    """NCCL's ncclGetLevel (src/graph/paths.cc, v2.28.3-1 lines 217-251) reads NCCL_P2P_LEVEL only when
+    NCCL_P2P_DISABLE is not 1 (catalog `inert_when`): beside P2P_DISABLE=1 any level runs P2P disabled, one
+    configuration; beside 0 or unset (unset_equals 0) each level is its own. NCCL's socket and IB knobs are read only
+    where that network transport is used (`read_depends_on` the transport switches). A value outside the other knob's
+    domain is refused where the catalog is loaded."""
+    disable, level = "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"
+    effective = catalog.effective_env
+    assert catalog[level].inert_when == {disable: ("1",)}
+    assert effective({disable: "1", level: "SYS"}) == {disable: "1"} == effective({disable: "1", level: "LOC"})
+    assert effective({disable: "0", level: "SYS"}) == {level: "SYS"} == effective({level: "SYS"})
+    for name in ("NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_IB_SL", "NCCL_IB_QPS_PER_CONNECTION"):
+        assert catalog[name].read_depends_on == (disable, "NCCL_SHM_DISABLE"), name
+    path = tmp_path / "catalog.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "knobs": {
+        "NCCL_IB_SL": GOOD, "NCCL_P2P_DISABLE": {**GOOD, "type": "bool", "low": None, "high": None},
+        "NCCL_P2P_LEVEL": {**GOOD, "inert_when": {"NCCL_P2P_DISABLE": [2]}}}}))
+    with pytest.raises(CatalogError,
+                       match=r"knobs\.NCCL_P2P_LEVEL\.inert_when: NCCL_P2P_DISABLE: '2' is not a boolean"):
+        KnobCatalog.load(path)
+
+
+def test_a_searched_knob_left_unset_counts_as_the_library_s_value(catalog: KnobCatalog) -> None:
+    """A trial leaves a knob its tune searches truly unset (the launch adds the site defaults of the other knobs only),
+    so the constraint is judged there at the library's value: with the site's default stripe of 16384, an eager
+    size of 65536 beside the stripe left unset runs beside aws-ofi-nccl's 131072, a legal setting. Before, validate_env
+    judged the unset stripe at the site's 16384 while the space judged it at 131072: the space proposed the pair and
+    validate_env refused it (12 of 30 trials of the reviewer's tune, each counted invalid). A knob outside the space
+    still counts at the site's default: that is what the launch sets."""
+    site = catalog.for_site({"defaults": {STRIPE: 16384}}, "site.yaml")
+    with pytest.raises(UnsafeValueError, match=f"{EAGER}=65536 exceeds {STRIPE}=16384"):
+        site.validate_env({EAGER: "65536"})  # on top of the site defaults (a published .env, a documented setting)
+    assert site.validate_env({EAGER: "65536"}, searched=[EAGER, STRIPE]) == {EAGER: "65536"}
+    both = build_space(site, {**OFI, Library.NCCL: "2.28.3"}, knobs=[EAGER, STRIPE])
+    assert both.env_from_values({EAGER: "65536", STRIPE: None}) == {EAGER: "65536"}
+    eager_only = build_space(site, {**OFI, Library.NCCL: "2.28.3"}, knobs=[EAGER])
+    with pytest.raises(UnsafeValueError, match=f"{EAGER}=65536 exceeds {STRIPE}=16384"):
+        eager_only.env_from_values({EAGER: "65536"})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(200):  # every pair the space proposes is one the launch can run
+        env = both.suggest(study.ask())
+        assert int(env.get(EAGER, 8192)) <= int(env.get(STRIPE, 131072)), env

@@ -26,8 +26,10 @@ from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F4
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario
 from tuners.catalog import KnobCatalog
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind, buckets_for_sizes
+from tuners.screen import SCREEN_ATTR
 from tuners.space import build_space
 from tuners.study import (
+    dropped_in_context,
     dropped_knobs,
     BUCKET_US,
     DEFAULT_SAMPLER,
@@ -38,6 +40,7 @@ from tuners.study import (
     MAX_REPEATS,
     RANDOM_DRAWS,
     OUTCOME,
+    REJECTED,
     REPEAT_OF,
     RETRY_OF,
     ROLE,
@@ -798,3 +801,90 @@ def test_pretune_seeds_come_from_studies_of_its_own_stem_only(sqlite_url: str) -
                study_name="nccl-alps/job2-20261127T000000").run()
     space = synthetic_space(scenario=SCENARIO)
     assert best_envs_of_studies(storage, "nccl", space) == [env for _, env, _ in top_envs(mine, 2)]
+
+
+def test_a_proposal_the_constraints_refuse_is_not_counted_and_its_repeat_is_known(
+        sqlite_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """aws-ofi-nccl's eager size searched beside the site's stripe size of 16384 (not searched): 65536, one of the eager
+    size's search values, is refused before launch (eager <= stripe). Such a proposal is PRUNED, uncounted and marked
+    `rejected`; the next identical one is a repeat of it (REPEAT_OF), warned about once. So every counted trial is a
+    launch, and the space (-1, 0, 8192 = unset) measured, the search ends. Before, each refusal counted as an invalid
+    trial without an environment, which the repeat rule could not recognise: TPE proposed it again and again (12 of
+    the reviewer's 30 trials)."""
+    eager, stripe = "OFI_NCCL_EAGER_MAX_SIZE", "OFI_NCCL_MIN_STRIPE_SIZE"
+    site = KnobCatalog.load().for_site({"defaults": {stripe: 16384}})
+    space = build_space(site, {"nccl": "2.28.3", "aws-ofi-nccl": "1.14.0"}, knobs=[eager], transport="ccl")
+    launched: list[dict[str, str]] = []
+
+    def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        launched.append(dict(env))
+        return Evaluation({size: [100.0 - len(launched)] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    with caplog.at_level(logging.WARNING, logger="tuners.study"):
+        study = Tuner(make_scope(), space, evaluate, sqlite_url, BUCKETS, n_trials=8, seed=0, sampler="random").run()
+    rejected = [t for t in study.trials if t.user_attrs.get(REJECTED)]
+    assert rejected and all(t.state is optuna.trial.TrialState.PRUNED and not is_counted(t) for t in rejected)
+    assert all(t.params == {f"{eager}:set": "set", eager: 65536} for t in rejected)
+    assert [t.user_attrs.get(REPEAT_OF) for t in rejected] == [None] + [rejected[0].number] * (len(rejected) - 1)
+    assert caplog.text.count("not launched") == 1
+    assert len(counted(study)) == len(launched) == 3 and all(t.user_attrs[OUTCOME] == "complete"
+                                                             for t in counted(study))
+
+
+def test_an_ordered_pair_left_unset_by_the_search_is_launched_not_refused(sqlite_url: str) -> None:
+    """The reviewer's tune (/tmp/rev9/exp/exp5_ordered.py): both aws-ofi-nccl sizes searched, the site's stripe default
+    16384, 30 trials of the shipped search. Eager 65536 beside the stripe left unset (aws-ofi-nccl's 131072) was
+    proposed by the space and refused by validate_env, which took the unset stripe at the site's 16384: 12 of 30
+    trials counted invalid, never launched. Now every counted trial is launched."""
+    eager, stripe = "OFI_NCCL_EAGER_MAX_SIZE", "OFI_NCCL_MIN_STRIPE_SIZE"
+    site = KnobCatalog.load().for_site({"defaults": {stripe: 16384}})
+    space = build_space(site, {"nccl": "2.28.3", "aws-ofi-nccl": "1.14.0"}, knobs=[eager, stripe], transport="ccl")
+    launched: list[dict[str, str]] = []
+
+    def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        launched.append(dict(env))
+        return Evaluation({size: [100.0 - len(launched) * 0.1] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    study = Tuner(make_scope(), space, evaluate, sqlite_url, BUCKETS, n_trials=30, seed=0, screen_trials=16,
+                  seed_envs=[{}]).run()
+    assert len(counted(study)) == len(launched) == 30
+    assert {eager: "65536"} in launched  # the pair the search was refused before
+    assert all(t.user_attrs[OUTCOME] == "complete" for t in counted(study))
+
+
+def test_a_knob_whose_reading_depends_on_a_searched_knob_leaves_the_search_only_beside_its_value() -> None:
+    """NCCL reads its socket knobs only where the Socket transport carries traffic: on one host with P2P disabled
+    (the reviewer's /tmp/rev9/exp/exp2_conditional.py; catalog: NCCL_SOCKET_NTHREADS read_depends_on
+    NCCL_P2P_DISABLE, NCCL_SHM_DISABLE). Socket threads unread beside P2P on leave the search there only (one
+    invalid trial): the documented setting that changes them beside P2P on is skipped, neither the screen nor TPE
+    proposes them there again, and beside P2P disabled they are still searched: 2 threads, twice as fast as the
+    defaults, is found. Before, the first unread trial took them out of the search for good, in every seed."""
+    disable, threads = "NCCL_P2P_DISABLE", "NCCL_SOCKET_NTHREADS"
+    space = build_space(KnobCatalog.load(), {"nccl": "2.28.3"}, knobs=[disable, threads], op="allreduce",
+                        transport="ccl")
+    for seed in range(3):
+        launched: list[dict[str, str]] = []
+
+        def evaluate(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+            launched.append(dict(env))
+            socket = env.get(disable) == "1"
+            if threads in env and not socket:
+                return Evaluation.failed(FailureKind.INVALID, f"did not report reading {threads}", unread=[threads])
+            time_us = (40.0 if env.get(threads) == "2" else 100.0) if socket else 60.0
+            return Evaluation({size: [time_us] for size in SYNTHETIC_SIZES}, validated=validate)
+
+        study = Tuner(make_scope(), space, evaluate, optuna.storages.InMemoryStorage(), BUCKETS, n_trials=20,
+                      seed=seed, screen_trials=16, seed_envs=[{threads: "4"}],
+                      documented=[({threads: "2"}, "a guide for another path")]).run()
+        assert dropped_knobs(study) == {}
+        assert [context for context, _ in dropped_in_context(study)[threads]] == [{disable: "0"}]
+        invalid = [t for t in counted(study) if t.user_attrs[OUTCOME] == "invalid"]
+        assert [t.user_attrs[ENV] for t in invalid] == [{threads: "4"}], seed
+        documented = next(t for t in study.trials if t.user_attrs.get(ROLE) == DOCUMENTED)
+        assert not is_counted(documented) and documented.user_attrs[FAIL_REASON].startswith(
+            f"skipped: it changes {threads}")
+        assert {disable: "1", threads: "2"} in launched, seed
+        assert min(t.value for t in counted(study) if t.value is not None) == pytest.approx(40.0)
+        # the screen passes over a change of the threads beside P2P on: none of its steps is spent on a repeat
+        screened = [t for t in study.trials if SCREEN_ATTR in t.system_attrs]
+        assert screened and not [t.number for t in screened if REPEAT_OF in t.user_attrs], seed

@@ -1384,3 +1384,125 @@ def test_an_mpich_sweep_on_another_layout_than_the_spec_s_gives_no_rules(tmp_pat
     assert len(sweep.swept) == 1 and after.per_size_selection is None
     assert after.evidence.notes[-1].startswith("per-size sweep left out, no per-size rules: MPICH on 2 nodes with "
                                                "more than one rank per node (4 ranks)")
+
+
+# ------------------------------------------------------------ read logs, warm starts, --commbench (review 9)
+class GetLevelLog:
+    """An executor that logs as NCCL 2.28's ncclGetLevel(&level, "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL") does
+    (src/graph/paths.cc v2.28.3-1 lines 217-251): the disable variable only when it is 1, and then the level variable
+    is never read; 50 us with P2P on (a level other than LOC), 100 us without (the reviewer's
+    /tmp/rev9/exp/exp6_getlevel.py)."""
+
+    def run(self, env, request: BenchRequest, validate: bool) -> RunOutcome:
+        disabled = env.get("NCCL_P2P_DISABLE") == "1"
+        log = "vm:1:2 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1\n" if disabled else ""
+        if not disabled and "NCCL_P2P_LEVEL" in env:
+            log += f"vm:1:2 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to {env['NCCL_P2P_LEVEL']}\n"
+        fast = not disabled and env.get("NCCL_P2P_LEVEL") != "LOC"
+        return RunOutcome([{"kind": "result", "op": request.op, "bytes": size, "valid": True,
+                            "samples_us": [50.0 if fast else 100.0]} for size in request.sizes], log, 0)
+
+
+def test_a_knob_the_library_logs_only_off_its_default_or_reads_only_beside_another_s_value_is_not_dropped(
+        catalog: KnobCatalog) -> None:
+    """NCCL_P2P_DISABLE=0 (its unset_equals) is read but not logged, and NCCL_P2P_LEVEL is not read beside
+    NCCL_P2P_DISABLE=1 (catalog `inert_when`): neither is a reason to fail the run nor to take the knob out of the
+    search. The site disables P2P by default; a tune of both knobs now finds P2P on (2x faster) in every seed. Before,
+    P2P_DISABLE=0 was an invalid trial that dropped the knob, and one trial beside P2P disabled dropped P2P_LEVEL for
+    every later trial: 4 of 6 seeds lost both and never measured the faster setting. A level NCCL does not read beside
+    P2P on is still not credited."""
+    site = catalog.for_site({"defaults": {"NCCL_P2P_DISABLE": 1}})
+    sizes = (1024, 1 << 20)
+    evaluate = CommbenchEvaluator(GetLevelLog(), BenchRequest("allreduce", "ccl", sizes), Library.NCCL, site)
+    for env in ({"NCCL_P2P_DISABLE": "0"}, {"NCCL_P2P_DISABLE": "1", "NCCL_P2P_LEVEL": "SYS"}):
+        result = evaluate(env)
+        assert result.ok and result.unread == (), (env, result.reason)
+    unread = CommbenchEvaluator(NcclReadLog({"NCCL_P2P_LEVEL"}), BenchRequest("allreduce", "ccl", sizes), Library.NCCL,
+                                site)({"NCCL_P2P_LEVEL": "SYS"})
+    assert unread.failure is FailureKind.INVALID and unread.unread == ("NCCL_P2P_LEVEL",)
+    space = build_space(site, {Library.NCCL: "2.28.3"}, knobs=["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"], op="allreduce",
+                        transport="ccl")
+    for seed in range(6):
+        study = Tuner(make_scope(), space, evaluate, optuna.storages.InMemoryStorage(), buckets_for_sizes(sizes),
+                      n_trials=12, seed=seed, screen_trials=16).run()
+        assert dropped_knobs(study) == {}, seed
+        assert all(t.user_attrs[OUTCOME] == "complete" for t in study.trials if is_counted(t)), seed
+        assert min(t.value for t in study.trials if is_counted(t)) == pytest.approx(50.0), seed
+        # one configuration beside P2P disabled, seven beside P2P on: all measured, the search ends short of 12
+        assert sum(is_counted(t) for t in study.trials) == 8, seed
+
+
+def test_rccl_s_own_knobs_are_found_in_its_read_log(catalog: KnobCatalog) -> None:
+    """RCCL_PARAM logs its knobs under their RCCL_ names ("RCCL_MSCCL_ENABLE set by environment to 0."): the read
+    log is read for them too. Before, only NCCL_ names were: every RCCL_ knob a trial set made it invalid and left the
+    search (the reviewer's /tmp/rev9/exp/exp1_rccl.py)."""
+    output = ("host:1:1 [0] NCCL INFO RCCL_LL128_FORCE_ENABLE set by environment to 1.\n"
+              "host:1:1 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 8388608.\n")
+    assert knobs_read(Library.RCCL, output) == {"RCCL_LL128_FORCE_ENABLE": "1", "NCCL_BUFFSIZE": "8388608"}
+    evaluate = CommbenchEvaluator(NcclReadLog(set()), BenchRequest("allreduce", "ccl", (1024,)), Library.RCCL, catalog)
+    for env in ({"RCCL_LL128_FORCE_ENABLE": "1"}, {"RCCL_MSCCL_ENABLE": "0"}, {"RCCL_MSCCL_ENABLE": "1"}):
+        result = evaluate(env)
+        assert result.ok and result.unread == (), (env, result.reason)
+    unread = CommbenchEvaluator(NcclReadLog({"RCCL_MSCCL_ENABLE"}), BenchRequest("allreduce", "ccl", (1024,)),
+                                Library.RCCL, catalog)({"RCCL_MSCCL_ENABLE": "1"})
+    assert unread.failure is FailureKind.INVALID and unread.unread == ("RCCL_MSCCL_ENABLE",)
+
+
+def socket_tune_winner(nodes: int, env: Mapping[str, str], baseline_env: Mapping[str, str]) -> dict[str, Any]:
+    """A published 'change' entry of the h200 site (as `commcamp tune` writes it), for the 2-GPU allreduce scope."""
+    gain = {"median": 0.4, "ci_low": 0.2, "ci_high": 0.6, "confidence": 0.95, "p_value": 0.001, "p_adjusted": 0.003,
+            "rounds": 10, "ratios": [1.4] * 10}
+    return {"scope": make_scope(site="h200", system="h200", partition="gpu", nodes=nodes, gpus_per_node=1)
+            .model_dump(mode="json"), "decision": "change", "env": dict(env), "unset": [],
+            "baseline_env": dict(baseline_env), "gain": gain, "per_size": [],
+            "evidence": {"test": "wilcoxon", "alpha": 0.05, "min_effect": 0.03, "confidence": 0.95, "rounds_run": 10,
+                         "rounds_used": 10, "notes": [], "study": "s", "trials_counted": 15, "trials_complete": 15,
+                         "trials_failed": 0},
+            "date": "2026-11-26T13:46:05+00:00", "versions": {"nccl": "2.28.3"}}
+
+
+def test_a_warm_start_measured_beside_another_baseline_is_skipped_saying_why(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The 2-node socket-path tune's winner ran with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 in its baseline (the
+    planted socket-path knob file); this tune of the h200 site has P2P and SHM on. Cut to this tune's knobs it was
+    enqueued as {SOCKET_NTHREADS 2, BUFFSIZE 8 MiB} under the winner's name, a setting it never measured (the
+    reviewer's /tmp/rev9/exp/exp3_warm.py). It is skipped with a warning; so is a winner that sets a knob this tune
+    does not search (NCCL_ALGO) to another value than this tune's baseline; one measured beside this tune's baseline
+    (its pin NCCL_NVLS_ENABLE=0) is kept."""
+    from campaigns.tuning.session import warm_start_envs
+    from campaigns.tuning.spec import site_knob_catalog
+
+    catalog, _ = site_knob_catalog("h200")
+    assert catalog.pinned == {"NCCL_NVLS_ENABLE": "0"}
+    pin, socket_path = {"NCCL_NVLS_ENABLE": "0"}, {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+    winners = [
+        socket_tune_winner(2, {"NCCL_SOCKET_NTHREADS": "2", "NCCL_BUFFSIZE": "8388608", **pin, **socket_path},
+                           {**pin, **socket_path}),
+        socket_tune_winner(3, {"NCCL_SOCKET_NTHREADS": "4", "NCCL_ALGO": "Ring", **pin}, pin),
+        socket_tune_winner(8, {"NCCL_SOCKET_NTHREADS": "2", **pin}, pin),
+    ]
+    directory = tmp_path / "pub" / "h200" / "h200"
+    directory.mkdir(parents=True)
+    (directory / "recommendations.yaml").write_text(yaml.safe_dump(
+        {"schema_version": 1, "site": "h200", "system": "h200", "recommendations": winners}))
+    knobs = ["NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD", "NCCL_BUFFSIZE", "NCCL_PROTO"]
+    space = build_space(catalog, {Library.NCCL: "2.28.3"}, knobs=knobs, op="allreduce", transport="ccl")
+    scope = make_scope(site="h200", system="h200", partition="gpu", nodes=4, gpus_per_node=1)
+    with caplog.at_level("WARNING", logger="campaigns.tuning.session"):
+        warm = warm_start_envs(tmp_path / "pub", scope, space)
+    assert [env for env, _ in warm] == [{"NCCL_SOCKET_NTHREADS": "2"}]
+    assert "nodes=2" in caplog.text and ("NCCL_P2P_DISABLE=1 in its baseline, unset here; NCCL_SHM_DISABLE=1 in its "
+                                         "baseline, unset here") in caplog.text
+    assert "nodes=3" in caplog.text and "it sets NCCL_ALGO=Ring, outside this tune's knobs (unset here)" in caplog.text
+    assert "nodes=8" not in caplog.text
+
+
+def test_commbench_must_be_an_executable_file(tmp_path: Path) -> None:
+    """`--commbench <a directory>` passed the check (a directory is 'executable': os.access X_OK) and every trial
+    failed to launch; it is refused at once, naming --commbench."""
+    with pytest.raises(ValueError,
+                       match=rf"--commbench {re.escape(str(tmp_path))}: the commbench binary is a directory"):
+        LauncherExecutor(MPIRUN, tmp_path, tmp_path, {})
+    with pytest.raises(ValueError, match="--commbench .*: the commbench binary does not exist or is not executable"):
+        LauncherExecutor(MPIRUN, tmp_path / "missing", tmp_path, {})
+    LauncherExecutor(MPIRUN, wrapper(tmp_path, "exit 0"), tmp_path, {})

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +118,9 @@ def parse_version(version: str) -> Version:
 class Knob(BaseModel):
     """One environment variable. `default` is the site's default (trial 0); None = unset. `unset`
     says what the library does when the variable is not set; `source` where the domain, the safety
-    class and that meaning come from (or that a source could not be found). `unset_equals` and
-    `inert_unless_set` say which settings run the same configuration (KnobCatalog.effective_env)."""
+    class and that meaning come from (or that a source could not be found). `unset_equals`, `inert_unless_set` and
+    `inert_when` say which settings run the same configuration (KnobCatalog.effective_env); `read_depends_on` which
+    knobs decide whether the library reads it at all (the tuner's read-log rule, tuners/study.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -149,13 +150,20 @@ class Knob(BaseModel):
     unset_equals: str | None = None
     # knobs without which this one has no effect: while one of them is unset, setting this one changes nothing
     inert_unless_set: tuple[str, ...] = ()
+    # values of other knobs under which the library does not read this one (so setting it changes nothing): knob ->
+    # values, a knob not set counting as its unset_equals (NCCL_P2P_LEVEL while NCCL_P2P_DISABLE=1)
+    inert_when: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # knobs whose values decide, with the run's topology, whether the library reads this one at all (NCCL's socket
+    # knobs are read only where its Socket transport carries traffic: on one host only with P2P and SHM off); the
+    # tuner takes such a knob out of the search only beside the values these had where it was not read
+    read_depends_on: tuple[str, ...] = ()
 
     @field_validator("name")
     @classmethod
     def _name_is_env_name(cls, name: str) -> str:
         return check_env_name(name)
 
-    _value_strings = field_validator("default", "choices", "requires", "unset_equals", mode="before")(
+    _value_strings = field_validator("default", "choices", "requires", "unset_equals", "inert_when", mode="before")(
         _as_value_strings)
 
     @model_validator(mode="after")
@@ -200,8 +208,13 @@ class Knob(BaseModel):
             self.check_value(self.default)
         if self.unset_equals is not None:
             self.check_value(self.unset_equals)
-        for name in self.inert_unless_set:
+        for name in (*self.inert_unless_set, *self.inert_when, *self.read_depends_on):
             check_env_name(name)
+        for name, values in self.inert_when.items():
+            if not values:
+                raise ValueError(f"inert_when.{name}: give the values of {name} under which {self.name} is not read")
+            for value in values:
+                check_safe_value(value, f"{self.name} inert_when {name}")
         return self
 
     def check_value(self, value: object) -> str:
@@ -484,7 +497,8 @@ class KnobCatalog:
         return catalog
 
     def _check_references(self, source: str) -> None:
-        """Every knob named by another knob's `requires` or `inert_unless_set` is in the catalog."""
+        """Every knob named by another knob's `requires`, `inert_unless_set`, `inert_when` or `read_depends_on` is in
+        the catalog (with a value of its domain)."""
         for knob in self._knobs.values():
             for name, value in knob.requires.items():
                 if name not in self._knobs:
@@ -493,10 +507,17 @@ class KnobCatalog:
                     self._knobs[name].check_value(value)
                 except UnsafeValueError as exc:
                     raise CatalogError(f"{source}: knobs.{knob.name}.requires: {exc}") from exc
-            for name in knob.inert_unless_set:
-                if name not in self._knobs or name == knob.name:
-                    raise CatalogError(f"{source}: knobs.{knob.name}.inert_unless_set: {name} is not another knob "
-                                       "of the catalog")
+            for field in ("inert_unless_set", "inert_when", "read_depends_on"):
+                for name in getattr(knob, field):
+                    if name not in self._knobs or name == knob.name:
+                        raise CatalogError(f"{source}: knobs.{knob.name}.{field}: {name} is not another knob "
+                                           "of the catalog")
+            for name, values in knob.inert_when.items():
+                for value in values:
+                    try:
+                        self._knobs[name].check_value(value)
+                    except UnsafeValueError as exc:
+                        raise CatalogError(f"{source}: knobs.{knob.name}.inert_when: {exc}") from exc
 
     def for_site(self, overrides: Mapping[str, Any], source: str = "site overrides") -> KnobCatalog:
         """A copy with a site's `knobs:` section applied. Sites can forbid, pin, narrow and set
@@ -586,25 +607,35 @@ class KnobCatalog:
     def __len__(self) -> int:
         return len(self._knobs)
 
-    def validate_env(self, env: Mapping[str, str]) -> dict[str, str]:
+    def validate_env(self, env: Mapping[str, str], searched: Collection[str] = ()) -> dict[str, str]:
         """Every name must be a catalog knob, every value inside its domain, every constraint met (a knob `env` does
-        not set counts as the site's pin or default, else the library's own value: an `ordered` constraint)."""
+        not set counts as the site's pin or default, else the library's own value: an `ordered` constraint). A knob
+        in `searched` that `env` does not set counts as the library's own value: a trial leaves a knob its tune
+        searches truly unset (the site defaults a launch adds are those of the knobs the tune does not search)."""
         checked = {}
         for name, value in env.items():
             if name not in self._knobs:
                 raise UnsafeValueError(f"{name} is not a knob of the catalog {self.source}")
             checked[name] = self._knobs[name].check_value(value)
         for constraint in self.constraints:
-            broken = constraint.violation(checked, self.unset_values(constraint.names, site=True))
+            broken = constraint.violation(checked, self.unset_values(constraint.names, site=True, searched=searched))
             if broken is not None:
                 raise UnsafeValueError(broken)
         return checked
 
-    def unset_values(self, names: tuple[str, ...] | list[str], *, site: bool = False) -> dict[str, str | None]:
+    def unset_values(self, names: tuple[str, ...] | list[str], *, site: bool = False,
+                     searched: Collection[str] = ()) -> dict[str, str | None]:
         """What each named knob is when an environment does not set it: the library's own value (`unset_equals`;
-        None = not known) or, with `site`, the site's pin or default first (an env on top of the site defaults)."""
+        None = not known) or, with `site`, the site's pin or default first (an env on top of the site defaults), but
+        for the knobs in `searched` (left unset by a trial of a tune that searches them): the library's value."""
         defaults = self.default_env(names) if site else {}
-        return {name: defaults.get(name, self._knobs[name].unset_equals) for name in names}
+        return {name: self._knobs[name].unset_equals if name in searched and name not in self.pinned
+                else defaults.get(name, self._knobs[name].unset_equals) for name in names}
+
+    def library_value(self, name: str, value: str | None) -> str | None:
+        """`value` of knob `name`, or for None (not set) the value the library then takes (`unset_equals`; None: not
+        known): what `inert_when` and the tuner's contexts of an unread knob compare."""
+        return value if value is not None else self._knobs[name].unset_equals
 
     def check_job_env(self, env: Mapping[str, object]) -> dict[str, str]:
         """The environment a user or a campaign gives a job (a ReFrame check's env_vars): catalog knobs
@@ -630,14 +661,17 @@ class KnobCatalog:
     def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` without the settings that leave the library's run unchanged, so that two environments with the same
         effective env are one configuration: a knob set to the value the library takes when it is unset
-        (`unset_equals`), and a knob that has no effect because a knob of its `inert_unless_set` is unset. Pinned
-        values and variables outside the catalog stay."""
+        (`unset_equals`), a knob that has no effect because a knob of its `inert_unless_set` is unset, and one the
+        library does not read beside another knob's value (`inert_when`; a knob `env` does not set counting as its
+        unset_equals). Pinned values and variables outside the catalog stay."""
 
         def leaves_run_unchanged(name: str, kept: Mapping[str, str]) -> bool:
             knob = self._knobs.get(name)
             if knob is None or name in self.pinned:
                 return False
-            return kept[name] == knob.unset_equals or any(other not in kept for other in knob.inert_unless_set)
+            return (kept[name] == knob.unset_equals or any(other not in kept for other in knob.inert_unless_set)
+                    or any(self.library_value(other, kept.get(other)) in values
+                           for other, values in knob.inert_when.items()))
 
         effective = dict(env)
         while dropped := [name for name in effective if leaves_run_unchanged(name, effective)]:

@@ -43,13 +43,18 @@ ROUND_STEPS = 8  # per round, one screened trial each unless passed over; a roun
 class OneKnobScreen(optuna.samplers.BaseSampler):
     def __init__(self, base: optuna.samplers.BaseSampler, space: SearchSpace, n_screen: int, seed: int | None,
                  env_attr: str, role_attr: str,
-                 dropped_knobs: Callable[[optuna.Study], Mapping[str, Any]]) -> None:
+                 dropped_knobs: Callable[[optuna.Study], Mapping[str, Any]],
+                 dropped_in_context: Callable[[optuna.Study], Mapping[str, Sequence[tuple[Mapping[str, str | None],
+                                                                                        str]]]] | None = None) -> None:
         self.base = base
         self.space = space
         self.n_screen = n_screen
         self.env_attr = env_attr  # user attribute holding a trial's environment
         self.role_attr = role_attr  # user attribute of the starting points (defaults, seeds, ...)
         self.dropped_knobs = dropped_knobs  # the study's knobs that left the search
+        # the knobs that left the search beside other knobs' values (context): a step that changes one there is
+        # passed over (the baseline's values: the study's attribute baseline_env)
+        self.dropped_in_context = dropped_in_context
         rng = np.random.default_rng(seed)
         self.knob_order = [int(i) for i in rng.permutation(len(space.dimensions))]
         self.values = [[ladder[int(i)] for i in rng.permutation(len(ladder))]
@@ -83,15 +88,22 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         steps = {t.system_attrs[SCREEN_ATTR] for t in trials if SCREEN_ATTR in t.system_attrs}  # a retry keeps its step
         if len(steps) >= self.n_screen:
             return
-        planned = self._next(trials, max(steps, default=-1) + 1, self.dropped_knobs(study))
+        baseline = study.user_attrs.get("baseline_env", {})
+        fixed_when = [(name, baseline.get(name), context)
+                      for name, contexts in (self.dropped_in_context(study) if self.dropped_in_context else {}).items()
+                      for context, _ in contexts]
+        planned = self._next(trials, max(steps, default=-1) + 1, self.dropped_knobs(study), fixed_when)
         if planned is not None:
             step, params = planned
             self._plans[trial.number] = params
             study._storage.set_trial_system_attr(trial._trial_id, SCREEN_ATTR, step)
 
-    def _next(self, trials: Sequence[FrozenTrial], first_step: int, dropped: Mapping[str, Any]
+    def _next(self, trials: Sequence[FrozenTrial], first_step: int, dropped: Mapping[str, Any],
+              fixed_when: Sequence[tuple[str, str | None, Mapping[str, str | None]]] = ()
               ) -> tuple[int, dict[str, Any]] | None:
-        """(step, parameters) of the first step from `first_step` on whose change is new, or None."""
+        """(step, parameters) of the first step from `first_step` on whose change is new, or None. A step whose
+        setting changes a knob from `value` where `fixed_when` fixes it there ((knob, value, context): it left the
+        search beside those values) is passed over."""
         measured = [t for t in trials if self.env_attr in t.user_attrs]
         complete = [t for t in measured if t.state is TrialState.COMPLETE and t.values]
         starts = [t for t in complete if self.role_attr in t.user_attrs]
@@ -112,8 +124,12 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
             name = self.space.dimensions[index].name
             if value == current[name]:
                 continue
+            setting = {**current, name: value}
+            if any(setting.get(knob) != fixed and self.space.matches(context, setting)
+                   for knob, fixed, context in fixed_when):
+                continue  # the library did not read that knob beside these values
             try:
-                env = self.space.env_from_values({**current, name: value})
+                env = self.space.env_from_values(setting)
                 params = self.space.params_for_env(env)
             except (UnsafeValueError, SpaceError):
                 continue  # e.g. socket threads x sockets per thread above NCCL's cap

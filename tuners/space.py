@@ -22,6 +22,7 @@ import optuna
 from tuners.catalog import UNSET, Knob, KnobCatalog, KnobType, Library, OrderConstraint, Safety
 
 SET = "set"
+_UNFIXED = object()  # SearchSpace.suggest: no `fixed_when` entry applies
 
 
 class SpaceError(ValueError):
@@ -154,12 +155,15 @@ class SearchSpace:
         return [[d.name, None if d.choices is None else list(d.choices), d.knob.low, d.knob.high, d.knob.allow_unset,
                  None if d.knob.search_values is None else list(d.knob.search_values)] for d in self.dimensions]
 
-    def suggest(self, trial: optuna.Trial, fixed: Mapping[str, str | None] | None = None) -> dict[str, str]:
+    def suggest(self, trial: optuna.Trial, fixed: Mapping[str, str | None] | None = None,
+                fixed_when: Sequence[tuple[str, str | None, Mapping[str, str | None]]] = ()) -> dict[str, str]:
         """Samples every knob in order and returns the validated environment of the trial. A knob in a
         catalog constraint (e.g. socket threads x sockets per thread <= 64) gets its range cut to what the
         other factors leave: pinned and `fixed` values, the values sampled before it, and the low of each
         factor still to be sampled (so that one keeps a value that fits). A knob in `fixed` is not
-        sampled: it takes that value (None = unset), e.g. one the library showed it does not read."""
+        sampled: it takes that value (None = unset), e.g. one the library showed it does not read. `fixed_when`:
+        (knob, value, context) fixes the knob to that value where the knobs of `context` have its values (matches):
+        those are decided first (e.g. a socket knob NCCL did not read beside P2P on, fixed there only)."""
         site = self.catalog.default_env()  # a factor outside the space runs at the site's default (or pin), or unset
         values: dict[str, str | None] = {
             name: site.get(name)
@@ -167,15 +171,40 @@ class SearchSpace:
         }
         values.update(fixed or {})
         catalog = self.catalog
-        for dimension in self.dimensions:
-            if dimension.name not in values:
-                name = dimension.name
+        dimensions = {d.name: d for d in self.dimensions}
+        deciding: set[str] = set()
+
+        def decide(dimension: KnobDimension) -> None:
+            name = dimension.name
+            if name in values or name in deciding:
+                return
+            deciding.add(name)
+            contexts = [(value, context) for knob, value, context in fixed_when if knob == name]
+            for other in (other for _, context in contexts for other in context):
+                if other in dimensions:
+                    decide(dimensions[other])
+            fixed_here = next((value for value, context in contexts
+                               if all(n in values for n in context) and self.matches(context, values)), _UNFIXED)
+            if fixed_here is not _UNFIXED:
+                values[name] = fixed_here
+            else:
                 values[name] = dimension.suggest(trial, catalog.cap(name, values), floor=catalog.floor(name, values),
                                                  unset_conflict=catalog.unset_conflict(name, values))
+
+        for dimension in self.dimensions:
+            decide(dimension)
         return self.env_from_values({name: values[name] for name in self.knob_names})
 
+    def matches(self, context: Mapping[str, str | None], values: Mapping[str, str | None]) -> bool:
+        """Whether `values` (knob -> value, None or absent = not set) give each knob of `context` its value there, a
+        knob not set counting as the library's own value (KnobCatalog.library_value)."""
+        library_value = self.catalog.library_value
+        return all(library_value(name, values.get(name)) == library_value(name, want) for name, want in context.items())
+
     def env_from_values(self, values: Mapping[str, str | None]) -> dict[str, str]:
-        """Knob values (None = unset) -> environment with required companions and pinned values."""
+        """Knob values (None = unset) -> environment with required companions and pinned values. Validated with the
+        searched knobs left unset counting as the library's own value (they are unset in the launch), the knobs
+        outside the space as the site's defaults (which the launch sets)."""
         env: dict[str, str] = {}
         for name, value in values.items():
             if value is None:
@@ -183,7 +212,7 @@ class SearchSpace:
             env[name] = value
             env.update(self.catalog[name].requires)
         env.update(self.pinned)
-        return self.catalog.validate_env(env)
+        return self.catalog.validate_env(env, searched=self.knob_names)
 
     def params_for_env(self, env: Mapping[str, str]) -> dict[str, Any]:
         """The Optuna parameters of a trial that applies `env` (knobs missing from env = unset)."""

@@ -11,13 +11,17 @@ run by an executor:
 Whatever the executor, the environment of a run is the caller's environment WITHOUT any catalog knob
 (an inherited NCCL_PROTO must not leak into a trial that leaves it unset), plus the trial's knobs, plus the
 library's read-log switches (READ_LOG_ENV; the caller's own values of them dropped): NCCL_DEBUG=INFO
-NCCL_DEBUG_SUBSYS=ENV makes NCCL print every NCCL_* variable it took ("NCCL_PROTO set by environment to LL"),
-OMPI_MCA_mpi_show_mca_params=enviro makes Open MPI print every MCA parameter it took from the environment. A
-knob the library did not read is not credited: the trial is INVALID with the names in its reason (a typo, a
-name this version does not know, or a code path this run does not take). A knob at the site's default (or
+NCCL_DEBUG_SUBSYS=ENV makes NCCL (and RCCL) print every NCCL_* (RCCL_*) variable it took ("NCCL_PROTO set by
+environment to LL"), OMPI_MCA_mpi_show_mca_params=enviro makes Open MPI print every MCA parameter it took from the
+environment. A knob the library did not read is not credited: the trial is INVALID with the names in its reason (a
+typo, a name this version does not know, or a code path this run does not take). A knob at the site's default (or
 pinned) value is what the baseline runs too: unread, it is inert on this run's path and does not make the run
-invalid (it is named in the evaluation's `unread`, so the tuner takes it out of the search). Libraries without
-such a log (MPICH, UCX, ...) are recorded as unverified in the trial, never silently as read.
+invalid (it is named in the evaluation's `unread`, so the tuner takes it out of the search: where its reading depends
+on other searched knobs, the catalog's `read_depends_on`, only beside their values). A knob the catalog says changes
+nothing in this environment (KnobCatalog.effective_env: at its `unset_equals`, e.g. NCCL_P2P_DISABLE=0, which NCCL
+logs only when it is 1; or not read beside another knob's value, `inert_when`, e.g. NCCL_P2P_LEVEL while
+NCCL_P2P_DISABLE=1) is neither: the run is what the env says, read or not. Libraries without such a log (MPICH,
+UCX, ...) are recorded as unverified in the trial, never silently as read.
 
 Outcomes: the run hung (commbench's watchdog, exit 3, or the executor's hard time limit) = TIMEOUT;
 wrong data (a validated record with valid=false: commbench then exits 1) or an unread knob = INVALID;
@@ -65,8 +69,11 @@ READ_LOG_ENV: dict[Library, dict[str, str]] = {
     Library.RCCL: {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "ENV", "NCCL_DEBUG_FILE": ""},
     Library.OPENMPI: {"OMPI_MCA_mpi_show_mca_params": "enviro", "OMPI_MCA_mpi_show_mca_params_file": ""},
 }
-# NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL".
-_NCCL_READ = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S*)")
+# NCCL: "NCCL_NVLS_ENABLE set by environment to 0." (params) / "NCCL_PROTO set by environment to LL". RCCL's own
+# parameters (RCCL_PARAM, which prefixes RCCL_) log the same line with their RCCL_ name: "RCCL_MSCCL_ENABLE set by
+# environment to 0." (before, only NCCL_ names were read: every RCCL_ knob a trial set made it invalid and left the
+# search).
+_NCCL_READ = re.compile(r"\b((?:NCCL|RCCL)_[A-Z0-9_]+) set by environment to (\S*)")
 # Open MPI: "[node1:1234] btl_tcp_sndbuf=4096 (environment)".
 _OMPI_READ = re.compile(r"^\[[^\]]*\] ([A-Za-z0-9_]+)=(.*) \(environment\)\s*$", re.MULTILINE)
 
@@ -176,8 +183,9 @@ class LauncherExecutor:
     def __init__(self, launcher: Sequence[str], commbench: Path, runs_dir: Path, base_env: Mapping[str, str]) -> None:
         if not launcher:
             raise ValueError("the launcher command is empty")
-        if not os.access(commbench, os.X_OK):
-            raise ValueError(f"commbench binary {commbench} does not exist or is not executable")
+        if not Path(commbench).is_file() or not os.access(commbench, os.X_OK):  # a directory passes X_OK
+            what = "is a directory" if Path(commbench).is_dir() else "does not exist or is not executable"
+            raise ValueError(f"--commbench {commbench}: the commbench binary {what} (give the executable file)")
         self.launcher = list(launcher)
         self.commbench = Path(commbench)
         self.runs_dir = runs_dir
@@ -404,7 +412,12 @@ class CommbenchEvaluator:
         if outcome.exit_code != 0:
             return Evaluation.failed(FailureKind.FAILED,
                                      f"commbench exited with code {outcome.exit_code}{where}; output ends: {tail}")
-        unread = self.unread(env, outcome.output) or []
+        # A knob the catalog says leaves this run unchanged (KnobCatalog.effective_env: set to its unset_equals, e.g.
+        # NCCL_P2P_DISABLE=0, which NCCL's ncclGetLevel logs only when it is 1; or not read beside another knob's
+        # value, inert_when / inert_unless_set) runs as the env says whether or not the log shows it: unread, it is
+        # no reason to fail the run, nor to take the knob out of the search.
+        runs = self.catalog.effective_env(env)
+        unread = [name for name in self.unread(env, outcome.output) or [] if name in runs]
         changed = [name for name in unread if env[name] != self.baseline.get(name)]
         if changed:
             return Evaluation.failed(

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -37,6 +38,8 @@ from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candi
 from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, cleared_names,
                             config_comments, env_file_text, load_recommendations, publish, rule_file, system_dir,
                             tuner_config_name, write_atomic)
+
+logger = logging.getLogger(__name__)
 
 
 def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
@@ -275,7 +278,8 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
     other sizes: the scope does not name its sizes), restricted to the searched knobs; with the scope each came
     from. A winner is what its .env does to the site's jobs: its `env` set and its `unset` removed on top of the
     site defaults (a knob the related tune did not search ran there at the site default). A winner whose values
-    this space does not offer is left out."""
+    this space does not offer is left out, and so is one measured beside another baseline (warm_start_mismatch), with a
+    warning saying why."""
     if publish_dir is None:
         return []
     path = system_dir(publish_dir, scope.site, scope.system) / RECOMMENDATIONS_FILE
@@ -286,6 +290,11 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
     for rec in load_recommendations(path).recommendations:
         if rec.decision != "change" or any(getattr(rec.scope, field) != getattr(scope, field) for field in same):
             continue
+        mismatch = warm_start_mismatch(rec, space)
+        if mismatch is not None:
+            logger.warning("warm start from %s skipped: %s: cut to this tune's knobs it would be a setting never "
+                           "measured", rec.describe_scope(), mismatch)
+            continue
         on_site = {k: v for k, v in space.catalog.default_env(space.knob_names).items() if k not in rec.unset}
         env = {k: v for k, v in {**on_site, **rec.env}.items() if k in space.knob_names}
         try:
@@ -294,6 +303,32 @@ def warm_start_envs(publish_dir: Path | None, scope: StudyScope, space: SearchSp
             continue
         found.append((env, rec.describe_scope()))
     return found
+
+
+def warm_start_mismatch(rec: Recommendation, space: SearchSpace) -> str | None:
+    """Why a related scope's winner did not run beside this tune's baseline, or None: its baseline (its tune's site
+    defaults of the knobs it searched, pins and their companions: Recommendation.baseline_env) sets a knob otherwise
+    than this tune's launches do (the site's defaults and pins), or lacks one of this tune's pins; or the winner sets
+    or unsets a knob this space does not search (nor a companion of one) otherwise than this tune's baseline. Such a
+    winner cut to the searched knobs is not what was measured: the socket-path tune's winner, with NCCL_P2P_DISABLE=1
+    and NCCL_SHM_DISABLE=1 in its baseline, was enqueued under its name on the NVLink path."""
+    catalog = space.catalog
+    defaults = catalog.default_env()
+    here = {**{k: v for name in defaults for k, v in catalog[name].requires.items()}, **defaults}
+
+    def shown(value: str | None) -> str:
+        return "unset" if value is None else value
+
+    problems = [f"{name}={shown(rec.baseline_env.get(name))} in its baseline, {shown(here.get(name))} here"
+                for name in sorted({*rec.baseline_env, *catalog.pinned})
+                if rec.baseline_env.get(name) != here.get(name)]
+    inside = set(space.changeable)
+    problems += [f"it sets {name}={value}, outside this tune's knobs ({shown(here.get(name))} here)"
+                 for name, value in sorted(rec.env.items())
+                 if name not in inside and here.get(name) != value and rec.baseline_env.get(name) != value]
+    problems += [f"it unsets {name}, outside this tune's knobs ({here[name]} here)"
+                 for name in sorted(rec.unset) if name not in inside and name in here]
+    return "; ".join(problems) or None
 
 
 @dataclasses.dataclass
