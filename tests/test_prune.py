@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from fixtures_cli import commcamp_output
 from fixtures_store import commbench_record, run_info
 
@@ -71,7 +72,7 @@ def test_prune_refuses_to_guess_when_the_store_cannot_say(tmp_path: Path) -> Non
     old = make_run_dir(runs, "smoke-20261101T000000Z", 30)
     code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "1", "--yes",
                                    "--db", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
-    assert code != 0 and "cannot open results database" in output
+    assert code == 2 and "no results database at" in output, output
     assert old.is_dir()
 
 
@@ -82,6 +83,7 @@ def test_prune_deletes_only_run_directories_and_refuses_a_directory_holding_none
     for name in ("health", "reports", "runs"):
         make_run_dir(workspace, name, 30)
     db = f"sqlite:///{tmp_path / 'results.db'}"
+    open_store(db).close()  # a store that holds nothing: no run points anywhere
     code, output = commcamp_output("results", "prune", "--runs-dir", workspace, "--keep-last", "1", "--yes",
                                    "--db", db)
     assert code == 2, output
@@ -103,3 +105,17 @@ def test_prune_deletes_only_run_directories_and_refuses_a_directory_holding_none
     assert f"skip {notes}: not a commcamp run directory" in output and (runs / "reframe").is_dir()
     assert "deleted 4 of 5 run directories" in output
     assert not any(d.exists() for d in (old, retried, trial, workers)) and newest.is_dir() and notes.is_dir()
+
+
+def test_a_runs_dir_that_is_missing_or_a_file_is_refused_the_workspace_s_own_may_be_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--runs-dir` mistyped (no such directory) or naming a file said "no run directories", exit 0: refused, exit 2,
+    naming it. A workspace where nothing ran yet (its runs/ not made) still has nothing to prune, exit 0."""
+    (tmp_path / "file").write_text("x\n")
+    for given, why in ((tmp_path / "nowhere", "no such directory"), (tmp_path / "file", "not a directory")):
+        code, output = commcamp_output("results", "prune", "--keep-days", "1", "--runs-dir", given)
+        assert code == 2 and "--runs-dir" in output and f"{given}: {why}" in output, output
+    monkeypatch.setenv("COMMCAMP_HOME", str(tmp_path / "fresh"))
+    code, output = commcamp_output("results", "prune", "--keep-days", "1")
+    assert code == 0 and "no run directories" in output, output
+    assert not (tmp_path / "fresh").exists()

@@ -460,3 +460,43 @@ def test_a_characterize_run_that_stored_nothing_says_so_without_a_traceback(tmp_
         assert KINDS["characterize"].after_run(run) is ExitCode.FAILED
     assert "no report written" in errors.getvalue() and "no measurements" in errors.getvalue()
     assert not report.exists()
+
+
+def test_nominal_takes_any_positive_finite_number() -> None:
+    """`--nominal x=1e-3` was refused by a pattern that took `1.2.3` (then a float() traceback)."""
+    import typer
+
+    from campaigns.cli.report import _parse_nominal
+
+    parsed = _parse_nominal(["x=1e-3", " NVLink 4 x18 = 450 "])
+    assert [(n.label, n.gbs) for n in parsed] == [("x", 0.001), ("NVLink 4 x18", 450.0)]
+    for bad in ("x=1.2.3", "x=0", "x=-1", "x=inf", "x=nan", "=5", "x", "x="):
+        with pytest.raises(typer.BadParameter, match="is not LABEL=GBPS"):
+            _parse_nominal([bad])
+
+
+def test_verdicts_are_checked_for_what_the_report_reads(tmp_path: Path) -> None:
+    """_load_verdicts checked four keys: a verdict without `tag`, with nodes as a list or metrics of strings crashed
+    the report later (KeyError, AttributeError, TypeError). Every field the report reads is checked (the file named);
+    the verdicts health writes, fail-slow nodes and isolation included, are taken."""
+    from campaigns.cli.report import _load_verdicts
+
+    slow = {"node": "c6n3", "op": "sendrecv", "bytes": 65536, "value_us": 463.0, "peers_us": {"c6n1": 101.0},
+            "history": {"nights": 2, "median": 22.5, "spread": 7.5}, "peer_ratio": 4.36,
+            "ratio_history": {"nights": 2, "mean": 0.92, "log_sd": 0.2, "t": 6.26, "p": 0.05}, "evidence": []}
+    good = [VERDICT, {**VERDICT, "slow_nodes": [slow, {**slow, "history": {}, "ratio_history": {}}],
+                      "isolation": {**VERDICT["isolation"], "path": "attribution", "extra_jobs": 1}}]
+    path = tmp_path / "v.json"
+    for verdict in good:
+        path.write_text(json.dumps(verdict))
+        assert _load_verdicts([path]) == [verdict]
+    for bad, message in (
+            ({**VERDICT, "metrics": [{**VERDICT["metrics"][0], "value": "fast"}]}, "metrics.0.value: Input should be"),
+            ({**VERDICT, "isolation": {**VERDICT["isolation"], "culprit_links": [["n1"]]}}, "culprit_links.0"),
+            ({**VERDICT, "slow_nodes": [{**slow, "ratio_history": {"log_sd": 0.2}}]}, "slow_nodes.0.ratio_history"),
+            ({**VERDICT, "status": "fine"}, "status: Input should be 'ok', 'not_judged', 'degraded' or 'failed'"),
+            ({**VERDICT, "nodes": {"n1": {"status": "ok'><script>", "evidence": []}}}, "nodes.n1.status")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=rf"--verdict {path} is not a commcamp health verdict: .*"
+                                             rf"{re.escape(message)}"):
+            _load_verdicts([path])

@@ -475,3 +475,73 @@ def test_a_migration_that_would_leave_dangling_rows_is_refused_and_rolled_back(s
         assert current_revision(connection) == "0001"
         assert connection.exec_driver_sql("SELECT count(*) FROM measurements").scalar() == 1
     engine.dispose()
+
+
+def _tables(url: str) -> set[str]:
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_a_read_only_open_refuses_a_database_that_is_not_a_store_and_writes_nothing(store_url: str) -> None:
+    """open_store(create=False), the commands that only read, migrated whatever database it was given: commcamp's
+    tables landed in another program's database (ReFrame's results.db), or in an empty file. It refuses one without
+    store_alembic_version and creates nothing; a store then opens read-only as it is."""
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE sessions (uuid TEXT PRIMARY KEY)")
+    engine.dispose()
+    with pytest.raises(StoreError, match=r"is not a commcamp results store \(it has no store_alembic_version table"):
+        open_store(store_url, create=False)
+    assert _tables(store_url) == {"sessions"}
+    open_store(store_url).close()  # a command that writes makes the store beside (Optuna's tables share it too)
+    with open_store(store_url, create=False) as store:
+        assert store.runs() == []
+
+
+@sqlite_only
+def test_a_read_only_open_of_an_empty_file_changes_it_not(tmp_path: Path, store_url: str) -> None:
+    path = Path(store_url.removeprefix("sqlite:///"))
+    path.write_bytes(b"")
+    with pytest.raises(StoreError, match="is not a commcamp results store"):
+        open_store(store_url, create=False)
+    assert path.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_a_read_only_open_of_an_older_store_says_how_to_upgrade_it(store_url: str) -> None:
+    from alembic import command
+
+    from campaigns.store.migrate import alembic_config
+
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0001")
+    with pytest.raises(StoreError, match=r"has schema revision '0001', older than this commcamp's '[^']+'; a command "
+                                         r"that only reads does not upgrade it: a command that writes to it"):
+        open_store(store_url, create=False)
+    with engine.connect() as connection:
+        assert current_revision(connection) == "0001"
+    engine.dispose()
+    open_store(store_url).close()  # the upgrade path: a command that writes
+    open_store(store_url, create=False).close()
+
+
+def test_a_read_only_open_refuses_a_newer_store(store_url: str) -> None:
+    open_store(store_url).close()
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE store_alembic_version SET version_num = '9999_from_the_future'")
+    engine.dispose()
+    with pytest.raises(StoreError, match="schema revision '9999_from_the_future', newer than this commcamp"):
+        open_store(store_url, create=False)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:", "sqlite+pysqlite://",
+                                 "sqlite:///file::memory:?uri=true", "sqlite:///file:x?mode=memory&uri=true"])
+@pytest.mark.parametrize("create", [True, False])
+def test_an_in_memory_database_is_refused(url: str, create: bool) -> None:
+    """`--db sqlite://` was taken: ingest said "stored run 1", and the run was gone when the command ended."""
+    with pytest.raises(StoreError, match="is an in-memory SQLite database: what is stored there is lost"):
+        open_store(url, create=create)

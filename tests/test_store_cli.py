@@ -181,7 +181,9 @@ def test_export_failure_keeps_the_old_file(jsonl: Path, store_url: str, tmp_path
     result = _invoke("export", "--db", f"sqlite:///{tmp_path}/missing/x.db", "--output", output)
     assert result.exit_code == 2 and "no results database at" in result.output
     assert output.read_text() == "previous export\n"
-    assert _invoke("export", "--db", store_url, "--output", tmp_path / "nodir" / "x.csv").exit_code == 1
+    result = _invoke("export", "--db", store_url, "--output", tmp_path / "nodir" / "x.csv")
+    assert result.exit_code == 2 and f"-o/--output {tmp_path}/nodir/x.csv: directory {tmp_path}/nodir does not " \
+        "exist" in result.output, result.output  # checked before the work, as report's -o
 
 
 @pytest.mark.parametrize(("args", "message"), [

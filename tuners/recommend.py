@@ -93,6 +93,15 @@ def lookup(
             source=path,
             candidates=(nearest,),
         )
+    unnamed_note = ""
+    if tasks_per_node is None and len(exact) > 1 and any(r.scope.tasks_per_node is None for r in exact):
+        # A scope published before scopes named their ranks per node has none: no --tasks-per-node selects it, so
+        # leaving the option out does (the scopes that name theirs are chosen by giving it).
+        named = _values([r for r in exact if r.scope.tasks_per_node is not None], "tasks_per_node")
+        exact = [r for r in exact if r.scope.tasks_per_node is None]
+        if named:
+            unnamed_note = (f"; a scope published without ranks per node, chosen as --tasks-per-node was not given "
+                            f"(scopes of --tasks-per-node {' or '.join(named)} are published too: give it for one)")
     if len(exact) > 1:
         listed = "; ".join(r.describe_scope() for r in exact)
         which = "; ".join(f"{option} {' or '.join(values)}" for name, option in OPTIONS.items()
@@ -107,7 +116,8 @@ def lookup(
     rec = exact[0]
     if catalog is not None:
         check_published(path, rec, catalog)
-    message = f"measured scope: {rec.describe_scope()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
+    message = (f"measured scope: {rec.describe_scope()} ({verdict(rec.decision, rec.gain, rec.closest, rec.held_out)})"
+               + unnamed_note)
     if rec.deployed is not None:  # per-size rules, also beside keep-defaults: what the lines below deploy
         message += f"; {rec.deployed.describe()}"
     size_result = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import os
 import re
@@ -54,16 +55,34 @@ def new_file_mode() -> int:
     return 0o666 & ~umask
 
 
+def write_target(path: Path) -> Path:
+    """The file a write to `path` replaces: `path` itself, or, where it is a symbolic link, the file the link leads
+    to (written atomically in that file's directory; the link stays a link). OSError naming `path` when that exists
+    and is not a regular file (a directory, a device such as /dev/full, a FIFO, a socket): never replaced by one."""
+    try:
+        target = path.resolve() if path.is_symlink() else path
+    except (RuntimeError, OSError):  # a symlink loop (RuntimeError up to Python 3.12)
+        raise OSError(errno.ELOOP, "is a symbolic link that leads nowhere (a loop)", str(path)) from None
+    if target.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+    if target.exists() and not target.is_file():
+        raise OSError(errno.EINVAL, "exists and is not a regular file (a device, FIFO or socket): it is not "
+                                    "replaced by one", str(path))
+    return target
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Temp file in the same directory, fsync, rename over the target, fsync the directory. If
-    anything fails before the rename, the previous file is untouched and the temp file removed."""
+    anything fails before the rename, the previous file is untouched and the temp file removed. A symbolic
+    link is followed (its file is replaced, the link kept); anything but a regular file is refused (write_target)."""
     write_files({path: text})
 
 
 def write_files(texts: Mapping[Path, str]) -> None:
     """Every file or none: every directory, then every temp file (beside its target, fsynced), then the
     renames, then the directories fsynced. A failure before the renames leaves every target as it was
-    and removes the temp files written."""
+    and removes the temp files written. Targets as write_target: a symlink's file, never a special file."""
+    texts = {write_target(Path(path)): text for path, text in texts.items()}
     for path in texts:
         path.parent.mkdir(parents=True, exist_ok=True)
     temps: dict[Path, str] = {}

@@ -21,6 +21,7 @@ from rich.markup import escape
 from campaigns import paths
 from campaigns.cli import bench, knobs, plugin, report, results, site, tune
 from campaigns.cli.console import make_console
+from campaigns.cli.outputs import check_outputs
 from campaigns.exit_codes import ExitCode
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
@@ -92,7 +93,7 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
                           soft_wrap=True)
 
 
-def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None) -> None:
+def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None, runs_dir: Path) -> None:
     from rich.table import Table
 
     from campaigns.slurm.placement import planned_job_options
@@ -109,7 +110,7 @@ def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str
     console.print(table)
     pending = [c for c in cases if c.run_key not in stored]
     for number, invocation in enumerate(plan_invocations(pending, planned_job_options), start=1):
-        prefix = paths.runs_dir() / f"{campaign.name}-<time>" / f"rfm-{number}"
+        prefix = runs_dir / f"{campaign.name}-<time>" / f"rfm-{number}"
         console.print(f"[bold]reframe invocation {number}:[/]", escape(shlex.join(invocation.command(prefix))),
                       soft_wrap=True)
 
@@ -160,6 +161,8 @@ def run(
     from campaigns.slurm.nodes import preflight
     from campaigns.model.spec import SpecError, load_campaign
     from campaigns.store import StoreError, default_url, open_store
+    from campaigns.store.store import check_persistent
+    from tuners.writers import write_target
 
     console, errors = make_console(), make_console(stderr=True)
     # Absolute: ReFrame runs with its prefix as the working directory, where a relative path would land deeper.
@@ -180,10 +183,12 @@ def run(
         errors.print(f"[bold red]--tag {escape(tag)!r}:[/] use letters, digits and . _ - (at most 64)")
         raise typer.Exit(ExitCode.USAGE)
     try:  # written after every case ran (their directories made): a path that cannot take it stops here
-        if directory := next((f"--{name} {path}: is a directory" for name, path in outputs.items()
-                              if path.is_dir()), None):
-            raise ValueError(directory)
-        tune.check_outputs({}, {f"--{name}": path.parent for name, path in outputs.items()})
+        for name, path in outputs.items():  # a directory, a device (/dev/full), a FIFO: never replaced by a file
+            try:
+                write_target(path)
+            except OSError as exc:
+                raise ValueError(f"--{name} {path}: {exc.strerror}") from None
+        check_outputs({}, {f"--{name}": path.parent for name, path in outputs.items()})
     except ValueError as exc:
         errors.print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
@@ -195,8 +200,20 @@ def run(
                      highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE)
     url = db or default_url()
+    try:
+        check_persistent(url)  # in memory: every case's result lost when the command ends
+    except StoreError as exc:
+        errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here (a dry
+        # run too: it shows where the run would write); creates nothing
+        paths.probe_writable(runs_dir)
+    except OSError as exc:
+        errors.print(f"[bold red]--runs-dir: cannot write run directories under {escape(str(runs_dir))}:[/] "
+                     f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE) from None
     if dry_run and (force or _stored_nothing_yet(url)):
-        _print_plan(console, campaign, stored=set(), tag=tag)
+        _print_plan(console, campaign, stored=set(), tag=tag, runs_dir=runs_dir)
         return
     placer = None
     if not dry_run:
@@ -205,21 +222,15 @@ def run(
         except PlacementError as exc:
             errors.print(f"[bold red]placements need the network topology:[/] {escape(str(exc))}", soft_wrap=True)
             raise typer.Exit(ExitCode.USAGE) from None
-        try:  # before the store is opened (and maybe created): a runs directory we cannot write stops here
-            paths.probe_writable(runs_dir)
-        except OSError as exc:
-            errors.print(f"[bold red]cannot write run directories under {escape(str(runs_dir))}:[/] "
-                         f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
-            raise typer.Exit(ExitCode.USAGE) from None
-    try:
-        store = open_store(url)
+    try:  # a dry run only reads: it neither creates nor upgrades the database
+        store = open_store(url, create=not dry_run)
     except StoreError as exc:
         errors.print(f"[bold red]cannot use the results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     with store:
         if dry_run:
             _print_plan(console, campaign, stored={c.run_key for c in campaign.cases(tag) if store.has_run(c.run_key)},
-                        tag=tag)
+                        tag=tag, runs_dir=runs_dir)
             return
         assert placer is not None
         try:
@@ -244,13 +255,19 @@ def run(
 
 @app.callback()
 def workspace_option(
-    workspace: Annotated[Optional[Path], typer.Option(
+    workspace: Annotated[Optional[str], typer.Option(
+        metavar="PATH",
         help="where results, runs, verdicts, recommendations, reports and builds go [default: $COMMCAMP_HOME; "
              "in a checkout its results/, else $XDG_DATA_HOME/commcamp]")] = None,
 ) -> None:
     """commcamp: benchmark campaigns for HPC interconnects."""
     if workspace is not None:  # through the environment, so that ReFrame and Slurm workers get it too
-        os.environ[paths.HOME_ENV] = str(workspace.expanduser().resolve())
+        if not workspace.strip():  # Path("") is the current directory: results would land wherever one stands
+            raise typer.BadParameter("is empty: give a directory (`.` for the current one)", param_hint="--workspace")
+        where = Path(workspace).expanduser().resolve()
+        if where.exists() and not where.is_dir():
+            raise typer.BadParameter(f"{where} is not a directory", param_hint="--workspace")
+        os.environ[paths.HOME_ENV] = str(where)
 
 
 @app.command("paths")

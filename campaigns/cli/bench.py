@@ -55,17 +55,65 @@ SiteOpt = Annotated[Optional[str], typer.Option(
          "variant's backend")]
 
 
-def forget_other_sources_build(build_dir: Path, source: Path) -> None:
+# The CMake projects commcamp ships (bench_src/CMakeLists.txt, bench_src/nccl_tuner/CMakeLists.txt) and the file
+# bench_src/Makefile writes into each build directory it configured: what tells a build directory commcamp made.
+COMMCAMP_PROJECTS = frozenset({"commbench", "commcamp_nccl_tuner"})
+CONFIGURE_MARKER = "commbench-configure.cmd"
+
+
+class ForeignBuildDir(Exception):
+    """A build directory holding something commcamp did not make: never emptied."""
+
+
+def _cache_entry(cache: str, name: str) -> str | None:
+    match = re.search(rf"^{name}:[A-Z]+=(.*)$", cache, re.MULTILINE)
+    return None if match is None else match.group(1).strip()
+
+
+def check_build_dir(build_dir: Path, option: str = "--build-dir") -> None:
+    """ForeignBuildDir naming `option` unless `build_dir` is new, empty or a build directory commcamp made (its CMake
+    cache names one of commcamp's projects, or bench_src/Makefile's marker is in it): a directory commcamp would
+    configure, and may empty (forget_other_sources_build, bench_src/Makefile on a changed configure command), must be
+    its own, never a user's build of another project or their files."""
+    if not os.path.lexists(build_dir):
+        return
+    if not build_dir.is_dir():
+        raise ForeignBuildDir(f"{option} {build_dir}: not a directory")
+    try:
+        if next(build_dir.iterdir(), None) is None:
+            return
+        cache = (build_dir / "CMakeCache.txt").read_text(errors="replace")
+    except FileNotFoundError:
+        raise ForeignBuildDir(f"{option} {build_dir}: holds files but no CMake build commcamp made: commcamp builds "
+                              "only in a new or empty directory or one of its own builds; choose another") from None
+    except OSError as exc:
+        raise ForeignBuildDir(f"{option} {build_dir}: cannot read it ({exc.strerror or exc})") from None
+    project = _cache_entry(cache, "CMAKE_PROJECT_NAME")
+    if project not in COMMCAMP_PROJECTS and not (build_dir / CONFIGURE_MARKER).is_file():
+        home = _cache_entry(cache, "CMAKE_HOME_DIRECTORY")
+        raise ForeignBuildDir(
+            f"{option} {build_dir}: a CMake build of another project ({project or 'unnamed'}, sources "
+            f"{home or 'unknown'}), not one commcamp made: commcamp empties only its own build directories; choose "
+            "another (a new or empty one)")
+
+
+def forget_other_sources_build(build_dir: Path, source: Path, option: str = "--build-dir") -> None:
     """Remove a CMake build directory configured from another source tree, to configure it again from `source`: an
     earlier install at another prefix (Spack's hashed prefixes, /opt/commcamp/0.1 -> 0.2) sharing the workspace
-    would otherwise be rebuilt from its own sources, or fail for good once they are gone."""
+    would otherwise be rebuilt from its own sources, or fail for good once they are gone. Only a build directory
+    commcamp made goes: anything else raises ForeignBuildDir (check_build_dir) and nothing is removed."""
+    check_build_dir(build_dir, option)
     try:
         cache = (build_dir / "CMakeCache.txt").read_text(errors="replace")
     except OSError:
-        return
-    match = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", cache, re.MULTILINE)
-    if match is not None and Path(match.group(1)).resolve() != source.resolve():
-        shutil.rmtree(build_dir)
+        return  # new, or empty
+    home = _cache_entry(cache, "CMAKE_HOME_DIRECTORY")
+    if home is not None and Path(home).resolve() != source.resolve():
+        for entry in build_dir.iterdir():  # its contents: a symlinked build directory stays where it points
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
 
 def binary(variant: str, build_dir: Path | None = None) -> Path:
@@ -145,13 +193,21 @@ def build(variants: VariantsArg = None, build_dir: BuildDirOpt = None,
         if value and variant not in names and value != os.environ.get(ARCHS[variant][0]):
             raise _usage(f"{option} applies to the {variant} variant: commcamp bench build {variant} {option} {value}")
     root = (build_dir or paths.commbench_build_dir()).resolve()
+    if root.exists() and not root.is_dir():
+        raise _usage(f"--build-dir {root}: not a directory")
     missing = [tool for tool in ("make", "cmake") if shutil.which(tool) is None]
     if missing:
         Console(stderr=True).print(f"[bold red]not installed:[/] {', '.join(missing)} (Debian packages make, cmake)")
         raise typer.Exit(ExitCode.FAILED)
     plan = [(name, make_variables(name, given.get(name), site)) for name in names]
+    try:
+        for name, _ in plan:  # every variant's directory before any build: a foreign one stops the command here
+            check_build_dir(root / name, "--build-dir" if build_dir is not None else "the build directory")
+        for name, _ in plan:
+            forget_other_sources_build(root / name, paths.BENCH_SRC)
+    except ForeignBuildDir as exc:
+        raise _usage(str(exc)) from None
     for name, variables in plan:
-        forget_other_sources_build(root / name, paths.BENCH_SRC)
         cmd = ["make", "--no-print-directory", "-C", str(paths.BENCH_SRC), f"BUILD_DIR={root}", f"JOBS={jobs}",
                *variables, name]
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)

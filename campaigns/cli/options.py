@@ -7,7 +7,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -24,14 +24,24 @@ DbOption = Annotated[Optional[str], typer.Option(
 
 
 def parse_when(text: str | None, option: str) -> date | datetime | None:
-    """YYYY-MM-DD (that whole day) or an ISO 8601 date-time; without an offset it is local time."""
+    """YYYY-MM-DD (that whole day) or an ISO 8601 date-time; without an offset it is local time. A date whose day
+    cannot be placed in local time (0001-01-01 east of UTC, 9999-12-31: its end is after the calendar's) is
+    refused, naming `option`."""
     if text is None:
         return None
     try:
-        return date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
+        when = date.fromisoformat(text) if len(text) == 10 else datetime.fromisoformat(text)
     except ValueError:
         raise typer.BadParameter(f"{text!r} is not a date (2026-01-31) or ISO date-time",
                                  param_hint=option) from None
+    start = when if isinstance(when, datetime) else datetime.combine(when, time())
+    try:  # what the store computes of it (campaigns.store.store._day_bounds): that day's bounds in local time
+        start.astimezone()
+        (start + timedelta(days=1)).astimezone()
+    except (ValueError, OverflowError, OSError):
+        raise typer.BadParameter(f"{text!r} is outside the dates that can be compared (years 1 to 9999, in local "
+                                 "time): give a date a measurement can have", param_hint=option) from None
+    return when
 
 
 # Filter options shared by the measurement commands; with_measurement_filters adds them to a command.
@@ -43,7 +53,7 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
     "op": Annotated[Optional[list[str]], typer.Option(help="operation, e.g. allreduce (repeatable)")],
     "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. nccl (repeatable)")],
     "backend": Annotated[Optional[list[str]], typer.Option(help="cpu, cuda or hip (repeatable)")],
-    "run_id": Annotated[Optional[list[int]], typer.Option(help="run id (repeatable)")],
+    "run_id": Annotated[Optional[list[int]], typer.Option(min=1, max=2**63 - 1, help="run id (repeatable)")],
     "size": Annotated[Optional[str], typer.Option(help="exact message size, e.g. 1MiB")],
     "min_size": Annotated[Optional[str], typer.Option(help="smallest message size")],
     "max_size": Annotated[Optional[str], typer.Option(help="largest message size")],
@@ -54,6 +64,7 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
 
 
 def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
+    from campaigns.model.records import MAX_MESSAGE_BYTES  # the record contract's limit, as tune and recommend's
     from campaigns.model.sizes import parse_size  # pydantic: loaded when a command runs
     from campaigns.store import MeasurementFilter
 
@@ -62,7 +73,10 @@ def _measurement_filter(options: dict[str, Any]) -> MeasurementFilter:
         if text is None:
             return None
         try:
-            return parse_size(text)
+            size = parse_size(text)
+            if size > MAX_MESSAGE_BYTES:  # no record has it (and the database's integers end at 2**63)
+                raise ValueError(f"{text!r} is {size} B, above 1 TiB, the largest size commbench measures")
+            return size
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--" + name.replace("_", "-")) from None
 

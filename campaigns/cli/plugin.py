@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.cli.bench import forget_other_sources_build
+from campaigns.cli.bench import ForeignBuildDir, forget_other_sources_build
 from campaigns.exit_codes import ExitCode
 
 PLUGIN_FILE = paths.PLUGIN_LIBRARY
@@ -30,7 +30,8 @@ BuildDirOpt = Annotated[Optional[Path], typer.Option(
 
 
 def build_plugin(build_dir: Path) -> Path:
-    """Configure (once) and build the plugin target; the .so's path. RuntimeError with CMake's output."""
+    """Configure (once) and build the plugin target; the .so's path. RuntimeError with CMake's output;
+    ForeignBuildDir for a build directory commcamp did not make (campaigns.cli.bench.check_build_dir)."""
     if shutil.which("cmake") is None:
         raise RuntimeError("cmake is not installed (Debian package cmake)")
     forget_other_sources_build(build_dir, paths.PLUGIN_SRC)
@@ -57,11 +58,18 @@ def path(build_dir: BuildDirOpt = None) -> None:
     print(plugin.resolve())
 
 
+def _usage(message: str) -> typer.Exit:
+    Console(stderr=True).print(f"[bold red]{escape(message)}[/]", highlight=False, soft_wrap=True)
+    return typer.Exit(ExitCode.USAGE)
+
+
 @plugin_app.command()
 def build(build_dir: BuildDirOpt = None) -> None:
     """Build the plugin (Release, no tests) from the shipped sources and print its path."""
     try:
         plugin = build_plugin(build_dir or paths.plugin_build_dir())
+    except ForeignBuildDir as exc:
+        raise _usage(str(exc)) from None
     except RuntimeError as exc:
         Console(stderr=True).print(f"[bold red]plugin build failed[/]\n{escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.FAILED) from None
@@ -77,12 +85,22 @@ def install(
     for NCCL_TUNER_PLUGIN."""
     errors = Console(stderr=True)
     build_dir = build_dir or paths.plugin_build_dir()
+    prefix = prefix.resolve()
+    # before the build: PREFIX and PREFIX/lib must be (or become) directories this process can write
+    for directory in (prefix, prefix / "lib"):
+        if directory.exists() and not directory.is_dir():
+            raise _usage(f"--prefix {prefix}: {directory} is not a directory")
+    try:
+        paths.probe_writable(prefix / "lib")
+    except OSError as exc:
+        raise _usage(f"--prefix {prefix}: cannot create files there ({exc.strerror or exc})") from None
     try:
         build_plugin(build_dir)
+    except ForeignBuildDir as exc:
+        raise _usage(str(exc)) from None
     except RuntimeError as exc:
         errors.print(f"[bold red]plugin build failed[/]\n{escape(str(exc))}", highlight=False)
         raise typer.Exit(ExitCode.FAILED) from None
-    prefix = prefix.resolve()
     result = subprocess.run(["cmake", "--install", str(build_dir), "--prefix", str(prefix)], capture_output=True,
                             text=True, timeout=120, check=False)
     installed = prefix / "lib" / PLUGIN_FILE

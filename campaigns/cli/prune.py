@@ -75,7 +75,7 @@ def mark_references(directories: list[RunDirectory], runs_dir: Path, db: str | N
 
     from campaigns.store import open_store
 
-    with open_store(db) as store:
+    with open_store(db, create=False) as store:  # only read: a mistyped --db is refused, never made (empty)
         for run in store.runs():
             for directory in pointed_to(run.reason or ""):
                 directory.referenced_by.append(f"stored run {run.id} ({run.run_key}: {run.status})")
@@ -105,12 +105,15 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
     named) unless --include-referenced."""
     if keep_days is None and keep_last is None:
         raise typer.BadParameter("say what to keep: --keep-days N and/or --keep-last N", param_hint="--keep-days")
+    console = Console()
     if runs_dir is None:
         runs_dir = paths.runs_dir()
-    console = Console()
-    if not runs_dir.is_dir():
-        console.print(f"no run directories: {escape(str(runs_dir))} does not exist")
-        return
+        if not runs_dir.exists():  # a workspace where nothing ran yet
+            console.print(f"no run directories: {escape(str(runs_dir))} does not exist")
+            return
+    if not runs_dir.is_dir():  # a mistyped --runs-dir would read as "nothing to prune"
+        raise typer.BadParameter(f"{runs_dir}: " + ("not a directory" if runs_dir.exists() else "no such directory"),
+                                 param_hint="--runs-dir")
     from campaigns.reframe.runner import RUN_DIR_NAME
     from campaigns.tuning.executors import TUNING_DIR_NAME
 

@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from campaigns.cli.options import DbOption, expected_errors, parse_when, with_measurement_filters
 from campaigns.cli.console import make_console
+from campaigns.cli.outputs import NOT_STDOUT, check_outputs
 from campaigns.cli.prune import prune
 
 if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command runs: `commcamp --help` stays fast
@@ -34,7 +35,9 @@ def _console(*, stderr: bool = False) -> Console:
     return make_console(stderr=stderr)
 
 
-LimitOption = Annotated[int, typer.Option(help="rows to show at most; 0 shows all")]
+MAX_COUNT = 2**31 - 1  # the store's INTEGER columns (PostgreSQL's integer is 32-bit)
+LimitOption = Annotated[int, typer.Option(min=0, help="rows to show at most; 0 shows all")]
+
 
 def human_size(size: float | None) -> str:
     if size is None or size != size:  # None or NaN: an error record without a size
@@ -175,7 +178,8 @@ class ExportFormat(str, Enum):
 
 @with_measurement_filters
 def export(filters: MeasurementFilter,
-           output: Annotated[Path, typer.Option("--output", "-o", help="file to write (replaced atomically)")],
+           output: Annotated[Path, typer.Option("--output", "-o", help=(
+               f"file to write (replaced atomically, in an existing directory; {NOT_STDOUT})"))],
            export_format: Annotated[Optional[ExportFormat], typer.Option(
                "--format", help="csv or parquet [default: from the output suffix]")] = None,
            samples: Annotated[bool, typer.Option(
@@ -189,7 +193,7 @@ def export(filters: MeasurementFilter,
     from campaigns.formats.foreign import check_filter_names
     from campaigns.store import open_store
     from campaigns.store.models import Measurement
-    from tuners.writers import new_file_mode
+    from tuners.writers import new_file_mode, write_target
 
     if export_format is None:
         try:
@@ -198,6 +202,7 @@ def export(filters: MeasurementFilter,
             raise typer.BadParameter(f"cannot tell the format from {output.name!r}; give --format csv|parquet",
                                      param_hint="--format") from None
     with expected_errors():
+        check_outputs({"-o/--output": output}, {})  # before the work: a file it cannot write stops here
         check_filter_names(**vars(filters))
         with open_store(db, create=False) as store:
             frame = _selected(store, filters)
@@ -214,7 +219,8 @@ def export(filters: MeasurementFilter,
             if key in frame:
                 frame[key] = frame[key].astype("Int64")
         output = output.absolute()
-        fd, temp_name = tempfile.mkstemp(dir=output.parent, prefix=f".{output.name}.", suffix=".tmp")
+        target = write_target(output)  # a symlink's file (the link stays), never a device or FIFO
+        fd, temp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         os.close(fd)
         try:
             if export_format is ExportFormat.csv:
@@ -222,7 +228,7 @@ def export(filters: MeasurementFilter,
             else:
                 frame.to_parquet(temp_name, index=False)
             os.chmod(temp_name, new_file_mode())  # mkstemp's is 0600
-            os.replace(temp_name, output)
+            os.replace(temp_name, target)
         except BaseException:
             os.unlink(temp_name)
             raise
@@ -298,8 +304,10 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
            run_key: Annotated[Optional[str], typer.Option(
                help="unique key of this run [default: manual:<sha256 of the file>]")] = None,
            param: Annotated[Optional[list[str]], typer.Option(help="run parameter KEY=VALUE (repeatable)")] = None,
-           num_nodes: Annotated[Optional[int], typer.Option(help="[default: largest 'nodes' of the records]")] = None,
-           num_tasks: Annotated[Optional[int], typer.Option(help="[default: largest 'ranks' of the records]")] = None,
+           num_nodes: Annotated[Optional[int], typer.Option(
+               min=1, max=MAX_COUNT, help="[default: largest 'nodes' of the records]")] = None,
+           num_tasks: Annotated[Optional[int], typer.Option(
+               min=1, max=MAX_COUNT, help="[default: largest 'ranks' of the records]")] = None,
            status: Annotated[Optional[RunStatus], typer.Option(
                help="[default: pass when every record is valid, else fail]")] = None,
            reason: Annotated[Optional[str], typer.Option(help="why the run failed")] = None,
@@ -322,6 +330,9 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     from campaigns.store import RunInfo, open_store, records_digest
 
     parameters = _parameters(param or [])
+    if run_key is not None and not run_key.strip():
+        raise typer.BadParameter("is empty: give a key, or leave --run-key out (manual:<sha256 of the file>)",
+                                 param_hint="--run-key")
     with expected_errors():
         try:
             partitions = [p.name for p in load_site(site).system(system).partitions]
@@ -344,11 +355,12 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
             if invalid and reason is None:
                 reason = f"{invalid} of {len(records)} records not valid"
         stamps = [datetime.fromisoformat(record["timestamp"]) for record in records]
-        run = RunInfo(run_key=run_key or f"manual:{hashlib.sha256(file.read_bytes()).hexdigest()[:16]}",
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
+        run = RunInfo(run_key=run_key if run_key is not None else f"manual:{digest}",
                       campaign=campaign, site=site, system=system, partition=partition, environ=environ,
                       check_name=check_name, parameters=parameters,
-                      num_nodes=num_nodes or max(record["nodes"] for record in records),
-                      num_tasks=num_tasks or max(record["ranks"] for record in records),
+                      num_nodes=num_nodes if num_nodes is not None else max(record["nodes"] for record in records),
+                      num_tasks=num_tasks if num_tasks is not None else max(record["ranks"] for record in records),
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:

@@ -103,7 +103,8 @@ def check(
 ) -> None:
     """Validate a site's files: site.yaml, its ReFrame configuration, knob overrides, env.sh, Spack environment.
     Values still marked EDIT (the template's) are warned about, not counted as problems."""
-    from campaigns.model.site import SiteError, available_sites, check_site, edit_placeholders, site_file
+    from campaigns.model.site import (SiteError, available_sites, check_site, edit_placeholders, find_site_file,
+                                      site_file)
 
     errors = Console(stderr=True)
     if all_sites == (site_name is not None):
@@ -127,7 +128,9 @@ def check(
                 errors.print(f"  {escape(problem)}", soft_wrap=True, highlight=False)
         else:
             Console().print(f"site {name}: ok")
-        _warn_placeholders(errors, name, edit_placeholders(site_file(name)), listed=not all_sites)
+        found = find_site_file(name)  # None: gone since it was listed (check_site named that)
+        if found is not None:
+            _warn_placeholders(errors, name, edit_placeholders(found), listed=not all_sites)
     if failed:
         raise typer.Exit(ExitCode.FAILED)
 
@@ -140,14 +143,14 @@ def new(
 ) -> None:
     """Scaffold a site in a directory you own (e.g. your site's repository): site.yaml, reframe_config.py and
     env.sh from --from, checked like `site check`, written in one rename (nothing on failure)."""
-    from campaigns.model.site import SITE_FILE, SiteError, edit_placeholders, new_site, site_search_path
+    from campaigns.model.site import SITE_FILE, SiteError, SiteWriteError, edit_placeholders, new_site, site_search_path
 
     parent = directory or next(iter(paths.site_path_dirs()), Path.cwd())
     try:
         target = new_site(site_name, template, parent.resolve())
-    except SiteError as exc:
+    except SiteError as exc:  # bad NAME, --from or --dir: 2; the files could not be written (a full disk): 1
         Console(stderr=True).print(f"[bold red]{escape(str(exc))}[/]", soft_wrap=True, highlight=False)
-        raise typer.Exit(ExitCode.USAGE) from None
+        raise typer.Exit(ExitCode.FAILED if isinstance(exc, SiteWriteError) else ExitCode.USAGE) from None
     print(target)
     errors = Console(stderr=True)
     if target.parent not in [p.resolve() for p in site_search_path()]:

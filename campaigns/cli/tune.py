@@ -28,6 +28,7 @@ from rich.markup import escape
 
 from campaigns import paths
 from campaigns.cli.console import make_console
+from campaigns.cli.outputs import NOT_STDOUT, check_outputs
 from campaigns.exit_codes import ExitCode
 
 if TYPE_CHECKING:  # the tuner (Optuna, SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
@@ -182,8 +183,9 @@ OverridesOpt = Annotated[Optional[list[Path]], typer.Option(
     "documented, unset_equals, inert_unless_set); repeatable")]
 TrialsOpt = Annotated[Optional[int], typer.Option(help="trial budget (trials counted across workers/restarts)")]
 SamplerOpt = Annotated[Optional[str], typer.Option(help="tpe (default), gp or random")]
-SeedOpt = Annotated[Optional[int], typer.Option(help="seed of the search: the screen's order and the sampler "
-                                                    "(default: the order drawn for each new study, printed)")]
+SeedOpt = Annotated[Optional[int], typer.Option(min=0, max=2**32 - 1, help=(
+    "seed of the search: the screen's order and the sampler, 0 .. 2**32-1 (default: the order drawn for each new "
+    "study, printed)"))]
 ExecutorOpt = Annotated[Optional[str], typer.Option(help="reframe (campaign executor) or launcher")]
 LauncherOpt = Annotated[Optional[str], typer.Option(help="launcher executor command, e.g. 'mpirun -np 4'")]
 CommbenchOpt = Annotated[Optional[Path], typer.Option(help="launcher executor: commbench binary")]
@@ -244,51 +246,16 @@ def _started_trials(study: Any) -> int:
     return sum(trial.state != TrialState.WAITING for trial in study.get_trials(deepcopy=False))
 
 
-def check_outputs(files: dict[str, Path | None], directories: dict[str, Path | None],
-                  in_job_env: Mapping[str, Path | None] | None = None) -> None:
-    """Before any run: each output can be written, or ValueError naming its option. A file (--summary,
-    --env-file) goes into a directory that exists (none is made for it); a directory (--publish-dir,
-    --runs-dir) exists or is made under the nearest one above it that does. Either must take new files.
-    `in_job_env`: paths that jobs get in their environment (the per-size rules' files under --publish-dir and
-    --runs-dir, the tuner plugin): resolved, each must be a safe value (tuners.catalog.check_safe_value), which
-    publish would refuse after the whole tune."""
-    for option, path in (in_job_env or {}).items():
-        if path is not None:
-            check_safe_path(option, path)
-    named = [(option, path.resolve()) for option, path in files.items() if path is not None]
-    for i, (option, path) in enumerate(named):
-        other = next((o for o, p in named[:i] if p == path), None)
-        if other is not None:  # the second would overwrite the first
-            raise ValueError(f"{other} and {option} name the same file {path}")
-    for option, path in [*files.items(), *directories.items()]:
-        if path is None:
-            continue
-        where = path.parent if option in files else path
-        if option in files and (path.is_dir() or not where.is_dir()):
-            raise ValueError(f"{option} {path}: " + ("is a directory" if path.is_dir() else
-                                                      f"directory {where} does not exist"))
-        if option in directories and path.exists() and not path.is_dir():
-            raise ValueError(f"{option} {path}: not a directory")
-        try:
-            paths.probe_writable(where)
-        except OSError as exc:
-            refused = Path(exc.filename).parent if exc.filename else where  # the directory that took no file
-            raise ValueError(f"{option} {path}: cannot create files in {refused} ({exc.strerror or exc})") from None
+def check_database(spec: TuningSpec) -> None:
+    """ValueError naming --db for a study database that would not outlive the command (in-memory SQLite): the
+    trials, the study and the runs stored there would be lost, the answer printed as if they were kept."""
+    from campaigns.store import StoreError
+    from campaigns.store.store import check_persistent
 
-
-def check_safe_path(option: str, path: Path) -> None:
-    """ValueError naming `option` and the characters of `path` (resolved) that a job's environment may not carry."""
-    from tuners.catalog import SAFE_VALUE_PATTERN, UnsafeValueError, check_safe_value
-
-    resolved = str(Path(path).resolve())
     try:
-        check_safe_value(resolved, option)
-    except UnsafeValueError:
-        bad = sorted({char for char in resolved if not SAFE_VALUE_PATTERN.fullmatch(char)})
-        names = ", ".join("a space" if char == " " else repr(char) for char in bad)
-        raise ValueError(f"{option} {resolved}: has {names}: jobs get this path in their environment (per-size "
-                         "rule files, the tuner plugin), where only letters, digits and _ . , : ^ / + = - may appear; "
-                         "choose a path without it") from None
+        check_persistent(spec.storage_url())
+    except StoreError as exc:
+        raise ValueError(f"--db: {exc}") from None
 
 
 def per_size_paths(spec: TuningSpec) -> dict[str, Path | None]:
@@ -414,10 +381,11 @@ def register(app: typer.Typer) -> None:
         publish_dir: PublishOpt = None,
         no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
         plugin_library: PluginOpt = None, runs_dir: RunsOpt = None, study: StudyOpt = None,
-        workers: Annotated[int, typer.Option(help="run the trials in N Slurm jobs on one study (PostgreSQL)")] = 0,
+        workers: Annotated[int, typer.Option(
+            min=0, help="run the trials in N Slurm jobs on one study (PostgreSQL); 0: here, in this process")] = 0,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="show scope, space and budget; run nothing")] = False,
         summary: Annotated[Optional[Path], typer.Option(
-            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
+            help=f"write a JSON summary (trials, evidence, files, provenance) here ({NOT_STDOUT})")] = None,
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
@@ -443,6 +411,7 @@ def register(app: typer.Typer) -> None:
             if no_publish:
                 spec_obj = spec_obj.model_copy(update={"publish_dir": None})
             spec_obj = completed_launcher(spec_obj, inside_allocation=bool(os.environ.get("SLURM_JOB_ID")))
+            check_database(spec_obj)
             check_outputs({"--summary": summary},
                           {"--publish-dir": spec_obj.publish_dir, "--runs-dir": spec_obj.runs_dir},
                           per_size_paths(spec_obj))
@@ -519,7 +488,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def pretune(
         budget: Annotated[str, typer.Option(help="total wall time: trials, then finalization (e.g. 10m)")],
-        env_file: Annotated[Path, typer.Option(help="sourceable file to write (export/unset lines)")],
+        env_file: Annotated[Path, typer.Option(help=f"sourceable file to write (export/unset lines; {NOT_STDOUT})")],
         spec: SpecOpt = None, site: SiteOpt = None, system: SystemOpt = None, environ: EnvironOpt = None,
         library: LibraryOpt = None, library_version: LibVersionOpt = None, op: OpOpt = None,
         transport: TransportOpt = None, gpus_per_node: GpusOpt = None, sizes: SizesOpt = None,
@@ -536,7 +505,7 @@ def register(app: typer.Typer) -> None:
             "settings of earlier studies of that stem"))] = None,
         trial_share: Annotated[float, typer.Option(help="share of the budget for trials (rest: finalization)")] = 0.5,
         summary: Annotated[Optional[Path], typer.Option(
-            help="write a JSON summary (trials, evidence, files, provenance) here")] = None,
+            help=f"write a JSON summary (trials, evidence, files, provenance) here ({NOT_STDOUT})")] = None,
     ) -> None:
         """Autotune inside an existing Slurm allocation (salloc/sbatch) before the application runs: trials
         with srun in this allocation, finalization, then an env file for the job script to source."""
@@ -573,6 +542,7 @@ def register(app: typer.Typer) -> None:
         with _setup_errors(errors, spec, fields):
             spec_obj = build_spec(spec, fields)
             pretune_refusals(spec_obj, spec)
+            check_database(spec_obj)
             # A run that hangs (a crashed rank can leave srun waiting) may cost at most a fifth of the budget.
             spec_obj = spec_obj.model_copy(update={"launcher": slurm_launcher(spec_obj, inside_allocation=True),
                                                    "publish_dir": publish_dir,

@@ -516,8 +516,10 @@ def site_search_path() -> list[Path]:
 
 
 def available_sites() -> list[str]:
-    """Names of the sites on the search path (a directory with a site.yaml)."""
-    return sorted({p.parent.name for directory in site_search_path() for p in directory.glob(f"*/{SITE_FILE}")})
+    """Names of the sites on the search path: each directory whose name is a site name (NAME_PATTERN: not
+    `mysite.bak`, which no command could name) and that holds a site.yaml file."""
+    return sorted({p.parent.name for directory in site_search_path() for p in directory.glob(f"*/{SITE_FILE}")
+                   if re.fullmatch(NAME_PATTERN, p.parent.name) and p.is_file()})
 
 
 def find_site_file(name: str) -> Path | None:
@@ -651,16 +653,41 @@ def _with_paths_line(env_sh: str) -> str:
     return "".join([*lines[:head], ENV_FILE_PATHS_LINE, *lines[head:]])
 
 
+class SiteWriteError(SiteError):
+    """`site new` could not write the new site (a full disk, an I/O error): nothing was left behind."""
+
+
+def _template_texts(template: str) -> dict[str, str]:
+    """The files of site `template` that `site new` copies, by name; SiteError naming --from and the file when one is
+    missing, unreadable or not UTF-8 text."""
+    source = site_file(template).parent
+    texts = {}
+    for name in (SITE_FILE, REFRAME_CONFIG_FILE, ENV_FILE):
+        try:
+            texts[name] = (source / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SiteError(f"--from {template}: {source / name} is missing (a site to start from has {SITE_FILE}, "
+                            f"{REFRAME_CONFIG_FILE} and {ENV_FILE}); nothing written") from None
+        except UnicodeDecodeError as exc:
+            raise SiteError(f"--from {template}: {source / name} is not UTF-8 text (byte {exc.start}); nothing "
+                            "written") from None
+        except OSError as exc:
+            raise SiteError(f"--from {template}: cannot read {source / name} ({exc.strerror or exc}); nothing "
+                            "written") from None
+    return texts
+
+
 def new_site(name: str, template: str, parent: Path) -> Path:
     """Scaffold site `name` in parent/name from site `template` (site.yaml, reframe_config.py, env.sh), check
     it like `commcamp site check` and move it into place in one rename: SiteError (nothing written) if the
-    name is bad, the target exists, the template is unknown or the new site has problems."""
+    name is bad, the target exists, the template is unknown or unreadable or the new site has problems;
+    SiteWriteError (nothing left behind) when the files cannot be written (a full disk)."""
     import shutil
     import tempfile
 
     if not re.fullmatch(NAME_PATTERN, name) or len(name) > 64:
         raise SiteError(f"site name {name!r}: use a letter, then letters, digits, _ and - (at most 64)")
-    source = site_file(template).parent
+    texts = _template_texts(template)
     target = parent / name
     try:
         taken = target.exists()
@@ -677,19 +704,25 @@ def new_site(name: str, template: str, parent: Path) -> Path:
             raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
         try:
             draft = staging / name
-            draft.mkdir()
-            (draft / SITE_FILE).write_text(_scaffold_site_yaml(
-                (source / SITE_FILE).read_text(encoding="utf-8"), name, template), encoding="utf-8")
-            (draft / REFRAME_CONFIG_FILE).write_text(_scaffold_reframe_config(
-                (source / REFRAME_CONFIG_FILE).read_text(encoding="utf-8"), name, template), encoding="utf-8")
-            (draft / ENV_FILE).write_text(_scaffold_env_sh(
-                (source / ENV_FILE).read_text(encoding="utf-8"), target, template), encoding="utf-8")
+            try:
+                draft.mkdir()
+                (draft / SITE_FILE).write_text(_scaffold_site_yaml(texts[SITE_FILE], name, template), encoding="utf-8")
+                (draft / REFRAME_CONFIG_FILE).write_text(_scaffold_reframe_config(
+                    texts[REFRAME_CONFIG_FILE], name, template), encoding="utf-8")
+                (draft / ENV_FILE).write_text(_scaffold_env_sh(texts[ENV_FILE], target, template), encoding="utf-8")
+            except OSError as exc:
+                raise SiteWriteError(f"cannot write the new site in {parent}: {exc.strerror or exc}; nothing was "
+                                     "left behind") from None
             with _environ(paths.SITE_PATH_ENV, os.pathsep.join([str(staging), *map(str, paths.site_path_dirs())])):
                 problems = check_site(name)
             if problems:
                 raise SiteError(f"site {name!r} made from {template!r} has problems (nothing written):\n"
                                 + "\n".join(p.replace(str(staging), str(parent)) for p in problems))
-            draft.rename(target)
+            try:
+                draft.rename(target)
+            except OSError as exc:  # e.g. made meanwhile by someone else
+                raise SiteWriteError(f"cannot move the new site to {target}: {exc.strerror or exc}; nothing was "
+                                     "left behind") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:

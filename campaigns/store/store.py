@@ -337,7 +337,7 @@ def _install_sqlite_hooks(engine: Engine, wal: bool) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-def _create_engine(url: URL, display: str) -> Engine:
+def _create_engine(url: URL, display: str, *, read_only: bool = False) -> Engine:
     connect_args: dict[str, Any] = {}
     backend = url.get_backend_name()
     if backend == "sqlite":
@@ -351,8 +351,9 @@ def _create_engine(url: URL, display: str) -> Engine:
         engine = create_engine(url, connect_args=connect_args)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"cannot use results database {display}: {exc}") from exc
-    if backend == "sqlite":  # on a network filesystem: SQLite's rollback journal (WAL needs one host)
-        _install_sqlite_hooks(engine, wal=on_network_filesystem(url) is None)
+    if backend == "sqlite":  # on a network filesystem: SQLite's rollback journal (WAL needs one host); a read-only
+        # open changes no database's journal mode (switching to WAL writes the file)
+        _install_sqlite_hooks(engine, wal=not read_only and on_network_filesystem(url) is None)
     return engine
 
 
@@ -382,17 +383,69 @@ def display_url(url: str | URL) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+def in_memory_sqlite(url: str | URL) -> bool:
+    """Whether `url` is an in-memory SQLite database (`sqlite://`, `sqlite:///:memory:`, a `file:` URI with
+    mode=memory): gone, with everything stored in it, when the command ends."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    database = parsed.database or ""
+    uri = database[len("file:"):] if database.startswith("file:") else None
+    return (database in ("", ":memory:") or parsed.query.get("mode") == "memory"
+            or (uri is not None and (uri.split("?", 1)[0] in ("", ":memory:") or "mode=memory" in uri)))
+
+
+def check_persistent(url: str) -> None:
+    """StoreError for a database URL whose data would not outlive the command (in-memory SQLite)."""
+    try:
+        memory = in_memory_sqlite(url)
+    except ArgumentError:
+        return  # open_store names a URL it cannot parse
+    if memory:
+        raise StoreError(f"{url} is an in-memory SQLite database: what is stored there is lost when the "
+                         "command ends; give a file (--db sqlite:///path/commcamp.db) or a database server")
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
-    """Open (creating if needed) the results database at `url` (default: default_url()) and bring its
-    schema to the newest revision. StoreUnavailable when it cannot be reached or has a newer schema; with
-    `create` False (the commands that only read) also when a SQLite database does not exist: a mistyped
-    --db would otherwise be made, empty, and its empty answer taken for the results."""
+    """Open the results database at `url` (default: default_url()). With `create` (the commands that write):
+    creating it if needed and bringing its schema to the newest revision. Without it (the commands that only
+    read): nothing is created or changed; a SQLite file that does not exist, a database that is not a commcamp
+    results store (no store_alembic_version table: another program's, an empty file) and a store at an older
+    schema revision are refused: a mistyped --db would otherwise be made, empty, and its empty answer taken
+    for the results, or commcamp's tables written into another program's database.
+    StoreUnavailable when it cannot be used: unreachable, in memory (lost when the command ends), a newer
+    schema, or the refusals above."""
     try:
         return _open_store(url, create)
     except StoreUnavailable:
         raise
     except StoreError as exc:
         raise StoreUnavailable(str(exc)) from exc
+
+
+WHERE_RESULTS_ARE = "another --db, or COMMCAMP_DB_URL / --workspace, names where the results are"
+
+
+def _check_readable_schema(connection: Connection, display: str) -> None:
+    """A read-only open: the database must be a commcamp results store at this commcamp's schema revision;
+    StoreError otherwise. Reads only (no table is created, no revision changed)."""
+    from sqlalchemy import inspect
+
+    from campaigns.store.migrate import VERSION_TABLE, _script, current_revision, head_revision
+
+    if not inspect(connection).has_table(VERSION_TABLE):
+        raise StoreError(f"{display} is not a commcamp results store (it has no {VERSION_TABLE} table: another "
+                         f"program's database, or an empty one): nothing was read or changed ({WHERE_RESULTS_ARE})")
+    current, head = current_revision(connection), head_revision()
+    if current == head:
+        return
+    if current is None or current not in {rev.revision for rev in _script().walk_revisions()}:
+        known = "which this commcamp does not know" if current is None else "newer than this commcamp knows"
+        raise StoreError(f"results database {display} has schema revision {current!r}, {known} (head {head!r}); "
+                         "update commcamp to use it")
+    raise StoreError(f"results database {display} has schema revision {current!r}, older than this commcamp's "
+                     f"{head!r}; a command that only reads does not upgrade it: a command that writes to it (e.g. "
+                     "`commcamp run`, `commcamp results ingest`) upgrades it in place, keeping every run")
 
 
 def _open_store(url: str | None, create: bool) -> Store:
@@ -403,15 +456,19 @@ def _open_store(url: str | None, create: bool) -> Store:
     except ArgumentError as exc:
         raise StoreError(f"invalid database URL {url!r}: {exc}") from exc
     display = display_url(parsed)
-    if not create and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:") \
-            and not Path(parsed.database).is_file():
-        raise StoreError(f"no results database at {parsed.database}: nothing is stored there (another --db, or "
-                         "COMMCAMP_DB_URL / --workspace, names where the results are)")
-    make_workspace(url)
-    engine = _create_engine(parsed, display)
+    check_persistent(url)
+    if not create and parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        raise StoreError(f"no results database at {parsed.database}: nothing is stored there ({WHERE_RESULTS_ARE})")
+    if create:
+        make_workspace(url)
+    engine = _create_engine(parsed, display, read_only=not create)
     try:
         with engine.connect() as connection:
-            _migrate(connection, display)
+            if create:
+                _migrate(connection, display)
+            else:
+                with connection.begin():
+                    _check_readable_schema(connection, display)
     except (StoreError, SQLAlchemyError) as exc:
         engine.dispose()
         if isinstance(exc, StoreError):

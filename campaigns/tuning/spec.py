@@ -98,11 +98,11 @@ class TuningSpec(YamlModel):
     trials: int | None = Field(default=20, ge=1)
     budget_s: float | None = Field(default=None, gt=0, description="wall-time budget of the trial phase")
     sampler: SamplerName = SamplerName.TPE
-    seed: int | None = Field(default=None, description=(
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1, description=(
         "seed of the search (the screen's order, the sampler); None: the screen's order drawn once for each new "
         "study and kept in it (study attribute screen_seed, printed), the sampler unseeded. A fixed default would "
         "give every site's study of one knob space the same order: the sampler benchmark's per-seed figures are "
-        "draws of this"))
+        "draws of this; 0 .. 2**32 - 1, what numpy's seeding takes"))
     n_startup_trials: int = Field(default=4, ge=1)
     screen_trials: int = Field(default=16, ge=0, description=(
         "first proposals: single-knob changes of the best starting point, in later rounds of the fastest point "
