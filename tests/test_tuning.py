@@ -645,7 +645,7 @@ def test_help_and_messages_name_what_the_user_typed(tmp_path: Path) -> None:
     assert code == 2 and "--budget: '0' must be more than 0 s" in out and "budget_s" not in out, out
     code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op",
                                 "allreduce", "--sizes", "1M", "--dry-run", "--db", "sqlite:///")
-    assert code == 2 and "study storage sqlite:///: the URL names no database file" in out, out
+    assert code == 2 and "--db: sqlite:/// is an in-memory SQLite database" in out, out
     assert "recommendations root [default: <workspace>/recommendations]" in commcamp_output("recommend", "--help")[1]
     assert "[default: <workspace builds>/bench/cpu-LIBRARY/commbench" in commcamp_output("knobs", "check", "--help")[1]
     pretune_help = commcamp_output("pretune", "--help")[1]
@@ -1506,3 +1506,16 @@ def test_commbench_must_be_an_executable_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--commbench .*: the commbench binary does not exist or is not executable"):
         LauncherExecutor(MPIRUN, tmp_path / "missing", tmp_path, {})
     LauncherExecutor(MPIRUN, wrapper(tmp_path, "exit 0"), tmp_path, {})
+
+
+def test_provenance_does_not_wait_on_a_missing_slurm_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SLURM_CONF naming a file that is gone (a cluster taken down, a stale module) makes `sinfo --version` retry
+    for a minute: a tune's summary waited 20 s (the command's limit) for the Slurm version."""
+    import time
+
+    from campaigns.tuning.session import provenance
+
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    started = time.monotonic()
+    assert provenance()["slurm"] == "unavailable: SLURM_CONF=/nonexistent/slurm.conf does not exist"
+    assert time.monotonic() - started < 10

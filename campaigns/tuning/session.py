@@ -645,6 +645,13 @@ def _command_output(cmd: list[str]) -> str:
     return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else ""
 
 
+def _slurm_version() -> str:
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # Slurm's commands retry a missing configuration file for a minute
+        return f"unavailable: SLURM_CONF={conf} does not exist"
+    return _command_output(["sinfo", "--version"])
+
+
 def provenance() -> dict[str, Any]:
     """Where and with what a tuning run ran: date, host, commit, tool versions."""
     import platform
@@ -656,7 +663,7 @@ def provenance() -> dict[str, Any]:
             "commit": commit, "changed_files": changed, "python": platform.python_version(),
             "optuna": optuna.__version__, "command": sys.argv,
             "reframe": _command_output([str(paths.reframe_executable()), "--version"]),
-            "slurm": _command_output(["sinfo", "--version"]),
+            "slurm": _slurm_version(),
             # the tool on PATH, which need not be the MPI commbench links (that one: the scope's library_version)
             "ompi_info_on_path": _command_output(["ompi_info", "--version"])}
 
