@@ -303,6 +303,13 @@ def with_per_size(rec: Recommendation, result: PerSizeResult) -> Recommendation:
     return rec.model_copy(update={"per_size_selection": result, "plugin_rules": rows})
 
 
+def with_notes(rec: Recommendation, notes: Sequence[str]) -> Recommendation:
+    """`rec` with `notes` after its evidence's notes."""
+    if not notes:
+        return rec
+    return rec.model_copy(update={"evidence": rec.evidence.model_copy(update={"notes": [*rec.evidence.notes, *notes]})})
+
+
 def with_deployed_check(rec: Recommendation, check: DeployedCheck) -> Recommendation:
     """`rec` with the deployed set's comparison with the defaults; a set refused there loses its per-size rules
     (the environment, measured by finalization, stays), or, when the environment alone measured in the same rounds

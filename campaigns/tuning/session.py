@@ -31,7 +31,8 @@ from tuners.finalize import Candidate, FinalReport, check_deployed, finalize, fi
 from tuners import rule_files
 from tuners.per_size import (PerSizeResult, SweepError, TunerConfigError, decide_per_size, format_config,
                              load_sweep, rounds_for)
-from tuners.recommendation import Recommendation, build_recommendation, with_deployed_check, with_per_size
+from tuners.recommendation import (Recommendation, build_recommendation, with_deployed_check, with_notes,
+                                   with_per_size)
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
@@ -454,12 +455,6 @@ def per_size_sweep(setup: TuningSetup, rec: Recommendation) -> tuple[PerSizeResu
         return result, notes
     return result.model_copy(update={"stop_slower": request.stop_slower, "stop_after": request.stop_after}), notes
 
-
-def with_notes(rec: Recommendation, notes: Sequence[str]) -> Recommendation:
-    if not notes:
-        return rec
-    return rec.model_copy(update={"evidence": rec.evidence.model_copy(update={"notes": [*rec.evidence.notes,
-                                                                                        *notes]})})
 
 
 def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | None:
