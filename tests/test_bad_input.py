@@ -270,6 +270,15 @@ CASES = [
          ("is not a commcamp results store",), prepare=foreign_database),
     Case("run-dry-run-a-foreign-database", (*RUN, "--dry-run"), ("is not a commcamp results store",),
          {"spec.yaml": SPEC}, prepare=foreign_database),
+    # a command that writes refuses another program's SQLite file too (it added commcamp's or Optuna's tables there)
+    Case("ingest-into-a-foreign-database", INGEST, ("results.db is another program's SQLite database (tables "
+                                                     "sessions; no commcamp results store or Optuna study in it)",),
+         records(GOOD_RECORD), prepare=foreign_database),
+    Case("run-into-a-foreign-database", RUN, ("is another program's SQLite database (tables sessions",),
+         {"spec.yaml": SPEC}, prepare=foreign_database),
+    Case("tune-into-a-foreign-database", (*TUNE, *SIZES),
+         ("cannot use the study storage sqlite:///", "is another program's SQLite database (tables sessions"),
+         prepare=foreign_database),
     Case("list-an-older-store", ("results", "list", "--db", "{db}"),
          ("has schema revision '0001', older than this commcamp's", "upgrades it in place"), prepare=older_store),
     Case("prune-a-database-that-does-not-exist",

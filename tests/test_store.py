@@ -497,9 +497,26 @@ def test_a_read_only_open_refuses_a_database_that_is_not_a_store_and_writes_noth
     with pytest.raises(StoreError, match=r"is not a commcamp results store \(it has no store_alembic_version table"):
         open_store(store_url, create=False)
     assert _tables(store_url) == {"sessions"}
-    open_store(store_url).close()  # a command that writes makes the store beside (Optuna's tables share it too)
+    if store_url.startswith("sqlite"):  # one program's file: a command that writes refuses it too
+        with pytest.raises(StoreError, match=r"is another program's SQLite database \(tables sessions; no commcamp"):
+            open_store(store_url)
+        assert _tables(store_url) == {"sessions"}
+        return
+    open_store(store_url).close()  # a server's database is the site's to share: the store is made beside
     with open_store(store_url, create=False) as store:
         assert store.runs() == []
+
+
+@sqlite_only
+def test_a_writing_open_adds_the_store_to_an_optuna_storage_and_an_empty_file(store_url: str) -> None:
+    """`tune` keeps its Optuna study in the results store's database: a file holding only Optuna's tables (or
+    nothing) is commcamp's to write."""
+    from tuners.study import open_storage
+
+    open_storage(store_url, heartbeat_interval=None).engine.dispose()
+    assert {"studies", "version_info"} <= _tables(store_url)
+    open_store(store_url).close()
+    assert "store_alembic_version" in _tables(store_url)
 
 
 @sqlite_only

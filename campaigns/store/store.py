@@ -406,13 +406,55 @@ def check_persistent(url: str) -> None:
                          "command ends; give a file (--db sqlite:///path/commcamp.db) or a database server")
 
 
+# Optuna's study storage: `tune` keeps its trials in the results store's database (its own tables beside ours)
+OPTUNA_TABLES = frozenset({"studies", "version_info"})
+
+
+def foreign_sqlite_tables(url: str) -> list[str]:
+    """The tables of a SQLite file at `url` that make it another program's database (ReFrame's results.db, say):
+    all of its tables when it has some and none marks it as commcamp's results store (store_alembic_version) or
+    an Optuna study storage; empty otherwise (no file, an empty file, a server's database: the site's to share).
+    Reads the file read-only and changes nothing; a file SQLite cannot read is left to the open that names why."""
+    from campaigns.store.migrate import VERSION_TABLE
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return []
+    if parsed.get_backend_name() != "sqlite" or in_memory_sqlite(parsed) or not parsed.database:
+        return []
+    path = Path(parsed.database)
+    if not path.is_file() or path.stat().st_size == 0:
+        return []
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                      if not name.startswith("sqlite_")}
+        finally:
+            connection.close()
+    except sqlite3.Error:
+        return []
+    if not tables or VERSION_TABLE in tables or OPTUNA_TABLES <= tables:
+        return []
+    return sorted(tables)
+
+
+def foreign_database_problem(url: str, tables: list[str]) -> str:
+    shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
+    return (f"{display_url(url)} is another program's SQLite database (tables {shown}; no commcamp results store or "
+            "Optuna study in it): nothing was written to it; give commcamp a file of its own "
+            "(--db sqlite:///PATH/commcamp.db)")
+
+
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
     """Open the results database at `url` (default: default_url()). With `create` (the commands that write):
     creating it if needed and bringing its schema to the newest revision. Without it (the commands that only
     read): nothing is created or changed; a SQLite file that does not exist, a database that is not a commcamp
     results store (no store_alembic_version table: another program's, an empty file) and a store at an older
     schema revision are refused: a mistyped --db would otherwise be made, empty, and its empty answer taken
-    for the results, or commcamp's tables written into another program's database.
+    for the results, or commcamp's tables written into another program's database. A command that writes refuses
+    another program's SQLite file too (foreign_sqlite_tables); it adds the store to an empty one or to Optuna's.
     StoreUnavailable when it cannot be used: unreachable, in memory (lost when the command ends), a newer
     schema, or the refusals above."""
     try:
@@ -457,6 +499,8 @@ def _open_store(url: str | None, create: bool) -> Store:
         raise StoreError(f"invalid database URL {url!r}: {exc}") from exc
     display = display_url(parsed)
     check_persistent(url)
+    if create and (foreign := foreign_sqlite_tables(url)):  # a read-only open refuses it below: no version table
+        raise StoreError(foreign_database_problem(url, foreign))
     if not create and parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
         raise StoreError(f"no results database at {parsed.database}: nothing is stored there ({WHERE_RESULTS_ARE})")
     if create:

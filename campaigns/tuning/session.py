@@ -35,7 +35,8 @@ from tuners.recommendation import (Recommendation, build_recommendation, with_de
                                    with_per_size)
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
-from tuners.study import SCREEN_SEED, Tuner, check_reachable, finalization_candidates, open_storage
+from tuners.study import (SCREEN_SEED, StorageUnavailable, Tuner, check_reachable, finalization_candidates,
+                          open_storage)
 from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, cleared_names,
                             config_comments, env_file_text, load_recommendations, publish, rule_file, system_dir,
                             tuner_config_name, write_atomic)
@@ -135,10 +136,12 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
     """What can be checked before anything is submitted: the site, partition and environment, the nodes and
     GPUs per node the partition has (unless `inside_allocation`: pretune's allocation decides), the knob
     files, the knobs asked for (whatever the library version), the executor and the study database
-    (reached; nothing created but the workspace when it is the workspace's database, as `run` does).
+    (reached, not another program's SQLite file; nothing created but the workspace when it is the workspace's
+    database, as `run` does).
     Returns the site's catalog and the knob files used; ValueError (StorageUnavailable for the database)
     naming the problem."""
     from campaigns.store import StoreError, make_workspace  # lazily: the store pulls in alembic
+    from campaigns.store.store import foreign_database_problem, foreign_sqlite_tables
 
     catalog, files = site_catalog(spec)
     if spec.knobs:
@@ -165,6 +168,8 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
     with contextlib.suppress(StoreError):  # a workspace that cannot be made: check_reachable says why
         make_workspace(url)
     check_reachable(url)
+    if foreign := foreign_sqlite_tables(url):  # Optuna would add its tables to it
+        raise StorageUnavailable(f"study storage {foreign_database_problem(url, foreign)}")
     return catalog, files
 
 
