@@ -302,7 +302,8 @@ def test_opening_waits_for_a_writer_of_a_fresh_database_instead_of_failing_at_on
     path = tmp_path / "results.db"
     writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     writer.execute("BEGIN IMMEDIATE")
-    writer.execute("CREATE TABLE other_tool (x)")
+    writer.execute("CREATE TABLE studies (x)")  # as tune's Optuna storage would (another program's file is refused)
+    writer.execute("CREATE TABLE version_info (x)")
     commit = threading.Timer(0.3, writer.execute, ("COMMIT",))
     commit.start()
     started = time.monotonic()
