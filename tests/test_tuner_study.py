@@ -888,3 +888,10 @@ def test_a_knob_whose_reading_depends_on_a_searched_knob_leaves_the_search_only_
         # the screen passes over a change of the threads beside P2P on: none of its steps is spent on a repeat
         screened = [t for t in study.trials if SCREEN_ATTR in t.system_attrs]
         assert screened and not [t.number for t in screened if REPEAT_OF in t.user_attrs], seed
+    # what tune prints and its summary keep: the knob left the search beside P2P on, not for good
+    from campaigns.cli.tune import report_lines
+    from campaigns.tuning.session import TuningOutcome
+
+    left = [line for line in report_lines(TuningOutcome(study, {})) if line.startswith("left the search")]
+    assert len(left) == 1 and left[0].startswith(f"left the search: {threads} (not read by the library beside "
+                                                 f"{disable}=0 in trial "), left

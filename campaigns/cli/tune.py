@@ -331,7 +331,7 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
 
 def report_lines(outcome: TuningOutcome) -> list[str]:
-    from tuners.study import SCREEN_SEED, dropped_knobs, study_progress
+    from tuners.study import SCREEN_SEED, dropped_in_context, dropped_knobs, study_progress
     from tuners.writers import verdict
 
     progress = study_progress(outcome.study)
@@ -341,6 +341,8 @@ def report_lines(outcome: TuningOutcome) -> list[str]:
                      "value gives a new study the same order)")
     lines.extend(f"left the search: {name} ({why})"
                  for name, why in dropped_knobs(outcome.study).items())
+    lines.extend(f"left the search: {name} ({why})"  # beside some values of the knobs its reading depends on
+                 for name, contexts in dropped_in_context(outcome.study).items() for _, why in contexts)
     if progress.best_speedup is not None:
         lines.append(f"best trial: {(progress.best_speedup - 1) * 100:+.1f}% vs the defaults (single measurement)")
     rec = outcome.recommendation

@@ -672,7 +672,7 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
     """Everything a committed result needs: spec, scope, every counted trial, the finalization evidence,
     the files written, and the provenance."""
     from tuners.study import (BUCKET_US, DOCUMENTED_FROM, ENV, FAIL_REASON, OUTCOME, ROLE,
-                              WARM_START_FROM, dropped_knobs, is_counted, study_progress)
+                              WARM_START_FROM, dropped_in_context, dropped_knobs, is_counted, study_progress)
 
     trials = [{"number": t.number, "role": t.user_attrs.get(ROLE, ""), "outcome": t.user_attrs[OUTCOME],
                "from": t.user_attrs.get(DOCUMENTED_FROM) or t.user_attrs.get(WARM_START_FROM),
@@ -684,6 +684,8 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
             "study": setup.study_name, "knob_files": setup.knob_files,
             "baseline_env": outcome.baseline_env, "progress": dataclasses.asdict(study_progress(outcome.study)),
             "knobs_left_the_search": dropped_knobs(outcome.study),
+            "knobs_left_the_search_beside": {name: [{"beside": context, "why": why} for context, why in contexts]
+                                             for name, contexts in dropped_in_context(outcome.study).items()},
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
             "recommendation": None if rec is None else rec.model_dump(mode="json"), "untested": outcome.untested,
             "per_size_failed": outcome.per_size_failed,
