@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -89,6 +91,47 @@ def test_run_keys_identify_parameters(tmp_path: Path) -> None:
             assert len(changed & base) == 2
         else:
             assert not changed & base, change
+
+
+def test_run_keys_name_the_sites_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run stored before the site changed what its jobs run with is not the case's: `run` skipped every case
+    with a passed run under its key ("Nothing to run") after an environment's variables, a partition's modules,
+    commbench's build options or the site's knob defaults changed, and reported the old measurements. Those
+    change the run key (not the series: health judges the night against the same history); what only describes
+    or judges (descriptions, references) does not."""
+    from fixtures_sites import site_data, write_site
+
+    def keys(name: str, edit: Callable[[dict[str, Any]], None]) -> set[str]:
+        def renamed(data: dict[str, Any]) -> None:
+            data["name"] = name
+            edit(data)
+
+        write_site(tmp_path / "sites" / name, site_data("local", renamed))
+        spec = write_spec(tmp_path, VALID_SPEC.replace("site: local", f"site: {name}"))
+        cases = load_campaign(spec).cases()
+        assert all(c.run_key.startswith(c.series_key) for c in cases)
+        return {c.run_key.removeprefix(f"t/{name}/") for c in cases}
+
+    def partition(data: dict[str, Any]) -> dict[str, Any]:
+        return data["systems"][0]["partitions"][0]
+
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path / "sites"))
+    base = keys("base", lambda data: None)
+    assert len(base) == 4
+    same = {"described": lambda data: partition(data).update(description="another text"),
+            "referenced": lambda data: partition(data)["commbench"].update(references=[
+                {"op": "allreduce", "metric": "small_latency", "bytes": 8, "value": 5, "upper": 1.0}])}
+    changed = {"variables": lambda data: data["environments"][0]["env_vars"].update(UCX_TLS="tcp"),
+               "modules": lambda data: partition(data).update(modules=["openmpi/5"]),
+               "build": lambda data: partition(data)["commbench"].update(cmake_options=["-DCOMMBENCH_WERROR=OFF"]),
+               "knob-defaults": lambda data: data.setdefault("knobs", {}).update(
+                   defaults={"OMPI_MCA_btl_tcp_sndbuf": "65536"})}
+    for name, edit in same.items():
+        assert keys(name, edit) == base, name
+    for name, edit in changed.items():
+        different = keys(name, edit)
+        # the environment's variables: only that environment's cases
+        assert len(different - base) == (2 if name == "variables" else 4), name
 
 
 def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:

@@ -192,7 +192,7 @@ def test_health_run_keys_carry_the_night(tmp_path: Path) -> None:
     night1, night2 = campaign.cases("2026-11-20"), campaign.cases("2026-11-21")
     assert [c.series_key for c in night1] == [c.series_key for c in night2]
     assert not {c.run_key for c in night1} & {c.run_key for c in night2}
-    assert all(c.run_key.endswith("@2026-11-21") for c in night2)
+    assert all(c.run_key == f"{c.series_key}@2026-11-21~{c.setup}" and c.setup for c in night2)
     assert campaign.spec.health_settings.history_nights == 14
 
 

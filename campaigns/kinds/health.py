@@ -97,7 +97,8 @@ from scipy.stats import t as student_t
 from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.model.site import Reference
-from campaigns.model.spec import PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase
+from campaigns.model.spec import (PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase,
+                                  site_setup)
 from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
@@ -577,10 +578,10 @@ class HealthCheck:
         default transport, data checked); the isolation settings' sizes and limits."""
         iso = self.settings.isolation
         variables = dict(template.variables)
+        partition = next(p for p in self.campaign.partitions if p.name == template.partition)
         if "transport" in variables:
             transport = template.transport
         else:
-            partition = next(p for p in self.campaign.partitions if p.name == template.partition)
             assert partition.commbench is not None  # a campaign's partitions run commbench
             transport = partition.commbench.default_transport
         check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
@@ -589,7 +590,8 @@ class HealthCheck:
         return dataclasses.replace(
             template, environ=iso.environ or template.environ, check=check.check, op="pingpong",
             num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(transport).items()),
-            placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None)
+            placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None,
+            setup=site_setup(self.campaign.site, partition, iso.environ or template.environ))
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
         cases = [self._pair_case(template, pair) for pair in pairs]

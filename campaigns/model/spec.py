@@ -333,7 +333,10 @@ class TestCase:
 
     `tag` (health: the night) and `nodelist` (isolation: the nodes of a pair test) are part of the run key but
     not of `series_key`, which names the same measurement across nights and pairs; an each-switch run's nodes
-    (the switch it tests) are part of both: each switch has a history of its own.
+    (the switch it tests) are part of both: each switch has a history of its own. So is `setup` (site_setup:
+    what site.yaml gives the case's runs) part of the run key only: a run stored before the site changed its
+    modules, variables, build or knob defaults is not this case's (`run` measures it again), while health
+    judges the night against the same series (a slower system after the change is what it must tell).
 
     A case is self-contained: everything its ReFrame invocation needs (the site's ReFrame configuration,
     every `-S` variable, the environment, the performance flag) is here, so campaigns, health's pair tests
@@ -356,6 +359,7 @@ class TestCase:
     reframe_config: Path | None = None  # the site's ReFrame configuration (reframe -C)
     tasks_per_node_setting: int | None = None  # -S num_tasks_per_node; None: the check decides (pair ops, partition)
     check_performance: bool = True  # False: --skip-performance-check
+    setup: str = ""  # site_setup's digest of the site's setup of the partition and environment
 
     @property
     def num_tasks(self) -> int:
@@ -394,7 +398,7 @@ class TestCase:
     @property
     def run_key(self) -> str:
         pair = f"/{'+'.join(self.nodelist)}" if self.nodelist and self.placement != "each-switch" else ""
-        return self.series_key + pair + (f"@{self.tag}" if self.tag else "")
+        return self.series_key + pair + (f"@{self.tag}" if self.tag else "") + (f"~{self.setup}" if self.setup else "")
 
     @property
     def reframe_name(self) -> str:
@@ -440,8 +444,30 @@ class Campaign:
                             variables=tuple(variables.items()),
                             env=tuple(check.env.items()), placement=placement, tag=tag,
                             reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
-                            check_performance=self.spec.check_performance))
+                            check_performance=self.spec.check_performance,
+                            setup=site_setup(self.site, partition, environ)))
         return cases
+
+
+def site_setup(site: Site, partition: Partition, environ: str) -> str:
+    """A digest of what site.yaml gives a test case's runs beside the campaign spec: the partition's scheduler
+    access, launcher, modules, variables, preparation and resources, how commbench and the reference benchmarks
+    are built and launched there, the programming environment, and the site's knob defaults and pins (in every
+    job). Not what only judges or describes (references, descriptions, node counts of the suites' checks)."""
+    commbench = partition.commbench
+    setup = {
+        "partition": partition.model_dump(mode="json", include={"scheduler", "launcher", "access", "modules",
+                                                                "env_vars", "prepare_cmds", "resources"}),
+        "commbench": None if commbench is None else commbench.model_dump(
+            mode="json", include={"backend", "build", "cmake_options", "spack_env", "spack_spec", "launcher_options",
+                                  "job_options"}),
+        "reference_benchmarks": {suite: benchmarks.model_dump(mode="json", exclude={"node_counts", "references",
+                                                                                 "source", "verified"})
+                                 for suite, benchmarks in partition.reference_benchmarks.items()},
+        "environment": site.environment(environ).model_dump(mode="json", exclude={"description", "features"}),
+        "knobs": {part: site.knobs.get(part) for part in ("defaults", "pinned")},
+    }
+    return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 # One run of a check on a partition: its op (a reference check's benchmark), node count, tasks per node and
