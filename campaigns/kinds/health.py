@@ -587,11 +587,12 @@ class HealthCheck:
         check = CommbenchCheckSpec(check="commbench_run", ops=["pingpong"], sizes=iso.sizes, warmup=iso.warmup,
                                    iters=iso.iters, timeout_s=iso.timeout_s, time_limit_s=iso.time_limit_s,
                                    transports=[transport], check_data=bool(variables.get("check_data", True)))
+        environ = iso.environ or template.environ
         return dataclasses.replace(
-            template, environ=iso.environ or template.environ, check=check.check, op="pingpong",
+            template, environ=environ, check=check.check, op="pingpong",
             num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(transport).items()),
             placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None,
-            setup=site_setup(self.campaign.site, partition, iso.environ or template.environ))
+            setup=site_setup(self.campaign.site, partition, environ))
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
         cases = [self._pair_case(template, pair) for pair in pairs]
