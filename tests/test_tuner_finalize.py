@@ -760,6 +760,97 @@ def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_vali
     assert report.overall.holdout is not None  # the held-out rounds measure the winner deployed
 
 
+def test_a_reduced_set_that_finalization_refused_is_not_deployed() -> None:
+    """finalization_candidates hands finalize the best trial and its simplified best (the same less some knobs).
+    When the simplified set is refused - its validated run gave wrong data, it hung in a round, it was slower than
+    the defaults in a size bucket - and the superset wins, ablation drops the superset's knob that looks inert and
+    lands on the refused set: before, it was deployed (after one more validated run that passed, for the first;
+    not even that for the others). A refused candidate is never what ablation deploys: the winner whole."""
+    space = build_space(load_site("local").knob_catalog(), {"nccl": "2.28.3"},
+                        knobs=["NCCL_PROTO", "NCCL_BUFFSIZE"], op="allreduce", transport="ccl")
+    one = (SizeBucket("all", 0, 1 << 30),)
+    # wrong data in the simplified set's validated run (intermittent: a later validated run would pass)
+    best, simplified = {"NCCL_PROTO": "Simple", "NCCL_BUFFSIZE": "8388608"}, {"NCCL_PROTO": "Simple"}
+    rng, validated = np.random.default_rng(0), []
+
+    def corrupts_once(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if validate:
+            validated.append(dict(env))
+            if dict(env) == simplified and validated.count(simplified) == 1:
+                return Evaluation.failed(FailureKind.INVALID, "data validation failed (8 B: 3 wrong)")
+        t = 5.0 if env.get("NCCL_PROTO") == "Simple" else 10.0
+        return Evaluation(times_us={8: list(t * rng.lognormal(0, 0.02, 5))}, validated=validate)
+
+    report = finalize(corrupts_once, {}, [Candidate(best, 1), Candidate(simplified, 2)], one,
+                      needs_validation=space.unsafe_changes)
+    assert report.overall.env == best and validated == [best, simplified], report.notes
+    assert any("the reduced set is a candidate this finalization refused (trial 2: validated re-run" in a.reason
+               for a in report.overall.ablation)
+    # the simplified set hangs in its first round
+    best, simplified = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}, {"NCCL_PROTO": "LL128"}
+    evaluate, calls = _knob_evaluator(3, {"P": 0.15, "PB": 0.15})
+
+    def hangs_once(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if dict(env) == simplified and not any("hung" in str(e.reason) for _, e in calls):
+            calls.append((dict(env), Evaluation.failed(FailureKind.TIMEOUT, "hung: watchdog")))
+            return calls[-1][1]
+        return evaluate(env, validate=validate)
+
+    report = finalize(hangs_once, {}, [Candidate(best), Candidate(simplified)], TWO_BUCKETS, seed=0)
+    assert report.overall.comparisons[1].reason.startswith("failed in re-measurement round 1: timeout: hung")
+    assert report.overall.env == best, report.notes
+    # the simplified set is 5 % slower at the smallest size (the buffer size gives that back), 20 % faster above
+    inner = DriftingEvaluator(SIZES, {"P": {SIZES[0]: -0.05, **{s: 0.2 for s in SIZES[1:]}}, "PB": 0.2}, 0.02, 0)
+
+    def sized(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        label = ("P" if env.get("NCCL_PROTO") == "LL128" else "") + ("B" if "NCCL_BUFFSIZE" in env else "")
+        return inner({"NCCL_PROTO": label or "none"}, validate=validate)
+
+    three = buckets_for_sizes(SIZES, 1)
+    refused_as_slower = 0
+    for seed in range(4):
+        report = finalize(sized, {}, [Candidate(best), Candidate(simplified)], three, seed=seed)
+        refused = "slower in bucket" in report.overall.comparisons[1].reason
+        refused_as_slower += refused
+        assert report.overall.env != simplified, (seed, report.notes)
+    assert refused_as_slower >= 2
+
+
+def test_a_winner_that_failed_in_ablation_rounds_cut_short_by_the_deadline_is_withdrawn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deadline passes after the first ablation round, in which the winner hung: the rounds that ran still
+    withdraw it (as a completed ablation does); before, 'no ablation: the time budget ran out' deployed it whole."""
+    import tuners.finalize as finalize_module
+
+    winner = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}
+    evaluate, calls = _knob_evaluator(1, {"P": 0.15, "PB": 0.15})
+    unbounded = finalize(evaluate, {}, [Candidate(winner)], TWO_BUCKETS, seed=0)
+    sequential = unbounded.rounds_run * 2
+    runs = [0]
+
+    class RunClock:  # time.monotonic as finalize sees it: one second per run
+        @staticmethod
+        def monotonic() -> float:
+            return float(runs[0])
+
+    monkeypatch.setattr(finalize_module, "time", RunClock)
+    evaluate, calls = _knob_evaluator(1, {"P": 0.15, "PB": 0.15})
+
+    def hangs_after_the_sequential_phase(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        runs[0] += 1
+        if dict(env) == winner and runs[0] > sequential:
+            return Evaluation.failed(FailureKind.TIMEOUT, "hung: watchdog")
+        return evaluate(env, validate=validate)
+
+    report = finalize(hangs_after_the_sequential_phase, {}, [Candidate(winner)], TWO_BUCKETS, seed=0,
+                      deadline=sequential + 3)
+    assert report.rounds_run == unbounded.rounds_run and runs[0] < sequential + 3 * (1 + len(winner))
+    assert report.overall.verdict == "keep-defaults" and report.overall.env == {}, report.notes
+    assert any("no ablation: the time budget ran out" in n and "but one that failed" in n for n in report.notes)
+    assert any("the winner failed in an ablation round (timeout: hung: watchdog): withdrawn" in n
+               for n in report.notes)
+
+
 def test_a_run_missing_a_size_or_a_bucket_is_a_failed_run_not_a_crash() -> None:
     """A finalization run that lacks a bucket (or one size of one) fails that setting in that round, as any
     failed run: a candidate is rejected, the baseline's round dropped. Before, finalize raised ValueError

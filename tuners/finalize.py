@@ -59,8 +59,10 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    the winner, whole). A reduced set that still makes an unsafe change (1) gets a validated run of its own:
    the winner's covered another combination of knobs (NCCL_PROTO=Simple was validated with a larger
    NCCL_BUFFSIZE, not alone). It is deployed only if that run passes; else the winner, validated, is deployed
-   whole. A winner that fails in an ablation or confirmation round is withdrawn (keep defaults), as in 2 and 6.
-   The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
+   whole. A reduced set that is a candidate this finalization refused (it failed its validated run or a
+   round, or, overall, was slower in a bucket or in total) is not deployed either: the winner whole. A winner
+   that fails in an ablation or confirmation round is withdrawn (keep defaults), as in 2 and 6, also where the
+   deadline cut those rounds short. The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
    held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
@@ -790,6 +792,7 @@ def finalize(
         failed = _validation_failure(evaluator, candidate.env, risky, buckets) if risky else None
         if failed:
             rejected[i] = failed
+    validation_failed = set(rejected)
     tested = [i for i in range(len(candidates)) if i not in rejected]
     planned_family = family_size(len(tested), len(buckets))
     max_rounds = planned_rounds(thresholds, len(tested), len(buckets))
@@ -843,7 +846,11 @@ def finalize(
         state.look(k, rounds_data, candidates)
         looked = True
     decisions: dict[str, Decision] = {}
+    # per decision, the candidates refused (env_key -> why): a reduced set that is one of them is not deployed (5)
+    refused: dict[str, dict[tuple[tuple[str, str], ...], str]] = {}
     for name in names:
+        refused[name] = {env_key(candidates[i].env): f"{_label(candidates[i], i)}: {rejected[i]}"
+                         for i in sorted(validation_failed | failed_in_round)}
         ordered = tuple(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
             for i in range(len(candidates))
@@ -852,16 +859,21 @@ def finalize(
         # The look's rejection stands in Holm's step-down; refusing a change cannot raise the false-change rate.
         ordered = tuple(replace(c, accepted=False, reason=f"accepted at a look, then {rejected[i]}")
                         if c.accepted and i in failed_in_round else c for i, c in enumerate(ordered))
+        accepted_at_looks = [c.accepted for c in ordered]
         if name == OVERALL and len(buckets) > 1 and thresholds.never_slower:
             ordered = tuple(_unless_slower_somewhere(c, i, rounds_data, buckets, thresholds, notes)
                             for i, c in enumerate(ordered))
         if thresholds.total_time_check:
             ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
+        for i, (before, after) in enumerate(zip(accepted_at_looks, ordered)):
+            if before and not after.accepted and i not in failed_in_round:
+                refused[name].setdefault(env_key(candidates[i].env), f"{_label(candidates[i], i)}: {after.reason}")
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds and not out_of_time.passed:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
-    decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
+    decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time,
+                                refused)
     decisions = _validated_reductions(evaluator, baseline_env, decisions, buckets, needs_validation, notes)
     decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
     overall = decisions[OVERALL]
@@ -912,6 +924,10 @@ def _slower_bucket(rounds: Sequence[Measured], reference: int, other: int, bucke
     return None
 
 
+def _label(candidate: Candidate, index: int) -> str:
+    return f"trial {candidate.trial_number}" if candidate.trial_number is not None else f"candidate {index + 1}"
+
+
 def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequence[Measured],
                              buckets: Sequence[SizeBucket], thresholds: Thresholds,
                              notes: list[str]) -> Comparison:
@@ -925,8 +941,7 @@ def _unless_slower_somewhere(comparison: Comparison, index: int, rounds: Sequenc
         return comparison
     reason = (f"faster overall ({(comparison.gain or 0.0):+.1%}) but slower in bucket {slower}; a change must not be "
               "slower than the defaults at any size")
-    number = comparison.candidate.trial_number
-    notes.append(f"{f'trial {number}' if number is not None else f'candidate {index + 1}'}: {reason}")
+    notes.append(f"{_label(comparison.candidate, index)}: {reason}")
     return replace(comparison, accepted=False, reason=reason)
 
 
@@ -944,9 +959,7 @@ def _unless_slower_in_total(comparison: Comparison, index: int, rounds: Sequence
     reason = (f"faster in most rounds (median {(comparison.gain or 0.0):+.1%}) but slower in total over the "
               f"{len(both)} rounds ({candidate / baseline - 1:+.1%} time): a setting that stalls now and then "
               "costs more than it gains")
-    number = comparison.candidate.trial_number
-    notes.append(f"{comparison.decision}: {f'trial {number}' if number is not None else f'candidate {index + 1}'}: "
-                 f"{reason}")
+    notes.append(f"{comparison.decision}: {_label(comparison.candidate, index)}: {reason}")
     return replace(comparison, accepted=False, reason=reason)
 
 
@@ -964,29 +977,36 @@ class _Deadline:
 
 def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], buckets: Sequence[SizeBucket],
                      thresholds: Thresholds, rng: np.random.Generator,
-                     out_of_time: _Deadline) -> tuple[list[Measured], dict[int, str]] | None:
-    """`ablation_rounds` shuffled rounds of `envs` (keys: their indexes) and the first failure of each; None
-    when the deadline cuts them off."""
+                     out_of_time: _Deadline) -> tuple[list[Measured], dict[int, str], bool]:
+    """`ablation_rounds` shuffled rounds of `envs` (keys: their indexes), the first failure of each, and whether
+    the deadline cut them off (the failures of the rounds that ran stand)."""
     rounds: list[Measured] = []
     failures: dict[int, str] = {}
     for _ in range(thresholds.ablation_rounds):
         if out_of_time():
-            return None
+            return rounds, failures, True
         measured, failed = _run_round(evaluator, dict(enumerate(envs)), buckets, rng)
         rounds.append(measured)
         for key, reason in failed.items():
             failures.setdefault(key, reason)
-    return rounds, failures
+    return rounds, failures, False
+
+
+def env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(env.items()))
 
 
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
-                    notes: list[str], out_of_time: _Deadline) -> dict[str, Decision]:
+                    notes: list[str], out_of_time: _Deadline,
+                    refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]] | None = None
+                    ) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
     Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
     overall decision's, where no bucket may be slower than the defaults (never_slower), neither in any bucket:
-    that check was the tested winner's."""
+    that check was the tested winner's. `refused` (decision -> env_key -> why): the candidates this
+    finalization refused for that decision; a reduced set that is one of them is not deployed."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
@@ -1002,11 +1022,7 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
     for name, d in multi.items():
         knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
         plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
-    measured = _ablation_rounds(evaluator, envs, buckets, thresholds, rng, out_of_time)
-    if measured is None:
-        notes.append("no ablation: the time budget ran out; each winner is deployed whole")
-        return decisions
-    rounds, failures = measured
+    rounds, failures, cut_off = _ablation_rounds(evaluator, envs, buckets, thresholds, rng, out_of_time)
 
     def guarded(name: str) -> Sequence[SizeBucket]:
         return buckets if name == OVERALL and thresholds.never_slower and len(buckets) > 1 else ()
@@ -1016,9 +1032,17 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
     for name, (winner_key, keys) in plan.items():
         if winner_key in failures:
             withdrawn[name] = f"an ablation round ({failures[winner_key]})"
-            continue
-        ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
-                                thresholds, guarded(name))
+        elif not cut_off:
+            ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
+                                    thresholds, guarded(name))
+    if cut_off:
+        notes.append("no ablation: the time budget ran out; each winner is deployed whole"
+                     + (" (but one that failed in the ablation rounds that ran)" if withdrawn else ""))
+    for name, a in ablated.items():
+        why = (refused or {}).get(name, {}).get(env_key(a.env)) if dict(a.env) != dict(decisions[name].env) else None
+        if why is not None:
+            ablated[name] = _keep_whole(a, decisions[name].env, f"the reduced set is a candidate this finalization "
+                                                                f"refused ({why})")
     # A set less two or more knobs was not measured: it runs beside the winner before it may be deployed.
     unmeasured = {name: a for name, a in ablated.items() if sum(not x.kept for x in a.ablation) >= 2}
     if unmeasured:
@@ -1026,17 +1050,16 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         for name, a in unmeasured.items():
             pairs += [dict(decisions[name].env), dict(a.env)]
         pairs = [env for i, env in enumerate(pairs) if env not in pairs[:i]]
-        confirmed = _ablation_rounds(evaluator, pairs, buckets, thresholds, rng, out_of_time)
-        confirm, failed = confirmed if confirmed is not None else ([], {})
+        confirm, failed, confirm_cut_off = _ablation_rounds(evaluator, pairs, buckets, thresholds, rng, out_of_time)
         for name, a in unmeasured.items():
             winner_key, reduced_key = pairs.index(dict(decisions[name].env)), pairs.index(dict(a.env))
             winner_env = decisions[name].env
-            if confirmed is None:
-                ablated[name] = _keep_whole(a, winner_env, "the time budget ran out before the reduced set's rounds")
-                continue
             if winner_key in failed:
                 withdrawn[name] = f"a confirmation round ({failed[winner_key]})"
                 del ablated[name]
+                continue
+            if confirm_cut_off:
+                ablated[name] = _keep_whole(a, winner_env, "the time budget ran out before the reduced set's rounds")
                 continue
             if reduced_key in failed:
                 ablated[name] = _keep_whole(a, winner_env, f"a confirmation round failed ({failed[reduced_key]})")
