@@ -203,6 +203,19 @@ def test_planted_corruption_is_detected(
     assert "WRONG" in done.stdout
 
 
+def test_planted_corruption_is_detected_where_the_last_rank_takes_no_part(
+        commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
+    """--peer 1 of 3 ranks and the matrix pairs without the last rank: 'corrupt' overwrote data only on the last
+    rank, which checked nothing there: valid records and exit 0 under a planted fault."""
+    output = tmp_path / "out.jsonl"
+    done = run_commbench(commbench_builds["openmpi"], 3, ["--op", "pingpong,pairmatrix", "--peer", "1", "--sizes",
+                                                          "64", "--iters", "2", "--warmup", "0", "--inject",
+                                                          "corrupt", "--output", str(output)])
+    assert done.returncode == 1, done.stderr
+    records = read_records(output)
+    assert len(records) == 1 + 6 and all(r["valid"] is False and r["wrong_elements"] == 2 for r in records)
+
+
 def test_no_check_skips_validation(commbench_builds: dict[str, CommbenchBuild], tmp_path: Path) -> None:
     output = tmp_path / "out.jsonl"
     done = run_commbench(
@@ -309,6 +322,11 @@ BAD_ARGUMENTS = [
     # an option where a value belongs: --output wrote to a file named "--no-check"
     (["--output", "--no-check"], "--output needs a value, not the option '--no-check'"),
     (["--op", "--sizes", "8"], "--op needs a value"),
+    # checked whatever their position: --help and --version stopped the parse and exited 0
+    (["--version", "--iters", "0"], "--iters"),
+    (["--help", "--frobnicate"], "--frobnicate"),
+    # 'all' inside a list was a selection named "all" (exit 4 at run time, after the launch)
+    (["--selections", "all,ring"], "--selections: 'all' is every selection: give it alone"),
 ]
 
 

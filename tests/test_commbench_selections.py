@@ -66,6 +66,13 @@ def test_list_cvars_openmpi_enumerations(commbench_builds: dict[str, CommbenchBu
     assert cvars["coll_tuned_allreduce_algorithm_count"]["value"] == 7
 
 
+def test_list_cvars_writes_unsigned_values_as_unsigned(commbench_builds: dict[str, CommbenchBuild]) -> None:
+    """Open MPI's size_t limits default to SIZE_MAX: written as a signed number, -1 (knobs check reads the value
+    as the library's default)."""
+    limit = list_cvars(commbench_builds["openmpi"], "btl_vader_put_limit")["btl_vader_put_limit"]
+    assert limit["type"] == "unsigned_long" and limit["value"] == 2**64 - 1
+
+
 def test_list_cvars_mpich_enumerations_from_descriptions(commbench_builds: dict[str, CommbenchBuild]) -> None:
     """MPICH 4.0.2 registers its enum cvars as plain ints; the items come from the description,
     in the order of the C enum (mpich-4.0.2 src/include/mpir_cvars.h), or not at all."""

@@ -234,6 +234,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
     int stop_after_given = 0;
     uint64_t min = 8, max = 4ull << 20, factor = 2;
     int series_given = 0, min_given = 0, max_given = 0;
+    int help = 0, version = 0; /* they win over the other actions, once the whole command line is checked */
     size_t used = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -263,8 +264,8 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                         options[k].id == OPT_OUTPUT ? " (a file of that name: write ./ before it)" : "");
         long v;
         switch (options[k].id) {
-        case OPT_HELP: a->action = CB_ACT_HELP; return 0;
-        case OPT_VERSION: a->action = CB_ACT_VERSION; return 0;
+        case OPT_HELP: help = 1; break;
+        case OPT_VERSION: version = 1; break;
         case OPT_LIST: a->action = CB_ACT_LIST; break;
         case OPT_OP:
             if (parse_names(name, value, a->ops, &a->nops, a->name_store, &used, err, errlen))
@@ -348,6 +349,9 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
             if (!a->selections_all && parse_names(name, value, a->selection_names, &a->nselection_names, a->name_store,
                                                   &used, err, errlen))
                 return -1;
+            for (int n = 0; n < a->nselection_names; n++)
+                if (strcmp(a->selection_names[n], "all") == 0)
+                    return fail(err, errlen, "%s: 'all' is every selection: give it alone, not in a list", name);
             break;
         case OPT_ROUNDS:
             if (parse_long(value, 1, CB_MAX_ROUNDS, &v))
@@ -392,5 +396,9 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
         if (a->nsizes < 0)
             return fail(err, errlen, "--min-bytes/--max-bytes/--step-factor give more than %d sizes", CB_MAX_SIZES);
     }
+    if (help)
+        a->action = CB_ACT_HELP;
+    else if (version)
+        a->action = CB_ACT_VERSION;
     return 0;
 }

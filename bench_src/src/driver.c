@@ -68,6 +68,13 @@ static int inject_rank(const struct cb_ctx *ctx)
     return ctx->nranks - 1;
 }
 
+/* The rank whose received data --inject corrupt overwrites: a pair's receiver (--peer, a matrix pair: the
+ * last rank may take no part), else the last one. */
+static int corrupt_rank(const struct cb_ctx *ctx, const struct cb_instance *inst)
+{
+    return inst->dst >= 0 ? inst->dst : inject_rank(ctx);
+}
+
 static void error_record(struct run *run, const char *op, const char *transport, const struct cb_plan *plan,
                          const struct cb_instance *inst, int status, const char *msg)
 {
@@ -92,13 +99,14 @@ static int prepare(struct run *run, const struct cb_op *op, const struct cb_plan
     return rc;
 }
 
-static int verify(struct run *run, const struct cb_data *d, const struct cb_bufs *bufs, uint64_t *wrong)
+static int verify(struct run *run, const struct cb_instance *inst, const struct cb_data *d, const struct cb_bufs *bufs,
+                  uint64_t *wrong)
 {
     const struct cb_backend *b = run->ctx->backend;
     uint64_t w = 0;
     if (!d->check)
         return CB_OK;
-    if (run->args->inject == CB_INJECT_CORRUPT && run->ctx->rank == inject_rank(run->ctx) &&
+    if (run->args->inject == CB_INJECT_CORRUPT && run->ctx->rank == corrupt_rank(run->ctx, inst) &&
         cb_pattern_count(&d->expect) > 0) {
         int rc = b->copy(bufs->recv, &corrupt_value, sizeof corrupt_value);
         if (rc)
@@ -259,7 +267,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         goto out;
     rc = timed_loop(run, op, &exec, samples);
     if (!rc && args->check)
-        rc = verify(run, &data, bufs, &wrong);
+        rc = verify(run, inst, &data, bufs, &wrong);
     if (!all_ok(run, rc, op->name, t->name, &plan, inst))
         goto out;
     if (args->check) {
@@ -269,7 +277,7 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         if (!rc)
             rc = run_batch(op, &exec, 1);
         if (!rc)
-            rc = verify(run, &data, bufs, &wrong);
+            rc = verify(run, inst, &data, bufs, &wrong);
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))
             goto out;
     }
@@ -324,7 +332,7 @@ static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_
     if (!rc)
         rc = timed_loop(run, op, exec, samples);
     if (!rc && run->args->check)
-        rc = verify(run, &data, bufs, wrong);
+        rc = verify(run, exec->inst, &data, bufs, wrong);
     if (!rc && t->refused)
         rc = t->refused(exec->state);
     return rc;
@@ -344,7 +352,7 @@ static int sweep_extra_check(struct run *run, const struct cb_op *op, const stru
     if (!rc)
         rc = run_batch(op, exec, 1);
     if (!rc)
-        rc = verify(run, &data, bufs, wrong);
+        rc = verify(run, exec->inst, &data, bufs, wrong);
     return rc;
 }
 

@@ -180,6 +180,14 @@ void cb_json_int(struct cb_json *j, long long v)
     puts_(j, text);
 }
 
+void cb_json_uint(struct cb_json *j, unsigned long long v)
+{
+    char text[32];
+    begin_item(j);
+    snprintf(text, sizeof text, "%llu", v);
+    puts_(j, text);
+}
+
 void cb_json_bool(struct cb_json *j, int v)
 {
     begin_item(j);

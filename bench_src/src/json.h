@@ -26,6 +26,7 @@ void cb_json_key(struct cb_json *j, const char *key);
 void cb_json_string(struct cb_json *j, const char *s);
 void cb_json_number(struct cb_json *j, double v); /* non-finite values become null */
 void cb_json_int(struct cb_json *j, long long v);
+void cb_json_uint(struct cb_json *j, unsigned long long v);
 void cb_json_bool(struct cb_json *j, int v);
 void cb_json_null(struct cb_json *j);
 /* key + value shorthands */

@@ -269,13 +269,13 @@ static void value_json(struct cb_json *j, const struct cb_cvar *cvar)
     else if (strcmp(cvar->type, "int") == 0)
         cb_json_int(j, v.i);
     else if (strcmp(cvar->type, "unsigned") == 0)
-        cb_json_int(j, v.u);
+        cb_json_uint(j, v.u);
     else if (strcmp(cvar->type, "unsigned_long") == 0)
-        cb_json_int(j, (long long)v.ul);
+        cb_json_uint(j, v.ul);
     else if (strcmp(cvar->type, "unsigned_long_long") == 0)
-        cb_json_int(j, (long long)v.ull);
+        cb_json_uint(j, v.ull);
     else if (strcmp(cvar->type, "count") == 0)
-        cb_json_int(j, (long long)v.c);
+        cb_json_int(j, (long long)v.c); /* MPI_Count is signed */
     else if (strcmp(cvar->type, "double") == 0)
         cb_json_number(j, v.d);
     else if (strcmp(cvar->type, "bool") == 0)
