@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+from optuna.trial import TrialState
 from fixtures_tuner import ScriptedEvaluator, make_scope, sqlite_url  # noqa: F401  (fixtures)
 
 from tuners.bench_sampler import LANDSCAPE_DIR, load_scenario
@@ -32,6 +33,7 @@ from tuners.study import (
     dropped_in_context,
     dropped_knobs,
     BUCKET_US,
+    COMPLETE,
     DEFAULT_SAMPLER,
     DOCUMENTED,
     DOCUMENTED_FROM,
@@ -519,6 +521,41 @@ def test_trial_of_a_killed_worker_is_failed_and_rerun_once(sqlite_url: str) -> N
     study = make_tuner(storage, evaluator, n_trials=6).run()
     assert len(counted(study)) == 6 and evaluator.calls == 3
     assert_rerun_of_lost_trial(study, stdout)
+
+
+def test_a_trial_interrupted_while_its_result_is_stored_is_measured_again(
+        sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while Optuna stores a finished trial's COMPLETE state: the trial stays RUNNING with outcome complete,
+    and on resume the heartbeat fails it as lost and re-queues it. Counted, it was a failed trial (a working
+    setting counted as failed) and the re-queued copy a repeat of it, never launched; now it is measured again."""
+    from optuna.storages import _cached_storage
+
+    store = _cached_storage._CachedStorage.set_trial_state_values
+    completes = [0]
+
+    def interrupted_third(self, trial_id, state, values=None):  # type: ignore[no-untyped-def]
+        if state is TrialState.COMPLETE:
+            completes[0] += 1
+            if completes[0] == 3:
+                raise KeyboardInterrupt
+        return store(self, trial_id, state, values)
+
+    monkeypatch.setattr(_cached_storage._CachedStorage, "set_trial_state_values", interrupted_third)
+    first = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {})
+    storage = open_storage(sqlite_url, heartbeat_interval=1, grace_period=2)
+    with pytest.raises(BaseException):
+        make_tuner(storage, first, n_trials=6).run()
+    monkeypatch.undo()
+    storage = open_storage(sqlite_url, heartbeat_interval=1, grace_period=2)
+    lost = optuna.load_study(study_name=make_scope().study_name, storage=storage).trials[2]
+    assert lost.state is TrialState.RUNNING and lost.user_attrs[OUTCOME] == COMPLETE
+    time.sleep(3)  # past the grace period: stale
+    second = ScriptedEvaluator(SyntheticEvaluator(SCENARIO), {})
+    study = make_tuner(storage, second, n_trials=6).run()
+    progress = study_progress(study)
+    assert (progress.counted, progress.failed) == (6, 0)
+    assert lost.user_attrs[ENV] in second.envs  # measured again, not a repeat of a failure
+    assert not is_counted(study.trials[2]) and study.trials[2].state is TrialState.FAIL
 
 
 def test_workers_in_turn_on_sqlite_share_the_budget(sqlite_url: str) -> None:

@@ -436,6 +436,24 @@ def test_a_study_stopped_by_its_runs_directory_does_not_blame_the_database() -> 
         "stored; run the same command again once that is mended (a trial that was running is queued again).")
 
 
+def test_ctrl_c_hidden_by_optuna_is_an_interrupt() -> None:
+    """Ctrl-C while Optuna stores a trial's state reaches tune as an UnboundLocalError (Optuna 5's _run_trial)
+    whose context is the KeyboardInterrupt: a traceback and exit 1 before, the interrupt's one line and 130 now."""
+    from rich.console import Console
+    import typer
+
+    from campaigns.cli.tune import _study_errors
+
+    console = Console(record=True, width=300)
+    with pytest.raises(typer.Exit) as stopped, _study_errors(console, "sqlite:///study.db"):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise UnboundLocalError("cannot access local variable 'updated_state'")
+    assert stopped.value.exit_code == 130
+    assert console.export_text().startswith("interrupted: every finished trial is stored")
+
+
 def test_a_bare_srun_launcher_becomes_the_scopes_srun(tmp_path: Path) -> None:
     """`launcher: [srun]` for a 3-node scope started 1 rank on 1 node (the run was then refused, below): it becomes
     the srun of the site's MPI plugin with the scope's nodes and ranks, and the partition's options outside an

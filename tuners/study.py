@@ -295,7 +295,12 @@ class _ReportedFailures(logging.Filter):
 
 
 def is_counted(trial: FrozenTrial) -> bool:
-    return OUTCOME in trial.user_attrs and trial.state in (TrialState.COMPLETE, TrialState.FAIL)
+    """A finished measurement of the budget. Not a FAIL whose outcome says complete: its result was being stored
+    when the process stopped (Ctrl-C during Optuna's tell), the heartbeat failed it as lost and re-queued it; counted,
+    it was a failed trial and its setting a repeat of it, never measured again."""
+    outcome = trial.user_attrs.get(OUTCOME)
+    return outcome is not None and (trial.state is TrialState.COMPLETE
+                                    or (trial.state is TrialState.FAIL and outcome != COMPLETE))
 
 
 @dataclass(frozen=True)

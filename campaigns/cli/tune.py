@@ -113,11 +113,11 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
                       highlight=False, soft_wrap=True)
 
     threading.excepthook = thread_hook
+    interrupted = (f"interrupted: every finished trial is stored and a running one is queued again; {resume}")
     try:
         yield
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM (campaigns.cli.app.main); the Tuner re-queued a running trial
-        raise _fail(console, f"interrupted: every finished trial is stored and a running one is queued again; "
-                             f"{resume}", ExitCode.INTERRUPTED) from None
+        raise _fail(console, interrupted, ExitCode.INTERRUPTED) from None
     except StorageUnavailable as exc:
         raise _fail(console, f"cannot use the {exc}") from None
     except ValueError as exc:  # the stored study was set up differently (knobs, buckets, baseline)
@@ -133,6 +133,8 @@ def _study_errors(console: Console, url: str, outputs: Sequence[Path | None] = (
         raise _fail(console, f"cannot write {where}: {exc.strerror or exc}; files written earlier are unchanged",
                     ExitCode.FAILED) from None
     except Exception as exc:
+        if _caused_by(exc, KeyboardInterrupt):  # Optuna 5 hides one that hit its tell behind an UnboundLocalError
+            raise _fail(console, interrupted, ExitCode.INTERRUPTED) from None
         cause = _stopping_cause(exc)
         if cause is None:
             raise
@@ -154,9 +156,15 @@ def _stopping_cause(exc: BaseException | None) -> BaseException | None:
 
     from tuners.evaluation import EvaluationAborted
 
+    return _caused_by(exc, (SQLAlchemyError, EvaluationAborted))
+
+
+def _caused_by(exc: BaseException | None,
+               kinds: type[BaseException] | tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of `kinds` in the chain of `exc` (itself, its cause or context, ...), if any."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (SQLAlchemyError, EvaluationAborted)):
+        if isinstance(exc, kinds):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
