@@ -86,7 +86,8 @@ def test_pretune_under_salloc_twice_measures_twice_and_writes_no_untested_decisi
     url = f"sqlite:///{tmp_path / 'pretune.db'}"
     pretune = shlex.join([str(COMMCAMP), "pretune", "--budget", "12s", "--trial-share", "0.9", *SCOPE_OPTIONS,
                           "--trials", "3", "--db", url, "--runs-dir", str(tmp_path / "runs")])
-    script = f"{pretune} --env-file first.env >first.log 2>&1; {pretune} --env-file second.env >second.log 2>&1"
+    script = (f"{pretune} --env-file first.env --summary first.json >first.log 2>&1; "
+              f"{pretune} --env-file second.env --summary second.json >second.log 2>&1")
     cmd = ["timeout", "-k", "10", "240", "salloc", "-N", "2", "--ntasks-per-node=1", "-p", slurm_cluster.partition,
            "bash", "-c", script]
     result = slurm_cluster.run(cmd, timeout=300, check=False, cwd=tmp_path)
@@ -94,6 +95,9 @@ def test_pretune_under_salloc_twice_measures_twice_and_writes_no_untested_decisi
     for text in (first_output, second_output):
         assert "a decision now would be untested" in text and "env not written" in text, text[-4000:]
     assert result.returncode == 1 and not list(tmp_path.glob("*.env"))
+    for name in ("first", "second"):  # the summary says what ran and why nothing was decided (it was not written)
+        summary = json.loads((tmp_path / f"{name}.json").read_text())
+        assert summary["untested"] and summary["trials"] and summary["recommendation"] is None, summary["untested"]
     names = optuna.get_all_study_names(url)
     assert len(names) == 2 and all("/job" in name for name in names), names
     first, second = (optuna.load_study(study_name=name, storage=url) for name in names)

@@ -360,6 +360,13 @@ def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str) -> No
     assert again.calls == 0
     with pytest.raises(ValueError, match="exists with different baseline_env"):
         Tuner(make_scope(), synthetic_space(), again, sqlite_url, BUCKETS, n_trials=12).run()
+    # a study named by hand for another scope: its trials measured another version and layout (joined, the
+    # budget was spent and the best compared with the other scope's defaults)
+    other = make_scope(library_version="2.29.1", gpus_per_node=1)
+    with pytest.raises(ValueError, match=(f"study {make_scope().study_name} exists for another scope \\(library_version "
+                                          "'2.28.3' != '2.29.1', gpus_per_node 4 != 1\\); name another study")):
+        Tuner(other, synthetic_space(scenario=SCENARIO), again, sqlite_url, BUCKETS, n_trials=12,
+              study_name=make_scope().study_name).run()
 
 
 @pytest.mark.parametrize("dies_at", [1, 2])

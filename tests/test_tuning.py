@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -654,6 +655,23 @@ def test_a_launcher_that_does_not_run_here_is_not_looked_up_here(tmp_path: Path)
     check_spec(spec, launcher_runs_here=False)
 
 
+def test_a_broken_published_file_stops_the_tune_before_its_trials(tmp_path: Path) -> None:
+    """Publishing reads the site's recommendations.yaml: a broken one failed the tune after every trial and the
+    finalization (exit 2, 'nothing ran', no decision printed). The check before any trial names it."""
+    from campaigns.tuning.session import check_spec
+    from campaigns.tuning.spec import TuningSpec
+
+    published = tmp_path / "rec" / "local" / "local" / "recommendations.yaml"
+    published.parent.mkdir(parents=True)
+    published.write_text("schema_version: 1\nrecommendations:\n  - decision: maybe\n")
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
+                      sizes=["1M"], executor="launcher", launcher=["mpirun.openmpi", "-np", "2"], commbench=COMMBENCH,
+                      db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs", publish_dir=tmp_path / "rec")
+    with pytest.raises(ValueError, match=f"{published}:1: not a valid recommendations file: site: required field"):
+        check_spec(spec)
+    check_spec(spec.model_copy(update={"publish_dir": None}))
+
+
 def test_help_and_messages_name_what_the_user_typed(tmp_path: Path) -> None:
     """--budget 0 and an empty SQLite URL are named as given (not budget_s, not '.'); help texts show their
     defaults (not swallowed as rich markup) and say what pretune does: a study of its own, no publishing
@@ -852,6 +870,38 @@ def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
     assert ranges[0] == ranges[2]  # what the stored study checks
     names = [study_name(spec, scope, [], space) for spec in specs]
     assert len(set(names[:-1])) == len(measurements) + 1 and names[-1] == names[0]
+
+
+def test_another_launch_gets_a_study_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The launcher's own options and the site's setup of the partition and environment change what a run
+    measures (`--mca btl self,tcp` or a site's new UCX_TLS: another path): before, the study was named by the
+    launcher's program alone and site.yaml only where it had `knobs:`, and such trials joined the earlier study
+    (TCP beside shared-memory times, the best one the other path's). srun's options come from the scope and the
+    site (completed_launcher: outside and inside an allocation alike), so they do not name another study."""
+    from fixtures_sites import site_data, write_site
+
+    from campaigns.tuning.session import study_name
+    from campaigns.tuning.spec import TuningSpec
+
+    def env_vars(extra: dict[str, str]) -> Callable[[dict[str, Any]], None]:
+        def edit(data: dict[str, Any]) -> None:
+            data["name"] = "mysite"
+            data["environments"][0]["env_vars"].update(extra)
+        return edit
+
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path / "sites"))
+    write_site(tmp_path / "sites" / "mysite", site_data("local", env_vars({})))
+    scope = make_scope(site="mysite", library="openmpi", library_version="4.1.4", transport="mpi", gpus_per_node=1)
+    space = build_space(KnobCatalog.load(), {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
+    base = TuningSpec(site="mysite", system="local:cpu", library="openmpi", op="allreduce", sizes=[1024],
+                      knobs=["OMPI_MCA_btl_tcp_sndbuf"], executor="launcher", launcher=["mpirun.openmpi", "-np", "2"])
+    names = [study_name(spec, scope, [], space) for spec in (
+        base, base.model_copy(update={"launcher": ["mpirun.openmpi", "-np", "2", "--mca", "btl", "self,tcp"]}),
+        base.model_copy(update={"launcher": ["srun"]}), base.model_copy(update={"launcher": ["srun", "-N", "2"]}))]
+    assert len(set(names[:2])) == 2 and names[2] == names[3]
+    shutil.rmtree(tmp_path / "sites" / "mysite")
+    write_site(tmp_path / "sites" / "mysite", site_data("local", env_vars({"OMPI_MCA_btl": "self,tcp"})))
+    assert study_name(base, scope, [], space) not in names
 
 
 def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_never_chosen(tmp_path: Path) -> None:

@@ -441,6 +441,13 @@ class Tuner:
                     f"study {self.study_name} exists with different {key} "
                     f"({study.user_attrs[key]} != {setup[key]}); name another study (--study NAME)"
                 )
+        # a study named by hand (--study) may be another scope's: its trials measured another layout or version
+        stored_scope = study.user_attrs.get("scope", {})
+        if differ := {key: (stored_scope[key], value) for key, value in setup["scope"].items()
+                      if key in stored_scope and stored_scope[key] != value}:
+            raise ValueError(f"study {self.study_name} exists for another scope ("
+                             + ", ".join(f"{key} {old!r} != {new!r}" for key, (old, new) in differ.items())
+                             + "); name another study (--study NAME)")
         if "domains" in study.user_attrs and study.user_attrs["domains"] != setup["domains"]:
             changed = [new[0] for old, new in zip(study.user_attrs["domains"], setup["domains"]) if old != new]
             raise ValueError(f"study {self.study_name} exists with different domains of {', '.join(changed)} (the "

@@ -389,7 +389,8 @@ def register(app: typer.Typer) -> None:
         finalize: Annotated[Optional[bool], typer.Option(
             "--finalize/--no-finalize", help="re-measure the best candidates and decide (default on)")] = None,
         publish_dir: PublishOpt = None,
-        no_publish: Annotated[bool, typer.Option("--no-publish", help="write no recommendation files")] = False,
+        no_publish: Annotated[bool, typer.Option("--no-publish", help=(
+            "write no recommendation files (and take no warm start from those published)"))] = False,
         plugin_library: PluginOpt = None, runs_dir: RunsOpt = None, study: StudyOpt = None,
         workers: Annotated[int, typer.Option(
             min=0, help="run the trials in N Slurm jobs on one study (PostgreSQL); 0: here, in this process")] = 0,
@@ -585,21 +586,26 @@ def register(app: typer.Typer) -> None:
             outcome = session.trials(make_tuner(setup, storage=storage, progress=True,
                                                 timeout_s=total * trial_share, seed_envs=seeds))
             durations = setup.evaluator.durations_s
+
+            def untested(why: str) -> typer.Exit:  # the summary still tells what ran (as tune's does)
+                outcome.untested = why
+                session.summary(summary)
+                return _fail(errors, f"{why}; {env_file} not written", ExitCode.FAILED)
+
             if not durations:
-                raise _fail(errors, f"no trial ran in this allocation within {total * trial_share:.0f} s of trials; "
-                                    f"{env_file} not written", ExitCode.FAILED)
+                raise untested(f"no trial ran in this allocation within {total * trial_share:.0f} s of trials")
             per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
             try:
                 recommendation = session.finalize(max_evaluations=int(left // per_run), deadline=started + total)
             except UntestedDecision as exc:
-                raise _fail(errors, f"{exc}; {env_file} not written", ExitCode.FAILED) from None
+                raise untested(str(exc)) from None
             assert outcome.report is not None
             # No round ran (no candidate; the defaults completed, or finalize() refuses): keeping the defaults
             # is backed by measurements only where other settings were tried here and failed.
             if outcome.report.rounds_used == 0 and study_progress(outcome.study).counted < 2:
-                raise _fail(errors, f"only the defaults were measured in this allocation: a decision now would be "
-                                    f"untested; {env_file} not written (give a larger --budget)", ExitCode.FAILED)
+                raise untested("only the defaults were measured in this allocation: a decision now would be "
+                               "untested (give a larger --budget)")
             session.publish()
             write_env_file(env_file, recommendation, setup.catalog)
             session.summary(summary)

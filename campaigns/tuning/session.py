@@ -24,7 +24,7 @@ from campaigns import paths
 from campaigns.model.records import mpi_library_version
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, new_directory, strip_knobs, output_tail)
-from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env
+from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env, site_partition
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, check_deployed, finalize, fit_budget, planned_runs
@@ -113,13 +113,20 @@ def executor_label(spec: TuningSpec) -> str:
 
 def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
     """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
-    content, the searched domains, the ranks per node and what a run measures (sizes, sizes per bucket, batch,
-    iterations, warm-up, programming environment): trials of another executor, another knob setup or another
-    measurement (scopes published before they named ranks per node did not; the stored study checks the buckets'
-    ranges, not their sizes; batch > 1 turns a latency into a throughput) go to a study of their own, and so do those of a catalog
-    whose domains changed (Optuna cannot resume a changed domain)."""
+    content, the searched domains, the ranks per node, what a run measures (sizes, sizes per bucket, batch,
+    iterations, warm-up, programming environment) and how it is launched (a launcher's own options, srun's but
+    for those completed_launcher gives it from the scope and the site; the site's setup of the partition and
+    environment: site_setup, as a campaign's run key): trials of another executor, another knob setup, another
+    measurement or launch (scopes published before they named ranks per node did not; the stored study checks the
+    buckets' ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a
+    site's new UCX_TLS measures another path) go to a study of their own, and so do those of a catalog whose
+    domains changed (Optuna cannot resume a changed domain)."""
+    from campaigns.model.site import load_site
+    from campaigns.model.spec import site_setup
+
     if spec.study is not None:
         return spec.study
+    found = site_partition(spec)
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
              "tasks_per_node": spec.tasks_per_node, "sizes": sorted(set(spec.sizes)),
              "sizes_per_bucket": spec.sizes_per_bucket, "batch": spec.batch, "iters": spec.iters,
@@ -127,6 +134,10 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
              "executor": executor_label(spec),
              "domains": space.domains()}
+    if spec.executor == "launcher" and spec.launcher and Path(spec.launcher[0]).name != "srun" and spec.launcher[1:]:
+        setup["launcher_options"] = spec.launcher[1:]
+    if found is not None:
+        setup["site_setup"] = site_setup(load_site(spec.site), found[0], spec.environ)
     digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
     return f"{scope.study_name}/{executor_label(spec)}-{digest}"
 
@@ -170,6 +181,10 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
     check_reachable(url)
     if foreign := foreign_sqlite_tables(url):  # Optuna would add its tables to it
         raise StorageUnavailable(f"study storage {foreign_database_problem(url, foreign)}")
+    if spec.publish_dir is not None:  # publishing reads it after every trial and finalization: a broken one stops here
+        published = system_dir(Path(spec.publish_dir), spec.site, spec.system.partition(":")[0]) / RECOMMENDATIONS_FILE
+        if published.is_file():
+            load_recommendations(published)
     return catalog, files
 
 
