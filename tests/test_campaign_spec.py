@@ -98,7 +98,7 @@ def test_run_keys_name_the_sites_setup(tmp_path: Path, monkeypatch: pytest.Monke
     with a passed run under its key ("Nothing to run") after an environment's variables, a partition's modules,
     commbench's build options or the site's knob defaults changed, and reported the old measurements. Those
     change the run key (not the series: health judges the night against the same history); what only describes
-    or judges (descriptions, references) does not."""
+    or judges (descriptions, references) does not, nor another benchmark's build (a reference suite's)."""
     from fixtures_sites import site_data, write_site
 
     def keys(name: str, edit: Callable[[dict[str, Any]], None]) -> set[str]:
@@ -120,7 +120,10 @@ def test_run_keys_name_the_sites_setup(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(base) == 4
     same = {"described": lambda data: partition(data).update(description="another text"),
             "referenced": lambda data: partition(data)["commbench"].update(references=[
-                {"op": "allreduce", "metric": "small_latency", "bytes": 8, "value": 5, "upper": 1.0}])}
+                {"op": "allreduce", "metric": "small_latency", "bytes": 8, "value": 5, "upper": 1.0}]),
+            # a reference suite's build is its checks' (an OSU change re-ran every commbench case)
+            "osu-offered": lambda data: partition(data).update(reference_benchmarks={"osu": {
+                "package": "osu-micro-benchmarks", "dir_variable": "OSU_DIR", "node_counts": [1]}})}
     changed = {"variables": lambda data: data["environments"][0]["env_vars"].update(UCX_TLS="tcp"),
                "modules": lambda data: partition(data).update(modules=["openmpi/5"]),
                "build": lambda data: partition(data)["commbench"].update(cmake_options=["-DCOMMBENCH_WERROR=OFF"]),

@@ -236,6 +236,49 @@ def test_each_switch_runs_once_under_every_leaf_switch_that_has_enough_nodes(tmp
     assert Placer(four).expand(single) == [single]
 
 
+def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run key names the site's setup: tonight run again after site.yaml changed is stored under another key with
+    the same night. The history keeps one run per test case and night (its latest), not both: two nights stay two,
+    not three (median 45, not 50)."""
+    import json
+
+    import yaml
+
+    from fixtures_cli import commcamp
+    from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
+
+    tonight = tmp_path / "osu_latency.txt"
+    stand_in(tmp_path / "osu", "osu_latency", tonight)
+    sites = reference_site(tmp_path / "sites", "refsite", "local", {
+        "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1],
+                "references": [{"benchmark": "osu_latency", "metric": "small_latency", "bytes": 1, "value": 47.46,
+                                "upper": 10.0, "note": "tests/data/osu/osu_latency.txt"}]}})
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
+    spec = _spec(tmp_path, "name: nightly\nkind: health\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
+                           "checks:\n  - check: osu_run\n    benchmarks: [osu_latency]\nhealth: {min_history: 2}\n")
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    real = OSU_LATENCY_OUTPUT.read_text()
+
+    def night(tag: str, latency: float) -> dict:
+        tonight.write_text(real.replace("\n1                      47.46\n", f"\n1                      {latency}\n"))
+        verdict = tmp_path / f"{tag}.json"
+        code, out, err = commcamp("run", spec, "--db", db, "--runs-dir", tmp_path / "runs", "--tag", tag,
+                                  "--verdict", verdict)
+        assert verdict.is_file(), out + err
+        (metric,) = json.loads(verdict.read_text())["metrics"]
+        return metric
+
+    night("n1", 40.0)
+    night("n2", 50.0)
+    site = sites / "refsite" / "site.yaml"
+    data = yaml.safe_load(site.read_text())
+    data["environments"][0]["env_vars"]["OMPI_MCA_btl_base_warn_component_unused"] = "0"
+    site.write_text(yaml.safe_dump(data))
+    assert night("n2", 50.0)["value"] == 50.0  # measured again: another setup
+    metric = night("n3", 48.0)
+    assert "48 is 7% worse than the median 45 of 2 earlier nights" in metric["evidence"][0], metric
+
+
 def test_a_reference_check_metric_is_judged_against_its_reference_and_history(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A health campaign of osu_run (real ReFrame on a copy of site local, a stand-in printing the committed OSU

@@ -509,6 +509,19 @@ def test_a_read_only_open_refuses_a_database_that_is_not_a_store_and_writes_noth
 
 
 @sqlite_only
+def test_an_early_commcamp_store_is_named_as_such(store_url: str) -> None:
+    """A store made before the store kept its revision in store_alembic_version (alembic_version, runs,
+    measurements, samples) is not 'another program's' database: the refusal says what it is."""
+    engine = sqlalchemy.create_engine(store_url)
+    with engine.begin() as connection:
+        for table in ("alembic_version", "runs", "measurements", "samples"):
+            connection.exec_driver_sql(f"CREATE TABLE {table} (x)")
+    engine.dispose()
+    with pytest.raises(StoreError, match="is a results store of an early commcamp .* which this one cannot upgrade"):
+        open_store(store_url)
+
+
+@sqlite_only
 def test_a_writing_open_adds_the_store_to_an_optuna_storage_and_an_empty_file(store_url: str) -> None:
     """`tune` keeps its Optuna study in the results store's database: a file holding only Optuna's tables (or
     nothing) is commcamp's to write."""

@@ -876,12 +876,14 @@ def test_another_launch_gets_a_study_of_its_own(tmp_path: Path, monkeypatch: pyt
     """The launcher's own options and the site's setup of the partition and environment change what a run
     measures (`--mca btl self,tcp` or a site's new UCX_TLS: another path): before, the study was named by the
     launcher's program alone and site.yaml only where it had `knobs:`, and such trials joined the earlier study
-    (TCP beside shared-memory times, the best one the other path's). srun's options come from the scope and the
-    site (completed_launcher: outside and inside an allocation alike), so they do not name another study."""
+    (TCP beside shared-memory times, the best one the other path's). srun's options as completed_launcher makes
+    them from the scope and the site (outside and inside an allocation alike) name no other study; a user's own
+    (--cpu-bind=none) do."""
     from fixtures_sites import site_data, write_site
 
     from campaigns.tuning.session import study_name
     from campaigns.tuning.spec import TuningSpec
+    from campaigns.tuning.workers import slurm_launcher
 
     def env_vars(extra: dict[str, str]) -> Callable[[dict[str, Any]], None]:
         def edit(data: dict[str, Any]) -> None:
@@ -895,10 +897,12 @@ def test_another_launch_gets_a_study_of_its_own(tmp_path: Path, monkeypatch: pyt
     space = build_space(KnobCatalog.load(), {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
     base = TuningSpec(site="mysite", system="local:cpu", library="openmpi", op="allreduce", sizes=[1024],
                       knobs=["OMPI_MCA_btl_tcp_sndbuf"], executor="launcher", launcher=["mpirun.openmpi", "-np", "2"])
+    srun = base.model_copy(update={"launcher": ["srun"]})
     names = [study_name(spec, scope, [], space) for spec in (
         base, base.model_copy(update={"launcher": ["mpirun.openmpi", "-np", "2", "--mca", "btl", "self,tcp"]}),
-        base.model_copy(update={"launcher": ["srun"]}), base.model_copy(update={"launcher": ["srun", "-N", "2"]}))]
-    assert len(set(names[:2])) == 2 and names[2] == names[3]
+        srun, *(srun.model_copy(update={"launcher": slurm_launcher(srun, inside)}) for inside in (True, False)),
+        srun.model_copy(update={"launcher": [*slurm_launcher(srun, True), "--cpu-bind=none"]}))]
+    assert len(set(names[:2])) == 2 and names[2] == names[3] == names[4] != names[5]
     shutil.rmtree(tmp_path / "sites" / "mysite")
     write_site(tmp_path / "sites" / "mysite", site_data("local", env_vars({"OMPI_MCA_btl": "self,tcp"})))
     assert study_name(base, scope, [], space) not in names

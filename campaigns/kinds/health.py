@@ -98,7 +98,7 @@ from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.model.site import Reference
 from campaigns.model.spec import (PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase,
-                                  site_setup)
+                                  site_setup, without_setup)
 from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
@@ -488,11 +488,13 @@ class HealthCheck:
         when they ran, none that ran after tonight's run (`run_key`; re-judging an older night). By tag they
         sorted as text: a `--tag test` run sorted after every date and stayed in every later window."""
         tonight = self._run(run_key)
-        latest: dict[str, RunRow] = {}  # per run key (a night's pair tests share the series): its latest attempt
+        # per run key less its site setup (a night's pair tests share the series; a night run again after site.yaml
+        # changed is another key of the same test case): its latest attempt
+        latest: dict[str, RunRow] = {}
         for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where()):  # oldest first
             tag = run.parameters.get("tag")
             if tag not in (None, self.tag) and (tonight is None or _ran_at(run) < _ran_at(tonight)):
-                latest[run.run_key] = run
+                latest[without_setup(run.run_key)] = run
         runs = sorted(latest.values(), key=_ran_at)
         ran = {run.parameters["tag"]: _ran_at(run) for run in runs}  # a night: when its last run ran
         nights = set(sorted(ran, key=ran.__getitem__)[-self.settings.history_nights:])

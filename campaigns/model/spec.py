@@ -60,6 +60,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -406,6 +407,14 @@ class TestCase:
         return f"^{self.check}%{self.op_parameter}={self.op}%num_nodes={self.num_nodes}$"
 
 
+SETUP_SUFFIX = re.compile(r"~[0-9a-f]{10}$")  # TestCase.run_key's site_setup digest
+
+
+def without_setup(run_key: str) -> str:
+    """A run key less its site setup: one test case (a night's, a pair's) whatever site.yaml gave it."""
+    return SETUP_SUFFIX.sub("", run_key)
+
+
 @dataclass(frozen=True)
 class Campaign:
     spec: CampaignSpec
@@ -445,25 +454,27 @@ class Campaign:
                             env=tuple(check.env.items()), placement=placement, tag=tag,
                             reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
                             check_performance=self.spec.check_performance,
-                            setup=site_setup(self.site, partition, environ)))
+                            setup=site_setup(self.site, partition, environ,
+                                             check.suite if isinstance(check, ReferenceCheckSpec) else None)))
         return cases
 
 
-def site_setup(site: Site, partition: Partition, environ: str) -> str:
+def site_setup(site: Site, partition: Partition, environ: str, suite: str | None = None) -> str:
     """A digest of what site.yaml gives a test case's runs beside the campaign spec: the partition's scheduler
-    access, launcher, modules, variables, preparation and resources, how commbench and the reference benchmarks
-    are built and launched there, the programming environment, and the site's knob defaults and pins (in every
-    job). Not what only judges or describes (references, descriptions, node counts of the suites' checks)."""
+    access, launcher, modules, variables, preparation and resources, the programming environment, the site's knob
+    defaults and pins (in every job), commbench's launch options (every check's jobs take them) and how the case's
+    benchmark is built: commbench's build for a commbench check (`suite` None), that reference suite's block for
+    one of its checks. Not what only judges or describes (references, descriptions, node counts of the checks)."""
     commbench = partition.commbench
+    built = {"backend", "build", "cmake_options", "spack_env", "spack_spec"} if suite is None else set()
+    benchmarks = partition.reference_benchmarks.get(suite) if suite is not None else None
     setup = {
         "partition": partition.model_dump(mode="json", include={"scheduler", "launcher", "access", "modules",
                                                                 "env_vars", "prepare_cmds", "resources"}),
         "commbench": None if commbench is None else commbench.model_dump(
-            mode="json", include={"backend", "build", "cmake_options", "spack_env", "spack_spec", "launcher_options",
-                                  "job_options"}),
-        "reference_benchmarks": {suite: benchmarks.model_dump(mode="json", exclude={"node_counts", "references",
-                                                                                 "source", "verified"})
-                                 for suite, benchmarks in partition.reference_benchmarks.items()},
+            mode="json", include={"launcher_options", "job_options", *built}),
+        "reference_benchmark": None if benchmarks is None else benchmarks.model_dump(
+            mode="json", exclude={"node_counts", "references", "source", "verified"}),
         "environment": site.environment(environ).model_dump(mode="json", exclude={"description", "features"}),
         "knobs": {part: site.knobs.get(part) for part in ("defaults", "pinned")},
     }

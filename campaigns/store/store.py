@@ -441,6 +441,10 @@ def foreign_sqlite_tables(url: str) -> list[str]:
 
 
 def foreign_database_problem(url: str, tables: list[str]) -> str:
+    if {"runs", "measurements", "samples"} <= set(tables):  # before the store kept its revision in its own table
+        return (f"{display_url(url)} is a results store of an early commcamp (its schema revision in alembic_version, "
+                "which Optuna's studies use too), which this one cannot upgrade: nothing was written to it; read it "
+                "with the commcamp that made it, or give this one another file (--db sqlite:///PATH/commcamp.db)")
     shown = ", ".join(tables[:5]) + (f" and {len(tables) - 5} more" if len(tables) > 5 else "")
     return (f"{display_url(url)} is another program's SQLite database (tables {shown}; no commcamp results store or "
             "Optuna study in it): nothing was written to it; give commcamp a file of its own "

@@ -111,12 +111,26 @@ def executor_label(spec: TuningSpec) -> str:
     return "reframe" if spec.executor == "reframe" else Path((spec.launcher or ["launcher"])[0]).name
 
 
+def launcher_options(spec: TuningSpec) -> list[str]:
+    """The launcher's options that say how the tune's runs are launched: none for srun as completed_launcher makes
+    it from the scope and the site (outside an allocation and inside one alike: tune and pretune, its workers),
+    a user's own otherwise (`srun --cpu-bind=none`, `mpirun --mca btl self,tcp`)."""
+    from campaigns.tuning.workers import slurm_launcher
+
+    if spec.executor != "launcher" or not spec.launcher:
+        return []
+    options = list(spec.launcher[1:])
+    if Path(spec.launcher[0]).name == "srun" and site_partition(spec) is not None and (
+            not options or options in (slurm_launcher(spec, inside)[1:] for inside in (True, False))):
+        return []
+    return options
+
+
 def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
     """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
     content, the searched domains, the ranks per node, what a run measures (sizes, sizes per bucket, batch,
-    iterations, warm-up, programming environment) and how it is launched (a launcher's own options, srun's but
-    for those completed_launcher gives it from the scope and the site; the site's setup of the partition and
-    environment: site_setup, as a campaign's run key): trials of another executor, another knob setup, another
+    iterations, warm-up, programming environment) and how it is launched (launcher_options; the site's setup of
+    the partition and environment: site_setup, as a campaign's run key): trials of another executor, another knob setup, another
     measurement or launch (scopes published before they named ranks per node did not; the stored study checks the
     buckets' ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a
     site's new UCX_TLS measures another path) go to a study of their own, and so do those of a catalog whose
@@ -134,8 +148,8 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
              "knob_files": [Path(path).read_text(errors="replace") for path in knob_files],
              "executor": executor_label(spec),
              "domains": space.domains()}
-    if spec.executor == "launcher" and spec.launcher and Path(spec.launcher[0]).name != "srun" and spec.launcher[1:]:
-        setup["launcher_options"] = spec.launcher[1:]
+    if options := launcher_options(spec):
+        setup["launcher_options"] = options
     if found is not None:
         setup["site_setup"] = site_setup(load_site(spec.site), found[0], spec.environ)
     digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
