@@ -746,6 +746,11 @@ def test_recommend_refuses_a_scope_whose_per_size_rules_are_gone(tmp_path: Path,
     (rules,) = (tmp_path / "local" / "local").glob("*.coll_tuned_rules")
     code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
     assert code == 0 and "rule file" in stdout
+    good = rules.read_text()
+    for garbled in ("garbage here\n", "", good[:len(good) // 2]):  # Open MPI would run on without its rules
+        rules.write_text(garbled)
+        code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
+        assert code == 2 and stdout == "" and f"its per-size rules {rules} cannot be used" in stderr, (garbled, stderr)
     rules.unlink()
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--size", "64K")
     assert code == 2 and stdout == "" and f"its per-size rules {rules} cannot be used" in stderr, (stdout, stderr)

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import json
 import os
 import re
 import tempfile
@@ -292,8 +293,9 @@ def _validated(
 def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> None:
     """ValueError naming `path` and the problem when `rec`, read from it, is not what publish writes: its settings
     outside `catalog` (a hand edit: a variable that is no knob, a value outside a knob's domain, a forbidden knob),
-    or its rule file, tuner config or tuner plugin missing or unreadable (the job would run without the per-size
-    rules: NCCL goes on without a plugin it cannot load)."""
+    or its rule file, tuner config or tuner plugin missing, unreadable or not what the library reads (the job would
+    run without the per-size rules: NCCL goes on without a plugin it cannot load, Open MPI without a rules file it
+    cannot parse; MPICH aborts on a selection file it cannot)."""
     try:
         _validated(rec, catalog, rec.plugin_env)
     except UnsafeValueError as exc:
@@ -308,6 +310,10 @@ def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> No
             text = Path(file).read_text(encoding="utf-8")
             if file == config:
                 parse_config(text)
+            elif file.endswith(RULE_FILE_SUFFIX["openmpi"]):  # Open MPI ignores a file it cannot read: no rules
+                rule_files.parse_ompi_rules(text)
+            elif file.endswith(RULE_FILE_SUFFIX["mpich"]):  # MPICH aborts in MPI_Init on one
+                rule_files.check_mpich_tree(json.loads(rule_files.strip_c_comment(text)))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ValueError(f"{path}: {rec.scope.slug}: its per-size rules {file} cannot be used ("
                              f"{getattr(exc, 'strerror', None) or exc}): publish the tune again") from None
