@@ -633,3 +633,10 @@ def test_recommend_names_how_to_select_a_scope_published_without_ranks_per_node(
            "--tasks-per-node 2 are published too: give it for one)" in stdout
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "2")
     assert code == 0 and "without ranks per node" not in stdout, (stdout, stderr)
+    # a scope of another library version is no older twin of the one without ranks per node: say which (it
+    # answered with the 4.1.4 scope's settings for a job on 5.0.5, exit 0)
+    newer = local.model_copy(update={"scope": local.scope.model_copy(update={"tasks_per_node": 4,
+                                                                            "library_version": "5.0.5"})})
+    publish(tmp_path, newer, catalog)
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
+    assert code == 3 and "Say which: --library-version 4.1.4 or 5.0.5" in stdout + stderr, (stdout, stderr)

@@ -94,9 +94,12 @@ def lookup(
             candidates=(nearest,),
         )
     unnamed_note = ""
-    if tasks_per_node is None and len(exact) > 1 and any(r.scope.tasks_per_node is None for r in exact):
+    others = [name for name in OPTIONS if name != "tasks_per_node" and len(_values(exact, name)) > 1]
+    if (tasks_per_node is None and len(exact) > 1 and any(r.scope.tasks_per_node is None for r in exact)
+            and not others):
         # A scope published before scopes named their ranks per node has none: no --tasks-per-node selects it, so
-        # leaving the option out does (the scopes that name theirs are chosen by giving it).
+        # leaving the option out does (the scopes that name theirs are chosen by giving it), among scopes alike in
+        # everything else (one of another library version is no older twin of it: say which, below).
         named = _values([r for r in exact if r.scope.tasks_per_node is not None], "tasks_per_node")
         exact = [r for r in exact if r.scope.tasks_per_node is None]
         if named:
