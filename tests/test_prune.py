@@ -67,6 +67,22 @@ def test_prune_keeps_what_is_recent_or_referenced_and_deletes_only_with_yes(tmp_
     assert sorted(p.name for p in runs.iterdir()) == ["reframe", newest.name]
 
 
+def test_prune_keeps_what_a_verdict_in_the_workspace_points_to_from_another_runs_dir(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --runs-dir X` writes its verdict into the workspace's health/, not beside X: prune looked only beside
+    --runs-dir and deleted the night's run directory its verdict still lists."""
+    runs = tmp_path / "scratch" / "runs"
+    old_night = make_run_dir(runs, "health-20261101T000000Z", 30)
+    workspace = tmp_path / "home"
+    (workspace / "health").mkdir(parents=True)
+    (workspace / "health" / "nightly-n1.json").write_text(json.dumps({"run_dirs": [str(old_night)]}))
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    open_store(db).close()
+    monkeypatch.setenv("COMMCAMP_HOME", str(workspace))
+    code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "7", "--db", db)
+    assert code == 0 and f"keep {old_night} (" in output and "health verdict" in output, output
+
+
 def test_prune_refuses_to_guess_when_the_store_cannot_say(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     old = make_run_dir(runs, "smoke-20261101T000000Z", 30)

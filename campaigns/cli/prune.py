@@ -79,7 +79,10 @@ def mark_references(directories: list[RunDirectory], runs_dir: Path, db: str | N
         for run in store.runs():
             for directory in pointed_to(run.reason or ""):
                 directory.referenced_by.append(f"stored run {run.id} ({run.run_key}: {run.status})")
-    for verdict in sorted((runs_dir.parent / HEALTH_DIR).glob("*.json")):
+    # health verdicts go to the workspace's health/ (`run` writes them there whatever its --runs-dir), and to one
+    # beside a runs directory that is not the workspace's
+    places = sorted({paths.health_dir().resolve(), (runs_dir.parent / HEALTH_DIR).resolve()})
+    for verdict in sorted(path for place in places for path in place.glob("*.json")):
         try:
             run_dirs = json.loads(verdict.read_text(encoding="utf-8")).get("run_dirs") or []
         except (OSError, ValueError, AttributeError):
