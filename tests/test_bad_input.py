@@ -80,11 +80,11 @@ def records(*lines: str) -> dict[str, str]:
 GOOD_RECORD = json.dumps(commbench_record())
 
 
-def foreign_database(directory: Path) -> None:
-    """results.db: another program's SQLite database (ReFrame's results.db, say), no commcamp table in it."""
+def foreign_database(directory: Path, name: str = "results.db") -> None:
+    """`name`: another program's SQLite database (ReFrame's results.db, say), no commcamp table in it."""
     import sqlite3
 
-    with sqlite3.connect(directory / "results.db") as connection:
+    with sqlite3.connect(directory / name) as connection:
         connection.execute("CREATE TABLE sessions (uuid TEXT PRIMARY KEY, json_blob TEXT)")
         connection.execute("INSERT INTO sessions VALUES ('s1', '{}')")
     connection.close()
@@ -271,9 +271,10 @@ CASES = [
     Case("run-dry-run-a-foreign-database", (*RUN, "--dry-run"), ("is not a commcamp results store",),
          {"spec.yaml": SPEC}, prepare=foreign_database),
     # a command that writes refuses another program's SQLite file too (it added commcamp's or Optuna's tables there)
-    Case("ingest-into-a-foreign-database", INGEST, ("results.db is another program's SQLite database (tables "
-                                                     "sessions; no commcamp results store or Optuna study in it)",),
-         records(GOOD_RECORD), prepare=foreign_database),
+    # (ingest's results.db holds a store already: the other program's file beside it)
+    Case("ingest-into-a-foreign-database", (*INGEST[:-1], "sqlite:///{dir}/reframe.db"),
+         ("reframe.db is another program's SQLite database (tables sessions; no commcamp results store or Optuna "
+          "study in it)",), records(GOOD_RECORD), prepare=lambda d: foreign_database(d, "reframe.db")),
     Case("run-into-a-foreign-database", RUN, ("is another program's SQLite database (tables sessions",),
          {"spec.yaml": SPEC}, prepare=foreign_database),
     Case("tune-into-a-foreign-database", (*TUNE, *SIZES),

@@ -6,6 +6,7 @@ with its provenance) and OSU 7.0 outputs printed here (tests/data/osu/PROVENANCE
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
@@ -147,6 +148,14 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
     code, out, err = commcamp("results", "export", "--db", url, "--op", "pingpong", "--format", "csv",
                               "-o", tmp_path / "x.csv")
     assert code == 0, out + err
+    # a copy of the same output (its modification time, which its records' timestamps are, another): skipped as
+    # the same measurement (before: 'run manual:... is already stored', exit 1)
+    copy = tmp_path / "sendrecv.txt"
+    copy.write_text((NT_OUTPUTS / "sendrecv.txt").read_text())
+    os.utime(copy, (1e9, 1e9))
+    code, out, err = commcamp("results", "ingest", copy, "--format", "nccl-tests", "--site", "h200", "--system",
+                              "h200", "--db", url)
+    assert code == 0 and "skipped: the records of" in out and "already stored as run 1" in out, out + err
 
 
 def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None:

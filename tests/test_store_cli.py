@@ -342,3 +342,6 @@ def test_list_tells_variants_apart_and_gives_numbers_as_numbers(tmp_path: Path, 
     assert by_id[1]["goodput GB/s"] == stored.loc[1, "goodput_gbs"] and by_id[5]["median us"] is None
     csv_text = _invoke("list", "--db", store_url, "--format", "csv").stdout
     assert f",1024,{float(stored.loc[1, 'median_us'])!r}," in csv_text
+    # `results runs` alike: its json gave every number as text and the status with its reason in one string
+    (run,) = json.loads(_invoke("runs", "--db", store_url, "--format", "json").stdout)
+    assert (run["id"], run["nodes"], run["measurements"], run["status"]) == (1, 2, 5, "fail") and run["reason"], run

@@ -106,13 +106,17 @@ def list_runs(db: DbOption = None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with expected_errors(), open_store(db, create=False) as store:
         runs = store.runs(**vars(run_filter))[::-1]
-    rows = [[str(run.id), run.campaign, run.site, f"{run.system}:{run.partition}", run.environ, run.check_name,
-             str(run.num_nodes), run.status if run.reason is None else f"{run.status} ({run.reason})",
-             str(run.num_measurements), (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
+    table = list_format is ListFormat.table  # json and csv: numbers as numbers, the status and its reason apart
+    rows = [[str(run.id) if table else run.id, run.campaign, run.site, f"{run.system}:{run.partition}", run.environ,
+             run.check_name, str(run.num_nodes) if table else run.num_nodes,
+             *([run.status if run.reason is None else f"{run.status} ({run.reason})"] if table
+               else [run.status, run.reason]),
+             str(run.num_measurements) if table else run.num_measurements,
+             (run.started_at or run.created_at).strftime("%Y-%m-%d %H:%M"), run.run_key]
             for run in (runs[:limit] if limit else runs)]
     _print_table(f"runs in {store.url}", ["id", "campaign", "site", "system:partition", "environ", "check", "nodes",
-                                          "status", "measurements", "started (UTC)", "run key"], rows, len(runs),
-                 list_format)
+                                          *(["status"] if table else ["status", "reason"]), "measurements",
+                                          "started (UTC)", "run key"], rows, len(runs), list_format)
 
 
 @with_measurement_filters
@@ -366,6 +370,10 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
         with open_store(db) as store:
             same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
                                                if not (replace and stored.run_key == run.run_key)]
+            if not same and not allow_duplicate and run_key is None and not replace:
+                # the key is the file's content: a copy (another modification time, which the timestamps of an
+                # nccl-tests or OSU output are) is the same measurement, already stored
+                same = store.runs(run_key=run.run_key)
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
                                  f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
