@@ -54,6 +54,25 @@ def _placer(sinfo: str = SINFO) -> Placer:
 
 def test_in_service_nodes_come_from_sinfo() -> None:
     assert parse_partition_nodes(SINFO) == {"n2", "n3", "n5", "n6", "n7"}
+    # Slurm 22.05: a node whose registration is invalid (inval, also when drained), a reserved one (resv; $: a
+    # maintenance reservation) were in service: placement put a same-switch pair there, and the job pended on
+    # the reservation until the run's limit. A reserved node serves jobs that name a reservation.
+    extra = "n8|inval\nn9|resv\nn10|idle$\nn11|futr\n"
+    assert parse_partition_nodes(SINFO + extra) == {"n2", "n3", "n5", "n6", "n7"}
+    assert parse_partition_nodes(SINFO + extra, reserved_ok=True) == {"n2", "n3", "n5", "n6", "n7", "n9", "n10"}
+
+
+def test_the_slurm_partition_and_reservation_are_read_as_reframe_splits_the_access_options() -> None:
+    """ReFrame takes `'-p gpu'` as one access entry (`#SBATCH -p gpu`); it was read as the partition ' gpu'
+    (sinfo -p ' gpu': no node) and `'--partition gpu'` as none (the ReFrame partition's name)."""
+    from campaigns.slurm.snapshot import names_reservation, slurm_partition
+
+    for access in (["-p gpu"], ["--partition gpu"], ["--partition=gpu"], ["-p", "gpu"], ["-pgpu"],
+                   ["--exclusive", "-p debug", "--partition=gpu"]):
+        assert slurm_partition(access, "rfmpart") == "gpu", access
+    assert slurm_partition(["--exclusive"], "normal") == "normal"
+    assert names_reservation(["--reservation nightly"]) and names_reservation(["--reservation=nightly"])
+    assert not names_reservation(["-p gpu", "--exclusive"])
 
 
 def test_placements_choose_in_service_nodes_and_same_switch_gets_a_nodelist(tmp_path: Path) -> None:

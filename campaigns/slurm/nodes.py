@@ -42,13 +42,18 @@ def preflight(campaign: Campaign) -> list[str]:
     return problems
 
 
-# sinfo's short states of a node that takes no new jobs (a trailing * means "not responding").
-_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "unk", "pow_dn", "npc")
+# sinfo's short states of a node that takes no new jobs (a trailing * means "not responding"): an invalid
+# registration (inval: Slurm 22.05 shows it for a drained node too), future, planned and blocked nodes among them.
+_OUT_OF_SERVICE = ("down", "drain", "drng", "fail", "failg", "maint", "boot", "unk", "pow_dn", "npc", "inval",
+                   "futr", "plnd", "block")
 
 
-def in_service(state: str) -> bool:
-    """Whether a node in sinfo's short state `state` (%t) takes new jobs."""
-    return not (state.rstrip("*~#!%$@^-") in _OUT_OF_SERVICE or state.endswith("*"))
+def in_service(state: str, reserved_ok: bool = True) -> bool:
+    """Whether a node in sinfo's short state `state` (%t) takes new jobs; with `reserved_ok` False, not one in a
+    reservation (resv, or a trailing $: a maintenance one) either: a job that names none would pend there."""
+    base = state.rstrip("*~#!%$@^-")
+    return not (base in _OUT_OF_SERVICE or state.endswith("*")
+                or (not reserved_ok and (base == "resv" or state.endswith("$"))))
 
 
 def nodes_out_of_service(nodes: Collection[str]) -> list[str]:

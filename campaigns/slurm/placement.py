@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from campaigns.model.spec import SLURM_SCHEDULERS, Campaign, TestCase
 from campaigns.slurm.nodes import in_service
-from campaigns.slurm.snapshot import slurm_partition
+from campaigns.slurm.snapshot import names_reservation, slurm_partition
 from campaigns.slurm.topology import PlacementError, Topology, slurm_topology
 
 # The network distance each placement asks for (campaigns/slurm/topology.py DISTANCES).
@@ -41,18 +41,21 @@ REQUESTED_DISTANCE = {"same-switch": "same-switch", "each-switch": "same-switch"
                       "different-switch": "different-switch", "different-group": "different-group"}
 
 
-def parse_partition_nodes(text: str) -> frozenset[str]:
-    """`sinfo -p P -N -h -o '%N|%t'` -> the nodes of the partition that take new jobs now."""
+def parse_partition_nodes(text: str, reserved_ok: bool = False) -> frozenset[str]:
+    """`sinfo -p P -N -h -o '%N|%t'` -> the nodes of the partition that take new jobs now (reserved ones only with
+    `reserved_ok`: the jobs name a reservation)."""
     nodes = set()
     for line in text.splitlines():
         node, _, state = line.strip().partition("|")
-        if node and in_service(state):
+        if node and in_service(state, reserved_ok):
             nodes.add(node)
     return frozenset(nodes)
 
 
-def partition_nodes_in_service(partition: str, env: Mapping[str, str] | None = None) -> frozenset[str]:
-    """The nodes of Slurm partition `partition` in service now; PlacementError when Slurm cannot say."""
+def partition_nodes_in_service(partition: str, env: Mapping[str, str] | None = None,
+                               reserved_ok: bool = False) -> frozenset[str]:
+    """The nodes of Slurm partition `partition` in service now (parse_partition_nodes); PlacementError when Slurm
+    cannot say."""
     try:
         out = subprocess.run(["sinfo", "-p", partition, "-N", "-h", "-o", "%N|%t"], capture_output=True, text=True,
                              timeout=30, check=False, env=dict(env) if env is not None else None)
@@ -60,7 +63,7 @@ def partition_nodes_in_service(partition: str, env: Mapping[str, str] | None = N
         raise PlacementError(f"cannot ask Slurm which nodes of partition {partition} are in service: {exc}") from None
     if out.returncode != 0:
         raise PlacementError(f"sinfo -p {partition} exited {out.returncode}: {(out.stderr or out.stdout).strip()}")
-    return parse_partition_nodes(out.stdout)
+    return parse_partition_nodes(out.stdout, reserved_ok)
 
 
 def placement_mismatch(case: TestCase, hosts: tuple[str, ...] | list[str], topology: Topology | None) -> str | None:
@@ -97,6 +100,8 @@ class Placer:
     # ReFrame partition -> its Slurm partition's nodes in service (read once per campaign; tests set it).
     # A partition in neither mapping: every node of the topology.
     in_service: dict[str, frozenset[str]] = field(default_factory=dict)
+    # ReFrame partitions whose jobs name a reservation (--reservation in their access options): reserved nodes serve
+    reserving: frozenset[str] = frozenset()
 
     def load_topology(self) -> Topology:
         if self.topology is None:
@@ -109,7 +114,8 @@ class Placer:
             slurm = self.slurm_partitions.get(case.partition)
             if slurm is None:
                 return None
-            self.in_service[case.partition] = partition_nodes_in_service(slurm, self.env)
+            self.in_service[case.partition] = partition_nodes_in_service(slurm, self.env,
+                                                                         case.partition in self.reserving)
         return self.in_service[case.partition]
 
     def _where(self, case: TestCase) -> str:
@@ -192,9 +198,10 @@ def placer_for(campaign: Campaign, env: Mapping[str, str] | None = None) -> Plac
     slurm = {p.name: slurm_partition(p.access, p.name) for p in campaign.partitions if p.scheduler in SLURM_SCHEDULERS}
     if not slurm:
         return Placer(env=env)
+    reserving = frozenset(p.name for p in campaign.partitions if names_reservation(p.access))
     try:
-        return Placer(slurm_topology(env), env, slurm)
+        return Placer(slurm_topology(env), env, slurm, reserving=reserving)
     except PlacementError:
         if any(p != "any" for p in campaign.spec.placements):
             raise
-        return Placer(env=env, slurm_partitions=slurm)
+        return Placer(env=env, slurm_partitions=slurm, reserving=reserving)

@@ -2,6 +2,7 @@
 their states) kept in the verdict, so a degraded night can be read against the load it ran under."""
 from __future__ import annotations
 
+import shlex
 import subprocess
 from dataclasses import dataclass, field
 
@@ -20,16 +21,25 @@ class SlurmSnapshot:
 
 
 def slurm_partition(access: list[str], name: str) -> str:
-    """The Slurm partition a ReFrame partition submits to (`--partition=P` / `-p P` in its access options),
-    else its own name."""
-    for index, option in enumerate(access):
-        if option.startswith("--partition="):
-            return option.split("=", 1)[1]
-        if option in ("-p", "--partition") and index + 1 < len(access):
-            return access[index + 1]
-        if option.startswith("-p") and len(option) > 2:
-            return option[2:]
-    return name
+    """The Slurm partition a ReFrame partition submits to (`--partition=P`, `--partition P`, `-p P`, `-pP` in its
+    access options, each entry split as ReFrame's filternodes splits it: `'-p gpu'` is one entry of two words),
+    else its own name; the last one given wins, as in sbatch."""
+    words = [word for option in access for word in shlex.split(option)]
+    found = name
+    for index, word in enumerate(words):
+        if word.startswith("--partition="):
+            found = word.split("=", 1)[1]
+        elif word in ("-p", "--partition") and index + 1 < len(words):
+            found = words[index + 1]
+        elif word.startswith("-p") and not word.startswith("--") and len(word) > 2:
+            found = word[2:]
+    return found
+
+
+def names_reservation(access: list[str]) -> bool:
+    """Whether the access options send the jobs into a reservation (--reservation=R / --reservation R)."""
+    return any(word == "--reservation" or word.startswith("--reservation=")
+               for option in access for word in shlex.split(option))
 
 
 def take_snapshot(partition: str, *, exclude_jobs: set[str] | None = None) -> SlurmSnapshot:
