@@ -196,3 +196,28 @@ def test_reference_checks_of_a_campaign_are_stored_like_commbench(tmp_path: Path
             expected = direct_store.measurements()[columns].to_dict("records")
         assert stored[columns].to_dict("records") == expected
         assert len(expected) == {"osu": 17, "nccl-tests": 12}[fmt]  # a record per size of the output
+
+
+def test_a_run_that_failed_only_its_performance_check_stays_measured(tmp_path: Path) -> None:
+    """A run that ran well and missed its reference is judged and plotted night by night (references.measured: its
+    reason starts with the performance phase). A harmless line its job printed (MPICH 4.0's MPI_Finalize warning,
+    exit 0) was put in front of that reason as the run's first failure, and the run counted as not measured."""
+    import json
+
+    from fixtures_store import commbench_record
+
+    from campaigns.model.references import measured
+    from campaigns.store import RunInfo
+
+    case = next(c for c in load_campaign(SMOKE).cases() if c.environ == "mpich" and c.op == "pingpong")
+    (tmp_path / "commbench.jsonl").write_text(json.dumps(commbench_record()) + "\n")
+    (tmp_path / "rfm_job.err").write_text("commbench: MPI_Finalize did not return within 10 s; exiting with code 0\n")
+    testcase = {"name": "commbench_run %op=pingpong %num_nodes=1", "partition": case.partition,
+                "environ": "mpich", "op": "pingpong", "num_nodes": 1, "result": "fail", "fail_phase": "performance",
+                "fail_reason": "failed to meet references: small_latency=30.1, expected 10.5 (l=-inf, u=99.0)",
+                "stagedir": str(tmp_path), "job_stderr": "rfm_job.err", "perfvalues": {}}
+    result, records = case_outcome(case, [testcase], 1, tmp_path)
+    assert result.status == "fail" and len(records) == 1 and result.reason.startswith("performance: failed to meet")
+    assert measured(RunInfo(run_key="k", campaign="c", site="s", system="x", partition="p", environ="mpich",
+                            check_name="commbench_run", parameters={}, num_nodes=1, num_tasks=2, status="fail",
+                            reason=result.reason))

@@ -48,6 +48,7 @@ from rich.markup import escape
 from campaigns import paths
 from campaigns.slurm.placement import Placer, placement_mismatch
 from campaigns.slurm.topology import PlacementError, Topology
+from campaigns.model.references import PERFORMANCE_FAILURE
 from campaigns.model.records import parse_record_lines
 from campaigns.model.site import NAME_PATTERN
 from campaigns.model.spec import Campaign, TestCase
@@ -354,7 +355,9 @@ def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: in
             status, reason = ("fail", note) if status == "pass" else (status, f"{reason}; {note}")
     elif status == "pass":
         status, reason = "fail", f"no {RECORDS_FILE} in {directory}"
-    if status != "pass" and directory is not None:
+    # A run that failed only ReFrame's performance check ran well (its records valid): a line its job printed
+    # (MPICH's MPI_Finalize warning) is no cause, and put first it hid that the run was measured (references).
+    if status != "pass" and directory is not None and not (reason or "").startswith(PERFORMANCE_FAILURE):
         stderr = directory / (tc.get("job_stderr") or "rfm_job.err")
         cause = first_failure(stderr.read_text(errors="replace") if stderr.is_file() else "", records)
         if cause:
