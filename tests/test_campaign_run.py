@@ -221,3 +221,40 @@ def test_a_run_that_failed_only_its_performance_check_stays_measured(tmp_path: P
     assert measured(RunInfo(run_key="k", campaign="c", site="s", system="x", partition="p", environ="mpich",
                             check_name="commbench_run", parameters={}, num_nodes=1, num_tasks=2, status="fail",
                             reason=result.reason))
+
+
+def test_ctrl_c_while_a_case_is_stored_comes_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """signals_deferred blocked SIGINT in the main thread only; the kernel gave it to another thread (BLAS's pool,
+    rich's refresh: there always is one) and Python raised KeyboardInterrupt inside the block, the case that had
+    just finished rolled back. Now the interrupt comes once the case is stored."""
+    import os
+    import signal
+    import threading
+    import time
+
+    import campaigns.store.store as store_module
+    from fixtures_store import commbench_record
+
+    from campaigns.reframe.runner import CaseResult, ingest_case
+
+    waiting = threading.Event()
+    helper = threading.Thread(target=waiting.wait, daemon=True)  # another thread the kernel may hand it to
+    helper.start()
+    case = next(c for c in load_campaign(SMOKE).cases() if c.environ == "mpich" and c.op == "pingpong")
+    original = store_module._run_row
+
+    def pressed_while_storing(run):  # type: ignore[no-untyped-def]
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        return original(run)
+
+    monkeypatch.setattr(store_module, "_run_row", pressed_while_storing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as at a terminal
+    try:
+        with open_store(f"sqlite:///{tmp_path / 'results.db'}") as store:
+            with pytest.raises(KeyboardInterrupt):
+                ingest_case(store, CaseResult(case, "pass", hosts=("vm",)), [commbench_record()])
+            assert len(store.runs(run_key=case.run_key)) == 1  # stored whole before the interrupt
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        waiting.set()

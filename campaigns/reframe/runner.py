@@ -406,15 +406,22 @@ def early_outcome(case: TestCase, kind: str, test: dict[str, str],
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Ctrl-C and SIGTERM wait until the block is done (main thread only): a test case being stored is
-    stored whole, and the interrupt comes right after."""
+    stored whole, and the interrupt comes right after. Handlers that only note the signal, then the ones before
+    and the signal again: blocking it in this thread held nothing back, the kernel handed it to another thread
+    (BLAS's pool, rich's refresh) and Python raised KeyboardInterrupt here all the same."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught: list[int] = []
+    previous = {number: signal.signal(number, lambda got, _frame: caught.append(got))
+                for number in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)
 
 
 def ingest_case(store: Store, result: CaseResult, records: list[dict[str, Any]],
