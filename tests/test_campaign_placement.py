@@ -198,3 +198,25 @@ def test_run_refuses_an_output_option_its_kind_does_not_write(tmp_path: Path, mo
     assert result.exit_code == 2, result.output
     assert "--verdict, --report: a run campaign writes no verdict or report" in result.output
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_dry_run_says_an_each_switch_case_runs_per_switch_and_what_is_stored(tmp_path: Path) -> None:
+    """An each-switch case is stored once per leaf switch, under keys that name their nodes: the dry run compared
+    the unexpanded case's key and listed it as 'run' after a full pass (the run itself: 'Nothing to run')."""
+    from fixtures_store import commbench_record
+
+    from campaigns.store import RunInfo, open_store
+
+    (case,) = _cases(tmp_path, "each-switch")
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    ending = case.run_key.removeprefix(case.series_key)
+    with open_store(url) as store:
+        for nodes in ("n1+n2", "n4+n5"):
+            store.ingest(RunInfo(run_key=f"{case.series_key}/{nodes}{ending}", campaign=case.campaign, site=case.site,
+                                 system=case.system, partition=case.partition, environ=case.environ,
+                                 check_name=case.check, parameters={}, num_nodes=2, num_tasks=2, status="pass"),
+                         [commbench_record(seed=len(nodes) + ord(nodes[1]))])
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "spec.yaml"), "--dry-run", "--db", url, "--runs-dir",
+                                      str(tmp_path / "runs")], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    assert "run per leaf switch (2 switch(es) stored: skipped)" in result.output, result.output

@@ -27,6 +27,7 @@ from campaigns.exit_codes import ExitCode
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs: `commcamp --help` stays fast
     from campaigns.reframe.runner import CampaignResult
     from campaigns.model.spec import Campaign
+    from campaigns.store import Store
 
 
 app = typer.Typer(
@@ -93,18 +94,30 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
                           soft_wrap=True)
 
 
-def _print_plan(console: Console, campaign: Campaign, stored: set[str], tag: str | None, runs_dir: Path) -> None:
+def _print_plan(console: Console, campaign: Campaign, store: Store | None, tag: str | None, runs_dir: Path) -> None:
+    """The test cases and ReFrame invocations a run would make; `store` None: as if nothing were stored (--force,
+    a store that holds nothing yet)."""
     from rich.table import Table
 
     from campaigns.slurm.placement import planned_job_options
     from campaigns.reframe.runner import plan_invocations
 
     cases = campaign.cases(tag)
+    stored = {c.run_key for c in cases if store is not None and store.has_run(c.run_key)}
     table = Table(title=f"Campaign {campaign.name}: {len(cases)} test case(s)", title_justify="left")
     for column in ("run key", "op", "transport", "nodes", "tasks", "placement", "env", "action"):
         table.add_column(column)
     for case in cases:
         action = "skip (stored)" if case.run_key in stored else "run"
+        if case.placement == "each-switch" and case.num_nodes > 1:
+            # one run per leaf switch, each under a key of its own nodes: which switches are placed is the
+            # topology's and the nodes' states at run time (a dry run asks Slurm nothing)
+            ending = case.run_key.removeprefix(case.series_key)
+            per_switch = [] if store is None else [
+                run for run in store.runs(run_key_prefix=f"{case.series_key}/", status="pass")
+                if run.run_key.endswith(ending)]
+            action = (f"run per leaf switch ({len({run.run_key for run in per_switch})} switch(es) stored: "
+                      "skipped)" if per_switch else "run per leaf switch")
         table.add_row(case.run_key, case.op, case.transport, str(case.num_nodes), str(case.num_tasks),
                       case.placement, case.environ, action)
     console.print(table)
@@ -213,7 +226,7 @@ def run(
                      f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     if dry_run and (force or _stored_nothing_yet(url)):
-        _print_plan(console, campaign, stored=set(), tag=tag, runs_dir=runs_dir)
+        _print_plan(console, campaign, None, tag=tag, runs_dir=runs_dir)
         return
     placer = None
     if not dry_run:
@@ -229,8 +242,7 @@ def run(
         raise typer.Exit(ExitCode.USAGE) from None
     with store:
         if dry_run:
-            _print_plan(console, campaign, stored={c.run_key for c in campaign.cases(tag) if store.has_run(c.run_key)},
-                        tag=tag, runs_dir=runs_dir)
+            _print_plan(console, campaign, store, tag=tag, runs_dir=runs_dir)
             return
         assert placer is not None
         try:
