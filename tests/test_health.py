@@ -2,6 +2,7 @@
 (The real thing on the local Slurm cluster: tests/test_health_localslurm.py.)"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -236,13 +237,13 @@ def test_each_switch_runs_once_under_every_leaf_switch_that_has_enough_nodes(tmp
     assert Placer(four).expand(single) == [single]
 
 
-def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run key names the site's setup: tonight run again after site.yaml changed is stored under another key with
-    the same night. The history keeps one run per test case and night (its latest), not both: two nights stay two,
-    not three (median 45, not 50)."""
+def _osu_nights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upper: float
+                ) -> tuple[Callable[[str, float], tuple[int, dict]], Path, str]:
+    """A health campaign of osu_run (real ReFrame on a copy of site local as site refsite, a stand-in printing the
+    committed OSU osu_latency output with tonight's 1-byte latency, the site's osu_latency reference 47.46 us with
+    `upper`): night(tag, latency) runs one night and returns its exit code and its one metric; with the site's
+    directory and the database URL."""
     import json
-
-    import yaml
 
     from fixtures_cli import commcamp
     from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
@@ -252,52 +253,7 @@ def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, m
     sites = reference_site(tmp_path / "sites", "refsite", "local", {
         "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1],
                 "references": [{"benchmark": "osu_latency", "metric": "small_latency", "bytes": 1, "value": 47.46,
-                                "upper": 10.0, "note": "tests/data/osu/osu_latency.txt"}]}})
-    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
-    spec = _spec(tmp_path, "name: nightly\nkind: health\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
-                           "checks:\n  - check: osu_run\n    benchmarks: [osu_latency]\nhealth: {min_history: 2}\n")
-    db = f"sqlite:///{tmp_path / 'results.db'}"
-    real = OSU_LATENCY_OUTPUT.read_text()
-
-    def night(tag: str, latency: float) -> dict:
-        tonight.write_text(real.replace("\n1                      47.46\n", f"\n1                      {latency}\n"))
-        verdict = tmp_path / f"{tag}.json"
-        code, out, err = commcamp("run", spec, "--db", db, "--runs-dir", tmp_path / "runs", "--tag", tag,
-                                  "--verdict", verdict)
-        assert verdict.is_file(), out + err
-        (metric,) = json.loads(verdict.read_text())["metrics"]
-        return metric
-
-    night("n1", 40.0)
-    night("n2", 50.0)
-    site = sites / "refsite" / "site.yaml"
-    data = yaml.safe_load(site.read_text())
-    data["environments"][0]["env_vars"]["OMPI_MCA_btl_base_warn_component_unused"] = "0"
-    site.write_text(yaml.safe_dump(data))
-    assert night("n2", 50.0)["value"] == 50.0  # measured again: another setup
-    metric = night("n3", 48.0)
-    assert "48 is 7% worse than the median 45 of 2 earlier nights" in metric["evidence"][0], metric
-
-
-def test_a_reference_check_metric_is_judged_against_its_reference_and_history(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """A health campaign of osu_run (real ReFrame on a copy of site local, a stand-in printing the committed OSU
-    osu_latency output with tonight's 1-byte latency): small_latency at 1 B is judged against the site's
-    osu_latency reference and its own nights like commbench's metrics (ok, degraded, failed; exit code 0, 4,
-    5), no other metric is made up for it, and the report draws its nightly trend with the reference band."""
-    import json
-
-    from campaigns.report.html import build_report
-    from campaigns.store import open_store
-    from fixtures_cli import commcamp
-    from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
-
-    tonight = tmp_path / "osu_latency.txt"
-    stand_in(tmp_path / "osu", "osu_latency", tonight)
-    sites = reference_site(tmp_path / "sites", "refsite", "local", {
-        "osu": {"package": "osu-micro-benchmarks", "default_dir": str(tmp_path / "osu"), "node_counts": [1],
-                "references": [{"benchmark": "osu_latency", "metric": "small_latency", "bytes": 1, "value": 47.46,
-                                "upper": 1.0, "note": "tests/data/osu/osu_latency.txt"}]}})
+                                "upper": upper, "note": "tests/data/osu/osu_latency.txt"}]}})
     monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
     spec = _spec(tmp_path, "name: nightly\nkind: health\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
                            "checks:\n  - check: osu_run\n    benchmarks: [osu_latency]\n"
@@ -317,6 +273,35 @@ def test_a_reference_check_metric_is_judged_against_its_reference_and_history(tm
             "osu_latency", "small_latency", 1, latency), out
         return code, metric
 
+    return night, sites / "refsite", db
+
+
+def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run key names the site's setup: tonight run again after site.yaml changed is stored under another key with
+    the same night. The history keeps one run per test case and night (its latest), not both: two nights stay two,
+    not three (median 45, not 50)."""
+    import yaml
+
+    night, site, _ = _osu_nights(tmp_path, monkeypatch, upper=10.0)
+    night("n1", 40.0)
+    night("n2", 50.0)
+    data = yaml.safe_load((site / "site.yaml").read_text())
+    data["environments"][0]["env_vars"]["OMPI_MCA_btl_base_warn_component_unused"] = "0"
+    (site / "site.yaml").write_text(yaml.safe_dump(data))
+    night("n2", 50.0)  # measured again: another setup
+    _, metric = night("n3", 48.0)
+    assert "48 is 7% worse than the median 45 of 2 earlier nights" in metric["evidence"][0], metric
+
+
+def test_a_reference_check_metric_is_judged_against_its_reference_and_history(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A health campaign of osu_run (_osu_nights): small_latency at 1 B is judged against the site's
+    osu_latency reference and its own nights like commbench's metrics (ok, degraded, failed; exit code 0, 4,
+    5), no other metric is made up for it, and the report draws its nightly trend with the reference band."""
+    from campaigns.report.html import build_report
+    from campaigns.store import open_store
+
+    night, _, db = _osu_nights(tmp_path, monkeypatch, upper=1.0)
     for tag in ("n1", "n2"):  # no history yet: the reference alone judges
         code, metric = night(tag, 47.46)
         assert (code, metric["status"]) == (0, "ok"), metric
