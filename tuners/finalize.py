@@ -62,8 +62,8 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    whole. A reduced set that is a candidate this finalization refused (it failed its validated run or a
    round, or, overall, was slower in a bucket or in total) is not deployed either: the winner whole. A winner
    that fails in an ablation or confirmation round is withdrawn (keep defaults), as in 2 and 6, also where the
-   deadline cut those rounds short. The family's guarantee is the tested winner's; ablation is a screening rule beside it, and the
-   held-out rounds measure what it deploys.
+   deadline cut those rounds short. The family's guarantee is the tested winner's; ablation is a screening
+   rule beside it, and the held-out rounds measure what it deploys.
 6. Held-out rounds: `holdout_rounds` more rounds of the baseline and every deployed set, after the
    choice: the gain each decision reports (`Decision.holdout`), from rounds not used to choose it. A
    deployed set that fails in them is withdrawn.
@@ -846,10 +846,10 @@ def finalize(
         state.look(k, rounds_data, candidates)
         looked = True
     decisions: dict[str, Decision] = {}
-    # per decision, the candidates refused (env_key -> why): a reduced set that is one of them is not deployed (5)
+    # per decision, the candidates refused (_env_key -> why): a reduced set that is one of them is not deployed (5)
     refused: dict[str, dict[tuple[tuple[str, str], ...], str]] = {}
     for name in names:
-        refused[name] = {env_key(candidates[i].env): f"{_label(candidates[i], i)}: {rejected[i]}"
+        refused[name] = {_env_key(candidates[i].env): f"{_label(candidates[i], i)}: {rejected[i]}"
                          for i in sorted(validation_failed | failed_in_round)}
         ordered = tuple(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
@@ -867,7 +867,7 @@ def finalize(
             ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
         for i, (before, after) in enumerate(zip(accepted_at_looks, ordered)):
             if before and not after.accepted and i not in failed_in_round:
-                refused[name].setdefault(env_key(candidates[i].env), f"{_label(candidates[i], i)}: {after.reason}")
+                refused[name].setdefault(_env_key(candidates[i].env), f"{_label(candidates[i], i)}: {after.reason}")
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds and not out_of_time.passed:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
@@ -992,20 +992,19 @@ def _ablation_rounds(evaluator: Evaluator, envs: Sequence[Mapping[str, str]], bu
     return rounds, failures, False
 
 
-def env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+def _env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(env.items()))
 
 
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
                     notes: list[str], out_of_time: _Deadline,
-                    refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]] | None = None
-                    ) -> dict[str, Decision]:
+                    refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
     Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
     overall decision's, where no bucket may be slower than the defaults (never_slower), neither in any bucket:
-    that check was the tested winner's. `refused` (decision -> env_key -> why): the candidates this
+    that check was the tested winner's. `refused` (decision -> _env_key -> why): the candidates this
     finalization refused for that decision; a reduced set that is one of them is not deployed."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
@@ -1039,7 +1038,7 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         notes.append("no ablation: the time budget ran out; each winner is deployed whole"
                      + (" (but one that failed in the ablation rounds that ran)" if withdrawn else ""))
     for name, a in ablated.items():
-        why = (refused or {}).get(name, {}).get(env_key(a.env)) if dict(a.env) != dict(decisions[name].env) else None
+        why = refused[name].get(_env_key(a.env)) if dict(a.env) != dict(decisions[name].env) else None
         if why is not None:
             ablated[name] = _keep_whole(a, decisions[name].env, f"the reduced set is a candidate this finalization "
                                                                 f"refused ({why})")
@@ -1122,7 +1121,7 @@ def _validated_reductions(evaluator: Evaluator, baseline_env: Mapping[str, str],
         risky = needs_validation(baseline_env, d.env)
         if not risky:
             continue
-        key = tuple(sorted(d.env.items()))
+        key = _env_key(d.env)
         if key not in verdicts:
             verdicts[key] = _validation_failure(evaluator, d.env, risky, buckets)
         failed = verdicts[key]

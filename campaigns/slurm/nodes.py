@@ -21,13 +21,19 @@ _SLURM_PROBES = {
 }
 
 
+def missing_slurm_conf() -> str | None:
+    """'SLURM_CONF=... does not exist' when it names a file that is not there (Slurm's commands then retry it for a
+    minute before they fail); None otherwise."""
+    conf = os.environ.get("SLURM_CONF")
+    return f"SLURM_CONF={conf} does not exist" if conf and not Path(conf).is_file() else None
+
+
 def preflight(campaign: Campaign) -> list[str]:
     """Problems that would make every job of the campaign fail, e.g. a Slurm site used without its
     environment (for localslurm: eval "$(site_configs/localslurm/cluster/cluster.sh env)")."""
     schedulers = sorted({p.scheduler for p in campaign.partitions} & set(_SLURM_PROBES))
-    conf = os.environ.get("SLURM_CONF")
-    if schedulers and conf and not Path(conf).is_file():
-        return [f"SLURM_CONF={conf} does not exist (Slurm's commands would retry it for a minute)"]
+    if schedulers and (missing := missing_slurm_conf()) is not None:
+        return [f"{missing} (Slurm's commands would retry it for a minute)"]
     problems = []
     for scheduler in schedulers:
         for cmd, what in _SLURM_PROBES[scheduler]:

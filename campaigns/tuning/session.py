@@ -130,11 +130,11 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
     """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
     content, the searched domains, the ranks per node, what a run measures (sizes, sizes per bucket, batch,
     iterations, warm-up, programming environment) and how it is launched (launcher_options; the site's setup of
-    the partition and environment: site_setup, as a campaign's run key): trials of another executor, another knob setup, another
-    measurement or launch (scopes published before they named ranks per node did not; the stored study checks the
-    buckets' ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a
-    site's new UCX_TLS measures another path) go to a study of their own, and so do those of a catalog whose
-    domains changed (Optuna cannot resume a changed domain)."""
+    the partition and environment: site_setup, as a campaign's run key): trials of another executor, another
+    knob setup, another measurement or launch (scopes published before they named ranks per node did not; the
+    stored study checks the buckets' ranges, not their sizes; batch > 1 turns a latency into a throughput;
+    `--mca btl self,tcp` or a site's new UCX_TLS measures another path) go to a study of their own, and so do
+    those of a catalog whose domains changed (Optuna cannot resume a changed domain)."""
     from campaigns.model.site import load_site
     from campaigns.model.spec import site_setup
 
@@ -675,10 +675,10 @@ def _command_output(cmd: list[str]) -> str:
 
 
 def _slurm_version() -> str:
-    conf = os.environ.get("SLURM_CONF")
-    if conf and not Path(conf).is_file():  # Slurm's commands retry a missing configuration file for a minute
-        return f"unavailable: SLURM_CONF={conf} does not exist"
-    return _command_output(["sinfo", "--version"])
+    from campaigns.slurm.nodes import missing_slurm_conf
+
+    missing = missing_slurm_conf()  # sinfo would retry a missing configuration file for a minute
+    return f"unavailable: {missing}" if missing is not None else _command_output(["sinfo", "--version"])
 
 
 def provenance() -> dict[str, Any]:
