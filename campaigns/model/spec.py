@@ -407,7 +407,8 @@ class TestCase:
         return f"^{self.check}%{self.op_parameter}={self.op}%num_nodes={self.num_nodes}$"
 
 
-SETUP_SUFFIX = re.compile(r"~[0-9a-f]{10}$")  # TestCase.run_key's site_setup digest
+SETUP_DIGITS = 10  # hex digits of site_setup's digest
+SETUP_SUFFIX = re.compile(rf"~[0-9a-f]{{{SETUP_DIGITS}}}$")  # TestCase.run_key's site_setup digest
 
 
 def without_setup(run_key: str) -> str:
@@ -478,7 +479,7 @@ def site_setup(site: Site, partition: Partition, environ: str, suite: str | None
         "environment": site.environment(environ).model_dump(mode="json", exclude={"description", "features"}),
         "knobs": {part: site.knobs.get(part) for part in ("defaults", "pinned")},
     }
-    return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:SETUP_DIGITS]
 
 
 # One run of a check on a partition: its op (a reference check's benchmark), node count, tasks per node and
