@@ -98,7 +98,8 @@ def test_run_keys_name_the_sites_setup(tmp_path: Path, monkeypatch: pytest.Monke
     with a passed run under its key ("Nothing to run") after an environment's variables, a partition's modules,
     commbench's build options or the site's knob defaults changed, and reported the old measurements. Those
     change the run key (not the series: health judges the night against the same history); what only describes
-    or judges (descriptions, references) does not, nor another benchmark's build (a reference suite's)."""
+    or judges (descriptions, references) does not, nor another benchmark's build (a reference suite's), nor a knob
+    default only another MPI reads (an Open MPI default had re-keyed, and so re-run, every MPICH case)."""
     from fixtures_sites import site_data, write_site
 
     def keys(name: str, edit: Callable[[dict[str, Any]], None]) -> set[str]:
@@ -127,14 +128,19 @@ def test_run_keys_name_the_sites_setup(tmp_path: Path, monkeypatch: pytest.Monke
     changed = {"variables": lambda data: data["environments"][0]["env_vars"].update(UCX_TLS="tcp"),
                "modules": lambda data: partition(data).update(modules=["openmpi/5"]),
                "build": lambda data: partition(data)["commbench"].update(cmake_options=["-DCOMMBENCH_WERROR=OFF"]),
-               "knob-defaults": lambda data: data.setdefault("knobs", {}).update(
-                   defaults={"OMPI_MCA_btl_tcp_sndbuf": "65536"})}
+               "openmpi-knob": lambda data: data.setdefault("knobs", {}).update(
+                   defaults={"OMPI_MCA_btl_tcp_sndbuf": "65536"}),
+               "mpich-knob": lambda data: data.setdefault("knobs", {}).update(
+                   pinned={"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": "recursive_doubling"}),
+               "ucx-knob": lambda data: data.setdefault("knobs", {}).update(defaults={"UCX_TLS": "^cuda_ipc"})}
     for name, edit in same.items():
         assert keys(name, edit) == base, name
+    # the cases of the environment whose variables, or whose MPI's knobs, changed; a UCX knob: both MPIs' cases
+    environment_of = {"variables": "openmpi", "openmpi-knob": "openmpi", "mpich-knob": "mpich"}
     for name, edit in changed.items():
-        different = keys(name, edit)
-        # the environment's variables: only that environment's cases
-        assert len(different - base) == (2 if name == "variables" else 4), name
+        different = keys(name, edit) - base
+        assert len(different) == (2 if name in environment_of else 4), name
+        assert all(f"/{environment_of.get(name, '')}" in key for key in different), (name, different)
 
 
 def test_invocations_select_exactly_the_pending_cases(tmp_path: Path) -> None:

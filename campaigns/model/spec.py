@@ -57,6 +57,7 @@ site; any problem raises SpecError naming the file, line, field path and what is
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -75,7 +76,7 @@ from campaigns.model.sizes import ByteCount
 from campaigns.model.vocabulary import (BENCHMARK_PARAMETER, MATRIX_OPS, PAIR_OPS,  # pair: on 1 or 2 nodes
                                         REFERENCE_CHECKS, SINGLE_NODE_TRANSPORTS, TRANSPORT_OPS)
 from campaigns.model.yamlio import Loc, YamlDocument, YamlModel, YamlModelError
-from tuners.catalog import CatalogError, UnsafeValueError, check_safe_value
+from tuners.catalog import CatalogError, KnobCatalog, Library, UnsafeValueError, check_safe_value
 
 # The node counts reframe_checks/commbench_run.py is parameterized with (its `num_nodes`).
 COMMBENCH_NODE_COUNTS = (1, 2, 3, 4, 8, 16, 32, 64, 128)
@@ -465,8 +466,10 @@ def site_setup(site: Site, partition: Partition, environ: str, suite: str | None
     access, launcher, modules, variables, preparation and resources, the programming environment, the site's knob
     defaults and pins (in every job), commbench's launch options (every check's jobs take them) and how the case's
     benchmark is built: commbench's build for a commbench check (`suite` None), that reference suite's block for
-    one of its checks. Not what only judges or describes (references, descriptions, node counts of the checks)."""
+    one of its checks. Not what only judges or describes (references, descriptions, node counts of the checks), nor
+    knob defaults and pins that only another MPI reads (an Open MPI default does not re-key MPICH's cases)."""
     commbench = partition.commbench
+    environment = site.environment(environ)
     built = {"backend", "build", "cmake_options", "spack_env", "spack_spec"} if suite is None else set()
     benchmarks = partition.reference_benchmarks.get(suite) if suite is not None else None
     setup = {
@@ -476,10 +479,37 @@ def site_setup(site: Site, partition: Partition, environ: str, suite: str | None
             mode="json", include={"launcher_options", "job_options", *built}),
         "reference_benchmark": None if benchmarks is None else benchmarks.model_dump(
             mode="json", exclude={"node_counts", "references", "source", "verified"}),
-        "environment": site.environment(environ).model_dump(mode="json", exclude={"description", "features"}),
-        "knobs": {part: site.knobs.get(part) for part in ("defaults", "pinned")},
+        "environment": environment.model_dump(mode="json", exclude={"description", "features"}),
+        "knobs": {part: _read_by(environment.mpi, site.knobs.get(part)) for part in ("defaults", "pinned")},
     }
     return hashlib.sha256(json.dumps(setup, sort_keys=True, default=str).encode()).hexdigest()[:SETUP_DIGITS]
+
+
+# The catalog's MPI libraries each environment's `mpi` reads the knobs of (Cray MPICH and MPICH share MPICH's
+# variables); intel-mpi and other: not known, every knob counts.
+_MPI_LIBRARIES = {Library.OPENMPI, Library.MPICH, Library.CRAY_MPICH}
+_MPI_READS = {"openmpi": {Library.OPENMPI}, "mpich": {Library.MPICH, Library.CRAY_MPICH},
+              "cray-mpich": {Library.MPICH, Library.CRAY_MPICH}}
+
+
+@functools.cache
+def _catalog_libraries() -> dict[str, frozenset[Library]]:
+    return {knob.name: frozenset(knob.libraries) for knob in KnobCatalog.load()}
+
+
+def _read_by(mpi: str, knobs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`knobs` (a site's knob defaults or pins) less those only MPI libraries other than `mpi` read; None for
+    none (as a site without them)."""
+    reads = _MPI_READS.get(mpi)
+    if not knobs or reads is None:
+        return knobs or None
+    libraries = _catalog_libraries()
+
+    def other_mpis_only(name: str) -> bool:
+        read_by = libraries.get(name, frozenset())
+        return bool(read_by) and read_by <= _MPI_LIBRARIES and not read_by & reads
+
+    return {name: value for name, value in knobs.items() if not other_mpis_only(name)} or None
 
 
 # One run of a check on a partition: its op (a reference check's benchmark), node count, tasks per node and
