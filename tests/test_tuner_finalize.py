@@ -786,6 +786,25 @@ def test_a_reduced_set_that_finalization_refused_is_not_deployed() -> None:
     assert report.overall.env == best and validated == [best, simplified], report.notes
     assert any("the reduced set is a candidate this finalization refused (trial 2: validated re-run" in a.reason
                for a in report.overall.ablation)
+    # the reduced set keeps a knob that changes nothing without the one ablation dropped: the refused configuration
+    sockets = build_space(load_site("local").knob_catalog(), {"nccl": "2.28.3"}, op="allreduce", transport="ccl",
+                          knobs=["NCCL_PROTO", "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"])
+    best = {"NCCL_PROTO": "Simple", "NCCL_SOCKET_NTHREADS": "4", "NCCL_NSOCKS_PERTHREAD": "4"}
+    validated.clear()
+
+    def sockets_corrupt(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        if validate:
+            validated.append(dict(env))
+            if dict(env) == simplified:
+                return Evaluation.failed(FailureKind.INVALID, "data validation failed (8 B: 3 wrong)")
+        t = 5.0 if env.get("NCCL_PROTO") == "Simple" else 10.0
+        slower = "NCCL_SOCKET_NTHREADS" in env and "NCCL_NSOCKS_PERTHREAD" not in env  # threads of one socket each
+        return Evaluation(times_us={8: list(t * (1.3 if slower else 1.0) * rng.lognormal(0, 0.02, 5))},
+                          validated=validate)
+
+    report = finalize(sockets_corrupt, {}, [Candidate(best, 1), Candidate(simplified, 2)], one,
+                      needs_validation=sockets.unsafe_changes, effective_env=sockets.catalog.effective_env, seed=0)
+    assert report.overall.env == best, report.notes
     # the simplified set hangs in its first round
     best, simplified = {"NCCL_PROTO": "LL128", "NCCL_BUFFSIZE": "8388608"}, {"NCCL_PROTO": "LL128"}
     evaluate, calls = _knob_evaluator(3, {"P": 0.15, "PB": 0.15})
@@ -1174,7 +1193,8 @@ def test_finalize_study_shuffles_its_rounds_with_the_studys_seed(monkeypatch: py
         setup = SimpleNamespace(spec=SimpleNamespace(finalize=FinalizeSpec(), seed=spec_seed), evaluator=evaluator,
                                 buckets=FIVE_BUCKETS, scope=None, versions={}, cleared=(),
                                 space=SimpleNamespace(knob_names=["NCCL_PROTO"], changeable=["NCCL_PROTO"],
-                                                      unsafe_changes=lambda b, e: ()))
+                                                      unsafe_changes=lambda b, e: (),
+                                                      catalog=SimpleNamespace(effective_env=dict)))
         study = SimpleNamespace(user_attrs={} if study_seed is None else {SCREEN_SEED: study_seed})
         session.finalize_study(setup, study, BASELINE)
         return evaluator.order

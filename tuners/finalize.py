@@ -774,13 +774,16 @@ def finalize(
     *,
     thresholds: Thresholds = Thresholds(),
     needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
+    effective_env: Callable[[Mapping[str, str]], Mapping[str, str]] = dict,
     seed: int = 0,
     deadline: float | None = None,
 ) -> FinalReport:
     """Re-measures baseline and candidates interleaved and returns the decisions (module docstring):
     validation, the group-sequential phase, ablation of multi-knob winners, held-out rounds of what
     is deployed. `needs_validation` (baseline env, candidate env) names the unsafe knobs a candidate
-    changes (SearchSpace.unsafe_changes). `deadline` (time.monotonic()): no round starts after it (7)."""
+    changes (SearchSpace.unsafe_changes). `effective_env` (KnobCatalog.effective_env) tells which environments run
+    the same configuration: a reduced set that runs a refused candidate's is refused too. `deadline`
+    (time.monotonic()): no round starts after it (7)."""
     rng = np.random.default_rng(seed)
     out_of_time = _Deadline(deadline)
     notes: list[str] = []
@@ -846,10 +849,14 @@ def finalize(
         state.look(k, rounds_data, candidates)
         looked = True
     decisions: dict[str, Decision] = {}
-    # per decision, the candidates refused (_env_key -> why): a reduced set that is one of them is not deployed (5)
+    # per decision, the candidates refused (env_key -> why): a reduced set that is one of them is not deployed (5)
     refused: dict[str, dict[tuple[tuple[str, str], ...], str]] = {}
+
+    def env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+        return _env_key(effective_env(env))
+
     for name in names:
-        refused[name] = {_env_key(candidates[i].env): f"{_label(candidates[i], i)}: {rejected[i]}"
+        refused[name] = {env_key(candidates[i].env): f"{_label(candidates[i], i)}: {rejected[i]}"
                          for i in sorted(validation_failed | failed_in_round)}
         ordered = tuple(
             state.done[name, i] if (name, i) in state.done else Comparison(candidates[i], name, False, rejected[i])
@@ -867,13 +874,13 @@ def finalize(
             ordered = tuple(_unless_slower_in_total(c, i, rounds_data, notes) for i, c in enumerate(ordered))
         for i, (before, after) in enumerate(zip(accepted_at_looks, ordered)):
             if before and not after.accepted and i not in failed_in_round:
-                refused[name].setdefault(_env_key(candidates[i].env), f"{_label(candidates[i], i)}: {after.reason}")
+                refused[name].setdefault(env_key(candidates[i].env), f"{_label(candidates[i], i)}: {after.reason}")
         decisions[name] = _choose(name, baseline_env, ordered)
     if tested and rounds_run < max_rounds and not out_of_time.passed:
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
     decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time,
-                                refused)
+                                refused, env_key)
     decisions = _validated_reductions(evaluator, baseline_env, decisions, buckets, needs_validation, notes)
     decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
     overall = decisions[OVERALL]
@@ -999,13 +1006,15 @@ def _env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
                     notes: list[str], out_of_time: _Deadline,
-                    refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]]) -> dict[str, Decision]:
+                    refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]],
+                    env_key: Callable[[Mapping[str, str]], tuple[tuple[str, str], ...]]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
     Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
     overall decision's, where no bucket may be slower than the defaults (never_slower), neither in any bucket:
-    that check was the tested winner's. `refused` (decision -> _env_key -> why): the candidates this
-    finalization refused for that decision; a reduced set that is one of them is not deployed."""
+    that check was the tested winner's. `refused` (decision -> env_key -> why): the candidates this
+    finalization refused for that decision; a reduced set that runs one of them (the same env_key) is not
+    deployed."""
     multi = {name: d for name, d in decisions.items()
              if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
@@ -1038,7 +1047,7 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
         notes.append("no ablation: the time budget ran out; each winner is deployed whole"
                      + (" (but one that failed in the ablation rounds that ran)" if withdrawn else ""))
     for name, a in ablated.items():
-        why = refused[name].get(_env_key(a.env)) if dict(a.env) != dict(decisions[name].env) else None
+        why = refused[name].get(env_key(a.env)) if dict(a.env) != dict(decisions[name].env) else None
         if why is not None:
             ablated[name] = _keep_whole(a, decisions[name].env, f"the reduced set is a candidate this finalization "
                                                                 f"refused ({why})")

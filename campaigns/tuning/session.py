@@ -434,7 +434,8 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         log(f"finalization: {keep} candidate(s) and the defaults re-measured interleaved, at most {planned} runs")
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
-                      needs_validation=setup.space.unsafe_changes, deadline=deadline, seed=rounds_seed(setup, study))
+                      needs_validation=setup.space.unsafe_changes,
+                      effective_env=setup.space.catalog.effective_env, deadline=deadline, seed=rounds_seed(setup, study))
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
