@@ -156,6 +156,19 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
     code, out, err = commcamp("results", "ingest", copy, "--format", "nccl-tests", "--site", "h200", "--system",
                               "h200", "--db", url)
     assert code == 0 and "skipped: the records of" in out and "already stored as run 1" in out, out + err
+    # a copy described otherwise (the hosts and library corrected) is not that measurement: refused, naming the
+    # options (before: "skipped", exit 0, and the store kept the old description); --replace corrects the run
+    copy = tmp_path / "osu_latency.txt"
+    copy.write_text((OSU_DATA / "osu_latency.txt").read_text())
+    corrected = ("results", "ingest", copy, "--format", "osu", "--hosts", "n3,n4", "--mpi-library", "MPICH 4.0.2",
+                 "--site", "local", "--system", "local", "--db", url)
+    code, out, err = commcamp(*corrected)
+    assert code == 2 and "--hosts, --mpi-library: " in out + err and "--replace stores it in" in out + err, out + err
+    code, out, err = commcamp(*corrected, "--replace")
+    assert code == 0, out + err
+    with open_store(url) as store:
+        latency, runs = store.measurements(op="pingpong"), store.runs()
+    assert set(latency.mpi_library) == {"MPICH 4.0.2"} and len(runs) == 2
 
 
 def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the store (SQLAlchemy, pandas, numpy) loads when a command 
     import numpy as np
     import pandas
 
-    from campaigns.store import MeasurementFilter, Store
+    from campaigns.store import MeasurementFilter, RunInfo, RunRow, Store
 
 
 def _console(*, stderr: bool = False) -> Console:
@@ -372,8 +372,14 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                                                if not (replace and stored.run_key == run.run_key)]
             if not same and not allow_duplicate and run_key is None and not replace:
                 # the key is the file's content: a copy (another modification time, which the timestamps of an
-                # nccl-tests or OSU output are) is the same measurement, already stored
+                # nccl-tests or OSU output are) is the same measurement, already stored - if described alike
                 same = store.runs(run_key=run.run_key)
+                differs = [option for stored in same for option in _described_otherwise(store, stored, run, records)]
+                if differs:
+                    raise ValueError(
+                        f"{', '.join(sorted(set(differs)))}: {file} is stored as run {same[0].id} "
+                        f"({same[0].run_key!r}) with other values of these; --replace stores it in that run's place, "
+                        "--run-key KEY as another run")
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
                                  f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
@@ -381,6 +387,24 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
                f"from {file} in {store.url}", markup=False)
+
+
+# what `results ingest` says of a run beside its file, by option: a stored run of the same file said otherwise is
+# not the same measurement
+_DESCRIBED_BY = {"campaign": "--campaign", "site": "--site", "system": "--system", "partition": "--partition",
+                 "environ": "--environ", "check_name": "--check-name", "parameters": "--param",
+                 "num_nodes": "--num-nodes", "num_tasks": "--num-tasks", "status": "--status", "reason": "--reason",
+                 "job_id": "--job-id"}
+
+
+def _described_otherwise(store: Store, stored: RunRow, run: RunInfo, records: list[dict[str, Any]]) -> list[str]:
+    """The ingest options by which `run` (of `records`) describes the file otherwise than the stored run of it."""
+    differs = [option for name, option in _DESCRIBED_BY.items() if getattr(stored, name) != getattr(run, name)]
+    measured = store.measurements(run_id=stored.id)
+    for column, option in (("hostnames", "--hosts"), ("mpi_library", "--mpi-library")):
+        if sorted(map(json.dumps, measured[column])) != sorted(json.dumps(r.get(column)) for r in records):
+            differs.append(option)
+    return differs
 
 
 def register(app: typer.Typer) -> None:
