@@ -90,6 +90,15 @@ def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -
     (problem,) = check_site("local")
     assert problem.startswith(f"{site_copies / 'local' / 'env.sh'}: missing")
 
+    # an access option a shell cannot split (ReFrame, the placement and the Slurm snapshot split it): `run` died
+    # in the placement with a traceback
+    slurm_yaml = site_copies / "localslurm" / "site.yaml"
+    edit(slurm_yaml, "access: ['--partition=debug']", "access: ['--partition=debug', \"--comment=it's mine\"]")
+    (problem,) = check_site("localslurm")
+    assert problem.startswith(f"{slurm_yaml}:{line_of(slurm_yaml, 'mine')}: systems[0].partitions[0].access: ")
+    assert "\"--comment=it's mine\" cannot be split into words as a shell would (No closing quotation)" in problem
+    edit(slurm_yaml, "access: ['--partition=debug', \"--comment=it's mine\"]", "access: ['--partition=debug']")
+
     config = site_copies / "localslurm" / "reframe_config.py"
     config.write_text(config.read_text() + "site_configuration['systems'][0]['partitions'][0]['max_jobs'] = 'many'\n")
     assert check_site("localslurm") == [f"{config}: systems.0.partitions.0.max_jobs: 'many' is not of type 'number'"]

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -344,6 +345,17 @@ class Partition(_SiteModel):
     def _unique_environments(cls, names: list[str]) -> list[str]:
         _require_unique(names, "environment")
         return names
+
+    @field_validator("access")
+    @classmethod
+    def _splittable(cls, options: list[str]) -> list[str]:
+        for option in options:  # split into words as ReFrame (and the placement, the Slurm snapshot) read them
+            try:
+                shlex.split(option)
+            except ValueError as exc:
+                raise ValueError(f"{option!r} cannot be split into words as a shell would ({exc}): quote it in "
+                                 "pairs, e.g. --comment='its mine'") from None
+        return options
 
     @property
     def references(self) -> list[Reference | BenchReference]:
