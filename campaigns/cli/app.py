@@ -112,10 +112,10 @@ def _print_plan(console: Console, campaign: Campaign, store: Store | None, tag: 
         if case.placement == "each-switch" and case.num_nodes > 1:
             # one run per leaf switch, each under a key of its own nodes: which switches are placed is the
             # topology's and the nodes' states at run time (a dry run asks Slurm nothing)
-            ending = case.run_key.removeprefix(case.series_key)
+            ending = case.run_key.removeprefix(case.series_key)  # [@tag][~setup]: a tagged key ends in ~setup too
             per_switch = [] if store is None else [
                 run for run in store.runs(run_key_prefix=f"{case.series_key}/", status="pass")
-                if run.run_key.endswith(ending)]
+                if run.run_key.endswith(ending) and "@" not in run.run_key.removesuffix(ending)]
             action = (f"run per leaf switch ({len({run.run_key for run in per_switch})} switch(es) stored: "
                       "skipped)" if per_switch else "run per leaf switch")
         table.add_row(case.run_key, case.op, case.transport, str(case.num_nodes), str(case.num_tasks),
