@@ -110,3 +110,39 @@ def test_job_cancelled_mid_campaign_is_stored_as_failed_and_rerun(slurm_cluster:
     again = commcamp(slurm_cluster, *args)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "Running 1 of 2 test case(s)" in again.stdout
+
+
+@pytest.mark.slurm
+def test_jobs_that_name_a_reservation_are_placed_on_its_nodes_alone(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition whose access options name a reservation places its jobs on that reservation's nodes (Slurm runs
+    them there alone); before, every reserved and unreserved node counted, and a same-switch pair went to nodes
+    outside the reservation (leaf1's two here, one of them not reserved)."""
+    from fixtures_sites import site_data, write_site
+
+    from campaigns.model.spec import load_campaign
+    from campaigns.slurm.placement import placer_for
+    from campaigns.slurm.topology import PlacementError
+
+    def reserving(data: dict) -> None:
+        data["name"] = "reserving"
+        data["systems"][0]["partitions"][0]["access"] = ["--partition=debug", "--reservation=rsv-test"]
+
+    write_site(tmp_path / "sites" / "reserving", site_data("localslurm", reserving))
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", str(tmp_path / "sites"))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(CHARACTERIZE.replace("kind: characterize\n", "").replace("site: localslurm", "site: reserving")
+                    .replace("max_nodes: 2", "node_counts: [2]").replace("different-switch", "any"))
+    node1, node2, node3 = slurm_cluster.nodes[:3]
+    slurm_cluster.run(["scontrol", "create", "reservation", "ReservationName=rsv-test", f"Nodes={node2},{node3}",
+                       "StartTime=now", "Duration=10", "Users=root"])
+    try:
+        campaign = load_campaign(spec)
+        (same_switch,) = [case for case in campaign.cases() if case.placement == "same-switch"]
+        placer = placer_for(campaign, slurm_cluster.env)
+        assert placer.usable_nodes(same_switch) == {node2, node3}
+        with pytest.raises(PlacementError, match="no leaf switch has 2 nodes in service in Slurm partition debug "
+                                                 "and reservation rsv-test"):
+            placer.job_options(same_switch)
+    finally:
+        slurm_cluster.run(["scontrol", "delete", "ReservationName=rsv-test"], check=False)

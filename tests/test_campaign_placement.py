@@ -65,14 +65,15 @@ def test_in_service_nodes_come_from_sinfo() -> None:
 def test_the_slurm_partition_and_reservation_are_read_as_reframe_splits_the_access_options() -> None:
     """ReFrame takes `'-p gpu'` as one access entry (`#SBATCH -p gpu`); it was read as the partition ' gpu'
     (sinfo -p ' gpu': no node) and `'--partition gpu'` as none (the ReFrame partition's name)."""
-    from campaigns.slurm.snapshot import names_reservation, slurm_partition
+    from campaigns.slurm.snapshot import reservation_of, slurm_partition
 
     for access in (["-p gpu"], ["--partition gpu"], ["--partition=gpu"], ["-p", "gpu"], ["-pgpu"],
                    ["--exclusive", "-p debug", "--partition=gpu"]):
         assert slurm_partition(access, "rfmpart") == "gpu", access
     assert slurm_partition(["--exclusive"], "normal") == "normal"
-    assert names_reservation(["--reservation nightly"]) and names_reservation(["--reservation=nightly"])
-    assert not names_reservation(["-p gpu", "--exclusive"])
+    assert reservation_of(["--reservation nightly"]) == reservation_of(["--reservation=nightly"]) == "nightly"
+    assert reservation_of(["--reservation=a", "-p gpu", "--reservation b"]) == "b"
+    assert reservation_of(["-p gpu", "--exclusive"]) is None
 
 
 def test_placements_choose_in_service_nodes_and_same_switch_gets_a_nodelist(tmp_path: Path) -> None:

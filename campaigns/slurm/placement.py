@@ -33,8 +33,8 @@ from dataclasses import dataclass, field, replace
 
 from campaigns.model.spec import SLURM_SCHEDULERS, Campaign, TestCase
 from campaigns.slurm.nodes import in_service
-from campaigns.slurm.snapshot import names_reservation, slurm_partition
-from campaigns.slurm.topology import PlacementError, Topology, slurm_topology
+from campaigns.slurm.snapshot import reservation_of, slurm_partition
+from campaigns.slurm.topology import PlacementError, Topology, expand_hostlist, slurm_topology
 
 # The network distance each placement asks for (campaigns/slurm/topology.py DISTANCES).
 REQUESTED_DISTANCE = {"same-switch": "same-switch", "each-switch": "same-switch",
@@ -64,6 +64,22 @@ def partition_nodes_in_service(partition: str, env: Mapping[str, str] | None = N
     if out.returncode != 0:
         raise PlacementError(f"sinfo -p {partition} exited {out.returncode}: {(out.stderr or out.stdout).strip()}")
     return parse_partition_nodes(out.stdout, reserved_ok)
+
+
+def reservation_nodes(reservation: str, env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """The nodes of Slurm reservation `reservation` (`scontrol show reservation R`: Nodes=): a job that names it
+    runs on those alone; PlacementError when Slurm cannot say."""
+    try:
+        out = subprocess.run(["scontrol", "-o", "show", "reservation", reservation], capture_output=True, text=True,
+                             timeout=30, check=False, env=dict(env) if env is not None else None)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PlacementError(f"cannot ask Slurm for the nodes of reservation {reservation}: {exc}") from None
+    fields = dict(word.split("=", 1) for word in out.stdout.split() if "=" in word)
+    if out.returncode != 0 or fields.get("ReservationName") != reservation:
+        raise PlacementError(f"scontrol show reservation {reservation} exited {out.returncode}: "
+                             f"{(out.stderr or out.stdout).strip() or 'no such reservation'}")
+    nodes = fields.get("Nodes", "")
+    return frozenset(expand_hostlist(nodes)) if nodes and nodes != "(null)" else frozenset()
 
 
 def placement_mismatch(case: TestCase, hosts: tuple[str, ...] | list[str], topology: Topology | None) -> str | None:
@@ -100,8 +116,9 @@ class Placer:
     # ReFrame partition -> its Slurm partition's nodes in service (read once per campaign; tests set it).
     # A partition in neither mapping: every node of the topology.
     in_service: dict[str, frozenset[str]] = field(default_factory=dict)
-    # ReFrame partitions whose jobs name a reservation (--reservation in their access options): reserved nodes serve
-    reserving: frozenset[str] = frozenset()
+    # ReFrame partition -> the reservation its jobs name (--reservation in its access options): they run on its
+    # nodes alone, reserved or not
+    reserving: Mapping[str, str] = field(default_factory=dict)
 
     def load_topology(self) -> Topology:
         if self.topology is None:
@@ -114,13 +131,18 @@ class Placer:
             slurm = self.slurm_partitions.get(case.partition)
             if slurm is None:
                 return None
-            self.in_service[case.partition] = partition_nodes_in_service(slurm, self.env,
-                                                                         case.partition in self.reserving)
+            reservation = self.reserving.get(case.partition)
+            nodes = partition_nodes_in_service(slurm, self.env, reserved_ok=reservation is not None)
+            if reservation is not None:
+                nodes &= reservation_nodes(reservation, self.env)
+            self.in_service[case.partition] = nodes
         return self.in_service[case.partition]
 
     def _where(self, case: TestCase) -> str:
         slurm = self.slurm_partitions.get(case.partition)
-        return f" in service in Slurm partition {slurm}" if slurm else (
+        reservation = self.reserving.get(case.partition)
+        return f" in service in Slurm partition {slurm}" + (f" and reservation {reservation}" if reservation else "") \
+            if slurm else (
             " in service" if case.partition in self.in_service else "")
 
     def _under(self, case: TestCase, mapping: Mapping[str, str]) -> dict[str, list[str]]:
@@ -198,7 +220,7 @@ def placer_for(campaign: Campaign, env: Mapping[str, str] | None = None) -> Plac
     slurm = {p.name: slurm_partition(p.access, p.name) for p in campaign.partitions if p.scheduler in SLURM_SCHEDULERS}
     if not slurm:
         return Placer(env=env)
-    reserving = frozenset(p.name for p in campaign.partitions if names_reservation(p.access))
+    reserving = {p.name: reservation for p in campaign.partitions if (reservation := reservation_of(p.access))}
     try:
         return Placer(slurm_topology(env), env, slurm, reserving=reserving)
     except PlacementError:

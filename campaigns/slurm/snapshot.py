@@ -36,10 +36,17 @@ def slurm_partition(access: list[str], name: str) -> str:
     return found
 
 
-def names_reservation(access: list[str]) -> bool:
-    """Whether the access options send the jobs into a reservation (--reservation=R / --reservation R)."""
-    return any(word == "--reservation" or word.startswith("--reservation=")
-               for option in access for word in shlex.split(option))
+def reservation_of(access: list[str]) -> str | None:
+    """The reservation the access options send the jobs into (--reservation=R / --reservation R; the last one given
+    wins, as in sbatch), else None."""
+    words = [word for option in access for word in shlex.split(option)]
+    found = None
+    for index, word in enumerate(words):
+        if word.startswith("--reservation="):
+            found = word.split("=", 1)[1]
+        elif word == "--reservation" and index + 1 < len(words):
+            found = words[index + 1]
+    return found
 
 
 def take_snapshot(partition: str, *, exclude_jobs: set[str] | None = None) -> SlurmSnapshot:
