@@ -210,8 +210,10 @@ def _screened(history: list[float], settings: HealthSettings,
 
 def _judge_once(value: float, higher_is_better: bool, reference: Reference | None, history: list[float],
                 settings: HealthSettings, ceiling: Ceiling | None) -> Judgement:
-    """judge() against a history taken as it is."""
-    status, evidence, judged = "ok", [], reference is not None
+    """judge() against a history taken as it is. A reference judges only with a bound on the side that is worse (a
+    bandwidth's lower, a latency's upper): one bound only on the better side passes every degraded value."""
+    worse_bound = None if reference is None else reference.lower if higher_is_better else reference.upper
+    status, evidence, judged = "ok", [], worse_bound is not None
     ref_info = None
     if reference is not None:
         low = reference.value * (1 + reference.lower) if reference.lower is not None else None
@@ -250,7 +252,9 @@ def _judge_once(value: float, higher_is_better: bool, reference: Reference | Non
                         f"not judged on history")
     if not judged and status == "ok":
         status = "not_judged"
-        evidence.append("no reference and too little history: nothing to judge the value against")
+        evidence.append("no reference and too little history: nothing to judge the value against" if reference is None
+                        else f"the reference has no {'lower' if higher_is_better else 'upper'} bound (the side on "
+                             "which the value is worse) and the history is too short: nothing to judge it against")
     return Judgement(status, evidence, ref_info, hist_info)
 
 
