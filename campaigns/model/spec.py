@@ -276,6 +276,10 @@ class HealthSettings(YamlModel):
     def _ordered(self) -> HealthSettings:
         if self.failed_z < self.degraded_z or self.failed_change < self.degraded_change:
             raise ValueError("failed_z / failed_change must not be below degraded_z / degraded_change")
+        if self.history_nights < max(self.min_history, 2):  # a spread needs two nights (kinds/health.py judge)
+            raise ValueError(f"history_nights {self.history_nights} is below the {max(self.min_history, 2)} nights "
+                             f"that history is judged on (min_history {self.min_history}, and a spread needs 2): "
+                             "no night would ever be judged on its history")
         return self
 
 
