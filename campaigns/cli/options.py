@@ -51,7 +51,7 @@ MEASUREMENT_FILTER_OPTIONS: dict[str, Any] = {
     "system": Annotated[Optional[list[str]], typer.Option(help="system (repeatable)")],
     "partition": Annotated[Optional[list[str]], typer.Option(help="partition (repeatable)")],
     "op": Annotated[Optional[list[str]], typer.Option(help="operation, e.g. allreduce (repeatable)")],
-    "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. nccl (repeatable)")],
+    "transport": Annotated[Optional[list[str]], typer.Option(help="transport, e.g. mpi or ccl (NCCL/RCCL) (repeatable)")],
     "backend": Annotated[Optional[list[str]], typer.Option(help="cpu, cuda or hip (repeatable)")],
     "run_id": Annotated[Optional[list[int]], typer.Option(min=1, max=2**63 - 1, help="run id (repeatable)")],
     "size": Annotated[Optional[str], typer.Option(help="exact message size, e.g. 1MiB")],
