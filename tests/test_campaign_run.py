@@ -123,6 +123,12 @@ def test_a_launch_that_fails_before_commbench_writes_is_not_called_wrong_data(tm
         (run,) = store.runs()
     assert run.status == "fail" and "data validation failed" not in run.reason, run.reason
     assert "exited with code 1 (no record reports wrong data: the launcher or MPI start-up failed" in run.reason
+    # the reason names where the job's standard error is, and so `results prune` keeps that directory
+    stage = Path(run.reason.rsplit("; files: ", 1)[1])
+    assert stage.is_relative_to(tmp_path / "runs") and (stage / "rfm_job.err").is_file(), run.reason
+    code, out, err = commcamp("results", "prune", "--runs-dir", str(tmp_path / "runs"), "--keep-days", "0",
+                              "--db", url)
+    assert code == 0 and f"still referenced by stored run {run.id} (" in out, out + err
 
 
 def test_build_failure_is_the_reason_of_the_run(tmp_path: Path) -> None:

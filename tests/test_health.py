@@ -2,6 +2,7 @@
 (The real thing on the local Slurm cluster: tests/test_health_localslurm.py.)"""
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -252,8 +253,6 @@ def _osu_nights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upper: float
     committed OSU osu_latency output with tonight's 1-byte latency, the site's osu_latency reference 47.46 us with
     `upper`): night(tag, latency) runs one night and returns its exit code and its one metric; with the site's
     directory and the database URL."""
-    import json
-
     from fixtures_cli import commcamp
     from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
 
@@ -297,7 +296,12 @@ def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, m
     data = yaml.safe_load((site / "site.yaml").read_text())
     data["environments"][0]["env_vars"]["OMPI_MCA_btl_base_warn_component_unused"] = "0"
     (site / "site.yaml").write_text(yaml.safe_dump(data))
+    first = json.loads((tmp_path / "n2.json").read_text())
     night("n2", 50.0)  # measured again: another setup
+    # the night's first verdict is kept in the second (it had been replaced, its run directory named nowhere)
+    again = json.loads((tmp_path / "n2.json").read_text())
+    assert first.pop("earlier_verdicts") == [] and again["earlier_verdicts"] == [first]
+    assert again["run_dirs"] != first["run_dirs"]
     _, metric = night("n3", 48.0)
     assert "48 is 7% worse than the median 45 of 2 earlier nights" in metric["evidence"][0], metric
 

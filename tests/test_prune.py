@@ -76,11 +76,16 @@ def test_prune_keeps_what_a_verdict_in_the_workspace_points_to_from_another_runs
     workspace = tmp_path / "home"
     (workspace / "health").mkdir(parents=True)
     (workspace / "health" / "nightly-n1.json").write_text(json.dumps({"run_dirs": [str(old_night)]}))
+    # a night run again: its verdict keeps the first attempt's, whose run directory stays named
+    first_try = make_run_dir(runs, "health-20261102T000000Z", 30)
+    (workspace / "health" / "nightly-n2.json").write_text(json.dumps({"run_dirs": [], "earlier_verdicts": [
+        {"run_dirs": [str(first_try)]}]}))
     db = f"sqlite:///{tmp_path / 'results.db'}"
     open_store(db).close()
     monkeypatch.setenv("COMMCAMP_HOME", str(workspace))
     code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "7", "--db", db)
     assert code == 0 and f"keep {old_night} (" in output and "health verdict" in output, output
+    assert f"keep {first_try} (" in output and "nightly-n2.json" in output, output
 
 
 def test_prune_refuses_to_guess_when_the_store_cannot_say(tmp_path: Path) -> None:

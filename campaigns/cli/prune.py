@@ -4,8 +4,8 @@ grow by megabytes per hour of use while what matters is in the results store.
 
 A run directory is kept while it is among the newest `--keep-last` or younger than `--keep-days`; the
 others go, only with `--yes` (without it, the command says what it would delete). A directory that the
-results store (a run's reason names a file in it) or a health verdict (results/health/*.json,
-`run_dirs`) still points to is kept and named with what points to it, unless `--include-referenced`.
+results store (a run's reason names a file in it: a failed run's names its files) or a health verdict
+(results/health/*.json, `run_dirs`, also of its `earlier_verdicts`) still points to is kept and named with what points to it, unless `--include-referenced`.
 Only directories named as `commcamp run` and `commcamp tune` name them are run directories
 (<campaign>-<UTC stamp>: campaigns.reframe.runner.RUN_DIR_NAME; run-, reframe-, deployed-, tune-workers-<stamp>:
 campaigns.tuning.executors.TUNING_DIR_NAME); anything else there (ReFrame's own prefix results/runs/reframe, a
@@ -84,8 +84,10 @@ def mark_references(directories: list[RunDirectory], runs_dir: Path, db: str | N
     places = sorted({paths.health_dir().resolve(), (runs_dir.parent / HEALTH_DIR).resolve()})
     for verdict in sorted(path for place in places for path in place.glob("*.json")):
         try:
-            run_dirs = json.loads(verdict.read_text(encoding="utf-8")).get("run_dirs") or []
-        except (OSError, ValueError, AttributeError):
+            night = json.loads(verdict.read_text(encoding="utf-8"))
+            run_dirs = [run_dir for one in [night, *(night.get("earlier_verdicts") or [])]
+                        for run_dir in one.get("run_dirs") or []]
+        except (OSError, ValueError, AttributeError, TypeError):
             continue  # not a verdict of ours
         for run_dir in run_dirs:
             for directory in pointed_to(str(Path(run_dir).resolve())):

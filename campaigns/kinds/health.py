@@ -446,6 +446,9 @@ class Verdict:
     slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
     slow_nodes: list[SlowNode] = field(default_factory=list)  # fail-slow, reported as `degraded: slow`
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    # the verdicts written before for the same campaign and night (a re-run, --force), oldest first, each whole
+    # but its own earlier_verdicts: a re-run night replaces none of them, nor do their run directories go unnamed
+    earlier_verdicts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -857,6 +860,15 @@ class HealthCheck:
 
 
 def write_verdict(verdict: Verdict, path: Path) -> None:
+    """The verdict to `path`, keeping the verdicts of the same campaign and night that `path` holds (in
+    earlier_verdicts): a night run again adds its verdict to theirs."""
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = None  # none yet, or not a verdict: replaced
+    if isinstance(before, dict) and (before.get("campaign"), before.get("tag")) == (verdict.campaign, verdict.tag):
+        earlier = before.pop("earlier_verdicts", None)
+        verdict.earlier_verdicts = [*(earlier if isinstance(earlier, list) else []), before]
     write_atomic(path, json.dumps(verdict.to_json(), indent=2, default=str) + "\n")
 
 
@@ -914,4 +926,7 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
             console.print(f"[bold red]culprit link(s): {', '.join(a + '<->' + b for a, b in iso.culprit_links)}[/]")
         if iso.note:
             console.print(f"isolation: {escape(iso.note)}")
+    if verdict.earlier_verdicts:
+        console.print("earlier verdicts of this night, kept in this one (earlier_verdicts): " + ", ".join(
+            f"{escape(str(v.get('status')))} at {escape(str(v.get('created_at')))}" for v in verdict.earlier_verdicts))
     console.print(f"verdict: {verdict_path}")

@@ -366,6 +366,8 @@ def case_outcome(case: TestCase, testcases: list[dict[str, Any]], reframe_rc: in
     job_nodes = tuple(tc.get("job_nodelist") or ())
     if status != "pass" and job_nodes:  # a failed job names where it ran: a node may be what failed
         reason = f"{reason} (job {tc.get('jobid')} on {','.join(job_nodes)})"
+    if status != "pass" and directory is not None:  # its job's output and stderr: `results prune` keeps them
+        reason = f"{reason}; files: {directory}"
     return CaseResult(case, status, reason, perf, len(records), num_tasks=tc.get("num_tasks"),
                       job_id=tc.get("jobid"), started_at=_timestamp(tc.get("job_submit_time")),
                       finished_at=_timestamp(tc.get("job_completion_time_unix")), directory=directory,
