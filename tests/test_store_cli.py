@@ -97,6 +97,25 @@ def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
         assert [run.run_key for run in store.runs()][1:] == ["again"]
 
 
+def test_ingest_never_replaces_a_campaign_s_test_case(jsonl: Path, store_url: str) -> None:
+    """`--replace --run-key` of a key `commcamp run` stored deleted the case's passed runs and put the file's
+    records, of other ops and another environment, under it: the campaign then skipped the case as stored."""
+    from campaigns.store import RunInfo
+
+    key = "smoke/local/local:cpu/openmpi/commbench_run/allreduce/mpi/1n/ec53be2d7af90f60~72c20f318b"
+    with open_store(store_url) as store:
+        for seed in (1, 2):  # two passed runs (the second by --force)
+            store.ingest(RunInfo(run_key=key, campaign="smoke", site="local", system="local", partition="cpu",
+                                 environ="openmpi", check_name="commbench_run", parameters={}, num_nodes=1,
+                                 num_tasks=2, status="pass"), [commbench_record(op="allreduce", seed=seed)],
+                         new_attempt=True)
+    result = _invoke("ingest", jsonl, "--site", "local", "--system", "local", "--db", store_url, "--run-key", key,
+                     "--replace", "--allow-duplicate")
+    assert result.exit_code == 2 and "is a test case of campaign 'smoke'" in result.output, result.output
+    with open_store(store_url) as store:
+        assert [(run.campaign, run.status) for run in store.runs(run_key=key)] == [("smoke", "pass")] * 2
+
+
 def _only_run(store_url: str) -> Any:
     with open_store(store_url) as store:
         [run] = store.runs()

@@ -368,6 +368,15 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
+            # a campaign's test case (its runs' keys are the case's: campaigns.model.spec TestCase.series_key) is
+            # measured again by `run --force`: an ingest in its place had deleted its passed runs and relabelled it
+            cases = [stored for stored in store.runs(run_key=run.run_key) if stored.run_key.startswith(
+                f"{stored.campaign}/{stored.site}/{stored.system}:{stored.partition}/{stored.environ}/"
+                f"{stored.check_name}/")] if replace else []
+            if cases:
+                raise ValueError(f"--replace: run key {run.run_key!r} is a test case of campaign "
+                                 f"{cases[0].campaign!r}, stored by `commcamp run`: `commcamp run SPEC --force` "
+                                 "measures it again; an ingest takes another --run-key")
             same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
                                                if not (replace and stored.run_key == run.run_key)]
             if not same and not allow_duplicate and run_key is None and not replace:
