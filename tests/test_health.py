@@ -247,12 +247,12 @@ def test_each_switch_runs_once_under_every_leaf_switch_that_has_enough_nodes(tmp
     assert Placer(four).expand(single) == [single]
 
 
-def _osu_nights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upper: float
+def _osu_nights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upper: float, spec_extra: str = ""
                 ) -> tuple[Callable[[str, float], tuple[int, dict]], Path, str]:
     """A health campaign of osu_run (real ReFrame on a copy of site local as site refsite, a stand-in printing the
     committed OSU osu_latency output with tonight's 1-byte latency, the site's osu_latency reference 47.46 us with
-    `upper`): night(tag, latency) runs one night and returns its exit code and its one metric; with the site's
-    directory and the database URL."""
+    `upper`; `spec_extra` appended to the spec): night(tag, latency) runs one night and returns its exit code and its
+    one metric; with the site's directory and the database URL."""
     from fixtures_cli import commcamp
     from fixtures_sites import OSU_LATENCY_OUTPUT, reference_site, stand_in
 
@@ -265,7 +265,7 @@ def _osu_nights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upper: float
     monkeypatch.setenv("COMMCAMP_SITE_PATH", str(sites))
     spec = _spec(tmp_path, "name: nightly\nkind: health\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
                            "checks:\n  - check: osu_run\n    benchmarks: [osu_latency]\n"
-                           "health: {min_history: 2}\n")
+                           "health: {min_history: 2}\n" + spec_extra)
     db = f"sqlite:///{tmp_path / 'results.db'}"
     real = OSU_LATENCY_OUTPUT.read_text()
     assert "\n1                      47.46\n" in real
@@ -290,8 +290,13 @@ def test_a_night_run_again_after_site_yaml_changed_counts_once(tmp_path: Path, m
     not three (median 45, not 50)."""
     import yaml
 
-    night, site, _ = _osu_nights(tmp_path, monkeypatch, upper=10.0)
+    # the spec's second reference is at a size small_latency is never taken at (the smallest measured, 1 B)
+    night, site, _ = _osu_nights(tmp_path, monkeypatch, upper=10.0, spec_extra=(
+        "references:\n  - {benchmark: osu_latency, metric: small_latency, bytes: 1, value: 47.46, upper: 10.0}\n"
+        "  - {benchmark: osu_latency, metric: small_latency, bytes: 4096, value: 1.0, upper: 0.5}\n"))
     night("n1", 40.0)
+    unmatched = json.loads((tmp_path / "n1.json").read_text())["unmatched_references"]
+    assert [ref["bytes"] for ref in unmatched] == [4096], unmatched  # said, not silently never applied
     night("n2", 50.0)
     data = yaml.safe_load((site / "site.yaml").read_text())
     data["environments"][0]["env_vars"]["OMPI_MCA_btl_base_warn_component_unused"] = "0"

@@ -446,6 +446,8 @@ class Verdict:
     slurm: SlurmSnapshot | None = None  # the partition's jobs and node states when judging, right after the cases ran
     slow_nodes: list[SlowNode] = field(default_factory=list)  # fail-slow, reported as `degraded: slow`
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    # the spec's references that judged no metric tonight (another size, op or node count than any run measured)
+    unmatched_references: list[dict[str, Any]] = field(default_factory=list)
     # the verdicts written before for the same campaign and night (a re-run, --force), oldest first, each whole
     # but its own earlier_verdicts: a re-run night replaces none of them, nor do their run directories go unnamed
     earlier_verdicts: list[dict[str, Any]] = field(default_factory=list)
@@ -471,6 +473,7 @@ class HealthCheck:
         self.runs_dir = runs_dir
         self.placer = placer
         self.run_dirs: list[Path] = []
+        self.matched: set[int] = set()  # id() of the references that judged a metric tonight
         self._invocations = 0
         self._runs: dict[str, RunRow | None] = {}  # tonight's runs looked up so far, by run key
 
@@ -548,6 +551,7 @@ class HealthCheck:
         for (metric, size), value in sorted(values.items()):
             unit, higher = METRICS[metric].unit, METRICS[metric].higher_is_better
             reference = find_reference(self.campaign.references(case.partition), case, metric, size)
+            self.matched.add(id(reference))
             judgement = judge(value, higher, reference, history.get((metric, size), []), self.settings,
                               self._ceiling(case, metric, size))
             verdicts.append(MetricVerdict(**base, hosts=hosts, metric=metric, bytes=size, value=value, unit=unit,
@@ -784,7 +788,9 @@ class HealthCheck:
         return Verdict(campaign=self.campaign.name, site=self.campaign.site.name, system=self.campaign.system.name,
                        tag=self.tag, status=worst([*(m.status for m in metrics), *("degraded" for _ in slow)]),
                        metrics=metrics, nodes=nodes, isolation=isolation, db=self.store.url,
-                       run_dirs=[str(d) for d in self.run_dirs], scope=scope, slurm=snapshot, slow_nodes=slow)
+                       run_dirs=[str(d) for d in self.run_dirs], scope=scope, slurm=snapshot, slow_nodes=slow,
+                       unmatched_references=[ref.model_dump(mode="json", exclude_none=True)
+                                             for ref in self.campaign.spec.references if id(ref) not in self.matched])
 
     def _node_times(self, cases: list[TestCase]) -> tuple[NodeTimes, list[NodeTimes]]:
         """Tonight's and each earlier night's per-node times of the cases' series (oldest night first)."""
@@ -926,6 +932,9 @@ def print_summary(console: Console, verdict: Verdict, verdict_path: Path, max_ro
             console.print(f"[bold red]culprit link(s): {', '.join(a + '<->' + b for a, b in iso.culprit_links)}[/]")
         if iso.note:
             console.print(f"isolation: {escape(iso.note)}")
+    for ref in verdict.unmatched_references:
+        console.print(f"[yellow]the spec's reference {escape(json.dumps(ref))} judged no metric tonight[/]: no run "
+                      "measured its metric at that size, op and node count", soft_wrap=True)
     if verdict.earlier_verdicts:
         console.print("earlier verdicts of this night, kept in this one (earlier_verdicts): " + ", ".join(
             f"{escape(str(v.get('status')))} at {escape(str(v.get('created_at')))}" for v in verdict.earlier_verdicts))
