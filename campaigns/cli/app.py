@@ -167,15 +167,7 @@ def run(
 ) -> None:
     """Run a campaign: every test case of the spec that the store does not hold as passed (all with --force).
     Health campaigns then judge the night and write a verdict; characterize campaigns write a report."""
-    from campaigns.slurm.placement import placer_for
-    from campaigns.kinds.table import KINDS, FinishedRun
-    from campaigns.slurm.topology import PlacementError
-    from campaigns.reframe.runner import run_campaign
-    from campaigns.slurm.nodes import preflight
     from campaigns.model.spec import SpecError, load_campaign
-    from campaigns.store import StoreError, default_url, open_store
-    from campaigns.store.store import check_persistent
-    from tuners.writers import write_target
 
     console, errors = make_console(), make_console(stderr=True)
     # Absolute: ReFrame runs with its prefix as the working directory, where a relative path would land deeper.
@@ -185,6 +177,16 @@ def run(
     except SpecError as exc:
         errors.print(f"[bold red]invalid campaign spec[/]\n{escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
+    # after the spec: the runner and the store (pandas, SQLAlchemy: most of a second) load for a valid one only
+    from campaigns.kinds.table import KINDS, FinishedRun
+    from campaigns.reframe.runner import run_campaign
+    from campaigns.slurm.nodes import preflight
+    from campaigns.slurm.placement import placer_for
+    from campaigns.slurm.topology import PlacementError
+    from campaigns.store import StoreError, default_url, open_store
+    from campaigns.store.store import check_persistent
+    from tuners.writers import write_target
+
     produced = KINDS[campaign.spec.kind].output_option
     outputs = _kind_outputs(ctx)  # --verdict, --report, ...: each kind's output_option (KINDS)
     if unused := [f"--{name}" for name in outputs if name != produced]:

@@ -4,13 +4,14 @@ the same way. The definitions themselves are in campaigns/model/vocabulary.py.""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
-
-import pandas
+from typing import TYPE_CHECKING, Protocol
 
 from campaigns.model.site import BenchReference, Reference
 from campaigns.model.vocabulary import (MATRIX_OPS, REFERENCE_CHECKS, SWEEP_METRICS, metric_value,
                                         reference_matches)
+
+if TYPE_CHECKING:  # a type only: pandas costs ~0.35 s to import, and `run` imports this module
+    import pandas
 
 
 PERFORMANCE_FAILURE = "performance:"  # campaigns.reframe.runner: "<ReFrame fail phase>: <reason>"
