@@ -496,6 +496,13 @@ def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_
     assert code != 0 and "the launcher started 1 rank(s), the scope's job has 2 (nodes x tasks_per_node): give a " \
         "launcher that starts them (e.g. srun -N NODES -n 2, mpirun -np 2)" in " ".join(out.split()), out
     assert not (tmp_path / "rec").exists()
+    # a library version given that is not the one commbench runs with: tuned and published for 4.1.5 before
+    data = yaml.safe_load(spec.read_text())
+    spec.write_text(yaml.safe_dump({**data, "launcher": ["mpirun.openmpi", "-np", "2"], "library_version": "4.1.5"}))
+    code, out = commcamp_output("tune", str(spec), env=OMPI_ENV)
+    assert code == 1 and "library_version 4.1.5: commbench's records name openmpi 4.1.4, the library it ran with; " \
+        "give that version, or none (a probe run reads it)" in " ".join(out.split()), out
+    assert not (tmp_path / "rec").exists()
 
 
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:

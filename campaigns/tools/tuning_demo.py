@@ -40,8 +40,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from campaigns.model.yamlio import YamlModelError, load_yaml_model
-from campaigns.tuning.executors import READ_LOG_ENV, knobs_read, strip_knobs
-from campaigns.tuning.session import TuningSession, TuningSetup, library_version, make_executor, make_tuner, prepare
+from campaigns.tuning.executors import READ_LOG_ENV, knobs_read, library_version, strip_knobs
+from campaigns.tuning.session import TuningSession, TuningSetup, make_executor, make_tuner, prepare
 from campaigns.tuning.spec import TuningSpec, site_catalog
 from tuners.catalog import Library
 from tuners.evaluation import bucket_times_us, overall_time_us

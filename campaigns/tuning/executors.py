@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import yaml
 
 from campaigns import paths
-from campaigns.model.records import parse_record_lines
+from campaigns.model.records import mpi_library_version, parse_record_lines
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
@@ -336,15 +336,30 @@ class ReframeExecutor:
 
 
 # ----------------------------------------------------------------------------------------- evaluator
+def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
+    """The version a run's records name for `library` (NCCL/RCCL from `versions`, MPIs from
+    `mpi_library`)."""
+    for record in records:
+        versions = record.get("versions") or {}
+        if library in (Library.NCCL, Library.RCCL) and versions.get(library.value):
+            return str(versions[library.value])
+        version = mpi_library_version(record.get("mpi_library") or "", library.value)
+        if version is not None:
+            return version
+    return None
+
+
 class CommbenchEvaluator:
     """The tuner's evaluator: one commbench run per call through `executor`, judged as the module
-    docstring says. `exempt` knobs are not held to the read-log check (recorded as unverified)."""
+    docstring says. `exempt` knobs are not held to the read-log check (recorded as unverified). `version`: the
+    scope's version of `library`; a run whose records name another stops the tune (None: not checked)."""
 
     def __init__(self, executor: Executor, request: BenchRequest, library: Library, catalog: KnobCatalog,
-                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None) -> None:
+                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None, version: str | None = None) -> None:
         self.executor = executor
         self.request = request
         self.library = library
+        self.version = version
         self.catalog = catalog
         self.exempt = exempt
         # What the baseline sets (site defaults, pinned values, their companions): such a knob unread changes nothing
@@ -391,6 +406,12 @@ class CommbenchEvaluator:
                 f"the launcher started {', '.join(map(str, sorted(ranks)))} rank(s), the scope's job has "
                 f"{self.request.ranks} (nodes x tasks_per_node): give a launcher that starts them (e.g. srun -N "
                 f"NODES -n {self.request.ranks}, mpirun -np {self.request.ranks}){where}")
+        measured = library_version(outcome.records, self.library) if self.version is not None else None
+        if measured is not None and measured != self.version:
+            # the scope's version was given, not read: the recommendation would be published for another library
+            raise EvaluationAborted(
+                f"library_version {self.version}: commbench's records name {self.library} {measured}, the library "
+                f"it ran with; give that version, or none (a probe run reads it){where}")
         if outcome.timed_out or outcome.exit_code == 3 or any(r.get("reason") == "timeout" for r in errors):
             detail = outcome.failure or next((r["error"] for r in errors), "commbench's watchdog fired (exit 3)")
             return Evaluation.failed(FailureKind.TIMEOUT, f"hung: {detail}{where}")

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from campaigns import paths
-from campaigns.model.records import mpi_library_version
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
-                                        ReframeExecutor, RunOutcome, new_directory, strip_knobs, output_tail)
+                                        ReframeExecutor, RunOutcome, library_version, new_directory, strip_knobs,
+                                        output_tail)
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env, site_partition
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
@@ -42,19 +42,6 @@ from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, 
                             tuner_config_name, write_atomic)
 
 logger = logging.getLogger(__name__)
-
-
-def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> str | None:
-    """The version a run's records name for `library` (NCCL/RCCL from `versions`, MPIs from
-    `mpi_library`)."""
-    for record in records:
-        versions = record.get("versions") or {}
-        if library in (Library.NCCL, Library.RCCL) and versions.get(library.value):
-            return str(versions[library.value])
-        version = mpi_library_version(record.get("mpi_library") or "", library.value)
-        if version is not None:
-            return version
-    return None
 
 
 # --------------------------------------------------------------------------------------- the workflow
@@ -234,7 +221,7 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     executor = make_executor(spec, {**base_env, **unsearched})
     ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
-                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester)
+                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version)
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space),
