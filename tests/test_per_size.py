@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fixtures_tuner import catalog, make_scope  # noqa: F401  (fixtures)
 
-from tuners.catalog import KnobCatalog
+from tuners.catalog import KnobCatalog, Library
 from tuners.finalize import Thresholds
 from tuners.per_size import (
     OWN,
@@ -655,8 +655,8 @@ def test_a_scope_republished_without_per_size_changes_stops_pointing_at_its_rule
     rules = [f.env_file.parent / f"{r.scope.slug}.coll_tuned_rules" for f, r in zip(files, recs)]
     assert all(path.exists() for path in rules)
     earlier, _ = env_changes(f"source {files[0].env_file}", {})
-    publish(tmp_path, recs[0].model_copy(update={"cleared": cleared_names(catalog, catalog.default_env())}),
-            catalog)  # measured again: no per-size change this time
+    publish(tmp_path, recs[0].model_copy(update={"cleared": cleared_names(catalog, catalog.default_env(),
+                                                                           Library.OPENMPI)}), catalog)  # measured again: no per-size change this time
     assert rules[0].exists() and rules[1].exists()
     assert "export OMPI_MCA_coll_tuned_dynamic_rules_filename" not in files[0].env_file.read_text()
     changed, removed = env_changes(f"source {files[0].env_file}", earlier)

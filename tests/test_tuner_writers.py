@@ -135,7 +135,7 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     )
     # as a tune gives it: every knob the trials ran without, the site setting none (cleared_names)
     rec = with_per_size(nccl_recommendation, per_size).model_copy(update={
-        "cleared": cleared_names(catalog, catalog.default_env())})
+        "cleared": cleared_names(catalog, catalog.default_env(), Library.NCCL)})
     assert rec.decision == "change" and rec.gain is not None and rec.gain.ci_low > 0
     assert rec.env == {} and rec.unset == ["NCCL_MAX_CTAS", "NCCL_PROTO"]
     assert [(s.decision, s.env) for s in rec.per_size] == [("change", SMALL_WINNER)] * 2 + [("change", {})] * 2
@@ -149,12 +149,14 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
     assert all(len(line) < 256 for line in text.splitlines())
     assert parse_config(text) == [TunerRule("allreduce", 8, 32768, "tree", "ll", 8, 2, 8)]
     assert "# sizes [8, 32768] B: Tree/LL/8 (median speed-up per size, confirmation rounds, which also decided it: +20.0%, +10.0%)" in text
-    # The .env removes the planted site defaults and points NCCL at the plugin and its config; a knob the job
-    # inherited (every trial ran without it) is unset too, anything else stays.
-    inherited = {"NCCL_ALGO": "Ring", "OMPI_MCA_btl_tcp_sndbuf": "65536", "KEEP": "x"}
+    # The .env removes the planted site defaults and points NCCL at the plugin and its config; a knob of NCCL the
+    # job inherited (every trial ran without it) is unset too; another library's (the job's MPI settings: they
+    # were unset as well, and a job sourcing an MPI recommendation and this one lost the first) and anything
+    # else stay.
+    inherited = {"NCCL_ALGO": "Ring", "OMPI_MCA_btl_tcp_sndbuf": "65536", "UCX_TLS": "rc,sm", "KEEP": "x"}
     changed, removed = env_changes(f"source {files.env_file}", {"NCCL_PROTO": "LL", "NCCL_MAX_CTAS": "4", **inherited})
     assert changed == {"NCCL_TUNER_PLUGIN": PLUGIN, "NCCL_TUNER_CONFIG_FILE": str(config.resolve())}
-    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS", "NCCL_ALGO", "OMPI_MCA_btl_tcp_sndbuf"}
+    assert removed == {"NCCL_PROTO", "NCCL_MAX_CTAS", "NCCL_ALGO"}
     loaded = load_recommendations(files.recommendations).recommendations
     cleared = loaded[0].cleared
     assert "NCCL_ALGO" in cleared and "NCCL_SOCKET_NTHREADS" in cleared and not set(cleared) & {*changed, *rec.unset}
@@ -168,7 +170,10 @@ def test_nccl_pipeline_publishes_plugin_rows_env_and_yaml(
 
 
 def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
-    rec = mpi_recommendation().model_copy(update={"cleared": cleared_names(catalog, catalog.default_env())})
+    rec = mpi_recommendation().model_copy(update={"cleared": cleared_names(catalog, catalog.default_env(),
+                                                                          Library.OPENMPI)})
+    # an Open MPI tune's env file unsets what its runs go over (UCX), not a GPU job's NCCL settings
+    assert {"UCX_TLS", "OMPI_MCA_btl_tcp_sndbuf"} <= set(rec.cleared) and "NCCL_IB_HCA" not in rec.cleared
     files = publish(tmp_path, rec, catalog)
     assert files.tuner_config is None
     text = files.env_file.read_text()
@@ -472,7 +477,8 @@ def test_a_scope_s_tuner_config_holds_no_rows_of_another_partition_or_library_ve
     # A scope republished without rows leaves its group's file, which stays after the group's last rows (a job
     # queued with the earlier .env reads it); the new .env unsets the plugin's lines.
     published = publish(tmp_path, gpu2.model_copy(update={"plugin_rules": [], "per_size_selection": None,
-                                                          "cleared": cleared_names(catalog, catalog.default_env())}),
+                                                          "cleared": cleared_names(catalog, catalog.default_env(),
+                                                                                   Library.NCCL)}),
                         catalog)
     assert files["gpu2"].tuner_config is not None and files["gpu2"].tuner_config.exists()
     assert published.tuner_config is None and "unset NCCL_TUNER_CONFIG_FILE" in published.env_file.read_text()

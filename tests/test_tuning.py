@@ -137,7 +137,11 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
     # the last tune's module loaded: its per-size rules would run in every trial, the defaults' too
     published = {"NCCL_TUNER_PLUGIN": "/p.so", "OMPI_MCA_coll_tuned_dynamic_rules_filename": "/r",
                  "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": "/j"}
-    assert strip_knobs({**published, "HOME": "/h"}, catalog, Library.OPENMPI) == {"HOME": "/h"}
+    assert strip_knobs({**published, "HOME": "/h"}, catalog, Library.OPENMPI) == {  # NCCL's and MPICH's rules stay:
+        "HOME": "/h", "NCCL_TUNER_PLUGIN": "/p.so", "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": "/j"}  # no Open MPI run
+    # the knobs of the libraries an MPI runs over go too; NCCL's stay (a job's GPU settings)
+    assert strip_knobs({"UCX_TLS": "tcp", "FI_CXI_RX_MATCH_MODE": "hybrid", "NCCL_IB_HCA": "mlx5_0"}, catalog,
+                       Library.MPICH) == {"NCCL_IB_HCA": "mlx5_0"}
 
 
 def test_an_nccl_conf_naming_a_debug_file_does_not_make_every_knob_unread(tmp_path: Path, catalog: KnobCatalog) -> None:

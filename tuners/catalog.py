@@ -68,6 +68,21 @@ class Library(enum.StrEnum):
     AWS_OFI_NCCL = "aws-ofi-nccl"
 
 
+# The libraries whose knobs can change a run of each tuned library: its own and those it runs over (transports,
+# network providers, ROCm's HSA under GPU-aware MPI and RCCL). A tune's trials run without these knobs and its env
+# files unset them; another library's (an MPI job's NCCL settings, an NCCL job's Open MPI ones) stay. A library
+# not named here: every library's.
+RUNS_OVER: dict[Library, frozenset[Library]] = {
+    Library.NCCL: frozenset({Library.NCCL, Library.AWS_OFI_NCCL, Library.LIBFABRIC, Library.LIBFABRIC_CXI}),
+    Library.RCCL: frozenset({Library.RCCL, Library.HSA, Library.AWS_OFI_NCCL, Library.LIBFABRIC,
+                             Library.LIBFABRIC_CXI}),
+    Library.OPENMPI: frozenset({Library.OPENMPI, Library.UCX, Library.LIBFABRIC, Library.LIBFABRIC_CXI, Library.HSA}),
+    Library.MPICH: frozenset({Library.MPICH, Library.UCX, Library.LIBFABRIC, Library.LIBFABRIC_CXI, Library.HSA}),
+    Library.CRAY_MPICH: frozenset({Library.CRAY_MPICH, Library.MPICH, Library.LIBFABRIC, Library.LIBFABRIC_CXI,
+                                   Library.HSA}),
+}
+
+
 class KnobType(enum.StrEnum):
     CATEGORICAL = "categorical"
     INT = "int"
@@ -657,6 +672,11 @@ class KnobCatalog:
                 raise UnsafeValueError(f"{name} is forbidden by the knob catalog {self.source}")
             checked[name] = text
         return checked
+
+    def affecting(self, library: Library) -> frozenset[str]:
+        """The knobs that can change a run of `library` (RUNS_OVER)."""
+        over = RUNS_OVER.get(library, frozenset(Library))
+        return frozenset(knob.name for knob in self._knobs.values() if over & set(knob.libraries))
 
     def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` without the settings that leave the library's run unchanged, so that two environments with the same

@@ -35,7 +35,7 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import KnobCatalog, UnsafeValueError, check_env_name, check_safe_value
+from tuners.catalog import RUNS_OVER, KnobCatalog, Library, UnsafeValueError, check_env_name, check_safe_value
 from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
@@ -242,13 +242,21 @@ PER_SIZE_ENV: dict[str, tuple[str, ...]] = {"nccl": PLUGIN_ENV, "rccl": PLUGIN_E
 PUBLISHED_ENV = frozenset(name for names in PER_SIZE_ENV.values() for name in names)
 
 
-def cleared_names(catalog: KnobCatalog, launch_names: Collection[str]) -> list[str]:
-    """What a job must unset to run what the trials ran: every catalog knob and per-size variable (the tune strips
-    them from its own environment: executors.strip_knobs) that a launch did not set again (`launch_names`: the
-    site's env_vars, its defaults and pins). A value a job inherits (its own export, a module, an earlier .env)
-    would otherwise run a configuration never measured. What the deployed set sets or unsets itself is taken out
-    where it is written (job_cleared)."""
-    return sorted(({knob.name for knob in catalog} | PUBLISHED_ENV) - set(launch_names))
+def published_env(library: Library) -> frozenset[str]:
+    """The per-size variables that can change a run of `library` (its own and those of the libraries it runs over,
+    catalog.RUNS_OVER)."""
+    over = RUNS_OVER.get(library, frozenset(Library))
+    return frozenset(name for lib, names in PER_SIZE_ENV.items() if Library(lib) in over for name in names)
+
+
+def cleared_names(catalog: KnobCatalog, launch_names: Collection[str], library: Library) -> list[str]:
+    """What a job must unset to run what the trials of a `library` tune ran: every knob and per-size variable that
+    can change its runs (the tune strips them from its own environment: executors.strip_knobs) that a launch did
+    not set again (`launch_names`: the site's env_vars, its defaults and pins). A value a job inherits (its own
+    export, a module, an earlier .env) would otherwise run a configuration never measured; another library's
+    knobs (an MPI job's NCCL settings) stay. What the deployed set sets or unsets itself is taken out where it is
+    written (job_cleared)."""
+    return sorted((catalog.affecting(library) | published_env(library)) - set(launch_names))
 
 
 def job_cleared(rec: Recommendation) -> list[str]:

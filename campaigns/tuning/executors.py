@@ -53,7 +53,7 @@ from campaigns.model.records import mpi_library_version, parse_record_lines
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
-from tuners.writers import PUBLISHED_ENV
+from tuners.writers import published_env
 
 RECORDS_FILE = "commbench.jsonl"
 OUTPUT_FILE = "output.txt"
@@ -88,11 +88,11 @@ def knobs_read(library: Library, output: str) -> dict[str, str] | None:
 
 
 def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
-    """The caller's environment without any catalog knob, read-log switch (READ_LOG_ENV) or variable a published
-    recommendation sets for its per-size rules (a loaded module of the last tune would run every trial, the
-    defaults' too, under its rules)."""
-    switches = READ_LOG_ENV.get(library, {})
-    return {k: v for k, v in environ.items() if k not in catalog and k not in switches and k not in PUBLISHED_ENV}
+    """The caller's environment without any knob that can change a run of `library` (KnobCatalog.affecting), its
+    read-log switch (READ_LOG_ENV) or a variable a published recommendation sets for such per-size rules (a loaded
+    module of the last tune would run every trial, the defaults' too, under its rules)."""
+    gone = catalog.affecting(library) | READ_LOG_ENV.get(library, {}).keys() | published_env(library)
+    return {k: v for k, v in environ.items() if k not in gone}
 
 
 # What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T

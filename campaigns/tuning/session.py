@@ -225,7 +225,7 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space),
-                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()})))
+                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
