@@ -303,7 +303,7 @@ def test_the_summary_s_files_say_null_for_a_file_not_written(
     files = publish(tmp_path, mpi_recommendation(), catalog)  # no tuner-plugin rows: no nccl_tuner.conf
     assert files.to_json() == {"env_file": str(files.env_file), "modulefile": str(files.modulefile),
                                "module_name": files.module_name, "tuner_config": None,
-                               "recommendations": str(files.recommendations)}
+                               "recommendations": str(files.recommendations), "replaced": None}
 
 
 def test_unsafe_values_never_reach_a_recommendation() -> None:
@@ -833,3 +833,15 @@ def test_a_scope_published_before_it_named_its_ranks_per_node_is_replaced_by_its
     assert [r.scope for r in load_recommendations(files.recommendations).recommendations] == [new.scope]
     code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
     assert code == 0 and "tasks_per_node=2" in stdout
+
+
+def test_publishing_a_scope_again_says_which_entry_it_replaced(tmp_path: Path, catalog: KnobCatalog) -> None:  # noqa: F811
+    """A scope tuned again on other sizes replaced its published entry without a word, and recommend then
+    called the sizes measured before 'not measured'."""
+    rec = mpi_recommendation()
+    assert publish(tmp_path, rec, catalog).replaced is None
+    other_sizes = rec.model_copy(update={"date": "2026-11-28T06:00:00+00:00", "per_size": [
+        rec.per_size[0].model_copy(update={"bucket": "8B-64KiB", "max_bytes": 1 << 16})]})
+    again = publish(tmp_path, other_sizes, catalog)
+    assert again.replaced == "sizes=8B-1MiB, change, published 2026-11-21T12:00:00+00:00", again.replaced
+    assert again.to_json()["replaced"] == again.replaced

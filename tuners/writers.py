@@ -137,6 +137,9 @@ class PublishedFiles:
     module_name: str
     tuner_config: Path | None
     recommendations: Path
+    # the entry of the scope this publish replaced, described (its sizes, decision and date), or None: a tune of
+    # other sizes or another baseline replaces what jobs were given
+    replaced: str | None = None
 
     def to_json(self) -> dict[str, str | None]:
         """The paths as strings; a file not written (no tuner config) as None, never "None"."""
@@ -425,9 +428,10 @@ def publish(
     module_path = directory / "modulefiles" / MODULE_FAMILY / f"{module_version}.lua"
     yaml_path = directory / RECOMMENDATIONS_FILE
     with _locked(directory):
-        others = []
+        others, earlier = [], []
         if yaml_path.exists():
-            others = [r for r in load_recommendations(yaml_path).recommendations if not replaces(rec.scope, r.scope)]
+            for r in load_recommendations(yaml_path).recommendations:
+                (earlier if replaces(rec.scope, r.scope) else others).append(r)
         everything = sorted([*others, rec], key=lambda r: r.scope.slug)
         texts = {} if rules is None else {rules[0]: rules[1]}
         texts[env_path] = env_file_text(rec, env, unset)
@@ -446,6 +450,6 @@ def publish(
         # scope points at any more stays: a job queued with the earlier .env reads it (MPICH dies in MPI_Init on a
         # missing tuning file).
         write_files(texts)
-    return PublishedFiles(
-        env_path, module_path, f"{MODULE_FAMILY}/{module_version}", config_path if groups else None, yaml_path
-    )
+    replaced = "; ".join(f"{r.describe_scope().rsplit(' ', 1)[-1]}, {r.decision}, published {r.date}" for r in earlier)
+    return PublishedFiles(env_path, module_path, f"{MODULE_FAMILY}/{module_version}",
+                          config_path if groups else None, yaml_path, replaced or None)

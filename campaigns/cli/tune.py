@@ -372,6 +372,8 @@ def report_lines(outcome: TuningOutcome) -> list[str]:
         lines.append(f"published: {outcome.published.recommendations} ({outcome.published.env_file.name}, "
                      f"module {outcome.published.module_name}"
                      + (f", {outcome.published.tuner_config}" if outcome.published.tuner_config else "") + ")")
+        if outcome.published.replaced:
+            lines.append(f"replaced the scope's earlier entry: {outcome.published.replaced}")
     return lines
 
 
