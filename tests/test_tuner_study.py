@@ -369,6 +369,19 @@ def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str) -> No
               study_name=make_scope().study_name).run()
 
 
+def test_a_study_named_by_hand_is_refused_for_trials_measured_otherwise(sqlite_url: str) -> None:
+    """`--study NAME` again with `--mca btl tcp,self` resumed the study of shared-memory trials: the search then
+    compared measurements of two paths. The study keeps what its trials measured (measured_as: the tuning
+    session's measurement_digest); a study created before it kept none is resumed as before."""
+    make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=2, measured_as="0123456789").run()
+    again = SyntheticEvaluator(SCENARIO)
+    make_tuner(sqlite_url, again, n_trials=3, measured_as="0123456789").run()
+    assert again.calls == 1
+    with pytest.raises(ValueError, match="exists measured otherwise .*0123456789 != abcdef0123\); name another"):
+        make_tuner(sqlite_url, again, n_trials=4, measured_as="abcdef0123").run()
+    assert again.calls == 1
+
+
 @pytest.mark.parametrize("dies_at", [1, 2])
 def test_a_study_whose_creation_died_gets_its_starting_points_on_resume(
         sqlite_url: str, dies_at: int, monkeypatch: pytest.MonkeyPatch) -> None:

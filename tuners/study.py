@@ -350,7 +350,10 @@ class Tuner:
         warm_starts: Sequence[tuple[Mapping[str, str], str]] = (),
         progress: bool = False,
         study_name: str | None = None,
+        measured_as: str | None = None,
     ) -> None:
+        """`measured_as`: what the caller's trials measure beside the scope, knobs and buckets (a digest of the
+        launch and measurement setup): a study stored with another is refused (a study named by hand)."""
         if n_trials is None and timeout_s is None:
             raise ValueError("give a budget: n_trials and/or timeout_s")
         if n_trials is not None and n_trials < 1:
@@ -359,6 +362,7 @@ class Tuner:
             raise ValueError("at least one size bucket is needed")
         self.scope = scope
         self.study_name = study_name or scope.study_name
+        self.measured_as = measured_as
         self.space = space
         self.evaluator = evaluator
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
@@ -434,7 +438,13 @@ class Tuner:
             "baseline_env": self.baseline_env,
             "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
             "geometric mean of the median times of its message sizes",
+            **({} if self.measured_as is None else {"measured_as": self.measured_as}),
         }
+        stored_as = study.user_attrs.get("measured_as")
+        if self.measured_as is not None and stored_as is not None and stored_as != self.measured_as:
+            raise ValueError(f"study {self.study_name} exists measured otherwise (its launch or measurement setup: "
+                             f"launcher options, sizes, iterations, the site's setup; {stored_as} != "
+                             f"{self.measured_as}); name another study (--study NAME)")
         for key in ("knobs", "buckets", "baseline_env"):
             if key in study.user_attrs and study.user_attrs[key] != setup[key]:
                 raise ValueError(

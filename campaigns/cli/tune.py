@@ -402,8 +402,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
-        from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner, prepare,
-                                              study_name)
+        from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner,
+                                              measurement_digest, prepare, study_name)
         from campaigns.tuning.workers import (GRACE_S, completed_launcher, idle_workers_problem, submit_workers,
                                               wait_for_jobs, worker_finished, worker_spec, worker_time_limit_min)
         from tuners.study import study_progress
@@ -441,10 +441,11 @@ def register(app: typer.Typer) -> None:
                     console.print(escape(line), highlight=False, soft_wrap=True)
                 return
             setup = prepare(spec_obj, launcher_runs_here=runs_here)
-            if workers:  # the workers run the trials (srun steps): the study is named for them
+            if workers:  # the workers run the trials (srun steps): the study is named, and measured, as theirs
+                measured_as = measurement_digest(worker_spec(spec_obj), setup.knob_files, setup.space)
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
                                                                            setup.knob_files, setup.space)})
-                setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study)
+                setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study, measured_as=measured_as)
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)
         if dry_run:

@@ -58,6 +58,7 @@ class TuningSetup:
     study_name: str
     # the knobs and per-size variables every trial ran without (stripped, and not set by the site): a job unsets them
     cleared: tuple[str, ...] = ()
+    measured_as: str | None = None  # measurement_digest: a study named by hand holds trials measured alike
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -114,19 +115,24 @@ def launcher_options(spec: TuningSpec) -> list[str]:
 
 
 def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
-    """`spec.study`, else the scope's name + executor + a digest of the knobs asked for, the knob files'
-    content, the searched domains, the ranks per node, what a run measures (sizes, sizes per bucket, batch,
-    iterations, warm-up, programming environment) and how it is launched (launcher_options; the site's setup of
-    the partition and environment: site_setup, as a campaign's run key): trials of another executor, another
-    knob setup, another measurement or launch (scopes published before they named ranks per node did not; the
-    stored study checks the buckets' ranges, not their sizes; batch > 1 turns a latency into a throughput;
-    `--mca btl self,tcp` or a site's new UCX_TLS measures another path) go to a study of their own, and so do
-    those of a catalog whose domains changed (Optuna cannot resume a changed domain)."""
+    """`spec.study`, else the scope's name + executor + measurement_digest: trials of another executor, another
+    knob setup, another measurement or launch go to a study of their own (a study named by hand is checked
+    against the digest: tuners.study.Tuner's measured_as)."""
+    if spec.study is not None:
+        return spec.study
+    return f"{scope.study_name}/{executor_label(spec)}-{measurement_digest(spec, knob_files, space)}"
+
+
+def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: SearchSpace) -> str:
+    """A digest of the knobs asked for, the knob files' content, the searched domains, the ranks per node, what a
+    run measures (sizes, sizes per bucket, batch, iterations, warm-up, programming environment) and how it is
+    launched (launcher_options; the site's setup of the partition and environment: site_setup, as a campaign's
+    run key). Scopes published before they named ranks per node did not; the stored study checks the buckets'
+    ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a site's new
+    UCX_TLS measures another path; a catalog whose domains changed cannot be resumed (Optuna)."""
     from campaigns.model.site import load_site
     from campaigns.model.spec import site_setup
 
-    if spec.study is not None:
-        return spec.study
     found = site_partition(spec)
     setup = {"knobs": spec.knobs, "unverifiable_knobs": sorted(spec.unverifiable_knobs),
              "tasks_per_node": spec.tasks_per_node, "sizes": sorted(set(spec.sizes)),
@@ -139,8 +145,7 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
         setup["launcher_options"] = options
     if found is not None:
         setup["site_setup"] = site_setup(load_site(spec.site), found[0], spec.environ)
-    digest = hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
-    return f"{scope.study_name}/{executor_label(spec)}-{digest}"
+    return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_runs_here: bool = True
@@ -225,7 +230,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space),
-                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)))
+                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
+                       measurement_digest(spec, files, space))
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -273,7 +279,7 @@ def make_tuner(setup: TuningSetup, *, storage: Any = None, progress: bool = Fals
                  sampler=spec.sampler, seed=spec.seed, n_startup_trials=spec.n_startup_trials,
                  screen_trials=spec.screen_trials,
                  seed_envs=seeds, documented=documented, warm_starts=warm, progress=progress,
-                 study_name=setup.study_name)
+                 study_name=setup.study_name, measured_as=setup.measured_as)
 
 
 def documented_envs(catalog: KnobCatalog, space: SearchSpace) -> list[tuple[dict[str, str], str]]:
