@@ -153,3 +153,17 @@ def test_a_path_jobs_would_get_in_their_environment_is_checked_before_the_tune(t
     code, out = commcamp_output("tune", str(spec), "--publish-dir", str(tmp_path / "my rec"), "--runs-dir",
                                 str(tmp_path / "my runs"), "--dry-run")
     assert code == 0, out
+
+
+def test_a_seed_a_resumed_study_does_not_use_is_said_so() -> None:
+    """`--seed 7` on a study created with another seed printed the study's seed and nothing of the 7."""
+    from campaigns.cli.tune import report_lines
+    from campaigns.tuning.session import TuningOutcome
+    from tuners.study import SCREEN_SEED
+
+    study = optuna.create_study()
+    study.set_user_attr(SCREEN_SEED, 1594849180)
+    (said,) = [line for line in report_lines(TuningOutcome(study, {}), 7) if line.startswith("screen order")]
+    assert said.endswith("; --seed 7 not used: it seeds a new study only"), said
+    assert "not used" not in " ".join(report_lines(TuningOutcome(study, {}), 1594849180) + report_lines(
+        TuningOutcome(study, {}), None))

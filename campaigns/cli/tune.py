@@ -338,15 +338,18 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
             *launcher_lines(spec)]
 
 
-def report_lines(outcome: TuningOutcome) -> list[str]:
+def report_lines(outcome: TuningOutcome, seed: int | None = None) -> list[str]:
+    """What a tune says at its end; `seed` the one asked for (--seed), said unused where the study has its own."""
     from tuners.study import SCREEN_SEED, dropped_in_context, dropped_knobs, study_progress
     from tuners.writers import verdict
 
     progress = study_progress(outcome.study)
     lines = [f"trials: {progress.counted} counted ({progress.complete} complete, {progress.failed} failed)"]
     if SCREEN_SEED in outcome.study.user_attrs:
-        lines.append(f"screen order: seed {outcome.study.user_attrs[SCREEN_SEED]} (the study's; --seed with that "
-                     "value gives a new study the same order)")
+        own = outcome.study.user_attrs[SCREEN_SEED]
+        lines.append(f"screen order: seed {own} (the study's; --seed with that value gives a new study the same "
+                     "order)" + (f"; --seed {seed} not used: it seeds a new study only" if seed not in (None, own)
+                                 else ""))
     lines.extend(f"left the search: {name} ({why})"
                  for name, why in dropped_knobs(outcome.study).items())
     lines.extend(f"left the search: {name} ({why})"  # beside some values of the knobs its reading depends on
@@ -471,7 +474,7 @@ def register(app: typer.Typer) -> None:
                 session.trials()
             outcome = session.finish()
             session.summary(summary)
-        for line in report_lines(outcome):
+        for line in report_lines(outcome, spec_obj.seed):
             console.print(escape(line), highlight=False, soft_wrap=True)
         unpublished = outcome.untested or outcome.per_size_failed
         if unpublished is not None:
@@ -612,7 +615,7 @@ def register(app: typer.Typer) -> None:
             session.publish()
             write_env_file(env_file, recommendation, setup.catalog)
             session.summary(summary)
-        for line in report_lines(outcome):
+        for line in report_lines(outcome, spec_obj.seed):
             console.print(escape(line), highlight=False, soft_wrap=True)
         console.print(f"wrote {env_file} after {time.monotonic() - started:.0f} s of a {total:.0f} s budget "
                       f"(source it before the application's srun)")
