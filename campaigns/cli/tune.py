@@ -603,7 +603,7 @@ def register(app: typer.Typer) -> None:
             per_run = sum(durations) / len(durations)
             left = total - (time.monotonic() - started)
             try:
-                recommendation = session.finalize(max_evaluations=int(left // per_run), deadline=started + total)
+                recommendation = session.finalize(max_evaluations=max(0, int(left // per_run)), deadline=started + total)
             except UntestedDecision as exc:
                 raise untested(str(exc)) from None
             assert outcome.report is not None
