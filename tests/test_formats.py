@@ -164,6 +164,11 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
                  "--site", "local", "--system", "local", "--db", url)
     code, out, err = commcamp(*corrected)
     assert code == 2 and "--hosts, --mpi-library: " in out + err and "--replace stores it in" in out + err, out + err
+    # the very file again (its records, timestamps too, the same) described otherwise: refused alike
+    same_file = ("results", "ingest", OSU_DATA / "osu_latency.txt", "--format", "osu", "--hosts", "n1,n2",
+                 "--mpi-library", "Open MPI 4.1.4", "--site", "local", "--system", "local", "--db", url)
+    code, out, err = commcamp(*same_file, "--environ", "other")
+    assert code == 2 and "--environ: " in out + err and "with other values of these" in out + err, out + err
     code, out, err = commcamp(*corrected, "--replace")
     assert code == 0, out + err
     with open_store(url) as store:

@@ -383,12 +383,15 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                 # the key is the file's content: a copy (another modification time, which the timestamps of an
                 # nccl-tests or OSU output are) is the same measurement, already stored - if described alike
                 same = store.runs(run_key=run.run_key)
-                differs = [option for stored in same for option in _described_otherwise(store, stored, run, records)]
+            if run_key is None and not replace and not allow_duplicate:  # an earlier ingest of this file
+                ingested = [stored for stored in same if stored.run_key == run.run_key]
+                differs = [option for stored in ingested
+                           for option in _described_otherwise(store, stored, run, records)]
                 if differs:
                     raise ValueError(
-                        f"{', '.join(sorted(set(differs)))}: {file} is stored as run {same[0].id} "
-                        f"({same[0].run_key!r}) with other values of these; --replace stores it in that run's place, "
-                        "--run-key KEY as another run")
+                        f"{', '.join(sorted(set(differs)))}: {file} is stored as run {ingested[0].id} "
+                        f"({ingested[0].run_key!r}) with other values of these; --replace stores it in that run's "
+                        "place, --run-key KEY as another run")
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
                                  f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)

@@ -133,8 +133,8 @@ class Placer:
                 return None
             reservation = self.reserving.get(case.partition)
             nodes = partition_nodes_in_service(slurm, self.env, reserved_ok=reservation is not None)
-            if reservation is not None:
-                nodes &= reservation_nodes(reservation, self.env)
+            if reservation is not None:  # sbatch takes a comma-separated list: the job runs in one of them
+                nodes &= frozenset().union(*(reservation_nodes(name, self.env) for name in reservation.split(",")))
             self.in_service[case.partition] = nodes
         return self.in_service[case.partition]
 
