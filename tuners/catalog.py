@@ -78,8 +78,8 @@ RUNS_OVER: dict[Library, frozenset[Library]] = {
                              Library.LIBFABRIC_CXI}),
     Library.OPENMPI: frozenset({Library.OPENMPI, Library.UCX, Library.LIBFABRIC, Library.LIBFABRIC_CXI, Library.HSA}),
     Library.MPICH: frozenset({Library.MPICH, Library.UCX, Library.LIBFABRIC, Library.LIBFABRIC_CXI, Library.HSA}),
-    Library.CRAY_MPICH: frozenset({Library.CRAY_MPICH, Library.MPICH, Library.LIBFABRIC, Library.LIBFABRIC_CXI,
-                                   Library.HSA}),
+    Library.CRAY_MPICH: frozenset({Library.CRAY_MPICH, Library.MPICH, Library.UCX, Library.LIBFABRIC,  # -ucx build
+                                   Library.LIBFABRIC_CXI, Library.HSA}),
 }
 
 
