@@ -331,6 +331,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
     unless --allow-duplicate."""
     from campaigns.model.site import SiteError, load_site
+    from campaigns.model.spec import case_key_prefix
     from campaigns.store import RunInfo, open_store, records_digest
 
     parameters = _parameters(param or [])
@@ -368,11 +369,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
         with open_store(db) as store:
-            # a campaign's test case (its runs' keys are the case's: campaigns.model.spec TestCase.series_key) is
-            # measured again by `run --force`: an ingest in its place had deleted its passed runs and relabelled it
+            # a campaign's test case is measured again by `run --force`: an ingest in its place had deleted its
+            # passed runs and relabelled it
             cases = [stored for stored in store.runs(run_key=run.run_key) if stored.run_key.startswith(
-                f"{stored.campaign}/{stored.site}/{stored.system}:{stored.partition}/{stored.environ}/"
-                f"{stored.check_name}/")] if replace else []
+                case_key_prefix(stored.campaign, stored.site, stored.system, stored.partition, stored.environ,
+                                stored.check_name))] if replace else []
             if cases:
                 raise ValueError(f"--replace: run key {run.run_key!r} is a test case of campaign "
                                  f"{cases[0].campaign!r}, stored by `commcamp run`: `commcamp run SPEC --force` "

@@ -394,8 +394,8 @@ class TestCase:
     @property
     def series_key(self) -> str:
         digest = hashlib.sha256(json.dumps(self.parameters, sort_keys=True).encode()).hexdigest()[:16]
-        base = (f"{self.campaign}/{self.site}/{self.system}:{self.partition}/{self.environ}/"
-                f"{self.check}/{self.op}/{self.transport}/{self.num_nodes}n/")
+        base = (case_key_prefix(self.campaign, self.site, self.system, self.partition, self.environ, self.check)
+                + f"{self.op}/{self.transport}/{self.num_nodes}n/")
         if self.placement == "each-switch" and self.nodelist:  # each switch's nodes have a history of their own
             return f"{base}{digest}/{'+'.join(self.nodelist)}"
         # pair tests share one series whatever their nodes (judged against each other and earlier pairs)
@@ -410,6 +410,11 @@ class TestCase:
     def reframe_name(self) -> str:
         """Anchored regex for ReFrame's `-n`: the test's display name without spaces."""
         return f"^{self.check}%{self.op_parameter}={self.op}%num_nodes={self.num_nodes}$"
+
+
+def case_key_prefix(campaign: str, site: str, system: str, partition: str, environ: str, check: str) -> str:
+    """How every run key of a campaign's test case begins (TestCase.series_key)."""
+    return f"{campaign}/{site}/{system}:{partition}/{environ}/{check}/"
 
 
 SETUP_DIGITS = 10  # hex digits of site_setup's digest
