@@ -389,6 +389,12 @@ def test_an_environment_forcing_the_ops_algorithm_gets_no_mpich_rules() -> None:
     assert rule_files.mpich_forced_by_env(
         "reduce_scatter", {"MPIR_CVAR_REDUCE_SCATTER_BLOCK_INTRA_ALGORITHM": "pairwise"}) is not None
     assert rule_files.mpich_forced_by_env("pingpong", {MPICH_CVAR: "smp"}) is None
+    # the variable's aliases force it too (MPI_T on MPICH 4.0.2), unless the MPIR_CVAR_ name, which wins, says auto
+    alias = "MPICH_ALLREDUCE_INTRA_ALGORITHM"
+    assert f"{alias}=recursive_doubling" in (rule_files.mpich_forced_by_env("allreduce", {alias: "recursive_doubling"})
+                                             or "")
+    assert rule_files.mpich_forced_by_env("allreduce", {"MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM": "ring"}) is not None
+    assert rule_files.mpich_forced_by_env("allreduce", {alias: "recursive_doubling", MPICH_CVAR: "auto"}) is None
 
 
 @pytest.mark.parametrize(("op", "name", "ranks", "nodes", "size", "why"), [

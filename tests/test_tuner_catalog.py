@@ -335,6 +335,23 @@ def test_settings_the_library_runs_alike_have_one_effective_env(catalog: KnobCat
         catalog.for_site({"inert_unless_set": {socks: ["NOT_A_KNOB"]}}, "aws/site.yaml")
 
 
+def test_open_mpi_s_dynamic_rules_switch_alone_is_the_defaults(catalog: KnobCatalog, tmp_path: Path) -> None:
+    """Open MPI 4.1 (ompi_info, coll_tuned_decision_dynamic.c): use_dynamic_rules without a forced algorithm or a
+    rules file runs the fixed decisions. A forced algorithm outside the catalog (a site's barrier) counts. (A forced
+    algorithm without use_dynamic_rules is not used either, but every env sets the two together: `requires`.)"""
+    effective = catalog.effective_env
+    rules, ring, sndbuf = ("OMPI_MCA_coll_tuned_use_dynamic_rules", "OMPI_MCA_coll_tuned_allreduce_algorithm",
+                           "OMPI_MCA_btl_tcp_sndbuf")
+    assert effective({rules: "1"}) == {} == effective({rules: "0"})
+    assert effective({rules: "1", sndbuf: "65536"}) == {sndbuf: "65536"}
+    assert effective({rules: "1", ring: "ring"}) == {rules: "1", ring: "ring"}
+    barrier = {rules: "1", "OMPI_MCA_coll_tuned_barrier_algorithm": "2"}
+    assert effective(barrier) == barrier
+    assert effective({rules: "1", "OMPI_MCA_coll_tuned_dynamic_rules_filename": "/x"})[rules] == "1"
+    with pytest.raises(CatalogError, match=r"knobs\.NCCL_IB_SL: inert_unless_any_set names NCCL_IB_SL itself"):
+        KnobCatalog.load(write_catalog(tmp_path, {**GOOD, "inert_unless_any_set": ["NCCL_IB_SL"]}))
+
+
 def test_socket_threads_times_sockets_stays_within_64(catalog: KnobCatalog) -> None:
     """NCCL cuts NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD above 64 (net_socket.cc MAX_SOCKETS), so
     such a trial would repeat a smaller one: the space never proposes it and no env may carry it.
@@ -442,6 +459,19 @@ def test_mpich_4_allreduce_tunes_do_not_search_the_short_message_threshold(catal
     assert "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM" in space.knob_names  # the knob that does select the algorithm
     with pytest.raises(SpaceError, match=f"{knob} cannot be searched: it does not affect op=allreduce"):
         build_space(catalog, mpich, knobs=[knob], op="allreduce", transport="mpi")
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "alltoall", "bcast", "reduce_scatter"])
+def test_each_op_s_algorithm_knob_is_the_one_its_call_reads(catalog: KnobCatalog, op: str) -> None:
+    """commbench's reduce_scatter calls MPI_Reduce_scatter_block: Open MPI's coll/tuned steers it by
+    coll_tuned_reduce_scatter_block_algorithm, MPICH by its _BLOCK_ variable (the per-size stage's sweep forces
+    those, tuners/rule_files.py). The Open MPI catalog offered the MPI_Reduce_scatter variable, which the call never
+    reads: every trial of it measured the defaults again."""
+    block = "reduce_scatter_block" if op == "reduce_scatter" else op
+    for library, version, name in ((Library.OPENMPI, "4.1.4", f"OMPI_MCA_coll_tuned_{block}_algorithm"),
+                                   (Library.MPICH, "4.0.2", f"MPIR_CVAR_{block.upper()}_INTRA_ALGORITHM")):
+        space = build_space(catalog, {library: version}, op=op, transport="mpi")
+        assert [k for k in space.knob_names if k.endswith("_ALGORITHM") or k.endswith("_algorithm")] == [name]
 
 
 def test_library_defaults_and_bounds_match_the_sources(catalog: KnobCatalog) -> None:

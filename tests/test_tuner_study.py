@@ -736,6 +736,25 @@ def test_a_candidate_leaves_out_the_settings_that_change_nothing(sqlite_url: str
         {tuple(sorted(catalog.effective_env(env).items())) for env in candidates})
 
 
+def test_a_knob_made_active_by_a_site_default_outside_the_space_is_searched(sqlite_url: str) -> None:
+    """The site runs 4 socket threads (a default this tune does not search, which every launch sets); the tune
+    searches sockets per thread, 8 of which are twice as fast. Judged without the launch's threads, every sockets
+    value counted as NCCL's defaults (no socket opened): the screen passed them over, every proposal was a repeat,
+    and the 2x setting was never launched nor a candidate."""
+    threads, socks = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"
+    catalog = KnobCatalog.load().for_site({"defaults": {threads: 4}}, "socket site")
+    space = build_space(catalog, {"nccl": "2.28.3"}, knobs=[socks, "NCCL_BUFFSIZE"], transport="ccl")
+    assert space.launch_context == {threads: "4"} and space.effective_env({socks: "8"}) == {socks: "8"}
+
+    def sockets(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
+        t = 50.0 if env.get(socks) == "8" else 100.0
+        return Evaluation({size: [t] for size in SYNTHETIC_SIZES}, validated=validate)
+
+    study = Tuner(make_scope(), space, sockets, sqlite_url, BUCKETS, n_trials=20, seed=1, screen_trials=16).run()
+    assert any(t.user_attrs.get(ENV, {}).get(socks) == "8" for t in study.trials)
+    assert finalization_candidates(study, space, BUCKETS)[0][1].get(socks) == "8"
+
+
 def test_the_simplified_best_keeps_a_constraint_s_factors_together(sqlite_url: str) -> None:
     """Only sockets per thread matter here; the site runs 16 socket threads. The simplified best (the baseline plus
     the best's important knobs) took the best's 8 sockets per thread beside the baseline's 16 threads: 128 > 64, and

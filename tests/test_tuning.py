@@ -142,6 +142,11 @@ def test_an_inherited_read_log_file_does_not_make_every_knob_unread(tmp_path: Pa
     # the knobs of the libraries an MPI runs over go too; NCCL's stay (a job's GPU settings)
     assert strip_knobs({"UCX_TLS": "tcp", "FI_CXI_RX_MATCH_MODE": "hybrid", "NCCL_IB_HCA": "mlx5_0"}, catalog,
                        Library.MPICH) == {"NCCL_IB_HCA": "mlx5_0"}
+    # MPICH reads a control variable under its MPICH_ and MPIR_PARAM_ aliases too (MPI_T on MPICH 4.0.2): an
+    # inherited alias ran in every trial, the defaults' too, and the old rules file with it
+    aliases = {"MPICH_ALLREDUCE_INTRA_ALGORITHM": "recursive_doubling",
+               "MPIR_PARAM_COLL_SELECTION_TUNING_JSON_FILE": "/old/rules.json"}
+    assert strip_knobs({**aliases, "HOME": "/h"}, catalog, Library.MPICH) == {"HOME": "/h"}
 
 
 def test_an_nccl_conf_naming_a_debug_file_does_not_make_every_knob_unread(tmp_path: Path, catalog: KnobCatalog) -> None:

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,26 @@ RUNS_OVER: dict[Library, frozenset[Library]] = {
 }
 
 
+# MPICH reads each control variable MPIR_CVAR_<NAME> also as MPICH_<NAME> and MPIR_PARAM_<NAME> (MPICH 4.0.2:
+# `strings libmpich.so.12`; through MPI_T each sets the variable, the MPIR_CVAR_ name winning where both are set). A
+# tune strips and an env file unsets every spelling (env_names): an inherited alias would run beside the knob.
+MPICH_CVAR_PREFIX = "MPIR_CVAR_"
+MPICH_ALIAS_PREFIXES = ("MPICH_", "MPIR_PARAM_")
+
+
+def env_names(name: str) -> tuple[str, ...]:
+    """Every environment name a library reads variable `name` from: the name, and an MPICH control variable's
+    aliases."""
+    if name.startswith(MPICH_CVAR_PREFIX):
+        return (name, *(prefix + name.removeprefix(MPICH_CVAR_PREFIX) for prefix in MPICH_ALIAS_PREFIXES))
+    return (name,)
+
+
+def with_aliases(names: Iterable[str]) -> frozenset[str]:
+    """`names` with every other spelling the libraries read them as (env_names)."""
+    return frozenset(alias for name in names for alias in env_names(name))
+
+
 class KnobType(enum.StrEnum):
     CATEGORICAL = "categorical"
     INT = "int"
@@ -133,9 +153,10 @@ def parse_version(version: str) -> Version:
 class Knob(BaseModel):
     """One environment variable. `default` is the site's default (trial 0); None = unset. `unset`
     says what the library does when the variable is not set; `source` where the domain, the safety
-    class and that meaning come from (or that a source could not be found). `unset_equals`, `inert_unless_set` and
-    `inert_when` say which settings run the same configuration (KnobCatalog.effective_env); `read_depends_on` which
-    knobs decide whether the library reads it at all (the tuner's read-log rule, tuners/study.py)."""
+    class and that meaning come from (or that a source could not be found). `unset_equals`, `inert_unless_set`,
+    `inert_unless_any_set` and `inert_when` say which settings run the same configuration
+    (KnobCatalog.effective_env); `read_depends_on` which knobs decide whether the library reads it at all (the
+    tuner's read-log rule, tuners/study.py)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -165,6 +186,9 @@ class Knob(BaseModel):
     unset_equals: str | None = None
     # knobs without which this one has no effect: while one of them is unset, setting this one changes nothing
     inert_unless_set: tuple[str, ...] = ()
+    # variables of which one must be set for this one to have an effect (Open MPI's use_dynamic_rules without a forced
+    # algorithm or rules file); they may lie outside the catalog (a site's own forced algorithms count when set)
+    inert_unless_any_set: tuple[str, ...] = ()
     # values of other knobs under which the library does not read this one (so setting it changes nothing): knob ->
     # values, a knob not set counting as its unset_equals (NCCL_P2P_LEVEL while NCCL_P2P_DISABLE=1)
     inert_when: dict[str, tuple[str, ...]] = Field(default_factory=dict)
@@ -223,8 +247,10 @@ class Knob(BaseModel):
             self.check_value(self.default)
         if self.unset_equals is not None:
             self.check_value(self.unset_equals)
-        for name in (*self.inert_unless_set, *self.inert_when, *self.read_depends_on):
+        for name in (*self.inert_unless_set, *self.inert_unless_any_set, *self.inert_when, *self.read_depends_on):
             check_env_name(name)
+        if self.name in self.inert_unless_any_set:
+            raise ValueError(f"inert_unless_any_set names {self.name} itself")
         for name, values in self.inert_when.items():
             if not values:
                 raise ValueError(f"inert_when.{name}: give the values of {name} under which {self.name} is not read")
@@ -681,15 +707,16 @@ class KnobCatalog:
     def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env` without the settings that leave the library's run unchanged, so that two environments with the same
         effective env are one configuration: a knob set to the value the library takes when it is unset
-        (`unset_equals`), a knob that has no effect because a knob of its `inert_unless_set` is unset, and one the
-        library does not read beside another knob's value (`inert_when`; a knob `env` does not set counting as its
-        unset_equals). Pinned values and variables outside the catalog stay."""
+        (`unset_equals`), a knob that has no effect because a knob of its `inert_unless_set` is unset or none of its
+        `inert_unless_any_set` is set, and one the library does not read beside another knob's value (`inert_when`; a
+        knob `env` does not set counting as its unset_equals). Pinned values and variables outside the catalog stay."""
 
         def leaves_run_unchanged(name: str, kept: Mapping[str, str]) -> bool:
             knob = self._knobs.get(name)
             if knob is None or name in self.pinned:
                 return False
             return (kept[name] == knob.unset_equals or any(other not in kept for other in knob.inert_unless_set)
+                    or bool(knob.inert_unless_any_set) and not any(other in kept for other in knob.inert_unless_any_set)
                     or any(self.library_value(other, kept.get(other)) in values
                            for other, values in knob.inert_when.items()))
 

@@ -48,7 +48,9 @@ Procedure (`FinalReport.test` says it in every output, with this finalization's 
    winner take longer than the baseline summed over the rounds (a candidate that stalls now and then:
    the test and the median do not see it, a job does).
 5. Ablation: a winner that changes two or more knobs runs `ablation_rounds` more rounds beside the winner
-   without each of its knobs (the baseline's value, or unset); a knob whose removal does not slow the
+   without each of its knobs (the baseline's value, or unset; a knob goes with the companions it `requires` that
+   no other knob of the winner requires, which are no decision of their own: Open MPI's use_dynamic_rules beside
+   a forced algorithm); a knob whose removal does not slow the
    decision's time significantly (one-sided Wilcoxon at `ablation_alpha`) is dropped: what is deployed is the
    smallest set that keeps the gain. The overall winner keeps also a knob without which a size bucket is
    slower than the winner (its CI wholly below 0, as in 4): that no bucket is slower than the baseline was
@@ -435,8 +437,8 @@ def signed_rank_p(x: np.ndarray) -> tuple[float, float]:
     approximation with tie correction), ~100x faster than scipy.stats.wilcoxon (the sequential looks and
     bench_finalize call it thousands of times). The approximation with ties was anti-conservative for few
     rounds (8 equal values: 0.0023 for an exact 1/256), below the 2**-n that min_rounds counts on."""
-    x = np.asarray(x, dtype=float)
-    x = x[x != 0]
+    x = np.round(np.asarray(x, dtype=float), 12)  # log-ratio rounding (101 / (101 / 1.03) vs log1p(0.03): 3e-16)
+    x = x[x != 0]  # is a zero and a tie, not a difference: no timer resolves 1e-12
     n = len(x)
     if n == 0:
         return 1.0, 1.0
@@ -485,7 +487,7 @@ def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, interval:
     (ci_low = ci_high = gain)."""
     ratios = np.exp(log_ratios)
     gain = float(np.median(ratios) - 1)
-    above_margin = log_ratios - np.log1p(thresholds.min_effect)
+    above_margin = np.round(log_ratios - np.log1p(thresholds.min_effect), 12)  # as signed_rank_p rounds
     if np.all(above_margin == 0):
         return _Measured(log_ratios, 1.0, gain, gain, gain)
     p_value = signed_rank_p(above_margin)[0]
@@ -706,7 +708,8 @@ class _Ablated:
 
 def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name: str,
             rounds: Sequence[Measured], keys: Mapping[str, int], winner_key: int,
-            failures: Mapping[int, str], thresholds: Thresholds, guarded: Sequence[SizeBucket]) -> _Ablated:
+            failures: Mapping[int, str], thresholds: Thresholds, guarded: Sequence[SizeBucket],
+            requires: Callable[[str], Mapping[str, str]]) -> _Ablated:
     """Knobs of a multi-knob winner whose removal does not lose significantly (one-sided Wilcoxon of
     log(t_without / t_winner) > 0 at ablation_alpha) are dropped, unless without it a `guarded` bucket is
     slower than the winner beyond noise (_slower_bucket); when none is kept, none is dropped (the knobs may
@@ -732,7 +735,7 @@ def _ablate(winner_env: Mapping[str, str], baseline_env: Mapping[str, str], name
     env = dict(winner_env)
     for a in results:
         if not a.kept:
-            env = _without(env, baseline_env, a.knob)
+            env = _without(env, baseline_env, a.knob, requires)
     return _Ablated(env, tuple(results))
 
 
@@ -742,11 +745,14 @@ def _keep_whole(ablated: _Ablated, winner_env: Mapping[str, str], why: str) -> _
                                             for a in ablated.ablation))
 
 
-def _without(env: Mapping[str, str], baseline_env: Mapping[str, str], knob: str) -> dict[str, str]:
-    """`env` with `knob` as the baseline has it (its value, or unset)."""
-    reverted = {k: v for k, v in env.items() if k != knob}
-    if knob in baseline_env:
-        reverted[knob] = baseline_env[knob]
+def _without(env: Mapping[str, str], baseline_env: Mapping[str, str], knob: str,
+             requires: Callable[[str], Mapping[str, str]]) -> dict[str, str]:
+    """`env` with `knob`, and the companions it requires that no other knob of `env` requires, as the baseline has
+    them (its value, or unset)."""
+    others = {c: v for k in env if k != knob for c, v in requires(k).items()}
+    gone = [knob, *(c for c, v in requires(knob).items() if env.get(c) == v and others.get(c) != v)]
+    reverted = {k: v for k, v in env.items() if k not in gone}
+    reverted.update({k: baseline_env[k] for k in gone if k in baseline_env})
     return reverted
 
 
@@ -775,6 +781,7 @@ def finalize(
     thresholds: Thresholds = Thresholds(),
     needs_validation: Callable[[Mapping[str, str], Mapping[str, str]], Sequence[str]] = lambda baseline, env: (),
     effective_env: Callable[[Mapping[str, str]], Mapping[str, str]] = dict,
+    requires: Callable[[str], Mapping[str, str]] = lambda knob: {},
     seed: int = 0,
     deadline: float | None = None,
 ) -> FinalReport:
@@ -782,7 +789,9 @@ def finalize(
     validation, the group-sequential phase, ablation of multi-knob winners, held-out rounds of what
     is deployed. `needs_validation` (baseline env, candidate env) names the unsafe knobs a candidate
     changes (SearchSpace.unsafe_changes). `effective_env` (KnobCatalog.effective_env) tells which environments run
-    the same configuration: a reduced set that runs a refused candidate's is refused too. `deadline`
+    the same configuration: a reduced set that runs a refused candidate's is refused too, and ablation measures
+    removals that run alike as one. `requires` (knob -> the companions it sets, Knob.requires) keeps a knob's
+    companions out of ablation's decisions (5). `deadline`
     (time.monotonic()): no round starts after it (7)."""
     rng = np.random.default_rng(seed)
     out_of_time = _Deadline(deadline)
@@ -880,7 +889,7 @@ def finalize(
         notes.append(f"stopped after {rounds_run} of at most {max_rounds} rounds: every decision settled "
                      f"(looks after {', '.join(map(str, looks))} rounds)")
     decisions = _ablation_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time,
-                                refused, env_key)
+                                refused, env_key, requires)
     decisions = _validated_reductions(evaluator, baseline_env, decisions, buckets, needs_validation, notes)
     decisions = _holdout_phase(evaluator, baseline_env, decisions, buckets, thresholds, rng, notes, out_of_time)
     overall = decisions[OVERALL]
@@ -1007,7 +1016,8 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
                     buckets: Sequence[SizeBucket], thresholds: Thresholds, rng: np.random.Generator,
                     notes: list[str], out_of_time: _Deadline,
                     refused: Mapping[str, Mapping[tuple[tuple[str, str], ...], str]],
-                    env_key: Callable[[Mapping[str, str]], tuple[tuple[str, str], ...]]) -> dict[str, Decision]:
+                    env_key: Callable[[Mapping[str, str]], tuple[tuple[str, str], ...]],
+                    requires: Callable[[str], Mapping[str, str]]) -> dict[str, Decision]:
     """`ablation_rounds` rounds of each multi-knob winner and the winner without each of its knobs,
     shuffled; then, where two or more knobs would go, as many rounds of the winner and the reduced set.
     Each decision deploys its winner less the knobs whose removal does not lose (module docstring, 5); the
@@ -1015,21 +1025,26 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
     that check was the tested winner's. `refused` (decision -> env_key -> why): the candidates this
     finalization refused for that decision; a reduced set that runs one of them (the same env_key) is not
     deployed."""
-    multi = {name: d for name, d in decisions.items()
-             if d.winner is not None and changed_knobs(baseline_env, d.env) >= 2}
+
+    def decided(env: Mapping[str, str]) -> list[str]:  # the knobs a winner changes, less companions it requires
+        changed = {k for k in set(baseline_env) | set(env) if baseline_env.get(k) != env.get(k)}
+        companions = {c for k in changed if k in env for c, v in requires(k).items() if c != k and env.get(c) == v}
+        return sorted(changed - companions)
+
+    multi = {name: d for name, d in decisions.items() if d.winner is not None and len(decided(d.env)) >= 2}
     if not multi or thresholds.ablation_rounds <= 0:
         return decisions
     envs: list[dict[str, str]] = []
+    configurations: list[tuple[tuple[str, str], ...]] = []
 
-    def key_of(env: Mapping[str, str]) -> int:
-        if dict(env) not in envs:
+    def key_of(env: Mapping[str, str]) -> int:  # one series per configuration (env_key): removals that run alike
+        if env_key(env) not in configurations:
+            configurations.append(env_key(env))
             envs.append(dict(env))
-        return envs.index(dict(env))
+        return configurations.index(env_key(env))
 
-    plan = {}
-    for name, d in multi.items():
-        knobs = sorted(k for k in set(baseline_env) | set(d.env) if baseline_env.get(k) != d.env.get(k))
-        plan[name] = (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k)) for k in knobs})
+    plan = {name: (key_of(d.env), {k: key_of(_without(d.env, baseline_env, k, requires)) for k in decided(d.env)})
+            for name, d in multi.items()}
     rounds, failures, cut_off = _ablation_rounds(evaluator, envs, buckets, thresholds, rng, out_of_time)
 
     def guarded(name: str) -> Sequence[SizeBucket]:
@@ -1042,7 +1057,7 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
             withdrawn[name] = f"an ablation round ({failures[winner_key]})"
         elif not cut_off:
             ablated[name] = _ablate(decisions[name].env, baseline_env, name, rounds, keys, winner_key, failures,
-                                    thresholds, guarded(name))
+                                    thresholds, guarded(name), requires)
     if cut_off:
         notes.append("no ablation: the time budget ran out; each winner is deployed whole"
                      + (" (but one that failed in the ablation rounds that ran)" if withdrawn else ""))

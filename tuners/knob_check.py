@@ -30,13 +30,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuners.catalog import Knob, KnobCatalog, KnobType, Library, parse_version
+from tuners.catalog import MPICH_ALIAS_PREFIXES, MPICH_CVAR_PREFIX, Knob, KnobCatalog, KnobType, Library, parse_version
 
-CVAR_PREFIX = {Library.OPENMPI: "OMPI_MCA_", Library.MPICH: "MPIR_CVAR_"}
+CVAR_PREFIX = {Library.OPENMPI: "OMPI_MCA_", Library.MPICH: MPICH_CVAR_PREFIX}
 # Every environment name the library reads its control variables from: Open MPI OMPI_MCA_<var> (component
-# selections such as OMPI_MCA_btl included); MPICH 4.0.2 MPIR_CVAR_<NAME> and its aliases MPICH_<NAME> and
-# MPIR_PARAM_<NAME> (`strings libmpich.so.12` lists all three for ALLREDUCE_SHORT_MSG_SIZE, and each sets it).
-ENV_PREFIXES = {Library.OPENMPI: ("OMPI_MCA_",), Library.MPICH: ("MPIR_CVAR_", "MPICH_", "MPIR_PARAM_")}
+# selections such as OMPI_MCA_btl included); MPICH 4.0.2 MPIR_CVAR_<NAME> and its aliases (catalog.env_names).
+ENV_PREFIXES = {Library.OPENMPI: ("OMPI_MCA_",), Library.MPICH: (MPICH_CVAR_PREFIX, *MPICH_ALIAS_PREFIXES)}
 # Set for the listing: Open MPI also reads its MCA parameter files ($HOME/.openmpi/mca-params.conf,
 # <sysconfdir>/openmpi-mca-params.conf: mca_base_param_files), which would show a user's or the system's setting as
 # the library's unset value. /dev/null reads as an empty file (Open MPI 4.1.4: the listing then shows

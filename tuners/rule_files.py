@@ -60,6 +60,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from tuners.catalog import env_names
 from tuners.per_size import PerSizeResult, SizeRange
 
 # COLLTYPE_T of ompi/mca/coll/base/coll_base_functions.h (v4.1.4) for the ops commbench runs.
@@ -294,9 +295,14 @@ def mpich_forced_by_env(op: str, env: Mapping[str, str]) -> str | None:
     MPIR_CVAR_<COLL>_INTRA_ALGORITHM calls the selection only for auto), and the sweep's baseline `own` (the
     variable written to 0, auto, through MPI_T: bench_src/src/transports/mpi_selection.c) is not what deploys."""
     variable = mpich_op_variable(op)
-    value = None if variable is None else env.get(variable)
-    if value is None or value.strip().lower() in ("", "auto"):
+    if variable is None:
         return None
+    # the MPIR_CVAR_ name wins where it is set; else an alias (MPICH_<NAME>, MPIR_PARAM_<NAME>) sets the variable
+    spellings = (variable,) if variable in env else env_names(variable)[1:]
+    forcing = [(name, env[name]) for name in spellings if env.get(name, "").strip().lower() not in ("", "auto")]
+    if not forcing:
+        return None
+    variable, value = forcing[0]
     return (f"the environment sets {variable}={value}: MPICH then runs that {op} algorithm at every size without "
             "reading the selection file, and the sweep's baseline (the library's own choice, auto) is not what "
             "the environment deploys")

@@ -109,7 +109,7 @@ class OneKnobScreen(optuna.samplers.BaseSampler):
         starts = [t for t in complete if self.role_attr in t.user_attrs]
         if not starts:
             return None
-        effective = self.space.catalog.effective_env
+        effective = self.space.effective_env
         known = [effective(t.user_attrs[self.env_attr]) for t in measured]
         searched = [i for i in self.knob_order if self.space.dimensions[i].name not in dropped]
         longest = max((len(self.values[i]) for i in searched), default=0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import optuna
@@ -140,6 +141,22 @@ class SearchSpace:
     @property
     def knob_names(self) -> tuple[str, ...]:
         return tuple(d.name for d in self.dimensions)
+
+    @cached_property
+    def launch_context(self) -> dict[str, str]:
+        """What every launch of this space sets besides a trial's env: the site's defaults and pins of the knobs
+        outside the space (the tune's executor adds them)."""
+        return {k: v for k, v in self.catalog.default_env().items() if k not in self.knob_names}
+
+    def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """KnobCatalog.effective_env of `env` as it runs: beside the launch context (a site's NCCL_SOCKET_NTHREADS=4
+        outside the space makes a searched NCCL_NSOCKS_PERTHREAD act), which is left out of the result."""
+        context = {k: v for k, v in self.launch_context.items() if k not in env}
+        return {k: v for k, v in self.catalog.effective_env({**context, **env}).items() if k not in context}
+
+    def requires(self, name: str) -> Mapping[str, str]:
+        """The companions knob `name` sets with it (Knob.requires; none for a variable outside the catalog)."""
+        return self.catalog[name].requires if name in self.catalog else {}
 
     @property
     def changeable(self) -> tuple[str, ...]:

@@ -849,7 +849,7 @@ def finalization_candidates(
     thread without socket threads) unless the baseline sets them alike; one that runs the baseline's
     configuration is no candidate."""
     baseline = dict(study.user_attrs.get("baseline_env", {}))
-    effective = space.catalog.effective_env
+    effective = space.effective_env
     chosen: list[tuple[int | None, dict[str, str]]] = []
     for bucket in (None, *(b.name for b in buckets)):
         for number, measured, _ in top_envs(study, k if bucket is None else 1, bucket):
@@ -883,6 +883,6 @@ def finalization_candidates(
 
 
 def same_configuration(space: SearchSpace, env: Mapping[str, str], others: Sequence[Mapping[str, str]]) -> bool:
-    """Whether one of `others` runs the same configuration as `env` (KnobCatalog.effective_env)."""
-    effective = space.catalog.effective_env
+    """Whether one of `others` runs the same configuration as `env` (SearchSpace.effective_env)."""
+    effective = space.effective_env
     return effective(env) in [effective(other) for other in others]

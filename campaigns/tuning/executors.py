@@ -51,7 +51,7 @@ import yaml
 from campaigns import paths
 from campaigns.model.records import mpi_library_version, parse_record_lines
 from campaigns.subproc import die_with_this_process
-from tuners.catalog import KnobCatalog, Library
+from tuners.catalog import KnobCatalog, Library, with_aliases
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
 from tuners.writers import published_env
 
@@ -90,8 +90,9 @@ def knobs_read(library: Library, output: str) -> dict[str, str] | None:
 def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Library) -> dict[str, str]:
     """The caller's environment without any knob that can change a run of `library` (KnobCatalog.affecting), its
     read-log switch (READ_LOG_ENV) or a variable a published recommendation sets for such per-size rules (a loaded
-    module of the last tune would run every trial, the defaults' too, under its rules)."""
-    gone = catalog.affecting(library) | READ_LOG_ENV.get(library, {}).keys() | published_env(library)
+    module of the last tune would run every trial, the defaults' too, under its rules), in every spelling the
+    library reads (an MPICH control variable's MPICH_ and MPIR_PARAM_ aliases)."""
+    gone = with_aliases(catalog.affecting(library) | READ_LOG_ENV.get(library, {}).keys() | published_env(library))
     return {k: v for k, v in environ.items() if k not in gone}
 
 
@@ -352,16 +353,20 @@ def library_version(records: Sequence[Mapping[str, Any]], library: Library) -> s
 class CommbenchEvaluator:
     """The tuner's evaluator: one commbench run per call through `executor`, judged as the module
     docstring says. `exempt` knobs are not held to the read-log check (recorded as unverified). `version`: the
-    scope's version of `library`; a run whose records name another stops the tune (None: not checked)."""
+    scope's version of `library`; a run whose records name another stops the tune (None: not checked).
+    `launch_context`: what the executor sets besides a trial's env (SearchSpace.launch_context), beside which the
+    catalog judges which knobs leave the run unchanged."""
 
     def __init__(self, executor: Executor, request: BenchRequest, library: Library, catalog: KnobCatalog,
-                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None, version: str | None = None) -> None:
+                 *, exempt: frozenset[str] = frozenset(), ingest: Any = None, version: str | None = None,
+                 launch_context: Mapping[str, str] | None = None) -> None:
         self.executor = executor
         self.request = request
         self.library = library
         self.version = version
         self.catalog = catalog
         self.exempt = exempt
+        self.launch_context = dict(launch_context or {})
         # What the baseline sets (site defaults, pinned values, their companions): such a knob unread changes nothing
         # against the baseline (e.g. Leonardo's NCCL_IB_SL=1 on a path without InfiniBand), so it fails no run.
         defaults = catalog.default_env()
@@ -437,7 +442,8 @@ class CommbenchEvaluator:
         # NCCL_P2P_DISABLE=0, which NCCL's ncclGetLevel logs only when it is 1; or not read beside another knob's
         # value, inert_when / inert_unless_set) runs as the env says whether or not the log shows it: unread, it is
         # no reason to fail the run, nor to take the knob out of the search.
-        runs = self.catalog.effective_env(env)
+        context = {k: v for k, v in self.launch_context.items() if k not in env}
+        runs = self.catalog.effective_env({**context, **env})
         unread = [name for name in self.unread(env, outcome.output) or [] if name in runs]
         changed = [name for name in unread if env[name] != self.baseline.get(name)]
         if changed:

@@ -222,11 +222,11 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
     # The site's defaults of knobs this tune does not search run in every trial, as in the site's jobs (a
     # tune of NCCL_BUFFSIZE alone on Alps keeps its NCCL_PROTO=^LL128 pin).
-    unsearched = {k: v for k, v in catalog.default_env().items() if k not in space.knob_names}
-    executor = make_executor(spec, {**base_env, **unsearched})
+    executor = make_executor(spec, {**base_env, **space.launch_context})
     ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
-                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version)
+                                   exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version,
+                                   launch_context=space.launch_context)
     versions = {library.value: version, "commcamp": _git_commit()}
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space),
@@ -428,7 +428,8 @@ def finalize_study(setup: TuningSetup, study: Any, baseline_env: Mapping[str, st
         setup.evaluator.run_done = _FinalizationLog(planned, log).run_done
     report = finalize(setup.evaluator, baseline_env, candidates, setup.buckets, thresholds=thresholds,
                       needs_validation=setup.space.unsafe_changes,
-                      effective_env=setup.space.catalog.effective_env, deadline=deadline, seed=rounds_seed(setup, study))
+                      effective_env=setup.space.effective_env, requires=setup.space.requires, deadline=deadline,
+                      seed=rounds_seed(setup, study))
     if keep < len(found):
         report = dataclasses.replace(report, notes=(*report.notes, f"{len(found) - keep} of {len(found)} "
                                                                    "candidates left out to fit the time budget"))
@@ -517,7 +518,7 @@ def deployed_check(setup: TuningSetup, rec: Recommendation, baseline_env: Mappin
     measured alone in the same rounds, it is refused too (with_deployed_check)."""
     rules_env = deployed_rules(setup, rec)
     thresholds = setup.spec.finalize.thresholds()
-    effective = setup.catalog.effective_env
+    effective = setup.space.effective_env
     if rules_env is None:
         if thresholds.never_slower or effective(rec.env) == effective(baseline_env):
             return rec
