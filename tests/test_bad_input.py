@@ -516,6 +516,32 @@ def test_report_and_export_write_through_a_symlink(tmp_path: Path) -> None:
     assert (tmp_path / "r.html").is_symlink() and (target.parent / "report.html").read_text().startswith("<!DOCTYPE")
 
 
+def test_no_output_replaces_the_results_database(tmp_path: Path) -> None:
+    """`report -o`, `results export -o` and `run --verdict` naming the results database (or its -wal file) replaced
+    it whole, exit 0: every run and sample lost. Refused before any work (exit 2 naming the option); the store
+    reads as before."""
+    from fixtures_cli import commcamp
+
+    stored_run(tmp_path)
+    path = tmp_path / "results.db"
+    db = f"sqlite:///{path}"
+    (tmp_path / "results.db-wal").write_bytes(b"")
+    before = path.read_bytes()
+    from test_campaign_kinds import HEALTH_SPEC
+
+    spec = tmp_path / "health.yaml"
+    spec.write_text(HEALTH_SPEC)
+    for args, option in ((("report", "--db", db, "-o", path), "-o/--output"),
+                         (("results", "export", "--db", db, "-o", path, "--format", "csv"), "-o/--output"),
+                         (("results", "export", "--db", db, "-o", f"{path}-wal", "--format", "csv"), "-o/--output"),
+                         (("run", spec, "--db", db, "--dry-run", "--verdict", path), "--verdict")):
+        code, out, err = commcamp(*args)
+        assert code == 2 and option in err and "SQLite database" in err, (args, out + err)
+    assert path.read_bytes() == before
+    code, out, err = commcamp("results", "runs", "--db", db)
+    assert code == 0, err
+
+
 def test_read_only_commands_write_nothing_into_a_store_and_a_dry_run_reads_one(tmp_path: Path) -> None:
     """A read-only open (results list/runs/export, report, run --dry-run) switched a store to WAL and migrated
     whatever database it was given; it now reads a sound store as it is, byte for byte."""

@@ -74,6 +74,23 @@ def test_a_kind_output_that_cannot_be_written_stops_the_run_before_any_case(tmp_
     assert code == 0 and not later.parent.exists(), out + err
 
 
+def test_a_campaign_running_in_another_commcamp_is_not_run_again_beside_it(tmp_path: Path) -> None:
+    """Two `commcamp run`s of one campaign on one workspace both ran every case, each beside the other (MPICH
+    latencies 10^4 x apart), and stored 12 runs for 6 keys. The second is refused (exit 2) before any case runs,
+    naming the holder (the lock is released with its process: campaigns.locks)."""
+    from fixtures_cli import commcamp
+
+    from campaigns.locks import campaign_lock
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(HEALTH_SPEC)
+    db, runs = tmp_path / "results.db", tmp_path / "runs"
+    with campaign_lock(runs, "tiny"):
+        code, out, err = commcamp("run", spec, "--db", f"sqlite:///{db}", "--runs-dir", runs, "--tag", "n1")
+    assert code == ExitCode.USAGE and "campaign 'tiny' is running in another commcamp (pid" in err, out + err
+    assert [p.name for p in runs.iterdir()] == [".tiny.lock"]
+
+
 def test_every_kind_output_option_is_a_run_option_that_reaches_its_kind(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Each kind's output_option (KINDS) is an option of `commcamp run`, and what is given there reaches that kind's

@@ -23,8 +23,32 @@ def make_run_dir(runs: Path, name: str, age_days: float) -> Path:
     (directory / "rfm-1" / "output" / "commbench.jsonl").write_text("{}\n" * 100)
     (directory / "rfm-1" / "reframe.out").write_text("ok\n")
     stamp = time.time() - age_days * DAY
-    os.utime(directory, (stamp, stamp))
+    for written in (*directory.rglob("*"), directory):
+        os.utime(written, (stamp, stamp))
     return directory
+
+
+def test_prune_keeps_a_directory_being_written_and_dates_one_by_its_newest_file(tmp_path: Path) -> None:
+    """A campaign running for hours writes deep inside its run directory, whose own time stays its start: prune
+    called it old by that time and deleted it under the running campaign (every case then failed, its files gone).
+    A directory a process writes (campaigns.locks.in_use) is kept, whatever the options; one whose newest file is
+    recent is recent."""
+    from campaigns.locks import in_use
+
+    runs = tmp_path / "runs"
+    running = make_run_dir(runs, "smoke-20261101T000000Z", 30)
+    writing = make_run_dir(runs, "smoke-20261102T000000Z", 30)
+    (writing / "rfm-1" / "output" / "commbench.jsonl").write_text("{}\n")  # written now
+    gone = make_run_dir(runs, "smoke-20261103T000000Z", 30)
+    db = f"sqlite:///{tmp_path / 'results.db'}"
+    open_store(db).close()
+    with in_use(running):  # made when the campaign began (30 days ago here)
+        os.utime(running, (time.time() - 30 * DAY,) * 2)
+        code, output = commcamp_output("results", "prune", "--runs-dir", runs, "--keep-days", "7", "--yes",
+                                       "--include-referenced", "--db", db)
+    assert code == 0, output
+    assert f"keep {running} (" in output and f"being written (pid {os.getpid()} since" in output
+    assert running.is_dir() and writing.is_dir() and not gone.exists(), output
 
 
 def test_prune_keeps_what_is_recent_or_referenced_and_deletes_only_with_yes(tmp_path: Path) -> None:

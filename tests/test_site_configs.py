@@ -90,6 +90,15 @@ def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -
     (problem,) = check_site("local")
     assert problem.startswith(f"{site_copies / 'local' / 'env.sh'}: missing")
 
+    # a scheduler or launcher ReFrame does not know: the check said ok, and `run` stored every case as an error
+    # whose reason (ReFrame's "no such scheduler") was only in reframe.out
+    for text, typo, field in (("scheduler: local", "scheduler: lcoal", "scheduler"),
+                              ("launcher: mpiexec-from-env", "launcher: mpiexecc", "launcher")):
+        edit(local_yaml, text, typo)
+        assert (f"{local_yaml}:{line_of(local_yaml, typo)}: systems[0].partitions[0].{field}: ReFrame has no such "
+                f"{field}: '{typo.split()[1]}'") in check_site("local")  # beside env.sh missing (above)
+        edit(local_yaml, typo, text)
+
     # an access option a shell cannot split (ReFrame, the placement and the Slurm snapshot split it): `run` died
     # in the placement with a traceback
     slurm_yaml = site_copies / "localslurm" / "site.yaml"

@@ -99,7 +99,8 @@ def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
 
 def test_ingest_never_replaces_a_campaign_s_test_case(jsonl: Path, store_url: str) -> None:
     """`--replace --run-key` of a key `commcamp run` stored deleted the case's passed runs and put the file's
-    records, of other ops and another environment, under it: the campaign then skipped the case as stored."""
+    records, of other ops and another environment, under it: the campaign then skipped the case as stored. Without
+    --replace, a key of that shape not stored yet made a later run skip a case never measured."""
     from campaigns.store import RunInfo
 
     key = "smoke/local/local:cpu/openmpi/commbench_run/allreduce/mpi/1n/ec53be2d7af90f60~72c20f318b"
@@ -111,9 +112,15 @@ def test_ingest_never_replaces_a_campaign_s_test_case(jsonl: Path, store_url: st
                          new_attempt=True)
     result = _invoke("ingest", jsonl, "--site", "local", "--system", "local", "--db", store_url, "--run-key", key,
                      "--replace", "--allow-duplicate")
-    assert result.exit_code == 2 and "is a test case of campaign 'smoke'" in result.output, result.output
+    assert result.exit_code == 2 and "has the shape of a campaign's test case key" in result.output, result.output
     with open_store(store_url) as store:
         assert [(run.campaign, run.status) for run in store.runs(run_key=key)] == [("smoke", "pass")] * 2
+    later = key.replace("openmpi", "mpich")  # a case of the same campaign no run stored yet
+    result = _invoke("ingest", jsonl, "--site", "local", "--system", "local", "--db", store_url, "--run-key", later,
+                     "--allow-duplicate")
+    assert result.exit_code == 2 and "has the shape of a campaign's test case key" in result.output, result.output
+    with open_store(store_url) as store:
+        assert store.runs(run_key=later) == []
 
 
 def _only_run(store_url: str) -> Any:

@@ -97,6 +97,13 @@ def _short_stats() -> dict[str, Any]:
     (_bad_record(nodes=1), "nodes", "1 nodes for 2 distinct hostnames"),
     (_bad_record(wrong_elements=3), "valid", "true with 3 wrong elements"),
     (error_record(reason="bogus"), "reason", "is not one of"),
+    # numbers a record derives from its samples, forged (stored and reported as measured before)
+    (_bad_record(goodput_gbs=999.0), "goodput_gbs", "where bytes / median time give"),
+    (_bad_record(latency_us=100.0), "latency_us", "is not the median sample"),
+    (_bad_record(stats={**commbench_record()["stats"], "median_us": 0.5 + commbench_record()["stats"]["min_us"]}),
+     "stats.median_us", "where the samples give"),
+    (_bad_record(busbw_gbs=5.0), "busbw_gbs", "is not algbw_gbs x busbw_factor"),
+    (_bad_record(timestamp="2099-01-01T00:00:00Z"), "timestamp", "lies in the future"),
 ])
 def test_schema_violation_names_line_and_field(tmp_path: Path, record: dict[str, Any], field: str,
                                                message: str) -> None:

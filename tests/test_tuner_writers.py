@@ -174,6 +174,9 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
                                                                           Library.OPENMPI)})
     # an Open MPI tune's env file unsets what its runs go over (UCX), not a GPU job's NCCL settings
     assert {"UCX_TLS", "OMPI_MCA_btl_tcp_sndbuf"} <= set(rec.cleared) and "NCCL_IB_HCA" not in rec.cleared
+    # an MPICH tune's unsets every spelling MPICH reads a control variable as (an inherited alias would run)
+    assert {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "MPICH_ALLREDUCE_INTRA_ALGORITHM",
+            "MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM"} <= set(cleared_names(catalog, catalog.default_env(), Library.MPICH))
     files = publish(tmp_path, rec, catalog)
     assert files.tuner_config is None
     text = files.env_file.read_text()
@@ -556,7 +559,8 @@ def test_a_related_scope_s_published_winner_is_enqueued_as_a_marked_warm_start(
 
     buckets = buckets_for_sizes([8, 1 << 20])
     study = Tuner(scope, space, evaluate, sqlite_url, buckets, n_trials=3, seed=0,
-                  seed_envs=[{"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}], warm_starts=warm).run()
+                  seed_envs=[{**winner, "OMPI_MCA_coll_tuned_allreduce_algorithm": "recursive_doubling"}],
+                  warm_starts=warm).run()
     first = sorted(study.trials, key=lambda t: t.number)[:3]
     assert [t.user_attrs.get(ROLE) for t in first] == ["defaults", "seeded", WARM_START]
     assert first[2].user_attrs[WARM_START_FROM] == mpi_recommendation(nodes=2).describe_scope()

@@ -35,7 +35,8 @@ import yaml
 
 from campaigns.model.yamlio import YamlDocument, YamlModelError
 from tuners import rule_files
-from tuners.catalog import RUNS_OVER, KnobCatalog, Library, UnsafeValueError, check_env_name, check_safe_value
+from tuners.catalog import (RUNS_OVER, KnobCatalog, Library, UnsafeValueError, check_env_name, check_safe_value,
+                            with_aliases)
 from tuners.per_size import format_config, parse_config
 from tuners.recommendation import Gain, HeldOut, Recommendation, RecommendationFile
 from tuners.scope import StudyScope
@@ -59,7 +60,8 @@ def new_file_mode() -> int:
 def write_target(path: Path) -> Path:
     """The file a write to `path` replaces: `path` itself, or, where it is a symbolic link, the file the link leads
     to (written atomically in that file's directory; the link stays a link). OSError naming `path` when that exists
-    and is not a regular file (a directory, a device such as /dev/full, a FIFO, a socket): never replaced by one."""
+    and is not a regular file (a directory, a device such as /dev/full, a FIFO, a socket): never replaced by one;
+    nor is an SQLite database or its -wal/-shm/-journal file (`report -o commcamp.db` replaced the results store)."""
     try:
         target = path.resolve() if path.is_symlink() else path
     except (RuntimeError, OSError):  # a symlink loop (RuntimeError up to Python 3.12)
@@ -69,7 +71,25 @@ def write_target(path: Path) -> Path:
     if target.exists() and not target.is_file():
         raise OSError(errno.EINVAL, "exists and is not a regular file (a device, FIFO or socket): it is not "
                                     "replaced by one", str(path))
+    database = next((candidate for candidate in (target, *(target.with_name(target.name.removesuffix(suffix))
+                                                          for suffix in SQLITE_COMPANIONS
+                                                          if target.name.endswith(suffix)))
+                     if _is_sqlite(candidate)), None)
+    if database is not None:  # a results or study store: an export or report over it lost every run
+        what = "is an SQLite database" if database == target else f"belongs to the SQLite database {database.name}"
+        raise OSError(errno.EEXIST, f"{what} (a results or study store): it is not replaced", str(path))
     return target
+
+
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:  # none there (or unreadable: the write says so)
+        return False
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -257,9 +277,10 @@ def cleared_names(catalog: KnobCatalog, launch_names: Collection[str], library: 
     can change its runs (the tune strips them from its own environment: executors.strip_knobs) that a launch did
     not set again (`launch_names`: the site's env_vars, its defaults and pins). A value a job inherits (its own
     export, a module, an earlier .env) would otherwise run a configuration never measured; another library's
-    knobs (an MPI job's NCCL settings) stay. What the deployed set sets or unsets itself is taken out where it is
-    written (job_cleared)."""
-    return sorted((catalog.affecting(library) | published_env(library)) - set(launch_names))
+    knobs (an MPI job's NCCL settings) stay. Every spelling the library reads is unset (an MPICH control variable's
+    aliases: catalog.env_names). What the deployed set sets or unsets itself is taken out where it is written
+    (job_cleared)."""
+    return sorted(with_aliases(catalog.affecting(library) | published_env(library)) - set(launch_names))
 
 
 def job_cleared(rec: Recommendation) -> list[str]:

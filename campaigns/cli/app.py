@@ -179,6 +179,8 @@ def run(
         raise typer.Exit(ExitCode.USAGE) from None
     # after the spec: the runner and the store (pandas, SQLAlchemy: most of a second) load for a valid one only
     from campaigns.kinds.table import KINDS, FinishedRun
+    from campaigns.locks import Busy
+    from campaigns.model.site import backend_problems
     from campaigns.reframe.runner import run_campaign
     from campaigns.slurm.nodes import preflight
     from campaigns.slurm.placement import placer_for
@@ -209,6 +211,10 @@ def run(
         raise typer.Exit(ExitCode.USAGE) from None
     kind = KINDS[campaign.spec.kind]
     tag = tag if tag is not None else kind.default_tag()
+    if problems := backend_problems(campaign.site):  # a scheduler or launcher typo: every job would fail
+        errors.print(f"[bold red]site {campaign.site.name}:[/]\n" + escape("\n".join(problems)), highlight=False,
+                     soft_wrap=True)
+        raise typer.Exit(ExitCode.USAGE)
     if not dry_run and (problems := preflight(campaign)):
         errors.print(f"[bold red]site {campaign.site.name} cannot run jobs from here[/]\n" +
                      escape("\n".join(problems)) + f"\n(how to set it up: {campaign.site.directory / 'site.yaml'})",
@@ -259,6 +265,9 @@ def run(
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILED) from None
+        except Busy as exc:  # nothing ran
+            errors.print(f"[bold red]{escape(str(exc))}[/]", highlight=False, soft_wrap=True)
+            raise typer.Exit(ExitCode.USAGE) from None
         except KeyboardInterrupt:
             errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
                          "again to continue (stored passes are skipped)")

@@ -6,7 +6,8 @@ A run directory is kept while it is among the newest `--keep-last` or younger th
 others go, only with `--yes` (without it, the command says what it would delete). A directory that the
 results store (a run's reason names a file in it: a failed run's names its files) or a health verdict
 (results/health/*.json, `run_dirs`, also of its `earlier_verdicts`) still points to is kept and named with what
-points to it, unless `--include-referenced`.
+points to it, unless `--include-referenced`; one a process is writing (campaigns.locks.in_use: a campaign running
+now) is kept always. "Last written" is its newest file's time.
 Only directories named as `commcamp run` and `commcamp tune` name them are run directories
 (<campaign>-<UTC stamp>: campaigns.reframe.runner.RUN_DIR_NAME; run-, reframe-, deployed-, tune-workers-<stamp>:
 campaigns.tuning.executors.TUNING_DIR_NAME); anything else there (ReFrame's own prefix results/runs/reframe, a
@@ -28,6 +29,7 @@ from rich.markup import escape
 
 from campaigns import paths
 from campaigns.cli.options import DbOption, expected_errors
+from campaigns.locks import IN_USE, is_in_use
 
 HEALTH_DIR = "health"  # beside the runs directory: campaigns.paths.health_dir(), health verdicts' default place
 REFRAME_PREFIX = "reframe"  # site_configs/reframe_site.py DEFAULT_PREFIX: <runs directory>/reframe
@@ -43,11 +45,15 @@ class RunDirectory:
 
     @classmethod
     def measure(cls, path: Path) -> RunDirectory:
+        """The directory's files, their size and when the last was written (a file written deep inside does not
+        touch the directory's own time: a run writing for hours read as written at its start)."""
         entry = cls(path, path.stat().st_mtime)
         for item in path.rglob("*"):
-            if item.is_file() and not item.is_symlink():
+            if item.is_file() and not item.is_symlink() and item.name != IN_USE:  # the marker: bookkeeping
+                stat = item.stat()
                 entry.files += 1
-                entry.size += item.stat().st_size
+                entry.size += stat.st_size
+                entry.modified = max(entry.modified, stat.st_mtime)
         return entry
 
     def describe(self) -> str:
@@ -139,6 +145,11 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
         directories = [RunDirectory.measure(p) for p in subdirectories if p not in others]
         old = expired(directories, keep_days, keep_last, time.time())
         mark_references(old, runs_dir, db)
+    writing = {id(d): holder for d in old if (holder := is_in_use(d.path)) is not None}
+    for directory in old:
+        if id(directory) in writing:  # a campaign running now: its cases would fail with their files gone
+            console.print(f"keep {escape(directory.describe())}: being written ({writing[id(directory)]})")
+    old = [d for d in old if id(d) not in writing]
     doomed = [d for d in old if include_referenced or not d.referenced_by]
     for directory in old:
         if directory.referenced_by and not include_referenced:

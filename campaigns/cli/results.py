@@ -331,7 +331,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
     commbench's own. The same records stored before (by `commcamp run` or an earlier ingest) are skipped,
     unless --allow-duplicate."""
     from campaigns.model.site import SiteError, load_site
-    from campaigns.model.spec import case_key_prefix
+    from campaigns.model.spec import CASE_KEY
     from campaigns.store import RunInfo, open_store, records_digest
 
     parameters = _parameters(param or [])
@@ -368,16 +368,14 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                       num_tasks=num_tasks if num_tasks is not None else max(record["ranks"] for record in records),
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
                       job_id=job_id)
+        if CASE_KEY.match(run.run_key):
+            # a campaign's test case is `commcamp run`'s (again with --force): an ingest under its key had replaced
+            # its passed runs (--replace), or, stored first, made the campaign skip the case as stored
+            raise ValueError(f"--run-key {run.run_key!r} has the shape of a campaign's test case key "
+                             "(campaign/site/system:partition/environ/check/...): `commcamp run` would take this file "
+                             "for that case; an ingest takes another key (`commcamp run SPEC --force` measures a "
+                             "case again)")
         with open_store(db) as store:
-            # a campaign's test case is measured again by `run --force`: an ingest in its place had deleted its
-            # passed runs and relabelled it
-            cases = [stored for stored in store.runs(run_key=run.run_key) if stored.run_key.startswith(
-                case_key_prefix(stored.campaign, stored.site, stored.system, stored.partition, stored.environ,
-                                stored.check_name))] if replace else []
-            if cases:
-                raise ValueError(f"--replace: run key {run.run_key!r} is a test case of campaign "
-                                 f"{cases[0].campaign!r}, stored by `commcamp run`: `commcamp run SPEC --force` "
-                                 "measures it again; an ingest takes another --run-key")
             same = [] if allow_duplicate else [stored for stored in store.runs(records_digest=records_digest(records))
                                                if not (replace and stored.run_key == run.run_key)]
             if not same and not allow_duplicate and run_key is None and not replace:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,7 +175,37 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     stats = record.get("stats")
     if stats is not None and not stats["min_us"] <= stats["median_us"] <= stats["max_us"]:
         raise RecordError(where, "stats", "not ordered min_us <= median_us <= max_us")
+    if stamp > datetime.now(UTC) + timedelta(days=1):
+        raise RecordError(where, "timestamp", f"{record['timestamp']!r} lies in the future")
+    _check_derived(record, where)
     return record
+
+
+def _check_derived(record: dict[str, Any], where: str) -> None:
+    """The numbers a result record derives from its samples are those its samples give (sample_stats, busbw_factor;
+    commbench's driver.c and campaigns.formats.foreign alike): min, median and max, latency_us the median, goodput
+    and algbw bytes / median, busbw algbw x factor. Within what printing rounds (a time to the ns): a forged
+    goodput or latency, stored and reported as measured, is refused."""
+    samples, stats = record.get("samples_us"), record.get("stats")
+    if not samples or stats is None:
+        return
+    derived = sample_stats(samples)
+    for name in ("min_us", "median_us", "max_us"):
+        if abs(stats[name] - derived[name]) > 1e-3 + 1e-6 * abs(derived[name]):
+            raise RecordError(where, f"stats.{name}", f"{stats[name]} where the samples give {derived[name]}")
+    median = stats["median_us"]
+    if "latency_us" in record and abs(record["latency_us"] - median) > 1e-3 + 1e-6 * median:
+        raise RecordError(where, "latency_us", f"{record['latency_us']} is not the median sample {median}")
+    if median <= 0 or not record.get("bytes"):
+        return
+    rounding = 1e-6 + 1e-3 / median  # the median printed to the ns, goodput from the unrounded one
+    expected = record["bytes"] / median / 1e3
+    for name in ("goodput_gbs", "algbw_gbs"):
+        if name in record and abs(record[name] / expected - 1) > rounding:
+            raise RecordError(where, name, f"{record[name]} where bytes / median time give {expected:.6g}")
+    if "busbw_gbs" in record and "busbw_factor" in record and "algbw_gbs" in record \
+            and abs(record["busbw_gbs"] - record["algbw_gbs"] * record["busbw_factor"]) > 1e-6 * record["busbw_gbs"]:
+        raise RecordError(where, "busbw_gbs", f"{record['busbw_gbs']} is not algbw_gbs x busbw_factor")
 
 
 def parse_records(text: str, source: str) -> list[dict[str, Any]]:

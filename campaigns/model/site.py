@@ -576,6 +576,8 @@ def check_site(name: str) -> list[str]:
     except SiteError as exc:
         return str(exc).splitlines()
     problems = _reframe_config_problems(site.reframe_config)
+    if not problems:  # the configuration loaded: it registered the site's own launchers (reframe_site.py)
+        problems += backend_problems(site)
     try:
         site.knob_catalog()
     except ValueError as exc:  # CatalogError is a ValueError; its message names the file and key
@@ -772,6 +774,29 @@ def _reframe_config_problems(path: Path) -> list[str]:
                 config.validate()
             except ConfigError as exc:
                 problems.append(f"{path}: systems.{fullname}: {exc}")
+    return problems
+
+
+def backend_problems(site: Site) -> list[str]:
+    """Each partition's scheduler and launcher that ReFrame does not know, as `FILE:LINE: key: message` (a typo
+    there passed `site check` and failed every job of a run, its reason only in reframe.out). Loads the site's
+    ReFrame configuration, which registers the launchers of its own (reframe_site.py)."""
+    from reframe.core.backends import getlauncher, getscheduler
+    from reframe.core.exceptions import ConfigError
+
+    try:
+        _loaded_module_config(site.reframe_config)
+    except Exception as exc:  # the file is Python: anything can go wrong while importing it
+        return [f"{site.reframe_config}: cannot load: {type(exc).__name__}: {exc}"]
+    document = YamlDocument(site.directory / SITE_FILE)
+    problems = []
+    for i, system in enumerate(site.systems):
+        for j, partition in enumerate(system.partitions):
+            for field, backend in (("scheduler", getscheduler), ("launcher", getlauncher)):
+                try:
+                    backend(getattr(partition, field))
+                except ConfigError as exc:
+                    problems.append(document.problem(("systems", i, "partitions", j, field), f"ReFrame has {exc}"))
     return problems
 
 

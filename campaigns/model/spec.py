@@ -417,6 +417,9 @@ def case_key_prefix(campaign: str, site: str, system: str, partition: str, envir
     return f"{campaign}/{site}/{system}:{partition}/{environ}/{check}/"
 
 
+CASE_KEY = re.compile(r"[^/]+/[^/]+/[^/:]+:[^/]+/[^/]+/[^/]+/")  # what case_key_prefix begins every case's key with
+
+
 SETUP_DIGITS = 10  # hex digits of site_setup's digest
 SETUP_SUFFIX = re.compile(rf"~[0-9a-f]{{{SETUP_DIGITS}}}$")  # TestCase.run_key's site_setup digest
 

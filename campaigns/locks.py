@@ -1,0 +1,78 @@
+"""Advisory locks (flock) that say what a commcamp process is doing with a workspace while it does it.
+
+- `campaign_lock`: one `commcamp run` of a campaign per runs directory. Two at once ran every case twice, each
+  beside the other (on one machine: latencies 10^4 x apart), and stored both.
+- `in_use` / `is_in_use`: a run directory being written (`results prune` keeps it: it deleted a running
+  campaign's directory, and every case then failed with its files gone).
+
+flock is released when the process ends, however it ends: a lock file left by a killed process locks nothing.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+IN_USE = ".in-use"  # in a run directory, locked while a process writes it
+
+
+class Busy(RuntimeError):
+    """What the lock is for is being done by another process (the message names it and the lock file)."""
+
+
+def _holder(handle: TextIO) -> str:
+    try:
+        handle.seek(0)
+        held = json.loads(handle.read() or "{}")
+        return f"pid {held['pid']} since {held['since']}"
+    except (ValueError, KeyError, OSError):
+        return "a process"
+
+
+@contextmanager
+def campaign_lock(runs_dir: Path, campaign: str) -> Iterator[None]:
+    """Held while campaign `campaign` runs with run directories under `runs_dir`; Busy when another process holds
+    it."""
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    path = runs_dir / f".{campaign}.lock"
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Busy(f"campaign {campaign!r} is running in another commcamp ({_holder(handle)}; lock {path}): "
+                       "two runs of it would run and store every case twice, each measuring beside the other; "
+                       "wait for it, or give this run another --runs-dir") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}))
+        handle.flush()
+        yield
+
+
+@contextmanager
+def in_use(directory: Path) -> Iterator[None]:
+    """Marks `directory` (made already) as being written while the block runs (is_in_use)."""
+    with open(directory / IN_USE, "w", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}))
+        handle.flush()
+        yield
+
+
+def is_in_use(directory: Path) -> str | None:
+    """Who is writing `directory` ("pid N since T"), or None when no process is."""
+    try:
+        handle = open(directory / IN_USE, encoding="utf-8")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(handle)
+        return None
