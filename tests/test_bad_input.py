@@ -250,6 +250,11 @@ CASES = [
     Case("ingest-zero-num-tasks", (*INGEST, "--num-tasks", "0", "--allow-duplicate"), ("Invalid value for '--num-tasks'", "greater than or equal to 1"),
          records(GOOD_RECORD)),
     Case("ingest-empty-run-key", (*INGEST, "--run-key", "", "--allow-duplicate"), ("--run-key", "is empty"), records(GOOD_RECORD)),
+    # counts the records contradict: stored as a scale the run never ran at
+    Case("ingest-num-nodes-the-records-contradict", (*INGEST, "--num-nodes", "4", "--allow-duplicate"),
+         ("--num-nodes 4: the records of", "ran on 2 nodes"), records(GOOD_RECORD)),
+    Case("ingest-num-tasks-the-records-contradict", (*INGEST, "--num-tasks", "1", "--allow-duplicate"),
+         ("--num-tasks 1: the records of", "ran on 4 ranks"), records(GOOD_RECORD)),
     Case("ingest-in-memory-database", (*INGEST, "--db", "sqlite://"),
          ("sqlite:// is an in-memory SQLite database", "lost when the command ends"), records(GOOD_RECORD)),
     # the results database: in memory, not a commcamp store, an older schema (read-only commands never write it)
@@ -370,6 +375,10 @@ CASES = [
     Case("site-new-from-a-site-yaml-not-utf8", ("site", "new", "fresh", "--from", "broken", "--dir", "{dir}/sites"),
          ("--from broken:", "site.yaml is not UTF-8 text", "nothing written"),
          prepare=lambda d: _broken_site(d, "site.yaml", b"name: broken\n\xff\xfe\n")),
+    # a shipped site's name: the new site hid it (make demo's `local` became the Slurm template)
+    Case("site-new-named-as-a-shipped-site", ("site", "new", "local", "--from", "generic-slurm", "--dir",
+                                              "{dir}/sites"),
+         ("site 'local' is", "a shipped example", "choose another name")),
 ]
 
 

@@ -66,6 +66,8 @@ def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
     runs = _invoke("runs", "--db", store_url, "--status", "fail")
     assert runs.exit_code == 0 and "localslurm" in runs.output and "localslurm:debug" in runs.output
     assert "localslurm" not in _invoke("runs", "--db", store_url, "--status", "pass").output
+    typo = _invoke("runs", "--db", store_url, "--campaign", "smok")  # was an empty table, exit 0
+    assert typo.exit_code == 2 and 'no runs in' in typo.output and '{"campaign": "smok"}' in typo.output
 
 
 def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
@@ -84,8 +86,8 @@ def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
     assert (run.site, run.status) == ("local", "pass")
     clash = _invoke("ingest", write_jsonl(jsonl.with_name("other.jsonl"), [commbench_record(seed=9)]), "--site",
                     "local", "--system", "local", "--db", store_url, "--run-key", run_key)
-    assert clash.exit_code == 1
-    assert "is already stored" in clash.output and "Traceback" not in clash.output
+    assert clash.exit_code == 2  # bad input, as the exit code table says (it was 1)
+    assert "is stored under it; --replace" in clash.output and "Traceback" not in clash.output
     replaced = _ingest(jsonl, store_url, "--replace", "--status", "pass")
     assert replaced.exit_code == 0, replaced.output
     with open_store(store_url) as store:

@@ -106,6 +106,9 @@ def list_runs(db: DbOption = None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with expected_errors(), open_store(db, create=False) as store:
         runs = store.runs(**vars(run_filter))[::-1]
+        given = {name: value for name, value in vars(run_filter).items() if value is not None}
+        if not runs and given:  # a mistyped --campaign read as "nothing ran" (as `results list` refuses)
+            raise ValueError(f"no runs in {store.url} match the filters {json.dumps(given, default=str)}")
     table = list_format is ListFormat.table  # json and csv: numbers as numbers, the status and its reason apart
     rows = [[str(run.id) if table else run.id, run.campaign, run.site, f"{run.system}:{run.partition}", run.environ,
              run.check_name, str(run.num_nodes) if table else run.num_nodes,
@@ -359,6 +362,10 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
             status = RunStatus.passed if invalid == 0 else RunStatus.failed
             if invalid and reason is None:
                 reason = f"{invalid} of {len(records)} records not valid"
+        for option, given, field in (("--num-nodes", num_nodes, "nodes"), ("--num-tasks", num_tasks, "ranks")):
+            measured = max(record[field] for record in records)
+            if given is not None and given != measured:  # the run would be stored as a scale it never ran at
+                raise ValueError(f"{option} {given}: the records of {file} ran on {measured} {field}")
         stamps = [datetime.fromisoformat(record["timestamp"]) for record in records]
         digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
         run = RunInfo(run_key=run_key if run_key is not None else f"manual:{digest}",
@@ -395,6 +402,9 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
                                  f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
                 return
+            if run_key is not None and not replace and (taken := store.runs(run_key=run_key)):
+                raise ValueError(f"--run-key {run_key!r}: run {taken[0].id} is stored under it; --replace stores "
+                                 f"{file} in its place, another --run-key as another run")
             run_id = store.ingest(run, records, replace=replace, validated=True)
     _console().print(f"stored run {run_id} ({run.run_key!r}, {run.status}): {len(records)} measurements "
                f"from {file} in {store.url}", markup=False)

@@ -710,6 +710,11 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
     if taken:
         raise SiteError(f"{target} exists; choose another name or --dir")
+    if other := next((d / name for d in site_search_path() if (d / name / SITE_FILE).is_file()), None):
+        shipped = " (a shipped example: `make demo` and the shipped campaigns run on it)" \
+            if other.parent == SITE_CONFIGS_DIR else ""
+        raise SiteError(f"site {name!r} is {other}{shipped}: two sites of one name hide one another on the site "
+                        "search path; choose another name")
     try:
         try:
             parent.mkdir(parents=True, exist_ok=True)
