@@ -284,6 +284,7 @@ def test_dry_run_shows_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert result.stdout.count("smoke/local/local:cpu/") == 6
     assert "reframe invocation 1:" in result.stdout and "-p '^(mpich|openmpi)$'" in result.stdout
+    assert f"no results database at sqlite:///{db} yet: nothing is stored" in result.stdout  # a mistyped --db too
     assert not db.exists() and not (tmp_path / "runs").exists()
 
 

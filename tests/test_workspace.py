@@ -58,6 +58,15 @@ def test_tune_and_run_make_a_new_workspace(monkeypatch: pytest.MonkeyPatch, tmp_
     assert (tmp_path / "run-ws" / "commcamp.db").is_file()
 
 
+def test_a_workspace_that_takes_no_run_directories_is_named_as_such(tmp_path: Path) -> None:
+    """COMMCAMP_HOME a file: `run` blamed --runs-dir, which was not given."""
+    (tmp_path / "afile").write_text("x\n")
+    spec = REPO / "campaigns" / "smoke.yaml"
+    code, out, err = commcamp("run", spec, "--dry-run", "--db", f"sqlite:///{tmp_path / 'r.db'}",
+                              env={paths.HOME_ENV: str(tmp_path / "afile")})
+    assert code == 2 and "the workspace's runs directory (--runs-dir names another): cannot write" in err, out + err
+
+
 def test_site_search_path_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "site.yaml").write_text("schema_version: 1\n")

@@ -171,6 +171,7 @@ def run(
 
     console, errors = make_console(), make_console(stderr=True)
     # Absolute: ReFrame runs with its prefix as the working directory, where a relative path would land deeper.
+    runs_option = "--runs-dir" if runs_dir is not None else "the workspace's runs directory (--runs-dir names another)"
     runs_dir = (runs_dir or paths.runs_dir()).resolve()
     try:
         campaign = load_campaign(spec, site)
@@ -230,10 +231,13 @@ def run(
         # run too: it shows where the run would write); creates nothing
         paths.probe_writable(runs_dir)
     except OSError as exc:
-        errors.print(f"[bold red]--runs-dir: cannot write run directories under {escape(str(runs_dir))}:[/] "
+        errors.print(f"[bold red]{escape(runs_option)}: cannot write run directories under {escape(str(runs_dir))}:[/] "
                      f"{escape(exc.strerror or str(exc))}", soft_wrap=True)
         raise typer.Exit(ExitCode.USAGE) from None
     if dry_run and (force or _stored_nothing_yet(url)):
+        if not force:  # a mistyped --db reads the same: say which database holds nothing
+            console.print(f"no results database at {escape(url)} yet: nothing is stored, every case would run",
+                          soft_wrap=True)
         _print_plan(console, campaign, None, tag=tag, runs_dir=runs_dir)
         return
     placer = None
