@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +57,13 @@ def selection(name: str, value: int | None, cvar: str | None = OMPI_CVAR) -> dic
     return {"name": name, "mechanism": mechanism, "cvar": cvar, "value": value, "available": True, "reason": None}
 
 
-def sweep_records(speedups: dict[str, dict[int, list[float]]], rounds: int, seed: int = 0) -> list[dict[str, Any]]:
-    """Records of a sweep in commbench's format: the own choice's per-round medians with 2 % noise,
+def sweep_records(speedups: dict[str, dict[int, list[float]]], rounds: int, seed: int = 0,
+                  sizes: Sequence[int] = SIZES) -> list[dict[str, Any]]:
+    """Records of a sweep of `sizes` in commbench's format: the own choice's per-round medians with 2 % noise,
     each other selection's = own / its per-round speed-up (cycled over the rounds) with noise."""
     rng = np.random.default_rng(seed)
     records = []
-    for size in SIZES:
+    for size in sizes:
         own = 10.0 * (1 + size / 1000) * np.exp(rng.normal(0, 0.02, rounds))
         records.append({"op": "allreduce", "bytes": size, "ranks": 4, "nodes": 2, "mpi_library": "openmpi",
                         "valid": True, "selection": selection(OWN, None, None) | {"mechanism": "mpi_t"},

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -1042,9 +1042,9 @@ class PlantedSweep:
         self.real, self.request, self.executor, self.durations_s = real, real.request, self, real.durations_s
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
-        from test_per_size import SIZES, sweep_records
+        from test_per_size import sweep_records
 
-        records = sweep_records({"alg1": {s: [1.25] for s in SIZES}}, 26)
+        records = sweep_records({"alg1": {s: [1.25] for s in request.sizes}}, 26, sizes=request.sizes)
         return RunOutcome([{**r, "nodes": 1, "ranks": 2} for r in records], "", 0)  # the rule file is per rank count
 
     def __call__(self, env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
@@ -1052,7 +1052,7 @@ class PlantedSweep:
 
 
 def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator | None,
-                         env: dict[str, str] | None = None) -> Any:
+                         env: dict[str, str] | None = None, sizes: Sequence[str] = ("64K", "1M")) -> Any:
     """A session after finalization (recommendation: keep the defaults, or change to `env`) whose per-size stage
     gives one rule; `evaluator` None: PlantedSweep around the real one."""
     from campaigns.tuning.session import TuningOutcome, TuningSession, prepare
@@ -1060,7 +1060,7 @@ def deployed_set_session(tmp_path: Path, evaluator: DeployedSetEvaluator | None,
     from test_tuner_writers import mpi_recommendation
 
     spec = TuningSpec(site="local", system="local:cpu", library="openmpi", library_version="4.1.4", op="allreduce",
-                      sizes=["64K", "1M"], sizes_per_bucket=1, iters=40, executor="launcher", launcher=MPIRUN,
+                      sizes=list(sizes), sizes_per_bucket=1, iters=40, executor="launcher", launcher=MPIRUN,
                       commbench=COMMBENCH, per_size={"enabled": True, "top": 1}, seed=1,
                       db=f"sqlite:///{tmp_path / 'study.db'}", runs_dir=tmp_path / "runs",
                       publish_dir=tmp_path / "rec")
@@ -1173,14 +1173,15 @@ def test_an_environment_let_through_by_never_slower_off_is_checked_when_no_rule_
 
 def test_the_real_library_s_slower_rule_file_is_withdrawn_by_the_deployed_check(tmp_path: Path) -> None:
     """The deployed-set check on the real library: the sweep (planted) put basic_linear at every size, Open MPI
-    runs the rule file it writes (basic_linear took 1.3-1.6x own's time at 64 KiB and 1 MiB between 2 local ranks
-    here), and the check withdraws the rules: nothing of them is published. Real runs only after the sweep. Its 6
-    rounds decide on the slowest and fastest round (the median's interval): one stalled round of the defaults on a
-    loaded machine keeps the set, as the rule says (a review saw 4 of 8 kept beside two busy loops; a fresh-clone
-    CI run on 2026-11-28 kept it three times running), so up to five sessions, each a new tune's check."""
+    runs the rule file it writes (basic_linear took 1.4x own's time at 1 MiB and 2.4x at 4 MiB between 2 local
+    ranks here, 2026-11-28; at 64 KiB, the sizes before, 1.0-1.6x), and the check withdraws the rules: nothing of
+    them is published. Real runs only after the sweep. Its 6 rounds decide on the slowest and fastest round (the
+    median's interval): one stalled round of the defaults on a loaded machine keeps the set, as the rule says (at
+    64 KiB and 1 MiB a fresh-clone CI run kept it in all five sessions), so up to five sessions, each a new tune's
+    check."""
     for attempt in range(5):
         (tmp_path / str(attempt)).mkdir()
-        session = deployed_set_session(tmp_path / str(attempt), None)
+        session = deployed_set_session(tmp_path / str(attempt), None, sizes=("1M", "4M"))
         session.per_size()
         session.publish()
         session.summary(tmp_path / str(attempt) / "summary.json")
