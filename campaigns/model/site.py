@@ -811,9 +811,16 @@ def _loaded_module_config(path: Path) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location(f"_commcamp_site_config_{path.parent.name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    # A site kept outside the shipped examples finds reframe_site.py through this (its reframe_config.py).
-    with _environ(paths.DATA_ENV, os.environ.get(paths.DATA_ENV) or str(paths.DATA_ROOT)):
-        spec.loader.exec_module(module)
+    # A site kept outside the shipped examples finds reframe_site.py through this (its reframe_config.py). What the
+    # file does to the environment stays there (localslurm's sets SLURM_CONF and PATH for plain `reframe -C`): a
+    # `run` that checked the site read a missing cluster's SLURM_CONF as the caller's.
+    saved = dict(os.environ)
+    try:
+        with _environ(paths.DATA_ENV, os.environ.get(paths.DATA_ENV) or str(paths.DATA_ROOT)):
+            spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return module.site_configuration  # type: ignore[no-any-return]
 
 
