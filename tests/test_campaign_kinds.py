@@ -40,6 +40,26 @@ def test_run_kind_exit_code_says_whether_every_case_passed_and_was_stored() -> N
     assert after_run(_finished(["pass"], store_error="database is locked")) is ExitCode.FAILED
 
 
+def test_the_summary_shows_no_figures_of_a_case_that_stored_no_record() -> None:
+    """A case that failed with no record stored (its run directory deleted under it) showed ReFrame's latency and
+    goodput as if measured."""
+    import io
+
+    from rich.console import Console
+
+    from campaigns.cli.app import _print_summary
+
+    finished = _finished(["fail", "pass"])
+    figures = {"small_latency": (0.166, "us"), "large_goodput": (2.37, "GB/s")}
+    results = [dataclasses.replace(finished.result.results[0], perf=figures, num_records=0),
+               dataclasses.replace(finished.result.results[1], perf=figures, num_records=12)]
+    out = io.StringIO()
+    _print_summary(Console(file=out, width=200), finished.campaign,
+                   dataclasses.replace(finished.result, results=results))
+    rows = [line for line in out.getvalue().splitlines() if " fail" in line or " pass" in line]
+    assert "0.166" not in rows[0] and "2.37" not in rows[0] and "0.166" in rows[1], out.getvalue()
+
+
 HEALTH_SPEC = ("name: tiny\nkind: health\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n"
                "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    min_bytes: 8\n    max_bytes: 64\n"
                "    step_factor: 8\n    warmup: 1\n    iters: 3\n    timeout_s: 30\n    time_limit_s: 60\n")

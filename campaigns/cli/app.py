@@ -74,7 +74,9 @@ def _print_summary(console: Console, campaign: Campaign, result: CampaignResult)
     style = {"pass": "green", "stored": "cyan", "fail": "bold red", "error": "bold red", "unplaceable": "yellow"}
     for item in result.results:
         case = item.case
-        perf = {name: value for name, (value, _) in item.perf.items()}
+        # ReFrame's figures of a case none of whose records was stored (its files gone, a failed run) are no result
+        perf = {name: value for name, (value, _) in item.perf.items()} if item.num_records or item.status == "pass" \
+            else {}
         row = ([f"{case.system}:{case.partition}"] if len(targets) > 1 else []) + [
             case.environ, case.op, str(case.num_nodes), str(case.num_tasks), _fmt(perf.get("small_latency")),
             _fmt(perf.get("large_goodput", perf.get("large_bandwidth"))), _fmt(perf.get("large_busbw")),
