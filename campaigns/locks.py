@@ -1,18 +1,21 @@
 """Advisory locks (flock) that say what a commcamp process is doing with a workspace while it does it.
 
-- `campaign_lock`: one `commcamp run` of a campaign per runs directory. Two at once ran every case twice, each
-  beside the other (on one machine: latencies 10^4 x apart), and stored both.
+- `campaign_lock`: one `commcamp run` of a campaign on a site's system per runs directory. Two at once ran every
+  case twice, each beside the other (on one machine: latencies 10^4 x apart), and stored both.
 - `in_use` / `is_in_use`: a run directory being written (`results prune` keeps it: it deleted a running
   campaign's directory, and every case then failed with its files gone).
 
 flock is released when the process ends, however it ends: a lock file left by a killed process locks nothing.
+It holds between processes of one host; on a network file system it holds across hosts only where the mount
+passes flock on (NFS without `local_lock=flock`, Lustre with `-o flock`). A file system that refuses flock
+(ENOLCK, ENOSYS) or a lock file this user cannot open: the run goes on unlocked, said by `warn`.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +28,13 @@ class Busy(RuntimeError):
     """What the lock is for is being done by another process (the message names it and the lock file)."""
 
 
+def _stamp(handle: TextIO) -> None:
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}))
+    handle.flush()
+
+
 def _holder(handle: TextIO) -> str:
     try:
         handle.seek(0)
@@ -35,37 +45,44 @@ def _holder(handle: TextIO) -> str:
 
 
 @contextmanager
-def campaign_lock(runs_dir: Path, campaign: str) -> Iterator[None]:
-    """Held while campaign `campaign` runs with run directories under `runs_dir`; Busy when another process holds
-    it."""
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    path = runs_dir / f".{campaign}.lock"
-    with open(path, "a+", encoding="utf-8") as handle:
+def campaign_lock(runs_dir: Path, name: str, warn: Callable[[str], None]) -> Iterator[None]:
+    """Held while campaign `name` (campaign@site@system) runs with run directories under `runs_dir`; Busy when
+    another process holds it."""
+    path = runs_dir / f".{name}.lock"
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")
+    except OSError as exc:
+        warn(f"not locked: cannot open {path} ({exc.strerror or exc}): another run of {name} would not be seen")
+        yield
+        return
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _stamp(handle)
         except BlockingIOError:
-            raise Busy(f"campaign {campaign!r} is running in another commcamp ({_holder(handle)}; lock {path}): "
-                       "two runs of it would run and store every case twice, each measuring beside the other; "
-                       "wait for it, or give this run another --runs-dir") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}))
-        handle.flush()
+            raise Busy(f"{name} is running in another commcamp ({_holder(handle)}; lock {path}): two runs of it "
+                       "would run and store every case twice, each measuring beside the other; wait for it") from None
+        except OSError as exc:  # a file system without flock
+            warn(f"not locked: {path}: {exc.strerror or exc}: another run of {name} would not be seen")
         yield
 
 
 @contextmanager
 def in_use(directory: Path) -> Iterator[None]:
-    """Marks `directory` (made already) as being written while the block runs (is_in_use)."""
+    """Marks `directory` (made already) as being written while the block runs (is_in_use); unmarked where the file
+    system refuses flock."""
     with open(directory / IN_USE, "w", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.write(json.dumps({"pid": os.getpid(), "since": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")}))
-        handle.flush()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _stamp(handle)
+        except OSError:  # no flock here: prune dates the directory by its newest file alone
+            pass
         yield
 
 
 def is_in_use(directory: Path) -> str | None:
-    """Who is writing `directory` ("pid N since T"), or None when no process is."""
+    """Who is writing `directory` ("pid N since T"), or None when no process is (or none can be seen)."""
     try:
         handle = open(directory / IN_USE, encoding="utf-8")
     except OSError:
@@ -75,4 +92,6 @@ def is_in_use(directory: Path) -> str | None:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _holder(handle)
+        except OSError:
+            return None
         return None

@@ -9,29 +9,33 @@ from typing import Any
 import numpy as np
 import pytest
 
+from campaigns.model.records import busbw_factor, sample_stats
 from campaigns.store import RunInfo, Store, open_store
 from fixtures_pg import drop_database, new_database
 
-# Per-op busbw factor for 4 ranks, as the record schema defines it.
-_BUSBW_FACTOR = {"allreduce": 1.5, "allgather": 0.75, "alltoall": 0.75, "pingpong": 1.0, "bcast": 1.0}
-
 
 def commbench_record(*, op: str = "allreduce", transport: str = "mpi", size: int = 1024, iters: int = 8,
-                     seed: int = 0, timestamp: str = "2026-03-01T12:00:00Z", **fields: Any) -> dict[str, Any]:
-    """A 'result' record as commbench writes it: samples drawn from `seed`, stats computed from them."""
-    samples = np.random.default_rng(seed).lognormal(mean=np.log(5 + size / 1e3), sigma=0.2, size=iters)
-    median = float(np.median(samples))
+                     seed: int = 0, timestamp: str = "2026-03-01T12:00:00Z", samples_us: list[float] | None = None,
+                     goodput_gbs: float | None = None, **fields: Any) -> dict[str, Any]:
+    """A 'result' record as commbench writes it: `samples_us` or samples drawn from `seed` (scaled to the median
+    that gives `goodput_gbs` where that is given), and every number commbench derives from them (stats, latency,
+    goodput, busbw: campaigns.model.records, which refuses records whose numbers their samples do not give)."""
+    samples = np.random.default_rng(seed).lognormal(mean=np.log(5 + size / 1e3), sigma=0.2, size=iters) \
+        if samples_us is None else np.asarray(samples_us, dtype=float)
+    if goodput_gbs is not None:
+        samples = samples * (size / goodput_gbs / 1e3) / float(np.median(samples))
+    stats = sample_stats(samples.tolist())
+    median = stats["median_us"]
     algbw = size / median / 1e3  # bytes/us = MB/s; /1e3 -> GB/s
     ranks = 4
+    factor = busbw_factor(op, ranks)
     record: dict[str, Any] = {
         "schema_version": 1, "kind": "result", "commbench_version": "0.1.0", "timestamp": timestamp,
         "backend": "cpu", "op": op, "transport": transport, "bytes": size, "count": size // 4,
         "dtype": "float32", "iters": iters, "warmup": 2, "samples_us": samples.tolist(),
-        "stats": {"min_us": float(samples.min()), "median_us": median, "mean_us": float(samples.mean()),
-                  "p95_us": float(np.percentile(samples, 95)), "max_us": float(samples.max()),
-                  "stdev_us": float(samples.std())},
+        "stats": stats,
         "latency_us": median, "goodput_gbs": algbw, "algbw_gbs": algbw,
-        "busbw_gbs": algbw * _BUSBW_FACTOR[op], "busbw_factor": _BUSBW_FACTOR[op],
+        "busbw_gbs": algbw * factor, "busbw_factor": factor,
         "valid": True, "check": True, "wrong_elements": 0, "error": None, "reason": None,
         "ranks": ranks, "nodes": 2, "hostnames": ["n1", "n1", "n2", "n2"],
         "mpi_library": "Open MPI v4.1.4", "env": {"OMPI_MCA_btl": "self,tcp"},

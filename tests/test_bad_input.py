@@ -375,10 +375,6 @@ CASES = [
     Case("site-new-from-a-site-yaml-not-utf8", ("site", "new", "fresh", "--from", "broken", "--dir", "{dir}/sites"),
          ("--from broken:", "site.yaml is not UTF-8 text", "nothing written"),
          prepare=lambda d: _broken_site(d, "site.yaml", b"name: broken\n\xff\xfe\n")),
-    # a shipped site's name: the new site hid it (make demo's `local` became the Slurm template)
-    Case("site-new-named-as-a-shipped-site", ("site", "new", "local", "--from", "generic-slurm", "--dir",
-                                              "{dir}/sites"),
-         ("site 'local' is", "a shipped example", "choose another name")),
 ]
 
 
@@ -549,6 +545,12 @@ def test_no_output_replaces_the_results_database(tmp_path: Path) -> None:
     assert path.read_bytes() == before
     code, out, err = commcamp("results", "runs", "--db", db)
     assert code == 0, err
+    from tuners.writers import write_target
+
+    for companion in ("-shm", "-journal"):
+        with pytest.raises(OSError, match="belongs to the SQLite database results.db"):
+            write_target(tmp_path / f"results.db{companion}")
+    assert write_target(tmp_path / "-wal") == tmp_path / "-wal"  # a file of that name alone is no companion
 
 
 def test_read_only_commands_write_nothing_into_a_store_and_a_dry_run_reads_one(tmp_path: Path) -> None:

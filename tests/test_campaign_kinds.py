@@ -105,10 +105,10 @@ def test_a_campaign_running_in_another_commcamp_is_not_run_again_beside_it(tmp_p
     spec = tmp_path / "tiny.yaml"
     spec.write_text(HEALTH_SPEC)
     db, runs = tmp_path / "results.db", tmp_path / "runs"
-    with campaign_lock(runs, "tiny"):
+    with campaign_lock(runs, "tiny@local@local", warn=pytest.fail):
         code, out, err = commcamp("run", spec, "--db", f"sqlite:///{db}", "--runs-dir", runs, "--tag", "n1")
-    assert code == ExitCode.USAGE and "campaign 'tiny' is running in another commcamp (pid" in err, out + err
-    assert [p.name for p in runs.iterdir()] == [".tiny.lock"]
+    assert code == ExitCode.FAILED and "tiny@local@local is running in another commcamp (pid" in err, out + err
+    assert [p.name for p in runs.iterdir()] == [".tiny@local@local.lock"]
 
 
 def test_every_kind_output_option_is_a_run_option_that_reaches_its_kind(tmp_path: Path,

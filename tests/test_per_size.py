@@ -397,6 +397,8 @@ def test_an_environment_forcing_the_ops_algorithm_gets_no_mpich_rules() -> None:
                                              or "")
     assert rule_files.mpich_forced_by_env("allreduce", {"MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM": "ring"}) is not None
     assert rule_files.mpich_forced_by_env("allreduce", {alias: "recursive_doubling", MPICH_CVAR: "auto"}) is None
+    param = "MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM"
+    assert rule_files.mpich_forced_by_env("allreduce", {alias: "ring", param: "auto"}) is None  # MPIR_PARAM_ wins
 
 
 @pytest.mark.parametrize(("op", "name", "ranks", "nodes", "size", "why"), [

@@ -28,6 +28,28 @@ def make_run_dir(runs: Path, name: str, age_days: float) -> Path:
     return directory
 
 
+def test_a_campaign_s_run_directory_is_in_use_while_its_cases_run(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    import campaigns.reframe.runner as runner
+    from campaigns.locks import is_in_use
+    from campaigns.model.spec import load_campaign
+
+    seen = []
+
+    def run_cases(pending, store, *, console, run_dir, placer):  # noqa: ANN001, ANN202
+        seen.append(is_in_use(run_dir))
+        return [runner.CaseResult(case, "pass") for case in pending]
+
+    monkeypatch.setattr(runner, "run_cases", run_cases)
+    campaign = load_campaign(Path(__file__).resolve().parents[1] / "campaigns" / "smoke.yaml")
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        result = runner.run_campaign(campaign, store, force=True, console=Console(file=None), runs_dir=tmp_path)
+    assert seen and seen[0] is not None and f"pid {os.getpid()}" in seen[0]
+    assert result.run_dir is not None and is_in_use(result.run_dir) is None  # released when the cases are done
+
+
 def test_prune_keeps_a_directory_being_written_and_dates_one_by_its_newest_file(tmp_path: Path) -> None:
     """A campaign running for hours writes deep inside its run directory, whose own time stays its start: prune
     called it old by that time and deleted it under the running campaign (every case then failed, its files gone).

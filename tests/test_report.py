@@ -234,13 +234,13 @@ def test_other_benchmarks_records_are_never_pooled_with_commbench_s(tmp_path: Pa
 
     sizes = (1024, 65536)
     ours = [commbench_record(size=size, seed=size) for size in sizes]
-    theirs = [commbench_record(size=size, seed=size + 1, latency_us=1.0, goodput_gbs=100.0 + size,
+    theirs = [commbench_record(size=size, seed=size + 1, goodput_gbs=100.0 + size,
                                source={"benchmark": "nccl-tests", "format": "nccl-tests"}) for size in sizes]
     text = _report_of(tmp_path, {"commbench": ours, "nccl-tests": theirs})
     (goodput,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("allreduce: goodput")]
     curves = {trace["name"]: _values(trace["y"]) for trace in goodput["data"] if trace.get("mode") == "lines+markers"}
     assert sorted(curves) == ["commbench, gnu, Open MPI v4.1.4", "nccl-tests, gnu, Open MPI v4.1.4"], curves
-    assert curves["nccl-tests, gnu, Open MPI v4.1.4"] == [100.0 + size for size in sizes]
+    assert curves["nccl-tests, gnu, Open MPI v4.1.4"] == pytest.approx([100.0 + size for size in sizes])
     assert "runs of one benchmark, site" in text
 
 
@@ -274,8 +274,7 @@ def test_pinned_and_pageable_and_each_selection_are_curves_of_their_own(tmp_path
     from fixtures_store import commbench_record
 
     def copy(size: int, seed: int, **fields: Any) -> dict[str, Any]:
-        return {**commbench_record(size=size, seed=seed), "op": "h2d", "transport": "memcpy", "busbw_factor": 1.0,
-                **fields}
+        return commbench_record(op="h2d", transport="memcpy", size=size, seed=seed, **fields)
 
     h2d = [copy(1 << 30, 1, host_memory="pinned", goodput_gbs=52.47),
            copy(1 << 30, 2, host_memory="pageable", goodput_gbs=7.88)]
@@ -283,10 +282,11 @@ def test_pinned_and_pageable_and_each_selection_are_curves_of_their_own(tmp_path
                               selection={**SELECTION, "name": name, "value": k})
              for size in (1024, 65536) for k, (name, gbs) in enumerate((("own", 1.0), ("ring", 3.0)))]
     text = _report_of(tmp_path, {"h2d": h2d, "sweep": sweep})
-    assert _curves(text, "h2d: goodput") == {"gnu, Open MPI v4.1.4, pageable host memory": [7.88],
-                                             "gnu, Open MPI v4.1.4, pinned host memory": [52.47]}
-    assert _curves(text, "allreduce: goodput") == {"gnu, Open MPI v4.1.4, selection own": [1.0, 1.0],
-                                                   "gnu, Open MPI v4.1.4, selection ring": [3.0, 3.0]}
+    assert _curves(text, "h2d: goodput") == {"gnu, Open MPI v4.1.4, pageable host memory": pytest.approx([7.88]),
+                                             "gnu, Open MPI v4.1.4, pinned host memory": pytest.approx([52.47])}
+    assert _curves(text, "allreduce: goodput") == {
+        "gnu, Open MPI v4.1.4, selection own": pytest.approx([1.0, 1.0]),
+        "gnu, Open MPI v4.1.4, selection ring": pytest.approx([3.0, 3.0])}
     (violins,) = [f for f in figures(text) if f["layout"]["title"]["text"].startswith("allreduce: per-iteration")]
     assert sorted({t["name"].split(":")[0] for t in violins["data"]}) == [
         "gnu, Open MPI v4.1.4, selection own", "gnu, Open MPI v4.1.4, selection ring"]
@@ -300,12 +300,8 @@ def _nights(store: Any, statuses: dict[str, tuple[str, str | None]], site: str =
 
     for k, (night, (status, reason)) in enumerate(statuses.items()):
         slower = 10.0 if k == len(statuses) - 1 else 1.0
-        records = [commbench_record(size=size, seed=10 * k + size, timestamp=f"{night}T01:00:00Z")
-                   for size in (8, 65536)]
-        for record in records:
-            record["samples_us"] = [x * slower for x in record["samples_us"]]
-            record["stats"] = {key: v * slower if key != "stdev_us" else v for key, v in record["stats"].items()}
-            record["latency_us"] *= slower
+        records = [commbench_record(size=size, timestamp=f"{night}T01:00:00Z", samples_us=[
+            x * slower for x in commbench_record(size=size, seed=10 * k + size)["samples_us"]]) for size in (8, 65536)]
         store.ingest(run_info(f"nightly/{site}/{partition}/allreduce@{night}", campaign="nightly", site=site,
                               system="local", partition=partition, environ="openmpi", check_name="commbench_run",
                               parameters={"op": "allreduce", "tag": night}, status=status, reason=reason), records)

@@ -60,6 +60,18 @@ def line_of(path: Path, text: str) -> int:
     return next(n for n, line in enumerate(path.read_text().splitlines(), start=1) if text in line)
 
 
+def test_checking_a_site_leaves_the_environment_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """localslurm's ReFrame configuration sets SLURM_CONF and PATH for a plain `reframe -C` without env.sh: loaded
+    by `run`'s scheduler check, its SLURM_CONF (a cluster not started) stayed, and the Slurm preflight read it as the
+    caller's."""
+    import reframe  # noqa: F401  (importing it sets RFM_INSTALL_PREFIX, as it does for every ReFrame run)
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    before = dict(os.environ)
+    check_site("localslurm")
+    assert dict(os.environ) == before
+
+
 def test_h200_without_nvlink_multicast_off_fails_the_check(site_copies: Path) -> None:
     site_yaml = site_copies / "h200" / "site.yaml"
     line = line_of(site_yaml, "env_vars:")
@@ -73,7 +85,7 @@ def test_h200_without_nvlink_multicast_off_fails_the_check(site_copies: Path) ->
                                     "NVSHMEM_DISABLE_NVLS": "1"}
 
 
-def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -> None:
+def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     site_yaml = site_copies / "h200" / "site.yaml"
     edit(site_yaml, "choices: [Ring, Tree, PAT]", "choices: [Ring, Tree, Chain]")
     (problem,) = check_site("h200")  # the line of the key (site check said the file alone)
@@ -109,6 +121,9 @@ def test_site_check_names_file_line_and_key_of_each_problem(site_copies: Path) -
     edit(slurm_yaml, "access: ['--partition=debug', \"--comment=it's mine\"]", "access: ['--partition=debug']")
 
     config = site_copies / "localslurm" / "reframe_config.py"
+    # the copies have no cluster/ (cluster.sh env gives the configuration its SLURM_CONF where none is set); loading
+    # the configuration leaves the environment as it was, so no earlier load sets it for this one either
+    monkeypatch.setenv("SLURM_CONF", "/dev/null")
     config.write_text(config.read_text() + "site_configuration['systems'][0]['partitions'][0]['max_jobs'] = 'many'\n")
     assert check_site("localslurm") == [f"{config}: systems.0.partitions.0.max_jobs: 'many' is not of type 'number'"]
     config.write_text("raise RuntimeError('broken on purpose')\n")

@@ -68,6 +68,8 @@ def test_ingest_then_list(jsonl: Path, store_url: str) -> None:
     assert "localslurm" not in _invoke("runs", "--db", store_url, "--status", "pass").output
     typo = _invoke("runs", "--db", store_url, "--campaign", "smok")  # was an empty table, exit 0
     assert typo.exit_code == 2 and 'no runs in' in typo.output and '{"campaign": "smok"}' in typo.output
+    none_failed = _invoke("runs", "--db", store_url, "--site", "localslurm", "--status", "pass", "--format", "json")
+    assert none_failed.exit_code == 0 and none_failed.output.strip() == "[]"  # an answer, not a typo
 
 
 def test_ingest_twice_needs_replace(jsonl: Path, store_url: str) -> None:
@@ -123,6 +125,15 @@ def test_ingest_never_replaces_a_campaign_s_test_case(jsonl: Path, store_url: st
     assert result.exit_code == 2 and "has the shape of a campaign's test case key" in result.output, result.output
     with open_store(store_url) as store:
         assert store.runs(run_key=later) == []
+    # a descriptive key with a colon and six parts is no case key (the shape matched it once)
+    mine = "ref/alps/daint:normal/PrgEnv-gnu/nccl-tests/run1"
+    result = _invoke("ingest", jsonl, "--site", "local", "--system", "local", "--db", store_url, "--run-key", mine,
+                     "--allow-duplicate")
+    assert result.exit_code == 0, result.output
+    from campaigns.model.spec import CASE_KEY, load_campaign  # every key a campaign makes has the shape
+
+    smoke = load_campaign(Path(__file__).resolve().parents[1] / "campaigns" / "smoke.yaml")
+    assert all(CASE_KEY.match(case.run_key) for tag in (None, "n1") for case in smoke.cases(tag))
 
 
 def _only_run(store_url: str) -> Any:

@@ -102,7 +102,11 @@ def _short_stats() -> dict[str, Any]:
     (_bad_record(latency_us=100.0), "latency_us", "is not the median sample"),
     (_bad_record(stats={**commbench_record()["stats"], "median_us": 0.5 + commbench_record()["stats"]["min_us"]}),
      "stats.median_us", "where the samples give"),
-    (_bad_record(busbw_gbs=5.0), "busbw_gbs", "is not algbw_gbs x busbw_factor"),
+    (_bad_record(busbw_gbs=5.0), "busbw_gbs", "where bytes / median time x the op's factor give"),
+    (_bad_record(busbw_factor=100.0), "busbw_factor", "where allreduce on 4 ranks has 1.5"),
+    (_bad_record(op="pingpong_bi", direction="bi", busbw_factor=1.0, busbw_gbs=commbench_record()["algbw_gbs"],
+                 aggregate_gbs=100.0), "aggregate_gbs",
+     "where both directions give"),
     (_bad_record(timestamp="2099-01-01T00:00:00Z"), "timestamp", "lies in the future"),
 ])
 def test_schema_violation_names_line_and_field(tmp_path: Path, record: dict[str, Any], field: str,

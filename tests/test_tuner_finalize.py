@@ -730,6 +730,17 @@ def test_ablation_removes_a_knob_with_the_companion_it_requires() -> None:
         assert report.overall.env in (winner, {sndbuf: "65536"}), (seed, report.overall.env, report.notes)
 
 
+def test_a_companion_two_knobs_require_goes_only_with_the_last() -> None:
+    from tuners.finalize import _without
+
+    rules = {"R": "1"}
+    requires = {"A": rules, "B": rules}.get
+    env = {"A": "ring", "B": "bruck", "R": "1", "S": "4"}
+    assert _without(env, {}, "A", lambda k: requires(k) or {}) == {"B": "bruck", "R": "1", "S": "4"}
+    assert _without({"A": "ring", "R": "1"}, {}, "A", lambda k: requires(k) or {}) == {}
+    assert _without({"A": "ring", "R": "1"}, {"R": "1"}, "A", lambda k: requires(k) or {}) == {"R": "1"}  # baseline's
+
+
 def test_a_winner_that_fails_in_an_ablation_or_confirmation_round_is_withdrawn() -> None:
     """The winner (LL128 + an inert buffer size, +15 %) hangs once after the sequential phase: in an ablation
     round, or (three knobs, two inert) in a confirmation round beside the reduced set. A candidate that fails in

@@ -744,7 +744,7 @@ def test_a_knob_made_active_by_a_site_default_outside_the_space_is_searched(sqli
     threads, socks = "NCCL_SOCKET_NTHREADS", "NCCL_NSOCKS_PERTHREAD"
     catalog = KnobCatalog.load().for_site({"defaults": {threads: 4}}, "socket site")
     space = build_space(catalog, {"nccl": "2.28.3"}, knobs=[socks, "NCCL_BUFFSIZE"], transport="ccl")
-    assert space.launch_context == {threads: "4"} and space.effective_env({socks: "8"}) == {socks: "8"}
+    assert space.launch_context == {threads: "4"} and space.effective_env({socks: "8"}) == {threads: "4", socks: "8"}
 
     def sockets(env: Mapping[str, str], *, validate: bool = False) -> Evaluation:
         t = 50.0 if env.get(socks) == "8" else 100.0

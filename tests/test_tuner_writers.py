@@ -174,9 +174,19 @@ def test_env_file_and_lmod_modulefile_set_exactly_the_values(tmp_path: Path, cat
                                                                           Library.OPENMPI)})
     # an Open MPI tune's env file unsets what its runs go over (UCX), not a GPU job's NCCL settings
     assert {"UCX_TLS", "OMPI_MCA_btl_tcp_sndbuf"} <= set(rec.cleared) and "NCCL_IB_HCA" not in rec.cleared
-    # an MPICH tune's unsets every spelling MPICH reads a control variable as (an inherited alias would run)
-    assert {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "MPICH_ALLREDUCE_INTRA_ALGORITHM",
-            "MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM"} <= set(cleared_names(catalog, catalog.default_env(), Library.MPICH))
+    # an MPICH tune's unsets every spelling MPICH reads a control variable as (an inherited alias would run), and
+    # publishes them (publish refused every alias as "not a knob of the catalog": no MPICH tune could publish)
+    algorithm = "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"
+    mpich = rec.model_copy(update={
+        "scope": make_scope(library="mpich", library_version="4.0.2", transport="mpi", nodes=2),
+        "env": {algorithm: "recursive_doubling"}, "cleared": cleared_names(catalog, catalog.default_env(),
+                                                                           Library.MPICH)})
+    assert {algorithm, "MPICH_ALLREDUCE_INTRA_ALGORITHM", "MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM"} <= set(mpich.cleared)
+    (tmp_path / "mpich").mkdir()
+    mpich_env = publish(tmp_path / "mpich", mpich, catalog).env_file
+    assert "unset MPICH_ALLREDUCE_INTRA_ALGORITHM" in mpich_env.read_text()
+    inherited = {"MPIR_PARAM_ALLREDUCE_INTRA_ALGORITHM": "ring"}
+    assert env_changes(f"source {mpich_env}", inherited) == ({algorithm: "recursive_doubling"}, set(inherited))
     files = publish(tmp_path, rec, catalog)
     assert files.tuner_config is None
     text = files.env_file.read_text()

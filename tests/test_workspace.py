@@ -67,6 +67,22 @@ def test_a_workspace_that_takes_no_run_directories_is_named_as_such(tmp_path: Pa
     assert code == 2 and "the workspace's runs directory (--runs-dir names another): cannot write" in err, out + err
 
 
+def test_run_refuses_a_site_whose_scheduler_reframe_does_not_know(tmp_path: Path) -> None:
+    """`scheduler: lcoal` passed `site check`, and `run` stored every case as an error whose reason, ReFrame's "no
+    such scheduler", was only in reframe.out: refused before anything runs or is made."""
+    import shutil
+
+    shutil.copytree(REPO / "site_configs" / "local", tmp_path / "sites" / "typo")
+    site_yaml = tmp_path / "sites" / "typo" / "site.yaml"
+    site_yaml.write_text(site_yaml.read_text().replace("name: local\n", "name: typo\n", 1)
+                         .replace("scheduler: local", "scheduler: lcoal"))
+    code, out, err = commcamp("run", REPO / "campaigns" / "smoke.yaml", "--site", "typo", "--db",
+                              f"sqlite:///{tmp_path / 'r.db'}", "--runs-dir", tmp_path / "runs",
+                              env={"COMMCAMP_SITE_PATH": str(tmp_path / "sites")})
+    assert code == 2 and "scheduler: ReFrame has no such scheduler: 'lcoal'" in err, out + err
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
+
+
 def test_site_search_path_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "site.yaml").write_text("schema_version: 1\n")
@@ -94,6 +110,20 @@ def test_site_new_scaffolds_a_checked_site_where_asked(monkeypatch: pytest.Monke
     assert commcamp("site", "check", "mysite")[1].strip() == "site mysite: ok"
     code, _, err = commcamp("site", "new", "mysite", "--from", "local", "--dir", tmp_path)
     assert code == 2 and "exists" in err
+
+
+def test_site_new_says_which_site_the_new_one_hides_and_refuses_one_that_would_be_hidden(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`site new local` hid the shipped `local` without a word (make demo's spec then ran on the Slurm template):
+    it is said (an override may be meant: an unverified example replaced by the real site). A new site that an
+    earlier directory of the search path hides would never be used: refused, nothing written."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", f"{first}:{second}")
+    code, out, err = commcamp("site", "new", "local", "--from", "generic-slurm", "--dir", first)
+    assert code == 0 and "site local hides" in err and "a shipped example" in err, out + err
+    code, out, err = commcamp("site", "new", "local", "--from", "generic-slurm", "--dir", second)
+    assert code == 2 and f"site 'local' is {first / 'local'}, which comes first" in err, out + err
+    assert not (second / "local").exists()
 
 
 def test_site_new_writes_nothing_when_the_new_site_has_problems(monkeypatch: pytest.MonkeyPatch,

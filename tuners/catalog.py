@@ -83,16 +83,17 @@ RUNS_OVER: dict[Library, frozenset[Library]] = {
 }
 
 
-# MPICH reads each control variable MPIR_CVAR_<NAME> also as MPICH_<NAME> and MPIR_PARAM_<NAME> (MPICH 4.0.2:
-# `strings libmpich.so.12`; through MPI_T each sets the variable, the MPIR_CVAR_ name winning where both are set). A
-# tune strips and an env file unsets every spelling (env_names): an inherited alias would run beside the knob.
+# MPICH reads each control variable MPIR_CVAR_<NAME> also as MPIR_PARAM_<NAME> and MPICH_<NAME> (MPICH 4.0.2:
+# `strings libmpich.so.12`; its generated mpir_cvars.c reads MPICH_, then MPIR_PARAM_, then MPIR_CVAR_, the last set
+# winning: MPI_T showed MPIR_CVAR_ winning over MPICH_). A tune strips and an env file unsets every spelling
+# (env_names): an inherited alias would run beside the knob.
 MPICH_CVAR_PREFIX = "MPIR_CVAR_"
-MPICH_ALIAS_PREFIXES = ("MPICH_", "MPIR_PARAM_")
+MPICH_ALIAS_PREFIXES = ("MPIR_PARAM_", "MPICH_")  # after MPIR_CVAR_, in the order MPICH lets them win
 
 
 def env_names(name: str) -> tuple[str, ...]:
     """Every environment name a library reads variable `name` from: the name, and an MPICH control variable's
-    aliases."""
+    aliases, the one that wins where several are set first."""
     if name.startswith(MPICH_CVAR_PREFIX):
         return (name, *(prefix + name.removeprefix(MPICH_CVAR_PREFIX) for prefix in MPICH_ALIAS_PREFIXES))
     return (name,)

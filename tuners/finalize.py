@@ -788,7 +788,7 @@ def finalize(
     """Re-measures baseline and candidates interleaved and returns the decisions (module docstring):
     validation, the group-sequential phase, ablation of multi-knob winners, held-out rounds of what
     is deployed. `needs_validation` (baseline env, candidate env) names the unsafe knobs a candidate
-    changes (SearchSpace.unsafe_changes). `effective_env` (KnobCatalog.effective_env) tells which environments run
+    changes (SearchSpace.unsafe_changes). `effective_env` (SearchSpace.effective_env) tells which environments run
     the same configuration: a reduced set that runs a refused candidate's is refused too, and ablation measures
     removals that run alike as one. `requires` (knob -> the companions it sets, Knob.requires) keeps a knob's
     companions out of ablation's decisions (5). `deadline`

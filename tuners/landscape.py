@@ -110,7 +110,7 @@ class ReplayLandscape:
     def configuration(self, env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """The configuration env runs, over the searched knobs (KnobCatalog.effective_env), as a sortable key."""
         searched = {k: v for k, v in env.items() if k in self.space.knob_names}
-        return tuple(sorted(self.space.effective_env(searched).items()))
+        return tuple(sorted((k, v) for k, v in self.space.effective_env(searched).items() if k in searched))
 
     def spelling_spread(self) -> tuple[float, float] | None:
         """Median |ln(a/b)| over pairs of successful launches a, b of one measured setting, and over pairs from two

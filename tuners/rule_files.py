@@ -297,12 +297,11 @@ def mpich_forced_by_env(op: str, env: Mapping[str, str]) -> str | None:
     variable = mpich_op_variable(op)
     if variable is None:
         return None
-    # the MPIR_CVAR_ name wins where it is set; else an alias (MPICH_<NAME>, MPIR_PARAM_<NAME>) sets the variable
-    spellings = (variable,) if variable in env else env_names(variable)[1:]
-    forcing = [(name, env[name]) for name in spellings if env.get(name, "").strip().lower() not in ("", "auto")]
-    if not forcing:
+    # the spelling MPICH takes where several are set (MPIR_CVAR_, then MPIR_PARAM_, then MPICH_: env_names)
+    variable = next((name for name in env_names(variable) if name in env), variable)
+    value = env.get(variable)
+    if value is None or value.strip().lower() in ("", "auto"):
         return None
-    variable, value = forcing[0]
     return (f"the environment sets {variable}={value}: MPICH then runs that {op} algorithm at every size without "
             "reading the selection file, and the sweep's baseline (the library's own choice, auto) is not what "
             "the environment deploys")

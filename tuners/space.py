@@ -150,9 +150,10 @@ class SearchSpace:
 
     def effective_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """KnobCatalog.effective_env of `env` as it runs: beside the launch context (a site's NCCL_SOCKET_NTHREADS=4
-        outside the space makes a searched NCCL_NSOCKS_PERTHREAD act), which is left out of the result."""
+        outside the space makes a searched NCCL_NSOCKS_PERTHREAD act), which stays in the result (`env` setting a
+        context knob to its unset_equals runs otherwise than leaving it to the context's value)."""
         context = {k: v for k, v in self.launch_context.items() if k not in env}
-        return {k: v for k, v in self.catalog.effective_env({**context, **env}).items() if k not in context}
+        return self.catalog.effective_env({**context, **env})
 
     def requires(self, name: str) -> Mapping[str, str]:
         """The companions knob `name` sets with it (Knob.requires; none for a variable outside the catalog)."""

@@ -73,7 +73,7 @@ def write_target(path: Path) -> Path:
                                     "replaced by one", str(path))
     database = next((candidate for candidate in (target, *(target.with_name(target.name.removesuffix(suffix))
                                                           for suffix in SQLITE_COMPANIONS
-                                                          if target.name.endswith(suffix)))
+                                                          if target.name.endswith(suffix) and target.name != suffix))
                      if _is_sqlite(candidate)), None)
     if database is not None:  # a results or study store: an export or report over it lost every run
         what = "is an SQLite database" if database == target else f"belongs to the SQLite database {database.name}"
@@ -85,6 +85,8 @@ SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
 def _is_sqlite(path: Path) -> bool:
+    if not path.is_file():  # a FIFO would block the read
+        return False
     try:
         with path.open("rb") as f:
             return f.read(16) == b"SQLite format 3\x00"
@@ -304,10 +306,12 @@ def _validated(
             raise UnsafeValueError(f"unset {name}: the site pins it")
         if name not in rec.baseline_env:
             raise UnsafeValueError(f"unset {name}: not a setting of the site's defaults")
+    clearable = with_aliases([*(knob.name for knob in catalog), *PUBLISHED_ENV])  # cleared_names' every spelling
+    pinned = with_aliases(catalog.pinned)
     for name in rec.cleared:
-        if name not in catalog and name not in PUBLISHED_ENV:
+        if name not in clearable:
             raise UnsafeValueError(f"unset {name}: not a knob of the catalog {catalog.source}")
-        if name in catalog.pinned:
+        if name in pinned:
             raise UnsafeValueError(f"unset {name}: the site pins it")
     for name, value in plugin_env.items():
         if name not in PUBLISHED_ENV or env.get(name, value) != value:

@@ -182,7 +182,7 @@ def run(
         raise typer.Exit(ExitCode.USAGE) from None
     # after the spec: the runner and the store (pandas, SQLAlchemy: most of a second) load for a valid one only
     from campaigns.kinds.table import KINDS, FinishedRun
-    from campaigns.locks import Busy
+    from campaigns.locks import Busy, campaign_lock
     from campaigns.model.site import backend_problems
     from campaigns.reframe.runner import run_campaign
     from campaigns.slurm.nodes import preflight
@@ -259,21 +259,24 @@ def run(
             _print_plan(console, campaign, store, tag=tag, runs_dir=runs_dir)
             return
         assert placer is not None
-        try:
-            result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir, tag=tag,
-                                  placer=placer)
-            _print_summary(console, campaign, result)
-            console.print(f"Results: {escape(result.db_url)}")
-            if result.run_dir is not None:
-                console.print(f"Run directory: {result.run_dir}")
-            output = outputs.get(kind.output_option or "")
-            code = kind.after_run(FinishedRun(campaign, result, store, tag, console, errors, runs_dir, placer, output))
+        try:  # the kind's own stage (health's isolation pairs) runs cases too: under the same lock
+            with campaign_lock(runs_dir, f"{campaign.name}@{campaign.site.name}@{campaign.system.name}",
+                               warn=lambda text: errors.print(f"[yellow]{escape(text)}[/]", soft_wrap=True)):
+                result = run_campaign(campaign, store, force=force, console=console, runs_dir=runs_dir, tag=tag,
+                                      placer=placer)
+                _print_summary(console, campaign, result)
+                console.print(f"Results: {escape(result.db_url)}")
+                if result.run_dir is not None:
+                    console.print(f"Run directory: {result.run_dir}")
+                output = outputs.get(kind.output_option or "")
+                code = kind.after_run(FinishedRun(campaign, result, store, tag, console, errors, runs_dir, placer,
+                                                  output))
         except StoreError as exc:
             errors.print(f"[bold red]results store:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(ExitCode.FAILED) from None
-        except Busy as exc:  # nothing ran
+        except Busy as exc:  # nothing ran: this run failed, the spec is fine (a nightly wrapper's overlap too)
             errors.print(f"[bold red]{escape(str(exc))}[/]", highlight=False, soft_wrap=True)
-            raise typer.Exit(ExitCode.USAGE) from None
+            raise typer.Exit(ExitCode.FAILED) from None
         except KeyboardInterrupt:
             errors.print("[bold red]interrupted[/]: every test case that finished is stored; run the same command "
                          "again to continue (stored passes are skipped)")

@@ -106,9 +106,11 @@ def list_runs(db: DbOption = None,
                            since=parse_when(since, "--since"), until=parse_when(until, "--until"))
     with expected_errors(), open_store(db, create=False) as store:
         runs = store.runs(**vars(run_filter))[::-1]
-        given = {name: value for name, value in vars(run_filter).items() if value is not None}
-        if not runs and given:  # a mistyped --campaign read as "nothing ran" (as `results list` refuses)
-            raise ValueError(f"no runs in {store.url} match the filters {json.dumps(given, default=str)}")
+        names = {name: getattr(run_filter, name) for name in ("campaign", "site", "system", "partition")
+                 if getattr(run_filter, name) is not None}
+        if not runs and names and not store.runs(**names):  # a mistyped --campaign read as "nothing ran"; no
+            # failed run since yesterday is an answer
+            raise ValueError(f"no runs in {store.url} have {json.dumps(names)}: a name no run was stored under")
     table = list_format is ListFormat.table  # json and csv: numbers as numbers, the status and its reason apart
     rows = [[str(run.id) if table else run.id, run.campaign, run.site, f"{run.system}:{run.partition}", run.environ,
              run.check_name, str(run.num_nodes) if table else run.num_nodes,

@@ -153,6 +153,12 @@ def new(
         raise typer.Exit(ExitCode.FAILED if isinstance(exc, SiteWriteError) else ExitCode.USAGE) from None
     print(target)
     errors = Console(stderr=True)
+    for other in (d / site_name for d in site_search_path() if (d / site_name / SITE_FILE).is_file()
+                  and (d / site_name).resolve() != target.resolve()):  # on purpose (an unverified example) or not
+        shipped = " (a shipped example: `make demo` and the shipped campaigns run on site local)" \
+            if other.parent.resolve() == paths.SITE_CONFIGS_DIR.resolve() else ""
+        errors.print(f"site {site_name} hides {escape(str(other))}{shipped} wherever {escape(str(target.parent))} "
+                     "comes first on the site search path", soft_wrap=True, highlight=False)
     if target.parent not in [p.resolve() for p in site_search_path()]:
         errors.print(f"add {escape(str(target.parent))} to COMMCAMP_SITE_PATH so that commcamp finds "
                      f"site {site_name}", soft_wrap=True, highlight=False)

@@ -184,8 +184,9 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
 def _check_derived(record: dict[str, Any], where: str) -> None:
     """The numbers a result record derives from its samples are those its samples give (sample_stats, busbw_factor;
     commbench's driver.c and campaigns.formats.foreign alike): min, median and max, latency_us the median, goodput
-    and algbw bytes / median, busbw algbw x factor. Within what printing rounds (a time to the ns): a forged
-    goodput or latency, stored and reported as measured, is refused."""
+    and algbw bytes / median, busbw that x the op's factor, a bidirectional run's aggregate twice it. Within what
+    printing rounds (commbench prints times to the ns or %.9g): a forged number, stored and reported as measured,
+    is refused."""
     samples, stats = record.get("samples_us"), record.get("stats")
     if not samples or stats is None:
         return
@@ -203,9 +204,17 @@ def _check_derived(record: dict[str, Any], where: str) -> None:
     for name in ("goodput_gbs", "algbw_gbs"):
         if name in record and abs(record[name] / expected - 1) > rounding:
             raise RecordError(where, name, f"{record[name]} where bytes / median time give {expected:.6g}")
-    if "busbw_gbs" in record and "busbw_factor" in record and "algbw_gbs" in record \
-            and abs(record["busbw_gbs"] - record["algbw_gbs"] * record["busbw_factor"]) > 1e-6 * record["busbw_gbs"]:
-        raise RecordError(where, "busbw_gbs", f"{record['busbw_gbs']} is not algbw_gbs x busbw_factor")
+    factor = busbw_factor(record["op"], record["ranks"])
+    if "busbw_factor" in record and abs(record["busbw_factor"] - factor) > 1e-6:  # printed as %.9g
+        raise RecordError(where, "busbw_factor", f"{record['busbw_factor']} where {record['op']} on "
+                                                 f"{record['ranks']} ranks has {factor:.6g}")
+    if "busbw_gbs" in record and abs(record["busbw_gbs"] - expected * factor) > rounding * expected * max(factor, 1):
+        raise RecordError(where, "busbw_gbs", f"{record['busbw_gbs']} where bytes / median time x the op's factor "
+                                              f"give {expected * factor:.6g}")
+    if record.get("direction") == "bi" and "aggregate_gbs" in record \
+            and abs(record["aggregate_gbs"] / (2 * expected) - 1) > rounding:
+        raise RecordError(where, "aggregate_gbs", f"{record['aggregate_gbs']} where both directions give "
+                                                  f"{2 * expected:.6g}")
 
 
 def parse_records(text: str, source: str) -> list[dict[str, Any]]:

@@ -710,11 +710,11 @@ def new_site(name: str, template: str, parent: Path) -> Path:
         raise SiteError(f"--dir {parent}: cannot create the site there: {exc.strerror or exc}") from None
     if taken:
         raise SiteError(f"{target} exists; choose another name or --dir")
-    if other := next((d / name for d in site_search_path() if (d / name / SITE_FILE).is_file()), None):
-        shipped = " (a shipped example: `make demo` and the shipped campaigns run on it)" \
-            if other.parent == SITE_CONFIGS_DIR else ""
-        raise SiteError(f"site {name!r} is {other}{shipped}: two sites of one name hide one another on the site "
-                        "search path; choose another name")
+    search = [d.resolve() for d in site_search_path()]
+    earlier = search[:search.index(parent.resolve())] if parent.resolve() in search else []
+    if hidden_by := next((d / name for d in earlier if (d / name / SITE_FILE).is_file()), None):
+        raise SiteError(f"site {name!r} is {hidden_by}, which comes first on the site search path: the new site "
+                        "would never be used; choose another name or --dir")
     try:
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -818,9 +818,10 @@ def _loaded_module_config(path: Path) -> dict[str, Any]:
     try:
         with _environ(paths.DATA_ENV, os.environ.get(paths.DATA_ENV) or str(paths.DATA_ROOT)):
             spec.loader.exec_module(module)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    finally:  # only what it changed: never an empty environment, even for a moment
+        for name in set(os.environ) - set(saved):
+            del os.environ[name]
+        os.environ.update({name: value for name, value in saved.items() if os.environ.get(name) != value})
     return module.site_configuration  # type: ignore[no-any-return]
 
 

@@ -417,7 +417,9 @@ def case_key_prefix(campaign: str, site: str, system: str, partition: str, envir
     return f"{campaign}/{site}/{system}:{partition}/{environ}/{check}/"
 
 
-CASE_KEY = re.compile(r"[^/]+/[^/]+/[^/:]+:[^/]+/[^/]+/[^/]+/")  # what case_key_prefix begins every case's key with
+# The shape of every TestCase.run_key: case_key_prefix, then op/transport/<N>n/, pair/ for a pair test, the
+# parameters' 16-digit digest, then its nodes, @tag, ~setup or nothing.
+CASE_KEY = re.compile(r"[^/]+/[^/]+/[^/:]+:[^/]+/[^/]+/[^/]+/[^/]+/[^/]+/\d+n/(pair/)?[0-9a-f]{16}(?:[/@~]|$)")
 
 
 SETUP_DIGITS = 10  # hex digits of site_setup's digest

@@ -46,7 +46,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from campaigns import paths
-from campaigns.locks import campaign_lock, in_use
+from campaigns.locks import in_use
 from campaigns.slurm.placement import Placer, placement_mismatch
 from campaigns.slurm.topology import PlacementError, Topology
 from campaigns.model.references import PERFORMANCE_FAILURE
@@ -526,25 +526,23 @@ def run_campaign(campaign: Campaign, store: Store, *, force: bool, console: Cons
                  runs_dir: Path | None = None, tag: str | None = None,
                  placer: Placer | None = None) -> CampaignResult:
     """Every test case of the campaign that `store` holds no passed run of (all with `force`), in a new run
-    directory under `runs_dir`. locks.Busy when another process runs the campaign there (campaign_lock); the run
-    directory is marked in use while its cases run (`results prune` keeps it)."""
+    directory under `runs_dir`, marked in use while its cases run (`results prune` keeps it). The caller holds the
+    campaign's lock (locks.campaign_lock: `commcamp run`)."""
     placer = placer or Placer()
-    runs_dir = runs_dir or paths.runs_dir()
-    with campaign_lock(runs_dir, campaign.name):  # what is stored is read after the lock: a run that held it is done
-        cases = [run for case in campaign.cases(tag) for run in _runs_of(case, placer)]
-        pending = [c for c in cases if force or not store.has_run(c.run_key)]
-        results = {c.run_key: CaseResult(c, "stored", "a passed run with this key is stored")
-                   for c in cases if c not in pending}
-        run_dir = None
-        if not pending:
-            console.print(f"Nothing to run: all {len(cases)} test case(s) have passed runs stored "
-                          f"(--force runs them again).")
-        else:
-            run_dir = new_run_dir(campaign, runs_dir)
-            console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
-                          f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
-                          f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
-            with in_use(run_dir):
-                for result in run_cases(pending, store, console=console, run_dir=run_dir, placer=placer):
-                    results[result.case.run_key] = result
+    cases = [run for case in campaign.cases(tag) for run in _runs_of(case, placer)]
+    pending = [c for c in cases if force or not store.has_run(c.run_key)]
+    results = {c.run_key: CaseResult(c, "stored", "a passed run with this key is stored")
+               for c in cases if c not in pending}
+    run_dir = None
+    if not pending:
+        console.print(f"Nothing to run: all {len(cases)} test case(s) have passed runs stored "
+                      f"(--force runs them again).")
+    else:
+        run_dir = new_run_dir(campaign, runs_dir or paths.runs_dir())
+        console.print(f"Running {len(pending)} of {len(cases)} test case(s) of campaign "
+                      f"[bold]{escape(campaign.name)}[/] on site {campaign.site.name}, system "
+                      f"{campaign.system.name}; run directory {run_dir}", soft_wrap=True)
+        with in_use(run_dir):
+            for result in run_cases(pending, store, console=console, run_dir=run_dir, placer=placer):
+                results[result.case.run_key] = result
     return CampaignResult(run_dir, store.url, [results[c.run_key] for c in cases])
