@@ -577,7 +577,7 @@ def check_site(name: str) -> list[str]:
         return str(exc).splitlines()
     problems = _reframe_config_problems(site.reframe_config)
     if not problems:  # the configuration loaded: it registered the site's own launchers (reframe_site.py)
-        problems += backend_problems(site)
+        problems += _unknown_backends(site)
     try:
         site.knob_catalog()
     except ValueError as exc:  # CatalogError is a ValueError; its message names the file and key
@@ -786,13 +786,18 @@ def backend_problems(site: Site) -> list[str]:
     """Each partition's scheduler and launcher that ReFrame does not know, as `FILE:LINE: key: message` (a typo
     there passed `site check` and failed every job of a run, its reason only in reframe.out). Loads the site's
     ReFrame configuration, which registers the launchers of its own (reframe_site.py)."""
-    from reframe.core.backends import getlauncher, getscheduler
-    from reframe.core.exceptions import ConfigError
-
     try:
         _loaded_module_config(site.reframe_config)
     except Exception as exc:  # the file is Python: anything can go wrong while importing it
         return [f"{site.reframe_config}: cannot load: {type(exc).__name__}: {exc}"]
+    return _unknown_backends(site)
+
+
+def _unknown_backends(site: Site) -> list[str]:
+    """backend_problems once the site's ReFrame configuration is loaded (check_site has loaded it)."""
+    from reframe.core.backends import getlauncher, getscheduler
+    from reframe.core.exceptions import ConfigError
+
     document = YamlDocument(site.directory / SITE_FILE)
     problems = []
     for i, system in enumerate(site.systems):
