@@ -2,8 +2,9 @@
 
 - `campaign_lock`: one `commcamp run` of a campaign on a site's system per runs directory. Two at once ran every
   case twice, each beside the other (on one machine: latencies 10^4 x apart), and stored both.
-- `in_use` / `is_in_use`: a run directory being written (`results prune` keeps it: it deleted a running
-  campaign's directory, and every case then failed with its files gone).
+- `in_use` / `keep_in_use` / `is_in_use`: a run directory being written (`results prune` keeps it: it deleted a
+  running campaign's directory, and every case then failed with its files gone); `keep_in_use` for one a process
+  writes into until it ends (a tune's ReFrame directory whose build later trials restore, its deployed rules).
 
 flock is released when the process ends, however it ends: a lock file left by a killed process locks nothing.
 It holds between processes of one host; on a network file system it holds across hosts only where the mount
@@ -68,17 +69,30 @@ def campaign_lock(runs_dir: Path, name: str, warn: Callable[[str], None]) -> Ite
         yield
 
 
+def _mark(directory: Path) -> TextIO:
+    handle = open(directory / IN_USE, "w", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _stamp(handle)
+    except OSError:  # no flock here: prune dates the directory by its newest file alone
+        pass
+    return handle
+
+
 @contextmanager
 def in_use(directory: Path) -> Iterator[None]:
     """Marks `directory` (made already) as being written while the block runs (is_in_use); unmarked where the file
     system refuses flock."""
-    with open(directory / IN_USE, "w", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            _stamp(handle)
-        except OSError:  # no flock here: prune dates the directory by its newest file alone
-            pass
+    with _mark(directory):
         yield
+
+
+_KEPT: list[TextIO] = []  # the lock files keep_in_use holds: open until this process ends
+
+
+def keep_in_use(directory: Path) -> None:
+    """Marks `directory` (made already) as being written until this process ends, however it ends."""
+    _KEPT.append(_mark(directory))
 
 
 def is_in_use(directory: Path) -> str | None:

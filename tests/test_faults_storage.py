@@ -199,6 +199,30 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_a_read_only_workspace_can_be_queried(tmp_path: Path) -> None:
+    """A site's results on a read-only mount (or a workspace this user cannot write): a database in WAL mode is
+    read through its -shm file, which no closed database leaves behind and none can be made there; every query
+    failed with "unable to open database file". It is read as it stands; a command that writes still fails."""
+    from fixtures_cli import commcamp_output
+    from fixtures_store import commbench_record, run_info, write_jsonl
+
+    with small_tmpfs(tmp_path / "workspace") as workspace:
+        db = f"sqlite:///{workspace / 'commcamp.db'}"
+        with open_store(db) as store:
+            store.ingest(run_info(), [commbench_record()])
+        assert sorted(p.name for p in workspace.iterdir()) == ["commcamp.db"]  # WAL, checkpointed at close
+        subprocess.run(["mount", "-o", "remount,ro", str(workspace)], check=True)
+        code, output = commcamp_output("results", "runs", "--db", db)
+        assert code == 0 and "smoke/site-a/sys:cpu/gnu/AllreduceCheck/n2" in output, output
+        code, output = commcamp_output("report", "--db", db, "-o", tmp_path / "report.html")
+        assert code == 0 and (tmp_path / "report.html").is_file(), output
+        records = write_jsonl(tmp_path / "more.jsonl", [commbench_record(size=2048)])
+        code, output = commcamp_output("results", "ingest", records, "--site", "local", "--system", "local", "--db", db)
+        assert code == 2 and "Traceback" not in output, output
+        assert f"unable to open database file: this command writes to it, and {workspace} is not writable" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_full_or_read_only_results_directory_keeps_the_published_files(tmp_path: Path) -> None:
     """Recommendation files are published into a 1 MiB filesystem; then it is full (the publish after the
     trials fails, exit 1), then read-only (refused before any run: --publish-dir takes no file, exit 2): each

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -23,6 +24,7 @@ import optuna
 import pytest
 import yaml
 
+from campaigns.locks import is_in_use
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
                                         RunOutcome, knobs_read, strip_knobs)
 from fixtures_cli import commcamp_output
@@ -316,6 +318,23 @@ def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Pat
     script = next(tmp_path.glob("reframe-*/rfm-1/**/rfm_job.sh"))
     assert "export OMPI_MCA_btl_tcp_sndbuf=8192" in script.read_text()
     assert "export OMPI_MCA_mpi_show_mca_params=enviro" in script.read_text()
+    # later trials restore the first one's build from it: `results prune` keeps it while this tune runs
+    assert f"pid {os.getpid()}" in (is_in_use(next(tmp_path.glob("reframe-*"))) or "not in use")
+
+
+def test_a_trial_s_run_directory_is_in_use_while_it_runs(tmp_path: Path) -> None:
+    """`results prune --keep-days 0` during a tune deleted the directory a trial was writing: the launch's records
+    and output went with it. The trial's run directory is marked in use while it runs, and released after."""
+    seen = tmp_path / "seen"
+    probe = (f"from campaigns.locks import is_in_use; from pathlib import Path; "
+             f"Path({str(seen)!r}).write_text(str(is_in_use(Path.cwd())))")
+    launcher = wrapper(tmp_path, f"{shlex.quote(sys.executable)} -c {shlex.quote(probe)}", name="launcher")
+    runs = tmp_path / "runs"
+    outcome = LauncherExecutor([str(launcher)], wrapper(tmp_path, "exit 0"), runs, dict(os.environ)).run({}, REQUEST,
+                                                                                                         False)
+    assert outcome.directory is not None and outcome.directory.parent == runs
+    assert seen.read_text().startswith(f"pid {os.getpid()} since"), outcome.output
+    assert is_in_use(outcome.directory) is None
 
 
 def processes_under(path: Path) -> list[str]:
@@ -1312,6 +1331,7 @@ def test_the_deployed_nccl_set_points_nccl_at_a_tuner_config_of_its_own(tmp_path
     assert env is not None and env["NCCL_TUNER_PLUGIN"] == str(tmp_path / "tuner.so")
     config = Path(env["NCCL_TUNER_CONFIG_FILE"])
     assert config.parent.parent == tmp_path / "runs" and parse_config(config.read_text()) == rec.plugin_rules
+    assert f"pid {os.getpid()}" in (is_in_use(config.parent) or "not in use")  # prune keeps it: the check reads it
     assert deployed_rules(setup, with_per_size(rec, result_with("allreduce", "x", 0, 64, 128).model_copy(
         update={"ranges": []}))) is None  # no rule: nothing written, nothing measured
 

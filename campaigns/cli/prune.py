@@ -6,8 +6,8 @@ A run directory is kept while it is among the newest `--keep-last` or younger th
 others go, only with `--yes` (without it, the command says what it would delete). A directory that the
 results store (a run's reason names a file in it: a failed run's names its files) or a health verdict
 (results/health/*.json, `run_dirs`, also of its `earlier_verdicts`) still points to is kept and named with what
-points to it, unless `--include-referenced`; one a process is writing (campaigns.locks.in_use: a campaign running
-now) is kept always. "Last written" is its newest file's time.
+points to it, unless `--include-referenced`; one a process is writing (campaigns.locks: a campaign or a tune
+running now) is kept always. "Last written" is its newest file's time.
 Only directories named as `commcamp run` and `commcamp tune` name them are run directories
 (<campaign>-<UTC stamp>: campaigns.reframe.runner.RUN_DIR_NAME; run-, reframe-, deployed-, tune-workers-<stamp>:
 campaigns.tuning.executors.TUNING_DIR_NAME); anything else there (ReFrame's own prefix results/runs/reframe, a

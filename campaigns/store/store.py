@@ -337,18 +337,37 @@ def _install_sqlite_hooks(engine: Engine, wal: bool) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def _connect_to_read(path: Path) -> sqlite3.Connection:
+    """A connection of a command that only reads. A database in WAL mode is read through its -shm file, which the
+    first reader makes when no writer has the database open; in a workspace this user cannot write (a site's shared
+    results, a read-only mount) it cannot, and SQLite answers only "unable to open database file". No -wal file
+    there: no writer has the database open, and it is read as it stands (read-only, immutable)."""
+    connection = sqlite3.connect(path, timeout=SQLITE_LOCK_WAIT_S)
+    try:
+        connection.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the -shm file is opened by the first read
+        return connection
+    except sqlite3.OperationalError:
+        connection.close()
+        if Path(f"{path}-wal").exists() or os.access(path.parent, os.W_OK):
+            raise
+    return sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True, timeout=SQLITE_LOCK_WAIT_S)
+
+
 def _create_engine(url: URL, display: str, *, read_only: bool = False) -> Engine:
     connect_args: dict[str, Any] = {}
+    options: dict[str, Any] = {}
     backend = url.get_backend_name()
     if backend == "sqlite":
         connect_args["timeout"] = SQLITE_LOCK_WAIT_S
         path = _sqlite_path(url)
         if path is not None and not path.parent.is_dir():
             raise StoreError(f"cannot open results database {display}: {path.parent} is not a directory")
+        if path is not None and read_only:
+            options["creator"] = functools.partial(_connect_to_read, path)
     elif backend == "postgresql" and "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = CONNECT_TIMEOUT_S
     try:
-        engine = create_engine(url, connect_args=connect_args)
+        engine = create_engine(url, connect_args=connect_args, **options)
     except (ArgumentError, NoSuchModuleError, ImportError) as exc:
         raise StoreError(f"cannot use results database {display}: {exc}") from exc
     if backend == "sqlite":  # on a network filesystem: SQLite's rollback journal (WAL needs one host); a read-only
@@ -522,6 +541,10 @@ def _open_store(url: str | None, create: bool) -> Store:
         if isinstance(exc, StoreError):
             raise
         reason = exc.orig if isinstance(exc, DBAPIError) else exc
+        path = _sqlite_path(parsed) if parsed.get_backend_name() == "sqlite" else None
+        if create and path is not None and not os.access(path.parent, os.W_OK):  # SQLite says only "unable to open"
+            reason = (f"{reason}: this command writes to it, and {path.parent} is not writable here (a command that "
+                      "only reads, e.g. `commcamp results runs`, can read it)")
         raise StoreError(f"cannot open results database {display}: {reason}") from exc
     return Store(engine, display)
 

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import yaml
 
 from campaigns import paths
+from campaigns.locks import in_use, keep_in_use
 from campaigns.model.records import mpi_library_version, parse_record_lines
 from campaigns.subproc import die_with_this_process
 from tuners.catalog import KnobCatalog, Library, with_aliases
@@ -194,6 +195,10 @@ class LauncherExecutor:
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         directory = new_directory(self.runs_dir, "run")
+        with in_use(directory):  # `results prune` keeps it while the run writes it
+            return self._run_in(directory, env, request, validate)
+
+    def _run_in(self, directory: Path, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         records_path = directory / RECORDS_FILE
         cmd = [*self.launcher, str(self.commbench), *request.commbench_args(validate, records_path)]
         (directory / "command.txt").write_text(
@@ -292,6 +297,7 @@ class ReframeExecutor:
 
         if self.directory is None:
             self.directory = new_directory(self.runs_dir, "reframe")
+            keep_in_use(self.directory)  # later runs restore the first one's build from it
             (self.directory / "campaign.yaml").write_text(self.spec_text)
             self.campaign = dataclasses.replace(self.campaign, path=self.directory / "campaign.yaml")
         self.count += 1

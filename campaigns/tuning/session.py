@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from campaigns import paths
+from campaigns.locks import keep_in_use
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, library_version, new_directory, strip_knobs,
                                         output_tail)
@@ -500,6 +501,7 @@ def deployed_rules(setup: TuningSetup, rec: Recommendation) -> dict[str, str] | 
         raise TunerConfigError(f"the tuner plugin {library} does not exist: build it (commcamp plugin build) or "
                                "give --plugin-library")
     directory = new_directory(Path(setup.spec.runs_dir), "deployed")
+    keep_in_use(directory)  # the deployed check's runs read the rules from it
     rules = rule_file(directory, rec)
     if rules is not None:
         write_atomic(rules[0], rules[1])

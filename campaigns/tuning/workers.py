@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from campaigns.locks import keep_in_use
 from campaigns.tuning.spec import TuningSpec, site_partition
 from tuners.writers import write_atomic
 
@@ -101,6 +102,7 @@ def submit_workers(spec: TuningSpec, workers: int, directory: Path, env: Mapping
     one cannot be submitted, those submitted before it are cancelled: WorkersFailed says why (Ctrl-C or
     SIGTERM cancels them too, then goes on as KeyboardInterrupt)."""
     directory.mkdir(parents=True, exist_ok=True)
+    keep_in_use(directory)  # the workers write their output into it while this process waits for them
     spec_path = directory / "worker-spec.json"
     write_atomic(spec_path, worker_spec(spec).model_dump_json(indent=2))
     found = site_partition(spec)
