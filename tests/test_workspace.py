@@ -41,6 +41,18 @@ def test_workspace_option_names_the_workspace_for_the_command_and_its_children(t
     assert f"export COMMCAMP_HOME={tmp_path / 'ws'}" in out.splitlines()
 
 
+def test_a_site_path_directory_that_is_not_there_is_warned_about(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    """A mistyped $COMMCAMP_SITE_PATH directory was searched in silence: a site of the same name among the shipped
+    examples (a site's own `local`) ran instead. Every command says so on its standard error."""
+    (tmp_path / "sites").mkdir()
+    monkeypatch.setenv("COMMCAMP_SITE_PATH", f"{tmp_path / 'sties'}:{tmp_path / 'sites'}")
+    code, out, err = commcamp("paths", "--env")
+    assert code == 0 and "warning" not in out, out
+    assert err.strip() == (f"warning: $COMMCAMP_SITE_PATH names {tmp_path / 'sties'}, which is not a directory: no "
+                           "site is found there (`commcamp site new` makes the first one)")
+
+
 def test_tune_and_run_make_a_new_workspace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A workspace that does not exist yet is made on first use, by tune (its study lives in the workspace's
     database) as by run (which opens the store at that database's URL)."""

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import signal
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -300,6 +301,10 @@ def workspace_option(
         if where.exists() and not where.is_dir():
             raise typer.BadParameter(f"{where} is not a directory", param_hint="--workspace")
         os.environ[paths.HOME_ENV] = str(where)
+    for directory in paths.site_path_dirs():  # a mistyped one: a shipped example of the same name runs instead
+        if not directory.is_dir():
+            print(f"warning: ${paths.SITE_PATH_ENV} names {directory}, which is not a directory: no site is found "
+                  "there (`commcamp site new` makes the first one)", file=sys.stderr)
 
 
 @app.command("paths")
