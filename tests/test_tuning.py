@@ -411,6 +411,21 @@ def test_paths_typed_relative_to_the_working_directory_reach_the_launch(tmp_path
     assert len(list((tmp_path / "runs").glob("run-*/commbench.jsonl"))) == 2
 
 
+def test_a_failed_version_probe_names_its_run_directory(tmp_path: Path) -> None:
+    """A launcher that cannot run commbench (a mistyped option) fails the probe that reads the library's version:
+    the tune stops before any trial, and says where the probe's output is (its run directory was left unnamed)."""
+    launcher = wrapper(tmp_path, 'echo "mpirun: Error: unknown option --bind-to nonee" >&2; exit 1', name="launch.sh")
+    code, out = commcamp_output(
+        "tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op", "allreduce", "--sizes",
+        "64K", "--executor", "launcher", "--launcher", str(launcher), "--commbench", COMMBENCH, "--runs-dir",
+        tmp_path / "runs", "--db", f"sqlite:///{tmp_path / 'study.db'}", "--knobs", "OMPI_MCA_btl_tcp_sndbuf",
+        "--trials", "1", "--no-finalize", "--no-publish", env=OMPI_ENV)
+    (probe,) = (tmp_path / "runs").glob("run-*")
+    flat = " ".join(out.split())
+    assert code == 2 and "cannot tell the openmpi version from the probe run (exit 1, 0 records" in flat, out
+    assert f"unknown option --bind-to nonee; its files: {probe}); give library_version" in flat, out
+
+
 def test_a_worker_s_spec_names_the_paths_typed_relative_to_the_tune(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """A Slurm worker starts in its own directory and a ReFrame trial under its prefix: the spec carries the paths

@@ -213,8 +213,9 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                              dataclasses.replace(request, sizes=request.sizes[:1], iters=1, warmup=0), False)
         version = library_version(probe.records, library)
         if version is None:
+            where = f"; its files: {probe.directory}" if probe.directory is not None else ""
             raise ValueError(f"cannot tell the {library} version from the probe run "
-                             f"({outcome_summary(probe)}); give library_version")
+                             f"({outcome_summary(probe)}{where}); give library_version")
     space = build_space(catalog, {library: version}, knobs=spec.knobs, op=spec.op, transport=spec.transport)
     system, _, partition = spec.system.partition(":")
     scope = StudyScope(site=spec.site, system=system, partition=partition, library=library,
