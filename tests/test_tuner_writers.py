@@ -718,6 +718,10 @@ def edited(path: Path, change: Any) -> None:
      "unset OMPI_MCA_btl_tcp_rcvbuf: not a setting of the site's defaults"),
     (lambda d: d["recommendations"].append(d["recommendations"][0]), "entries 0 and 1 have the same scope"),
     (lambda d: d["recommendations"][0]["per_size"][0].update(max_bytes=4), "max_bytes 4 below min_bytes"),
+    # "keep the defaults" above export lines of a change never accepted
+    (lambda d: d["recommendations"][0].update(decision="keep-defaults", gain=None),
+     "decision keep-defaults, but its settings are not the site's defaults it was measured against (baseline_env): "
+     "OMPI_MCA_coll_tuned_allreduce_algorithm, OMPI_MCA_coll_tuned_use_dynamic_rules, UCX_TLS"),
 ])
 def test_recommend_refuses_published_settings_that_publish_would_not_write(
         tmp_path: Path, catalog: KnobCatalog, change: Any, problem: str) -> None:  # noqa: F811

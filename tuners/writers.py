@@ -336,6 +336,12 @@ def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> No
         _validated(rec, catalog, rec.plugin_env)
     except UnsafeValueError as exc:
         raise ValueError(f"{path}: {rec.scope.slug}: published settings refused: {exc}") from None
+    if rec.decision == "keep-defaults" and (rec.env != rec.baseline_env or rec.unset):
+        # publish writes the defaults for it: other settings would be printed under "keep the defaults"
+        differ = sorted({*rec.env, *rec.baseline_env} - {k for k in rec.env if rec.baseline_env.get(k) == rec.env[k]})
+        raise ValueError(f"{path}: {rec.scope.slug}: decision keep-defaults, but its settings are not the site's "
+                         f"defaults it was measured against (baseline_env): "
+                         f"{', '.join(differ + [f'unset {name}' for name in rec.unset])}")
     plugin = rec.plugin_env.get(PLUGIN_ENV[0])
     if plugin is not None and not (Path(plugin).is_file() and os.access(plugin, os.R_OK)):
         raise ValueError(f"{path}: {rec.scope.slug}: its tuner plugin {plugin} cannot be read: build it (commcamp "
