@@ -268,7 +268,9 @@ def test_nothing_judged_is_never_ok_neither_a_node_nor_a_night(tmp_path: Path) -
     console = Console(record=True, width=300)
     print_summary(console, first, tmp_path / "verdict.json")
     assert "nodes: c6n1 not judged, c6n2 not judged, c6n3 not judged" in console.export_text()
-    assert (nothing.metrics, nothing.nodes, nothing.status, nothing.exit_code) == ([], {}, "not_judged", 3)
+    assert [(m.metric, m.status, m.evidence) for m in nothing.metrics] == [
+        ("run", "not_judged", ["not run tonight: unplaceable"])]
+    assert (nothing.nodes, nothing.status, nothing.exit_code) == ({}, "not_judged", 3)
 
 
 def test_the_history_is_each_run_key_s_latest_attempt_on_the_last_nights_in_the_order_they_ran(

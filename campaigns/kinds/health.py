@@ -30,10 +30,11 @@ Isolation (health.isolate): the hosts of degraded/failed multi-node runs are sus
 two nodes (Slurm --nodelist) is run first over a ring of all nodes involved, then between each remaining
 suspect and a node a good pair cleared. A pair is bad when its metrics are degraded/failed as above
 (reference and the history of earlier pair tests) or when it is `peer_factor` times worse than the best
-pair measured. A suspect that is bad with a cleared partner is a culprit node; a bad pair of two cleared
-nodes is a culprit link. First, though, the degraded run's own per-rank times may name the suspect
-(campaigns/kinds/attribution.py): one pair test confirms it, and the other nodes of the runs it explains
-(every bad run they were in holds it) are not blamed: `explained`, node status ok with that evidence.
+pair measured. A good pair clears its nodes only when it judged a metric that was bad in the run. A suspect
+that is bad with a cleared partner is a culprit node; a bad pair of two cleared nodes is a culprit link. First,
+though, the degraded run's own per-rank times may name the suspect(s) (campaigns/kinds/attribution.py): a pair
+test of each with a node that did not slow down confirms or clears it, and the other nodes of the runs a culprit
+explains (every bad run they were in holds it) are not blamed: `explained`, node status ok with that evidence.
 
 Fail-slow (find_slow_nodes): a node can stay inside its reference, degrade no multi-node metric, and still
 be slowing down. commbench's schema 2 records every rank's median time; a node's time in a record is the
@@ -98,8 +99,8 @@ from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.model.site import Reference
 from campaigns.model.spec import (PAIR_RANKS, SLURM_SCHEDULERS, Campaign, CommbenchCheckSpec, HealthSettings, TestCase,
-                                  site_setup, without_setup)
-from campaigns.kinds.attribution import Suspects, node_times, rank_suspects
+                                  in_series, site_setup, without_setup)
+from campaigns.kinds.attribution import LEAD, Suspects, node_times, rank_suspects
 from campaigns.slurm.snapshot import SlurmSnapshot, fabric_wide, slurm_partition, take_snapshot
 from campaigns.store import RunRow, Store
 from campaigns.model.references import find_reference, measured, run_metrics
@@ -407,6 +408,13 @@ class PairTest:
     status: str
     evidence: list[str]
     values: dict[str, float] = field(default_factory=dict)
+    judged: list[str] = field(default_factory=list)  # the metrics a reference or history judged
+
+    def clears(self, metrics: set[str]) -> bool:
+        """Whether it clears its nodes of a bad run whose bad `metrics` these are: healthy, and one of them judged here
+        (a pair test judged by nothing, or only on a latency beside a bandwidth that failed, cleared every node of a
+        failed run, reported ok)."""
+        return self.status not in BAD and bool(metrics & set(self.judged))
 
 
 @dataclass
@@ -502,6 +510,8 @@ class HealthCheck:
         # changed is another key of the same test case): its latest attempt
         latest: dict[str, RunRow] = {}
         for run in self.store.runs(run_key_prefix=series_key, status="pass", **self._where()):  # oldest first
+            if not in_series(run.run_key, series_key):  # n1+n2's prefix is n1+n20's too
+                continue
             tag = run.parameters.get("tag")
             if tag not in (None, self.tag) and (tonight is None or _ran_at(run) < _ran_at(tonight)):
                 latest[without_setup(run.run_key)] = run
@@ -630,7 +640,8 @@ class HealthCheck:
             verdicts = self.judge_case(case)
             tests.append(PairTest(pair, case.run_key, worst(v.status for v in verdicts),
                                   [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status in BAD],
-                                  {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None}))
+                                  {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None},
+                                  sorted({v.metric for v in verdicts if v.status != "not_judged"})))
         # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
         factor = self.settings.isolation.peer_factor
         for name in {name for test in tests for name in test.values}:
@@ -678,21 +689,26 @@ class HealthCheck:
         return rank_suspects(pick, base)
 
     def _confirm(self, template: TestCase, suspect: str, attributed: Suspects, nodes: list[str],
-                 good_multi_hosts: set[str], isolation: Isolation) -> bool:
-        """One pair test between the suspect and a node that was in a healthy multi-node run tonight (else
-        the node that slowed down least, else any other): the suspect is the culprit if that pair is bad."""
-        calm = [g.node for g in reversed(attributed.ranked) if g.node not in attributed.leaders]
-        partners = sorted(good_multi_hosts - {suspect}) or calm or [n for n in nodes if n != suspect]
+                 good_multi_hosts: set[str], isolation: Isolation) -> PairTest:
+        """One pair test between the suspect and a node that did not slow down (a leader or a node that slowed >= LEAD
+        x could be the culprit itself, which would "confirm" an innocent suspect): one of a healthy multi-node run
+        tonight, else the run's node that slowed least, else any other. The suspect is the culprit if it is bad."""
+        slowed = {g.node for g in attributed.ranked if g.growth >= LEAD} | set(attributed.leaders) | {suspect}
+        calm = [g.node for g in reversed(attributed.ranked) if g.node not in slowed]
+        partners = (sorted(good_multi_hosts - slowed) or calm or [n for n in nodes if n not in slowed]
+                    or [n for n in nodes if n != suspect])
         pair = (partners[0], suspect)
         self._run_pairs(template, [pair])
         [test] = self._judge_pairs(template, [pair])
         isolation.pairs.append(test)
         isolation.extra_jobs += 1
-        return test.status in BAD
+        return test
 
     def isolate(self, bad: list[MetricVerdict], good_multi_hosts: set[str], cases: list[TestCase]) -> Isolation:
-        """`cases`: tonight's test cases as they ran (an each-switch case once per switch)."""
+        """`cases`: tonight's test cases as they ran (an each-switch case once per switch); `good_multi_hosts`: the
+        nodes of tonight's multi-node runs judged healthy."""
         suspects = sorted({host for v in bad for host in v.hosts})
+        bad_metrics = {v.metric for v in bad}
         isolation = Isolation(suspects=suspects)
         template_key = max(bad, key=lambda v: v.num_nodes).run_key
         template = next(c for c in cases if c.run_key == template_key)
@@ -703,17 +719,27 @@ class HealthCheck:
         attributed = self._attribute(bad, cases)
         if attributed is not None:
             isolation.attribution = attributed.reason
-        for leader in attributed.leaders if attributed is not None else []:
-            if self._confirm(template, leader, attributed, nodes, good_multi_hosts, isolation):
-                isolation.path = "attribution"
-                isolation.culprit_nodes = [leader]
-                isolation.explained = [s for s in suspects if s != leader
-                                       and all(leader in v.hosts for v in bad if s in v.hosts)]
-                isolation.unresolved = [s for s in suspects if s != leader and s not in isolation.explained]
-                return isolation
-        if attributed is not None and attributed.leaders:
-            isolation.note = (f"the run named {' and '.join(attributed.leaders)}, but the pair test(s) were "
-                              f"healthy: pair tests between every node follow")
+        # Every leader is pair-tested (two stand out together when a link slows both ends): the one bad with a
+        # calm partner is the culprit, one ok with it is cleared, one not judged stays unresolved.
+        confirmations = {leader: self._confirm(template, leader, attributed, nodes, good_multi_hosts, isolation)
+                         for leader in (attributed.leaders if attributed is not None else [])}
+        culprits = [leader for leader, test in confirmations.items() if test.status in BAD]
+        if culprits:
+            isolation.path = "attribution"
+            isolation.culprit_nodes = culprits
+            isolation.cleared = sorted({node for test in confirmations.values() if test.clears(bad_metrics)
+                                        for node in test.nodes})
+            isolation.explained = [s for s in suspects if s not in confirmations
+                                   and all(set(culprits) & set(v.hosts) for v in bad if s in v.hosts)]
+            isolation.unresolved = [s for s in suspects if s not in culprits and s not in isolation.cleared
+                                    and s not in isolation.explained]
+            return isolation
+        if confirmations:
+            outcome = ("were healthy" if all(t.clears(bad_metrics) for t in confirmations.values())
+                       else f"could not judge {', '.join(sorted(bad_metrics))} (no reference or history at the "
+                            "isolation sizes)")
+            isolation.note = (f"the run named {' and '.join(confirmations)}, but the pair test(s) {outcome}: pair "
+                              f"tests between every node follow")
         ring = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
         if len(nodes) % 2:
             ring.append((nodes[-1], nodes[0]))
@@ -721,7 +747,7 @@ class HealthCheck:
         self._run_pairs(template, tested)
         results = self._judge_pairs(template, tested)
         isolation.extra_jobs += len(tested)
-        cleared = {node for test in results if test.status not in BAD for node in test.nodes}
+        cleared = {node for test in results if test.clears(bad_metrics) for node in test.nodes}
         remaining = [s for s in suspects if s not in cleared
                      and not any(s in t.nodes and (set(t.nodes) - {s}) <= cleared for t in results)]
         if remaining and cleared:
@@ -731,7 +757,7 @@ class HealthCheck:
             isolation.extra_jobs += len(extra)
             tested += extra
             results = self._judge_pairs(template, tested)
-            cleared = {node for test in results if test.status not in BAD for node in test.nodes}
+            cleared = {node for test in results if test.clears(bad_metrics) for node in test.nodes}
         isolation.pairs = [*isolation.pairs, *results]  # a refuted attribution's pair test first
         isolation.cleared = sorted(cleared)
         for test in results:
@@ -745,7 +771,10 @@ class HealthCheck:
                     isolation.culprit_nodes.append(node)
         named = set(isolation.culprit_nodes) | cleared
         isolation.unresolved = [s for s in suspects if s not in named]
-        if not cleared:
+        if not cleared and not any(bad_metrics & set(test.judged) for test in results):
+            isolation.note = (f"no pair test could judge {', '.join(sorted(bad_metrics))} (no reference or history at "
+                              "the isolation sizes): the suspects stay unresolved")
+        elif not cleared:
             isolation.note = ("no pair of nodes tested healthy: a system-wide problem, or bad nodes on every "
                               "pair tested")
         elif not isolation.culprit_nodes and not isolation.culprit_links:
@@ -758,14 +787,22 @@ class HealthCheck:
             self.run_dirs.append(result.run_dir)
         self._refresh()
         metrics: list[MetricVerdict] = []
-        # An unplaceable case: the topology cannot give this placement tonight, nothing was measured.
+        # An unplaceable case: the topology cannot give this placement tonight (a node drained or down), nothing was
+        # measured: not judged, said so (left out, a night whose different-switch test never ran read HEALTH OK).
         cases = [item.case for item in result.results if item.status != "unplaceable"]
         unstored = {item.case.run_key: item.store_error for item in result.unstored}
         for case in cases:
             metrics += self.judge_case(case, unstored.get(case.run_key))
+        metrics += [MetricVerdict(run_key=item.case.run_key, series_key=item.case.series_key, op=item.case.op,
+                                  environ=item.case.environ, transport=item.case.transport,
+                                  num_nodes=item.case.num_nodes, hosts=[], metric="run", bytes=None, value=None,
+                                  unit="", status="not_judged", evidence=[f"not run tonight: {item.reason or 'unplaceable'}"])
+                    for item in result.results if item.status == "unplaceable"]
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
-        bad_runs = {m.run_key for m in bad_multi}
-        good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key not in bad_runs for h in m.hosts}
+        # known good (a pair test's partner): nothing bad and something judged; a run judged by nothing is no evidence
+        good_runs = ({m.run_key for m in metrics if m.status != "not_judged"}
+                     - {m.run_key for m in metrics if m.status in BAD})
+        good_multi_hosts = {h for m in metrics if m.num_nodes > 1 and m.run_key in good_runs for h in m.hosts}
         snapshot = self._snapshot()
         scope = ""
         if bad_multi and fabric_wide([set(m.hosts) for m in {m.run_key: m for m in bad_multi}.values()]):

@@ -422,6 +422,12 @@ def case_key_prefix(campaign: str, site: str, system: str, partition: str, envir
 CASE_KEY = re.compile(r"[^/]+/[^/]+/[^/:]+:[^/]+/[^/]+/[^/]+/[^/]+/[^/]+/\d+n/(pair/)?[0-9a-f]{16}(?:[/@~]|$)")
 
 
+def in_series(run_key: str, series_key: str) -> bool:
+    """Whether `run_key` is a run of the series `series_key` (TestCase.run_key: the series key, then a pair's nodes,
+    @tag, ~setup or nothing): an each-switch series key ends in its nodes, n1+n2 a prefix of n1+n20's."""
+    return run_key.startswith(series_key) and run_key[len(series_key):][:1] in ("", "/", "@", "~")
+
+
 SETUP_DIGITS = 10  # hex digits of site_setup's digest
 SETUP_SUFFIX = re.compile(rf"~[0-9a-f]{{{SETUP_DIGITS}}}$")  # TestCase.run_key's site_setup digest
 
