@@ -1,7 +1,8 @@
 """What a health night says when a case could not run, and how pair tests isolate a culprit (found by a review of
 campaigns/kinds/health.py, each reproduced before the fix): an unplaceable case left out (HEALTH OK), pair tests
 that judged nothing clearing every node of a failed run, a partner "that did not slow down" that was the culprit,
-and one switch's history taking another node set's runs. Pair runs are stored records, as isolation stores them."""
+and one switch's history taking another node set's runs; two sites' nights in one verdict file, an exit code the
+summary did not explain. Pair runs are stored records, as isolation stores them."""
 from __future__ import annotations
 
 import copy
@@ -164,3 +165,54 @@ def test_one_switch_s_history_is_not_another_node_set_s(tmp_path: Path) -> None:
         check = HealthCheck(campaign, store, "n2", console=Console(quiet=True), runs_dir=tmp_path, placer=Placer())
         history = check._earlier_runs(tonight.series_key, tonight.run_key)
     assert [run.parameters["tag"] for run in history] == ["n0"]
+
+
+def test_two_sites_nights_of_one_campaign_name_get_a_verdict_file_each(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One workspace, a campaign `nightly` on two sites: the second site's night went into the first's file, the
+    first's verdict read as an earlier run of the same night (earlier_verdicts). Each keeps a file; a night run again
+    on the same site still adds to its own file."""
+    from campaigns.kinds.health import default_verdict_path, write_verdict
+
+    monkeypatch.setenv("COMMCAMP_HOME", str(tmp_path))
+
+    def night(site: str, status: str) -> Verdict:
+        return Verdict(campaign="nightly", site=site, system="main", tag="2026-03-01", status=status, metrics=[],
+                       nodes={}, isolation=None, db="sqlite://", run_dirs=[])
+
+    first = default_verdict_path(night("alps", "ok"))
+    assert first == tmp_path / "health" / "nightly-2026-03-01.json"
+    write_verdict(night("alps", "ok"), first)
+    second = default_verdict_path(night("lumi", "failed"))
+    assert second == tmp_path / "health" / "nightly-2026-03-01@lumi@main.json"
+    write_verdict(night("lumi", "failed"), second)
+    again = default_verdict_path(night("alps", "degraded"))
+    assert again == first
+    write_verdict(night("alps", "degraded"), again)
+    kept = json.loads(first.read_text())
+    assert kept["status"] == "degraded" and [v["site"] for v in kept["earlier_verdicts"]] == ["alps"]
+    assert json.loads(second.read_text())["earlier_verdicts"] == []
+
+
+def test_a_night_with_a_case_not_stored_says_why_commcamp_exits_1(tmp_path: Path) -> None:
+    """The store refused a case: commcamp exits 1 (README, "Exit codes") while the verdict and its summary give the
+    night's own code, without a word on the difference."""
+    import io
+
+    from campaigns.kinds.table import KINDS, FinishedRun
+
+    campaign = campaign_of(tmp_path, "node_counts: [3]\nplacements: [any, different-switch]\nchecks: [{check: "
+                                     "commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
+                                     "health: {min_history: 2, isolate: false}\n")
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "clean"))):
+            ingest(store, next(c for c in campaign.cases(tag) if c.placement == "any"), tag,
+                   recorded(f"{name}-sendrecv"), day)
+        results = [CaseResult(c, "pass") if c.placement == "any" else
+                   CaseResult(c, "pass", store_error="database is locked") for c in campaign.cases("n3")]
+        out = io.StringIO()
+        console = Console(file=out, width=200)
+        code = KINDS["health"].after_run(FinishedRun(campaign, CampaignResult(None, store.url, results), store, "n3",
+                                                     console, console, tmp_path, Placer(), tmp_path / "v.json"))
+    assert int(code) == 1 and json.loads((tmp_path / "v.json").read_text())["exit_code"] == 3
+    assert "commcamp exits 1, not the night's 3: 1 case(s) ran but could not be stored (not judged)" in out.getvalue()

@@ -95,6 +95,7 @@ from rich.markup import escape
 from rich.table import Table
 from scipy.stats import t as student_t
 
+from campaigns import paths
 from campaigns.slurm.placement import Placer
 from campaigns.reframe.runner import CampaignResult, new_run_dir, run_cases
 from campaigns.model.site import Reference
@@ -900,6 +901,20 @@ class HealthCheck:
             for host in (a, b):
                 nodes[host]["evidence"].append(f"link {a}<->{b} bad while both nodes are healthy with others")
         return nodes
+
+
+def default_verdict_path(verdict: Verdict) -> Path:
+    """<workspace>/health/<campaign>-<night>.json; <campaign>-<night>@<site>@<system>.json when that file holds the
+    night of a campaign of the same name on another site or system (the second's verdict read as a re-run of the
+    first's night, burying it in earlier_verdicts)."""
+    path = paths.health_dir() / f"{verdict.campaign}-{verdict.tag}.json"
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return path
+    if isinstance(before, dict) and (before.get("site"), before.get("system")) != (verdict.site, verdict.system):
+        return path.with_name(f"{path.stem}@{verdict.site}@{verdict.system}{path.suffix}")
+    return path
 
 
 def write_verdict(verdict: Verdict, path: Path) -> None:

@@ -54,16 +54,19 @@ def cases_outcome(run: FinishedRun) -> ExitCode:
 
 def _judge_night(run: FinishedRun) -> ExitCode:
     """Health: judge the night, write the verdict, print its summary; the verdict's exit code."""
-    from campaigns.kinds.health import HealthCheck, print_summary, write_verdict
+    from campaigns.kinds.health import HealthCheck, default_verdict_path, print_summary, write_verdict
 
     assert run.tag is not None
     night = HealthCheck(run.campaign, run.store, run.tag, console=run.console, runs_dir=run.runs_dir,
                         placer=run.placer).evaluate(run.result)
-    path = run.output or paths.health_dir() / f"{run.campaign.name}-{run.tag}.json"
+    path = run.output or default_verdict_path(night)
     write_verdict(night, path)
     print_summary(run.console, night, path)
     if run.result.unstored:  # a case not stored is a step that failed (1), whatever the rest of the night says
-        return cases_outcome(run)
+        code = cases_outcome(run)
+        run.console.print(f"commcamp exits {int(code)}, not the night's {night.exit_code}: "
+                          f"{len(run.result.unstored)} case(s) ran but could not be stored (not judged)")
+        return code
     return ExitCode(night.exit_code)
 
 
