@@ -181,3 +181,28 @@ def test_yaml_s_true_where_a_number_belongs_is_refused(tmp_path: Path, loader: s
     with pytest.raises((SpecError, YamlModelError, ValueError)) as refused:
         read(path)
     assert f"{tmp_path}/{problem}: expected a number, not true" in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize(("loader", "edit", "problem"), [
+    ("campaign", ("max_bytes: 1024", "max_bytes: 1024\n    iters: '10'"), "spec.yaml:8: checks[0].iters"),
+    ("tune", ("nodes: 1", "nodes: '1'\ntrials: '5'"), "tune.yaml:4: nodes"),
+    ("tune", ("nodes: 1", "nodes: 1\nfinalize: {alpha: '0.05'}"), "tune.yaml:5: finalize.alpha"),
+])
+def test_a_quoted_number_where_a_number_belongs_is_refused(tmp_path: Path, loader: str, edit: tuple[str, str],
+                                                          problem: str) -> None:
+    """pydantic took `iters: "10"` as 10 in a campaign or tuning spec, where site.yaml (strict) refuses it: the
+    file says a string. Refused alike; a size still takes its units (max_bytes: 64K)."""
+    sources = {"campaign": ("spec.yaml", "name: t\nsite: local\nnode_counts: [1]\nchecks:\n  - check: commbench_run\n"
+                                         "    ops: [pingpong]\n    max_bytes: 64K\n".replace("64K", "1024")),
+               "tune": ("tune.yaml", "site: local\nsystem: local:cpu\nlibrary: openmpi\nnodes: 1\nop: allreduce\n"
+                                     "knobs: [OMPI_MCA_btl_tcp_sndbuf]\n")}
+    name, text = sources[loader]
+    path = tmp_path / name
+    path.write_text(text.replace(edit[0], edit[1]), encoding="utf-8")
+    read = {"campaign": load_campaign, "tune": load_spec}[loader]
+    with pytest.raises((SpecError, YamlModelError, ValueError)) as refused:
+        read(path)
+    assert f"{tmp_path}/{problem}: expected a number, not the string '" in str(refused.value), refused.value
+    if loader == "campaign":  # a size with its units is no quoted number
+        path.write_text(text.replace("max_bytes: 1024", "max_bytes: '64K'"), encoding="utf-8")
+        assert load_campaign(path).spec.checks[0].max_bytes == 65536

@@ -144,16 +144,32 @@ def _only_run(store_url: str) -> Any:
 
 @pytest.mark.parametrize(("where", "message"), [
     (("--site", "nosuchsite", "--system", "x"), "--site: unknown site 'nosuchsite'; known sites:"),
-    (("--site", "local", "--system", "nosuchsystem"), "--system: site 'local' has no system 'nosuchsystem'"),
+    (("--site", "local", "--system", "nosuchsystem"), "--system: site 'local' has no system 'nosuchsystem' (it has: "
+                                                       "local)"),
     # a made-up partition (before: "default" whatever the site) joins no health series and no report's system
     (("--site", "local", "--system", "local", "--partition", "gpu"),
-     "--partition: system 'local' of site 'local' has no partition 'gpu' (it has: cpu)")])
+     "--partition: system 'local' of site 'local' has no partition 'gpu' (it has: cpu)"),
+    (("--site", "local", "--system", "local:gpu"),  # tune's and recommend's form of a partition
+     "--partition: system 'local' of site 'local' has no partition 'gpu' (it has: cpu)"),
+    (("--site", "local", "--system", "local:cpu", "--partition", "gpu"),
+     "--system names partition 'cpu', --partition 'gpu': give one")])
 def test_ingest_names_an_unknown_site_or_system(jsonl: Path, store_url: str, where: tuple[str, ...],
                                                 message: str) -> None:
     result = _invoke("ingest", jsonl, *where, "--db", store_url)
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
     with open_store(store_url) as store:
         assert store.runs() == []
+
+
+def test_ingest_takes_system_colon_partition_and_names_a_missing_file_first(jsonl: Path, store_url: str,
+                                                                            tmp_path: Path) -> None:
+    """`--system local:cpu` (as tune and recommend take it) was "site 'local' has no system 'local:cpu'", and a
+    missing file or a mistyped --format got that same message."""
+    result = _invoke("ingest", tmp_path / "nosuch.jsonl", "--site", "local", "--system", "local:cpu", "--db", store_url)
+    assert result.exit_code == 2 and "nosuch.jsonl" in result.output and "--system" not in result.output, result.output
+    result = _invoke("ingest", jsonl, "--site", "local", "--system", "local:cpu", "--db", store_url)
+    assert result.exit_code == 0, result.output
+    assert (_only_run(store_url).system, _only_run(store_url).partition) == ("local", "cpu")
 
 
 def test_ingest_bad_file_stores_nothing(tmp_path: Path, store_url: str) -> None:

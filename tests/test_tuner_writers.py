@@ -722,6 +722,9 @@ def edited(path: Path, change: Any) -> None:
     (lambda d: d["recommendations"][0].update(decision="keep-defaults", gain=None),
      "decision keep-defaults, but its settings are not the site's defaults it was measured against (baseline_env): "
      "OMPI_MCA_coll_tuned_allreduce_algorithm, OMPI_MCA_coll_tuned_use_dynamic_rules, UCX_TLS"),
+    (lambda d: d["recommendations"][0].update(env={}), "decision change, but its settings are the site's defaults"),
+    (lambda d: d["recommendations"][0]["scope"].update(nodes=True), "scope.nodes"),
+    (lambda d: d["recommendations"][0]["scope"].update(nodes="1"), "scope.nodes"),
 ])
 def test_recommend_refuses_published_settings_that_publish_would_not_write(
         tmp_path: Path, catalog: KnobCatalog, change: Any, problem: str) -> None:  # noqa: F811

@@ -656,6 +656,10 @@ sizes: [1M]
     ("trials: true\n", "{spec}:6: trials: expected a number, not true"),  # was 1 trial
     ("per_size: {stop_slower: yes}\n", "{spec}:6: per_size.stop_slower: expected a number, not true"),  # was 1.0
     ("knobs: []\n", "{spec}:6: knobs: an empty list searches no knob"),  # the dry run said "every catalog knob"
+    ("trials: '5'\n", "{spec}:6: trials: expected a number, not the string '5'"),  # was 5, silently
+    ("finalize: {candidates: 3, max_candidates: 1}\n", "{spec}:6: finalize: Value error, max_candidates (1) is below "
+     "candidates (3)"),  # the cap cut the k best, unsaid
+    ("finalize: {min_effect: 5}\n", "{spec}:6: finalize.min_effect: Input should be less than or equal to 1"),
     ("knobs: [OMPI_MCA_btl_tcp_sndbuf, OMPI_MCA_btl_tcp_sndbuf]\n", "{spec}:6: knobs: OMPI_MCA_btl_tcp_sndbuf named "
      "twice"),  # was found after the probe run
     ("unverifiable_knobs: [OMPI_MCA_btl_tcp_sndbuff]\n", "{spec}:6: unverifiable_knobs: OMPI_MCA_btl_tcp_sndbuff not in the "
@@ -689,6 +693,14 @@ def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extr
     if extra == "knobs: [OMPI_MCA_btl_tcp_sndbuff]\n":  # an option given with the file is no line of it
         code, out = commcamp_output("tune", spec, *where, "--knobs", "OMPI_MCA_btl_tcp_sndbuff")
         assert code == 2 and out.startswith("knobs: OMPI_MCA_btl_tcp_sndbuff is not in the knob catalog"), out
+
+
+def test_a_size_given_twice_is_refused() -> None:
+    """`sizes: [4096, 4K]` measured one size, silently: a campaign spec refuses repeated sizes, and so does a tune."""
+    from campaigns.tuning.spec import TuningSpec
+
+    with pytest.raises(ValueError, match=r"repeated sizes \[4096\] \(64K and 65536 are one size\)"):
+        TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=[4096, "4K"])
 
 
 def test_a_launcher_that_does_not_run_here_is_not_looked_up_here(tmp_path: Path) -> None:
@@ -880,6 +892,35 @@ def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: P
     (env_file,) = (tmp_path / "rec").rglob("*.env")
     text = env_file.read_text()
     assert "unset OMPI_MCA_coll_tuned_allreduce_algorithm" in text and "OMPI_MCA_btl_tcp_rcvbuf" not in text, text
+    # Every trial ran over the TCP BTL this environment chose (no knob): said where the tune starts and in what it
+    # publishes (the files said nothing, and a job without it runs over shared memory, where the buffers do nothing)
+    assert "inherited from this environment, in every trial (no knob; said in the published files): " \
+           "OMPI_MCA_btl=self,tcp" in out, out
+    assert "# note: measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in text, text
+
+
+def test_library_settings_inherited_from_the_caller_are_named_and_name_the_study(catalog: KnobCatalog) -> None:
+    """The tuned library's (and its layers') variables that are no knob stay in every trial: they are named, and a
+    tune under others is another study (the same study resumed, mixing trials of two environments)."""
+    from campaigns.tuning.executors import inherited_settings
+    from campaigns.tuning.session import study_name
+    from campaigns.tuning.spec import TuningSpec
+
+    environ = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_sndbuf": "4096", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+               "UCX_NET_DEVICES": "lo", "NCCL_SOCKET_IFNAME": "lo", "PATH": "/usr/bin",
+               "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    stripped = strip_knobs(environ, catalog, Library.OPENMPI)
+    assert inherited_settings(stripped, catalog, Library.OPENMPI, {"OMPI_MCA_rmaps_base_oversubscribe": "1"}) == {
+        "OMPI_MCA_btl": "self,tcp", "UCX_NET_DEVICES": "lo"}  # the site's own setting is its setup, not inherited
+    assert inherited_settings(strip_knobs(environ, catalog, Library.NCCL), catalog, Library.NCCL, {}) == {
+        "NCCL_SOCKET_IFNAME": "lo"}
+    spec = TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=["64K"],
+                      knobs=["OMPI_MCA_btl_tcp_sndbuf"])
+    scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", gpus_per_node=1)
+    space = build_space(catalog, {Library.OPENMPI: "4.1.4"}, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
+    names = {study_name(spec, scope, [], space, inherited) for inherited in (
+        {}, {"OMPI_MCA_btl": "self,tcp"}, {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"})}
+    assert len(names) == 3
 
 
 def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:
@@ -894,7 +935,7 @@ def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:
     scope = make_scope(library="nccl", library_version="2.28.3")
     catalog = KnobCatalog.load()
     narrowed = catalog.for_site({"restrict": {"NCCL_ALGO": {"choices": ["Ring", "Tree"]}}}, "older catalog")
-    names = [study_name(spec, scope, [], build_space(c, {Library.NCCL: "2.28.3"}, knobs=["NCCL_ALGO"]))
+    names = [study_name(spec, scope, [], build_space(c, {Library.NCCL: "2.28.3"}, knobs=["NCCL_ALGO"]), {})
              for c in (catalog, narrowed, catalog)]
     assert names[0] == names[2] != names[1]
 
@@ -918,7 +959,7 @@ def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
              base.model_copy(update={"sizes": [1024, 8], "trials": 50})]
     ranges = [[(b.name, b.min_bytes, b.max_bytes) for b in buckets_for_sizes(spec.sizes, 3)] for spec in specs[:3]]
     assert ranges[0] == ranges[2]  # what the stored study checks
-    names = [study_name(spec, scope, [], space) for spec in specs]
+    names = [study_name(spec, scope, [], space, {}) for spec in specs]
     assert len(set(names[:-1])) == len(measurements) + 1 and names[-1] == names[0]
 
 
@@ -948,14 +989,14 @@ def test_another_launch_gets_a_study_of_its_own(tmp_path: Path, monkeypatch: pyt
     base = TuningSpec(site="mysite", system="local:cpu", library="openmpi", op="allreduce", sizes=[1024],
                       knobs=["OMPI_MCA_btl_tcp_sndbuf"], executor="launcher", launcher=["mpirun.openmpi", "-np", "2"])
     srun = base.model_copy(update={"launcher": ["srun"]})
-    names = [study_name(spec, scope, [], space) for spec in (
+    names = [study_name(spec, scope, [], space, {}) for spec in (
         base, base.model_copy(update={"launcher": ["mpirun.openmpi", "-np", "2", "--mca", "btl", "self,tcp"]}),
         srun, *(srun.model_copy(update={"launcher": slurm_launcher(srun, inside)}) for inside in (True, False)),
         srun.model_copy(update={"launcher": [*slurm_launcher(srun, True), "--cpu-bind=none"]}))]
     assert len(set(names[:2])) == 2 and names[2] == names[3] == names[4] != names[5]
     shutil.rmtree(tmp_path / "sites" / "mysite")
     write_site(tmp_path / "sites" / "mysite", site_data("local", env_vars({"OMPI_MCA_btl": "self,tcp"})))
-    assert study_name(base, scope, [], space) not in names
+    assert study_name(base, scope, [], space, {}) not in names
 
 
 def test_the_per_size_sweep_is_validated_and_a_selection_with_wrong_data_is_never_chosen(tmp_path: Path) -> None:

@@ -26,11 +26,12 @@ class StudyScope(BaseModel):
     library_version: str
     op: str
     transport: str
-    nodes: int = Field(ge=1)
-    gpus_per_node: int = Field(ge=1)
+    # strict: a hand-edited recommendations.yaml's `nodes: true` or `nodes: "1"` is no node count (read as 1 before)
+    nodes: int = Field(ge=1, strict=True)
+    gpus_per_node: int = Field(ge=1, strict=True)
     size_bucket: str = "all"
     # a CPU scope has 1 GPU per node, whatever its ranks: 1 and 4 ranks per node are two measurements
-    tasks_per_node: int | None = Field(default=None, ge=1)
+    tasks_per_node: int | None = Field(default=None, ge=1, strict=True)
 
     @field_validator("site", "system", "partition", "library_version", "op", "transport", "size_bucket")
     @classmethod

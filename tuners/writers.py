@@ -336,6 +336,9 @@ def check_published(path: Path, rec: Recommendation, catalog: KnobCatalog) -> No
         _validated(rec, catalog, rec.plugin_env)
     except UnsafeValueError as exc:
         raise ValueError(f"{path}: {rec.scope.slug}: published settings refused: {exc}") from None
+    if rec.decision == "change" and rec.env == rec.baseline_env and not rec.unset:
+        raise ValueError(f"{path}: {rec.scope.slug}: decision change, but its settings are the site's defaults it was "
+                         "measured against (baseline_env): nothing a job would get differs from them")
     if rec.decision == "keep-defaults" and (rec.env != rec.baseline_env or rec.unset):
         # publish writes the defaults for it: other settings would be printed under "keep the defaults"
         differ = sorted({*rec.env, *rec.baseline_env} - {k for k in rec.env if rec.baseline_env.get(k) == rec.env[k]})

@@ -304,7 +304,7 @@ def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str)
 
 def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
            site: Annotated[str, typer.Option(help="site the records were measured at")],
-           system: Annotated[str, typer.Option(help="system (cluster) name")],
+           system: Annotated[str, typer.Option(help="system (cluster) name, or system:partition")],
            partition: Annotated[Optional[str], typer.Option(
                help="[default: the system's partition, when it has one]")] = None,
            environ: Annotated[str, typer.Option(help="programming environment")] = "default",
@@ -344,19 +344,27 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
         raise typer.BadParameter("is empty: give a key, or leave --run-key out (manual:<sha256 of the file>)",
                                  param_hint="--run-key")
     with expected_errors():
+        # what was measured first: a missing file or a mistyped --format is named as such, not as a site problem
+        records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
+        if ":" in system:  # system:partition, as tune and recommend take it
+            system, _, named = system.partition(":")
+            if partition is not None and partition != named:
+                raise ValueError(f"--system names partition {named!r}, --partition {partition!r}: give one")
+            partition = named
         try:
-            partitions = [p.name for p in load_site(site).system(system).partitions]
+            found = load_site(site)
+            partitions = [p.name for p in found.system(system).partitions]
         except SiteError as exc:
             raise ValueError(f"--site: {exc}") from None
         except KeyError:
-            raise ValueError(f"--system: site {site!r} has no system {system!r}") from None
+            raise ValueError(f"--system: site {site!r} has no system {system!r} (it has: "
+                             f"{', '.join(s.name for s in found.systems)})") from None
         if partition is None and len(partitions) != 1:
             raise ValueError(f"--partition: system {system!r} has several ({', '.join(partitions)}): say which")
         partition = partition or partitions[0]
         if partition not in partitions:  # health and reports key series on it: a made-up one joins none
             raise ValueError(f"--partition: system {system!r} of site {site!r} has no partition {partition!r} "
                              f"(it has: {', '.join(partitions)})")
-        records = _read_measurements(file, fmt, [h for h in (hosts or "").split(",") if h], mpi_library)
         if not records:
             raise ValueError(f"{file} holds no commbench records")
         invalid = sum(not record["valid"] for record in records)

@@ -318,6 +318,8 @@ def describe(setup: TuningSetup) -> list[str]:
             f"knob files: {', '.join(setup.knob_files) or 'none'}; pinned: {setup.catalog.pinned or 'none'}",
             "size buckets: " + ", ".join(f"{b.name} ({b.metric})" for b in setup.buckets),
             f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}",
+            *([f"inherited from this environment, in every trial (no knob; said in the published files): "
+               f"{' '.join(f'{k}={v}' for k, v in setup.inherited.items())}"] if setup.inherited else []),
             *launcher_lines(setup.spec)]
 
 
@@ -328,7 +330,8 @@ def plan_lines(spec: TuningSpec, knob_files: Sequence[str]) -> list[str]:
 
     return [f"scope: site={spec.site} system={spec.system} library={spec.library} (version: read by a probe run "
             f"when the study runs; give --library-version to see the study and its search space) op={spec.op} "
-            f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node}",
+            f"transport={spec.transport} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node} "
+            f"tasks_per_node={spec.tasks_per_node}",
             f"study: {spec.study or 'the scope + ' + executor_label(spec) + ' + a digest of the knob setup'}",
             f"knobs asked for: {', '.join(spec.knobs) if spec.knobs else 'every catalog knob that applies'}",
             f"knob files: {', '.join(knob_files) or 'none'}",
@@ -445,9 +448,10 @@ def register(app: typer.Typer) -> None:
                 return
             setup = prepare(spec_obj, launcher_runs_here=runs_here)
             if workers:  # the workers run the trials (srun steps): the study is named, and measured, as theirs
-                measured_as = measurement_digest(worker_spec(spec_obj), setup.knob_files, setup.space)
+                measured_as = measurement_digest(worker_spec(spec_obj), setup.knob_files, setup.space, setup.inherited)
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
-                                                                           setup.knob_files, setup.space)})
+                                                                           setup.knob_files, setup.space,
+                                                                           setup.inherited)})
                 setup = dataclasses.replace(setup, spec=spec_obj, study_name=spec_obj.study, measured_as=measured_as)
         for line in describe(setup):
             console.print(escape(line), highlight=False, soft_wrap=True)

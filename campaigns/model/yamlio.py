@@ -14,7 +14,8 @@ from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, PlainValidator, ValidationError, WrapValidator,
+                      model_validator)
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -32,7 +33,8 @@ class YamlModelError(ValueError):
 
 class YamlModel(BaseModel):
     """Base of every model read from YAML: unknown keys refused, values frozen, and YAML's true/yes where a
-    number belongs refused: pydantic would take it as 1 (`nodes: yes`, `iters: true`, `node_counts: [true]`)."""
+    number belongs refused: pydantic would take it as 1 (`nodes: yes`, `iters: true`, `node_counts: [true]`); so
+    is a quoted number where a plain one belongs (`iters: "10"`: the file says a string; a size takes its units)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -49,8 +51,12 @@ class YamlModel(BaseModel):
                 continue
             if isinstance(value, bool) and _numeric(field.annotation):
                 problems.append(_bool_problem((name,), value))
+            elif isinstance(value, str) and _plain_number(field.annotation) and not _parses(field.metadata):
+                problems.append(_string_problem((name,), value))
             elif isinstance(value, (list, tuple)) and any(_numeric(item) for item in _item_types(field.annotation)):
                 problems += [_bool_problem((name, i), v) for i, v in enumerate(value) if isinstance(v, bool)]
+                if any(_plain_number(item) for item in _item_types(field.annotation)):
+                    problems += [_string_problem((name, i), v) for i, v in enumerate(value) if isinstance(v, str)]
         if problems:
             raise ValidationError.from_exception_data(cls.__name__, problems)
         return data
@@ -59,6 +65,25 @@ class YamlModel(BaseModel):
 def _bool_problem(loc: tuple[str | int, ...], value: bool) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError("bool_for_a_number", "expected a number, not {value}",
                                                      {"value": str(value).lower()}), loc=loc, input=value)
+
+
+def _string_problem(loc: tuple[str | int, ...], value: str) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError("string_for_a_number", "expected a number, not the string {value}",
+                                                     {"value": repr(value)}), loc=loc, input=value)
+
+
+def _plain_number(annotation: Any) -> bool:
+    """Whether a type takes a number and no string: int, float, int | None (not a size type that parses its units,
+    an Annotated one)."""
+    members = [m for m in get_args(annotation) or (annotation,)] if get_origin(annotation) in (Union, UnionType) \
+        else [annotation]
+    return any(m in (int, float) for m in members) and str not in members and not any(
+        get_origin(m) is Annotated and _parses(list(get_args(m)[1:])) for m in members)
+
+
+def _parses(metadata: list[Any]) -> bool:
+    """Whether a field's metadata reads its value itself (a size's BeforeValidator takes "64K")."""
+    return any(isinstance(m, (BeforeValidator, PlainValidator, WrapValidator)) for m in metadata)
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:

@@ -97,6 +97,21 @@ def strip_knobs(environ: Mapping[str, str], catalog: KnobCatalog, library: Libra
     return {k: v for k, v in environ.items() if k not in gone}
 
 
+# How the variables of a library's stack begin, by its catalog knobs' names (Open MPI's OMPI_MCA_, not OMPI_ALLOW_...)
+_FAMILY = re.compile(r"OMPI_MCA_|MPIR_CVAR_|MPIR_PARAM_|[A-Z0-9]+_")
+
+
+def inherited_settings(stripped: Mapping[str, str], catalog: KnobCatalog, library: Library,
+                       site: Mapping[str, str]) -> dict[str, str]:
+    """What the caller's environment (`stripped`: less the knobs, strip_knobs) still sets for `library` or a layer it
+    runs over (UCX_, FI_, ...: the families of its catalog knobs), beyond the site's environment (`site`): no knob,
+    so kept, and in every trial. `OMPI_MCA_btl=self,tcp` made TCP buffer sizes matter (x38), and the published files
+    said nothing of it: a job without it runs over shared memory, where they change nothing."""
+    families = tuple({found.group(0) for name in with_aliases(catalog.affecting(library))
+                      if (found := _FAMILY.match(name))})
+    return {name: value for name, value in sorted(stripped.items()) if name.startswith(families) and name not in site}
+
+
 # What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T
 # only with dynamic rules on, which MPI_T cannot set (bench_src/README.md, "Selection sweep").
 SWEEP_ENV: dict[str, dict[str, str]] = {Library.OPENMPI: {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}}

@@ -23,8 +23,8 @@ from typing import Any
 from campaigns import paths
 from campaigns.locks import keep_in_use
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
-                                        ReframeExecutor, RunOutcome, library_version, new_directory, strip_knobs,
-                                        output_tail)
+                                        ReframeExecutor, RunOutcome, inherited_settings, library_version,
+                                        new_directory, output_tail, strip_knobs)
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env, site_partition
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
@@ -60,6 +60,7 @@ class TuningSetup:
     # the knobs and per-size variables every trial ran without (stripped, and not set by the site): a job unsets them
     cleared: tuple[str, ...] = ()
     measured_as: str | None = None  # measurement_digest: a study named by hand holds trials measured alike
+    inherited: dict[str, str] = dataclasses.field(default_factory=dict)  # inherited_settings: in every trial
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
@@ -115,22 +116,25 @@ def launcher_options(spec: TuningSpec) -> list[str]:
     return options
 
 
-def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace) -> str:
+def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], space: SearchSpace,
+               inherited: Mapping[str, str]) -> str:
     """`spec.study`, else the scope's name + executor + measurement_digest: trials of another executor, another
     knob setup, another measurement or launch go to a study of their own (a study named by hand is checked
     against the digest: tuners.study.Tuner's measured_as)."""
     if spec.study is not None:
         return spec.study
-    return f"{scope.study_name}/{executor_label(spec)}-{measurement_digest(spec, knob_files, space)}"
+    return f"{scope.study_name}/{executor_label(spec)}-{measurement_digest(spec, knob_files, space, inherited)}"
 
 
-def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: SearchSpace) -> str:
+def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: SearchSpace,
+                       inherited: Mapping[str, str]) -> str:
     """A digest of the knobs asked for, the knob files' content, the searched domains, the ranks per node, what a
     run measures (sizes, sizes per bucket, batch, iterations, warm-up, programming environment) and how it is
     launched (launcher_options; the site's setup of the partition and environment: site_setup, as a campaign's
     run key). Scopes published before they named ranks per node did not; the stored study checks the buckets'
     ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a site's new
-    UCX_TLS measures another path; a catalog whose domains changed cannot be resumed (Optuna)."""
+    UCX_TLS measures another path, and so do the library settings inherited from the caller's environment
+(inherited_settings); a catalog whose domains changed cannot be resumed (Optuna)."""
     from campaigns.model.site import load_site
     from campaigns.model.spec import site_setup
 
@@ -144,6 +148,8 @@ def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: Searc
              "domains": space.domains()}
     if options := launcher_options(spec):
         setup["launcher_options"] = options
+    if inherited:
+        setup["inherited"] = dict(inherited)
     if found is not None:
         setup["site_setup"] = site_setup(load_site(spec.site), found[0], spec.environ)
     return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
@@ -230,10 +236,17 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version,
                                    launch_context=space.launch_context)
     versions = {library.value: version, "commcamp": _git_commit()}
+    inherited = inherited_settings(stripped, catalog, library, launch_env)
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
-                       study_name(spec, scope, files, space),
+                       study_name(spec, scope, files, space, inherited),
                        tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
-                       measurement_digest(spec, files, space))
+                       measurement_digest(spec, files, space, inherited), inherited)
+
+
+def inherited_note(inherited: Mapping[str, str]) -> str:
+    settings = " ".join(f"{name}={value}" for name, value in inherited.items())
+    return (f"measured with {settings} from the tune's environment in every trial (no knob: not searched, not "
+            "set by these files): a job without it was not measured")
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
@@ -607,6 +620,8 @@ class TuningSession:
         if outcome.report.rounds_run and not outcome.report.rounds_used:
             raise UntestedDecision(f"the baseline (the site's defaults) failed in all {outcome.report.rounds_run} "
                                    "finalization rounds: no candidate was compared with it")
+        if self.setup.inherited:  # said wherever the result is: .env, module, recommendations.yaml, recommend
+            recommendation = with_notes(recommendation, [inherited_note(self.setup.inherited)])
         outcome.recommendation = recommendation
         return recommendation
 

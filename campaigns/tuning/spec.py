@@ -32,13 +32,20 @@ class FinalizeSpec(YamlModel):
         "cap on all candidates: the k best, then each size bucket's best, then the simplified best"))
     alpha: float = Field(default=0.01, gt=0, lt=0.5, description=(
         "family-wise: Holm over all tests of a finalization (candidates x (overall + each size bucket))"))
-    min_effect: float = Field(default=0.03, ge=0)
+    min_effect: float = Field(default=0.03, ge=0, le=1, description="smallest speed-up a change needs (1: 2x)")
     rounds: int = Field(default=Thresholds().rounds, ge=2, description=(
         "maximum of the group-sequential phase (tuners/finalize.py); raised to what the family needs"))
 
     never_slower: bool = Field(default=True, description=(
         "refuse a global winner that is slower than the site's defaults in any size bucket (the environment is "
         "process-wide); off only when per-size rules deployed with it restore those sizes"))
+
+    @model_validator(mode="after")
+    def _cap(self) -> FinalizeSpec:
+        if self.max_candidates is not None and self.max_candidates < self.candidates:
+            raise ValueError(f"max_candidates ({self.max_candidates}) is below candidates ({self.candidates}): the "
+                             "cap on all candidates would cut the k best")
+        return self
 
     def thresholds(self) -> Thresholds:
         return Thresholds(alpha=self.alpha, min_effect=self.min_effect, rounds=self.rounds,
@@ -133,7 +140,10 @@ class TuningSpec(YamlModel):
             value = value.split(",")
         if not isinstance(value, list):
             return value
-        sizes = sorted({parse_size(v) for v in value})
+        parsed = [parse_size(v) for v in value]
+        if repeated := sorted({size for size in parsed if parsed.count(size) > 1}):
+            raise ValueError(f"repeated sizes {repeated} (64K and 65536 are one size)")
+        sizes = sorted(parsed)
         check_measurable(sizes)
         return sizes
 
