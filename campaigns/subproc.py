@@ -3,7 +3,9 @@
 A commcamp killed with SIGKILL (OOM killer, `kill -9`, a lost login session) cannot clean up: its ReFrame
 or srun child would run on, submitting and running jobs whose results nobody stores, beside the resumed
 campaign. `die_with_this_process()` gives a Popen preexec_fn that asks Linux to send the child SIGTERM
-when its parent dies; ReFrame and srun answer SIGTERM by cancelling their jobs.
+when its parent dies; ReFrame and srun answer SIGTERM by cancelling their jobs. ReFrame stopped so does not stop
+a build its local scheduler started (a session of its own): `stop_processes_in` ends what still works in its
+prefix.
 """
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import ctypes
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,3 +33,41 @@ def die_with_this_process() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return preexec
+
+
+def stop_processes_in(directory: Path, grace_s: float = 2.0) -> list[int]:
+    """SIGTERM, then after `grace_s` SIGKILL, to every process of this user whose working directory is under
+    `directory` (Linux /proc): what a stopped ReFrame left running there (its local build jobs compiled on for
+    seconds after commcamp had exited). The pids signalled."""
+    inside = str(directory.resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(entry / "cwd") if entry.name.isdigit() and int(entry.name) != os.getpid() else ""
+        except OSError:  # gone meanwhile, another user's, or a zombie
+            continue
+        if cwd == inside or cwd.startswith(inside + "/"):
+            found.append(int(entry.name))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = []
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+                alive.append(pid)
+            except OSError:
+                continue
+        deadline = time.monotonic() + grace_s
+        while alive and sig == signal.SIGTERM and time.monotonic() < deadline:
+            time.sleep(0.1)
+            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and not _zombie(pid)]
+        if not alive:
+            break
+        found = alive
+    return found
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True

@@ -77,3 +77,36 @@ def test_unreachable_database_stops_before_running(tmp_path: Path) -> None:
     assert "cannot use the results store" in result.stderr and "Connection refused" in result.stderr
     assert not (tmp_path / "runs").exists()
     assert time.monotonic() - started < 60
+
+
+def _working_in(path: Path) -> list[str]:
+    """Live processes (not zombies) whose working directory is under `path`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and os.readlink(entry / "cwd").startswith(str(path))
+                    and (entry / "stat").read_text().split(")")[-1].split()[0] != "Z"):
+                found.append(f"{entry.name}: {(entry / 'cmdline').read_text().replace(chr(0), ' ')}")
+        except OSError:
+            continue
+    return found
+
+
+def test_a_campaign_interrupted_while_it_builds_leaves_no_build_running(tmp_path: Path) -> None:
+    """Ctrl-C while ReFrame built commbench: commcamp exited, and the builds ReFrame's local scheduler had started
+    (sessions of their own) compiled on into the run directory."""
+    spec = tmp_path / "resume.yaml"
+    spec.write_text(SPEC)
+    runs = tmp_path / "runs"
+    cmd = [str(COMMCAMP), "run", str(spec), "--db", f"sqlite:///{tmp_path / 'results.db'}", "--runs-dir", str(runs)]
+    # Ctrl-C at a terminal: SIGINT to the foreground process group, commcamp and ReFrame (a process group of its own
+    # here, as a terminal's job has)
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as proc:
+        deadline = time.monotonic() + 120
+        while not any("cc1" in p for p in _working_in(runs)):  # compiling
+            assert proc.poll() is None and time.monotonic() < deadline, "no build seen"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=120) == 130
+    assert _working_in(runs) == []

@@ -28,6 +28,7 @@ different invocations. The network distance the ranks spanned is stored with eac
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -55,7 +56,7 @@ from campaigns.model.site import NAME_PATTERN
 from campaigns.model.spec import Campaign, TestCase
 from campaigns.model.vocabulary import BENCHMARK_PARAMETER, REFERENCE_CHECKS
 from campaigns.store import RunInfo, Store, StoreError
-from campaigns.subproc import die_with_this_process
+from campaigns.subproc import die_with_this_process, stop_processes_in
 
 RECORDS_FILE = "commbench.jsonl"
 REPORT_FILE = "report.json"
@@ -230,8 +231,12 @@ def stream_reframe(cmd: list[str], prefix: Path, console: Console,
         try:
             _follow(proc, log, console, status, on_result)
         except BaseException:
-            # Interrupted (Ctrl-C, SIGTERM) or a handler failed: ReFrame cancels its jobs on SIGTERM.
+            # Interrupted (Ctrl-C, SIGTERM) or a handler failed: ReFrame cancels its jobs on SIGTERM, not the builds
+            # its local scheduler runs in sessions of their own: what still works in the prefix is stopped.
             proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+            stop_processes_in(prefix)
             raise
         return proc.wait()
 

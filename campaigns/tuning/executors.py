@@ -51,7 +51,7 @@ import yaml
 from campaigns import paths
 from campaigns.locks import in_use, keep_in_use
 from campaigns.model.records import mpi_library_version, parse_record_lines
-from campaigns.subproc import die_with_this_process
+from campaigns.subproc import die_with_this_process, stop_processes_in
 from tuners.catalog import KnobCatalog, Library, with_aliases
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
 from tuners.writers import published_env
@@ -331,7 +331,10 @@ class ReframeExecutor:
                                     start_new_session=True, preexec_fn=die_with_this_process())
             # A run that hangs ends at commbench's watchdog or the job's time limit, both in ReFrame's report. This
             # limit also counts the job's wait in the queue and the build: past it nothing says the setting hung.
-            rc = _wait(proc, request.time_limit_s + self.queue_wait_s)
+            try:
+                rc = _wait(proc, request.time_limit_s + self.queue_wait_s)
+            finally:  # stopped or done: no build of its local scheduler (a session of its own) works on in the prefix
+                stop_processes_in(prefix)
             if rc is None:
                 raise EvaluationAborted(
                     f"ReFrame did not finish within the run's time limit ({request.time_limit_s} s) + queue_wait_s "
