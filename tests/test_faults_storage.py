@@ -220,6 +220,13 @@ def test_a_read_only_workspace_can_be_queried(tmp_path: Path) -> None:
         code, output = commcamp_output("results", "ingest", records, "--site", "local", "--system", "local", "--db", db)
         assert code == 2 and "Traceback" not in output, output
         assert f"unable to open database file: this command writes to it, and {workspace} is not writable" in output
+        # a rollback journal left by a writer that died mid-transaction: only a writer can roll it back, and read
+        # as it stands the database shows the half-done change (a DELETE read as "0 measurements")
+        subprocess.run(["mount", "-o", "remount,rw", str(workspace)], check=True)
+        (workspace / "commcamp.db-journal").write_bytes(b"\0" * 512)
+        subprocess.run(["mount", "-o", "remount,ro", str(workspace)], check=True)
+        code, output = commcamp_output("results", "runs", "--db", db)
+        assert code == 2 and "unable to open database file" in output, output
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

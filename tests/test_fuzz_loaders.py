@@ -186,7 +186,7 @@ def test_yaml_s_true_where_a_number_belongs_is_refused(tmp_path: Path, loader: s
 @pytest.mark.parametrize(("loader", "edit", "problem"), [
     ("campaign", ("max_bytes: 1024", "max_bytes: 1024\n    iters: '10'"), "spec.yaml:8: checks[0].iters"),
     ("tune", ("nodes: 1", "nodes: '1'\ntrials: '5'"), "tune.yaml:4: nodes"),
-    ("tune", ("nodes: 1", "nodes: 1\nfinalize: {alpha: '0.05'}"), "tune.yaml:5: finalize.alpha"),
+    ("tune", ("nodes: 1", "nodes: 1\nfinalize: {rounds: '12'}"), "tune.yaml:5: finalize.rounds"),
 ])
 def test_a_quoted_number_where_a_number_belongs_is_refused(tmp_path: Path, loader: str, edit: tuple[str, str],
                                                           problem: str) -> None:
@@ -206,3 +206,7 @@ def test_a_quoted_number_where_a_number_belongs_is_refused(tmp_path: Path, loade
     if loader == "campaign":  # a size with its units is no quoted number
         path.write_text(text.replace("max_bytes: 1024", "max_bytes: '64K'"), encoding="utf-8")
         assert load_campaign(path).spec.checks[0].max_bytes == 65536
+    else:  # nor a tune's sizes, nor YAML 1.1's unquoted 1e-3 (a string to PyYAML)
+        path.write_text(text + "sizes: [64K, 1M]\nfinalize: {alpha: 1e-3}\n", encoding="utf-8")
+        spec = load_spec(path)
+        assert spec.sizes == [65536, 1 << 20] and spec.finalize.alpha == 0.001

@@ -31,11 +31,11 @@ def recorded(name: str) -> list[dict[str, Any]]:
 
 
 def ingest(store: Store, case: TestCase, tag: str, records: list[dict[str, Any]], day: int,
-           hosts: tuple[str, ...] = HOSTS) -> None:
+           hosts: tuple[str, ...] = HOSTS, status: str = "pass") -> None:
     store.ingest(RunInfo(run_key=case.run_key, campaign=case.campaign, site=case.site, system=case.system,
                          partition=case.partition, environ=case.environ, check_name=case.check,
                          parameters={**case.parameters, "tag": tag, "hosts": list(hosts)}, num_nodes=case.num_nodes,
-                         num_tasks=case.num_tasks, status="pass",
+                         num_tasks=case.num_tasks, status=status, reason=None if status == "pass" else "timeout",
                          started_at=datetime(2026, 3, 1, 2, 30, tzinfo=UTC) + timedelta(days=day)),
                  records, new_attempt=True, validated=True)
 
@@ -106,8 +106,25 @@ def test_pair_tests_that_cannot_judge_the_bad_metric_clear_no_node(tmp_path: Pat
     assert {m.metric for m in verdict.metrics if m.status == "failed"} == {"large_goodput"}
     assert all(test.judged == ["small_latency"] for test in isolation.pairs), isolation.pairs
     assert (isolation.cleared, isolation.culprit_nodes, isolation.unresolved) == ([], [], list(HOSTS))
-    assert "no pair test could judge large_goodput" in isolation.note
+    assert "no pair test judged what was bad (large_goodput)" in isolation.note
     assert {node: v["status"] for node, v in verdict.nodes.items()} == dict.fromkeys(HOSTS, "failed")
+
+
+def test_a_run_that_failed_outright_is_isolated_by_any_judged_pair(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-node run that failed (no metric: `run`) is isolated by pair tests that judged anything: the healthy
+    pair clears its nodes, the bad one names the third (the first fix cleared none: no pair judges `run`)."""
+    campaign = campaign_of(tmp_path, "node_counts: [3]\nchecks: [{check: commbench_run, ops: [sendrecv], sizes: "
+                                     "[64K, 1M], tasks_per_node: 1}]\nhealth: {min_history: 2}\n")
+    pair_runs("c6n3", 200, monkeypatch)
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        [case] = campaign.cases("n1")
+        ingest(store, case, "n1", [], 0, status="fail")
+        verdict = evaluate(campaign, store, "n1", tmp_path, [CaseResult(case, "fail")])
+    isolation = verdict.isolation
+    assert [m.metric for m in verdict.metrics] == ["run"] and isolation is not None
+    assert (isolation.cleared, isolation.culprit_nodes) == (["c6n1", "c6n2"], ["c6n3"]), isolation
+    assert {node: v["status"] for node, v in verdict.nodes.items()} == {"c6n1": "ok", "c6n2": "ok", "c6n3": "failed"}
 
 
 def test_the_pair_test_partner_is_a_node_that_did_not_slow_down(tmp_path: Path,

@@ -535,6 +535,15 @@ def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_
         "knobs": ["OMPI_MCA_btl_tcp_sndbuf"], "trials": 3, "executor": "launcher",
         "launcher": ["mpirun.openmpi", "-np", "1"], "db": f"sqlite:///{tmp_path / 'study.db'}",
         "publish_dir": str(tmp_path / "rec"), "runs_dir": str(tmp_path / "runs")}))
+    for dry in (("--dry-run",), ()):  # what the launcher says it starts is checked before anything runs
+        code, out = commcamp_output("tune", str(spec), *dry, env=OMPI_ENV)
+        assert code == 2 and "launcher: mpirun.openmpi -np 1 starts 1 rank(s), the scope's job has 2 (nodes 1 x " \
+            "tasks_per_node 2)" in " ".join(out.split()), out
+        assert not (tmp_path / "runs").exists()
+    # a wrapper says nothing of its ranks: the first run's records do
+    data = yaml.safe_load(spec.read_text())
+    launch = wrapper(tmp_path, 'exec mpirun.openmpi -np 1 "$@"', "launch.sh")
+    spec.write_text(yaml.safe_dump({**data, "launcher": [str(launch)]}))
     code, out = commcamp_output("tune", str(spec), env=OMPI_ENV)
     assert code != 0 and "the launcher started 1 rank(s), the scope's job has 2 (nodes x tasks_per_node): give a " \
         "launcher that starts them (e.g. srun -N NODES -n 2, mpirun -np 2)" in " ".join(out.split()), out

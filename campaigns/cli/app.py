@@ -164,7 +164,8 @@ def run(
     # The kinds' output options, one per output_option of KINDS (campaigns/kinds/table.py), named alike; run()
     # reads them through _kind_outputs(ctx) only.
     verdict: Annotated[Optional[Path], typer.Option(
-        help="health: the verdict JSON file [default: <workspace>/health/<campaign>-<tag>.json]")] = None,
+        help="health: the verdict JSON file [default: <workspace>/health/<campaign>-<tag>.json; "
+             "<campaign>-<tag>@<site>@<system>.json where that holds another site's night]")] = None,
     report: Annotated[Optional[Path], typer.Option(
         help="characterize: the HTML report [default: <workspace>/reports/<campaign>.html]")] = None,
 ) -> None:

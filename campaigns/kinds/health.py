@@ -412,10 +412,17 @@ class PairTest:
     judged: list[str] = field(default_factory=list)  # the metrics a reference or history judged
 
     def clears(self, metrics: set[str]) -> bool:
-        """Whether it clears its nodes of a bad run whose bad `metrics` these are: healthy, and one of them judged here
-        (a pair test judged by nothing, or only on a latency beside a bandwidth that failed, cleared every node of a
-        failed run, reported ok)."""
-        return self.status not in BAD and bool(metrics & set(self.judged))
+        """Whether it clears its nodes of a bad run whose bad `metrics` these are: healthy, and one of their kinds (a
+        latency, a bandwidth: an OSU check's large_latency is the pingpong's small_latency's kind) judged here; a run
+        that failed outright (`run`), anything judged. A pair test judged by nothing, or only on a latency beside a
+        bandwidth that failed, cleared every node of a failed run, reported ok."""
+        judged = {_kind(name) for name in self.judged}
+        return self.status not in BAD and bool(judged) and ("run" in metrics or bool(judged & set(map(_kind, metrics))))
+
+
+def _kind(metric: str) -> str:
+    """What a metric measures, by its unit: a time (latency) or a rate (bandwidth); `run` for a run's own outcome."""
+    return METRICS[metric].unit if metric in METRICS else metric
 
 
 @dataclass
@@ -772,9 +779,12 @@ class HealthCheck:
                     isolation.culprit_nodes.append(node)
         named = set(isolation.culprit_nodes) | cleared
         isolation.unresolved = [s for s in suspects if s not in named]
-        if not cleared and not any(bad_metrics & set(test.judged) for test in results):
-            isolation.note = (f"no pair test could judge {', '.join(sorted(bad_metrics))} (no reference or history at "
-                              "the isolation sizes): the suspects stay unresolved")
+        if not cleared and not any(test.judged for test in results):
+            isolation.note = ("no pair test could be judged (no reference or history at the isolation sizes): the "
+                              "suspects stay unresolved")
+        elif not cleared and all(test.status not in BAD for test in results):
+            isolation.note = (f"no pair test judged what was bad ({', '.join(sorted(bad_metrics))}): no reference or "
+                              "history for it at the isolation sizes; the suspects stay unresolved")
         elif not cleared:
             isolation.note = ("no pair of nodes tested healthy: a system-wide problem, or bad nodes on every "
                               "pair tested")

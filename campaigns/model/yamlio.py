@@ -34,7 +34,8 @@ class YamlModelError(ValueError):
 class YamlModel(BaseModel):
     """Base of every model read from YAML: unknown keys refused, values frozen, and YAML's true/yes where a
     number belongs refused: pydantic would take it as 1 (`nodes: yes`, `iters: true`, `node_counts: [true]`); so
-    is a quoted number where a plain one belongs (`iters: "10"`: the file says a string; a size takes its units)."""
+    is a quoted whole number where a plain one belongs (`iters: "10"`: the file says a string; a size takes its
+    units)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -45,18 +46,22 @@ class YamlModel(BaseModel):
         if not isinstance(data, dict):
             return data
         problems: list[InitErrorDetails] = []
+        # a field validator that runs first reads the value itself (a tune's `sizes: [64K]`)
+        parsed = {name for v in cls.__pydantic_decorators__.field_validators.values() if v.info.mode != "after"
+                  for name in v.info.fields}
         for name, value in data.items():
             field = cls.model_fields.get(name) if isinstance(name, str) else None
             if field is None:
                 continue
             if isinstance(value, bool) and _numeric(field.annotation):
                 problems.append(_bool_problem((name,), value))
-            elif isinstance(value, str) and _plain_number(field.annotation) and not _parses(field.metadata):
+            elif _quoted_number(value) and _plain_number(field.annotation) and not _parses(field.metadata) \
+                    and name not in parsed:
                 problems.append(_string_problem((name,), value))
             elif isinstance(value, (list, tuple)) and any(_numeric(item) for item in _item_types(field.annotation)):
                 problems += [_bool_problem((name, i), v) for i, v in enumerate(value) if isinstance(v, bool)]
-                if any(_plain_number(item) for item in _item_types(field.annotation)):
-                    problems += [_string_problem((name, i), v) for i, v in enumerate(value) if isinstance(v, str)]
+                if any(_plain_number(item) for item in _item_types(field.annotation)) and name not in parsed:
+                    problems += [_string_problem((name, i), v) for i, v in enumerate(value) if _quoted_number(v)]
         if problems:
             raise ValidationError.from_exception_data(cls.__name__, problems)
         return data
@@ -67,17 +72,26 @@ def _bool_problem(loc: tuple[str | int, ...], value: bool) -> InitErrorDetails:
                                                      {"value": str(value).lower()}), loc=loc, input=value)
 
 
+def _quoted_number(value: Any) -> bool:
+    """A string pydantic would take as a whole number ("10", " 3 "); others get its own error."""
+    try:
+        int(value) if isinstance(value, str) else None
+    except ValueError:
+        return False
+    return isinstance(value, str)
+
+
 def _string_problem(loc: tuple[str | int, ...], value: str) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError("string_for_a_number", "expected a number, not the string {value}",
                                                      {"value": repr(value)}), loc=loc, input=value)
 
 
 def _plain_number(annotation: Any) -> bool:
-    """Whether a type takes a number and no string: int, float, int | None (not a size type that parses its units,
-    an Annotated one)."""
+    """Whether a type takes a whole number and no string: int, int | None (not a size type that parses its units,
+    an Annotated one). Not a float: YAML 1.1 reads `alpha: 1e-3` (no dot) as a string nobody quoted."""
     members = [m for m in get_args(annotation) or (annotation,)] if get_origin(annotation) in (Union, UnionType) \
         else [annotation]
-    return any(m in (int, float) for m in members) and str not in members and not any(
+    return int in members and str not in members and not any(
         get_origin(m) is Annotated and _parses(list(get_args(m)[1:])) for m in members)
 
 

@@ -341,14 +341,15 @@ def _connect_to_read(path: Path) -> sqlite3.Connection:
     """A connection of a command that only reads. A database in WAL mode is read through its -shm file, which the
     first reader makes when no writer has the database open; in a workspace this user cannot write (a site's shared
     results, a read-only mount) it cannot, and SQLite answers only "unable to open database file". No -wal file
-    there: no writer has the database open, and it is read as it stands (read-only, immutable)."""
+    there (nor a -journal: a writer that died mid-transaction on a rollback journal, whose pages only a writer can
+    roll back): no writer has the database open, and it is read as it stands (read-only, immutable)."""
     connection = sqlite3.connect(path, timeout=SQLITE_LOCK_WAIT_S)
     try:
         connection.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the -shm file is opened by the first read
         return connection
     except sqlite3.OperationalError:
         connection.close()
-        if Path(f"{path}-wal").exists() or os.access(path.parent, os.W_OK):
+        if Path(f"{path}-wal").exists() or Path(f"{path}-journal").exists() or os.access(path.parent, os.W_OK):
             raise
     return sqlite3.connect(f"{path.as_uri()}?mode=ro&immutable=1", uri=True, timeout=SQLITE_LOCK_WAIT_S)
 

@@ -11,6 +11,8 @@ import logging
 import os
 import secrets
 import shutil
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -188,6 +190,10 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
         if launcher_runs_here and shutil.which(program) is None:
             raise ValueError(f"launcher: {program!r} is not an executable program here (not on PATH or not "
                              "executable)")
+        started, ranks = launcher_ranks(spec.launcher or []), spec.nodes * spec.tasks_per_node
+        if started is not None and started != ranks:  # every trial would stop at its first run (the dry run said ok)
+            raise ValueError(f"launcher: {shlex.join(spec.launcher or [])} starts {started} rank(s), the scope's job "
+                             f"has {ranks} (nodes {spec.nodes} x tasks_per_node {spec.tasks_per_node})")
     url = spec.storage_url()
     with contextlib.suppress(StoreError):  # a workspace that cannot be made: check_reachable says why
         make_workspace(url)
@@ -199,6 +205,22 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
         if published.is_file():
             load_recommendations(published)
     return catalog, files
+
+
+# How mpirun/mpiexec and srun are told how many ranks to start: -np 4, -n 4, -n4, --np 4, --ntasks=4, ...
+_RANKS_OPTION = re.compile(r"(?:-np|-n|--np|--ntasks)(?:=|$)|-n(?=\d)")
+
+
+def launcher_ranks(launcher: Sequence[str]) -> int | None:
+    """The ranks a launcher command starts where it says so (mpirun -np N, srun -n N / --ntasks=N); None otherwise
+    (a wrapper script, srun of an allocation's tasks)."""
+    for i, word in enumerate(launcher[1:], start=1):
+        found = _RANKS_OPTION.match(word)
+        if found is None:
+            continue
+        value = word[found.end():] or (launcher[i + 1] if i + 1 < len(launcher) else "")
+        return int(value) if value.isdigit() else None
+    return None
 
 
 def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, ingest: bool = True,
