@@ -46,9 +46,10 @@ class YamlModel(BaseModel):
         if not isinstance(data, dict):
             return data
         problems: list[InitErrorDetails] = []
-        # a field validator that runs first reads the value itself (a tune's `sizes: [64K]`)
+        # a field validator that runs first reads the value itself (a tune's `sizes: [64K]`); a strict model
+        # (site.yaml) refuses a string itself, with every other problem of the document
         parsed = {name for v in cls.__pydantic_decorators__.field_validators.values() if v.info.mode != "after"
-                  for name in v.info.fields}
+                  for name in v.info.fields} | (set(cls.model_fields) if cls.model_config.get("strict") else set())
         for name, value in data.items():
             field = cls.model_fields.get(name) if isinstance(name, str) else None
             if field is None:
