@@ -683,6 +683,8 @@ sizes: [1M]
     ("knob_overrides: [{tmp}/empty.yaml]\n", "{tmp}/empty.yaml: the knob override file is empty"),
     ("knob_overrides: [{tmp}/typo.yaml]\n", "{tmp}/typo.yaml:2: knobs.defaults.OMPI_MCA_btl_tcp_sndbuff: not in "
      "the catalog"),
+    ("knob_overrides: [{tmp}/yes.yaml]\n", "{tmp}/yes.yaml:2: knobs.defaults.OMPI_MCA_btl_tcp_sndbuf: YAML's true "
+     "(true/yes/on, false/no/off) is no pow2 value"),  # read as 1 (NCCL_MAX_CTAS: yes ran 1 CTA)
 ])
 def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extra: str, problem: str) -> None:
     """Exit 2 with the file and line where the spec has them, in the dry run as in a run, before the probe run
@@ -690,6 +692,7 @@ def test_a_spec_s_mistakes_are_refused_before_anything_runs(tmp_path: Path, extr
     (tmp_path / "empty.yaml").write_text("")
     (tmp_path / "comments.yaml").write_text("# pins to come\n")
     (tmp_path / "typo.yaml").write_text("defaults:\n  OMPI_MCA_btl_tcp_sndbuff: 4096\n")
+    (tmp_path / "yes.yaml").write_text("defaults:\n  OMPI_MCA_btl_tcp_sndbuf: yes\n")
     spec = tmp_path / "spec.yaml"
     base = SPEC_BASE if extra else SPEC_BASE.replace("site: local", "site: mars")
     spec.write_text(base + extra.replace("{tmp}", str(tmp_path)))

@@ -570,6 +570,12 @@ class KnobCatalog:
                                f"not {type(overrides).__name__}")
         site = _build(SiteKnobOverrides, dict(overrides), source, "knobs")
         knobs = dict(self._knobs)
+        for section in ("defaults", "pinned", "unset_equals"):  # YAML's true/yes reads as 1 once a string
+            given = overrides.get(section)
+            for name, value in given.items() if isinstance(given, Mapping) else ():
+                if isinstance(value, bool) and name in knobs and knobs[name].type is not KnobType.BOOL:
+                    raise CatalogError(f"{source}: knobs.{section}.{name}: YAML's {str(value).lower()} (true/yes/on, "
+                                       f"false/no/off) is no {knobs[name].type.value} value: write the value")
 
         def knob_of(section: str, name: str) -> Knob:
             if name not in knobs:

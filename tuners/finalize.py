@@ -1198,8 +1198,8 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
                    notes: list[str], out_of_time: _Deadline) -> dict[str, Decision]:
     """`holdout_rounds` rounds of the baseline and every deployed set, shuffled, after the choice: the
     gain each decision reports. A deployed set that fails in them, or is slower than the baseline in all of them
-    in its decision's own scope (the CI of its median per-round speed-up wholly below 0, every planned round run),
-    is withdrawn (keep defaults): the rounds that chose it could not see drift or a state it leaves behind. Not
+    in its decision's own scope (the CI of its median per-round speed-up wholly below 0, every planned round run;
+    a round the defaults failed in does not count, and a note says so), is withdrawn (keep defaults): the rounds that chose it could not see drift or a state it leaves behind. Not
     per size bucket for the overall decision: with 6 rounds the interval is [min, max], all 6 slower by chance is
     1/64 per neutral bucket, and over 3 neutral buckets a real winner was withdrawn in 4.8 % of simulated
     finalizations (the sequential rounds' never_slower check judges the buckets on many more rounds)."""
@@ -1217,13 +1217,17 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
     if started and not rounds:
         notes.append(f"the defaults failed in all {started} held-out rounds ({failures[-1]}): the gain is the one from "
                      "the rounds that chose the winner")
+    elif len(rounds) < started:  # judged on the rounds the defaults ran in (one failure had switched the check off)
+        notes.append(f"the defaults failed in {started - len(rounds)} of {started} held-out rounds ({failures[-1]}): "
+                     f"the gains and the slower-check come from the other {len(rounds)}")
     result = dict(decisions)
     for name, d in changed.items():
         key = envs.index(dict(d.env))
         holdout = None if key in failures else holdout_of(rounds, key, name, thresholds.confidence)
         if key in failures:
             withdrawn = f"failed in a held-out round ({failures[key]})"
-        elif holdout is not None and holdout.rounds >= thresholds.holdout_rounds and holdout.ci_high < 0:
+        elif holdout is not None and started >= thresholds.holdout_rounds and holdout.rounds >= 2 \
+                and holdout.ci_high < 0:
             withdrawn = (f"was slower than the defaults in the held-out rounds ({name}: {holdout.gain:+.1%} "
                          f"[{holdout.ci_low:+.1%}, {holdout.ci_high:+.1%}] over {holdout.rounds} rounds)")
         else:
