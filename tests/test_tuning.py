@@ -908,7 +908,10 @@ def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: P
     # publishes (the files said nothing, and a job without it runs over shared memory, where the buffers do nothing)
     assert "inherited from this environment, in every trial (no knob; said in the published files): " \
            "OMPI_MCA_btl=self,tcp" in out, out
-    assert "# note: measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in text, text
+    assert "# measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in text, text
+    code, out = commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--op", "allreduce", "--nodes",
+                                "1", "--root", tmp_path / "rec")
+    assert code == 0 and "\n# measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in out, out
 
 
 def test_library_settings_inherited_from_the_caller_are_named_and_name_the_study(catalog: KnobCatalog) -> None:
@@ -926,6 +929,8 @@ def test_library_settings_inherited_from_the_caller_are_named_and_name_the_study
         "OMPI_MCA_btl": "self,tcp", "UCX_NET_DEVICES": "lo"}  # the site's own setting is its setup, not inherited
     assert inherited_settings(strip_knobs(environ, catalog, Library.NCCL), catalog, Library.NCCL, {}) == {
         "NCCL_SOCKET_IFNAME": "lo"}
+    with pytest.raises(ValueError, match=r"OMPI_MCA_btl \(in this environment, in every trial\): value 'tcp\\nrm -rf'"):
+        inherited_settings({"OMPI_MCA_btl": "tcp\nrm -rf"}, catalog, Library.OPENMPI, {})
     spec = TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=["64K"],
                       knobs=["OMPI_MCA_btl_tcp_sndbuf"])
     scope = make_scope(library="openmpi", library_version="4.1.4", transport="mpi", gpus_per_node=1)

@@ -188,6 +188,8 @@ def describe_selection(rec: Recommendation, size: int) -> str:
 def format_lookup(result: LookupResult) -> str:
     """What `commcamp recommend` prints: the source and the shell lines to apply."""
     lines = [("# " if result.measured else "# NOT MEASURED: ") + result.message]
+    if result.recommendation is not None and result.measured and result.recommendation.measured_with():
+        lines.append(f"# {result.recommendation.measured_with()}")
     if result.source is not None:
         lines.append(f"# from {result.source}")
     lines.extend(f"export {name}='{value}'" for name, value in result.settings.items())

@@ -173,11 +173,22 @@ class Recommendation(_Model):
     plugin_notes: list[str] = Field(default_factory=list)
     plugin_env: dict[str, str] = Field(default_factory=dict)  # NCCL_TUNER_PLUGIN / _CONFIG_FILE, set on publish
     deployed: DeployedGain | None = None  # the environment + per-size rules vs the defaults (with_deployed_check)
+    # variables of the library's stack that are no knob, in every trial as the tune's environment had them
+    # (OMPI_MCA_btl=self,tcp): not set by the files, said beside them (measured_with)
+    inherited: dict[str, str] = Field(default_factory=dict)
     evidence: Evidence
     date: str
     versions: dict[str, str]
 
-    _env_safe = field_validator("env", "baseline_env", "plugin_env")(_checked_env)
+    _env_safe = field_validator("env", "baseline_env", "plugin_env", "inherited")(_checked_env)
+
+    def measured_with(self) -> str | None:
+        """What every trial had from the tune's environment beyond these settings, as the files and recommend say it."""
+        if not self.inherited:
+            return None
+        settings = " ".join(f"{name}={value}" for name, value in self.inherited.items())
+        return (f"measured with {settings} from the tune's environment in every trial (no knob: not searched, not set "
+                "by these files): a job without it was not measured")
 
     @field_validator("unset", "cleared")
     @classmethod

@@ -183,6 +183,7 @@ def evidence_lines(rec: Recommendation) -> list[str]:
     lines = [
         f"scope: {rec.describe_scope()}",
         f"decision: {verdict(rec.decision, rec.gain, rec.closest, rec.held_out)}",
+        *([] if rec.measured_with() is None else [rec.measured_with()]),
         *([] if rec.deployed is None else [rec.deployed.describe()]),
         f"test: {ev.test}",
     ]

@@ -52,7 +52,7 @@ from campaigns import paths
 from campaigns.locks import in_use, keep_in_use
 from campaigns.model.records import mpi_library_version, parse_record_lines
 from campaigns.subproc import die_with_this_process, stop_processes_in
-from tuners.catalog import KnobCatalog, Library, with_aliases
+from tuners.catalog import KnobCatalog, Library, check_safe_value, with_aliases
 from tuners.evaluation import Evaluation, EvaluationAborted, FailureKind
 from tuners.writers import published_env
 
@@ -109,7 +109,11 @@ def inherited_settings(stripped: Mapping[str, str], catalog: KnobCatalog, librar
     said nothing of it: a job without it runs over shared memory, where they change nothing."""
     families = tuple({found.group(0) for name in with_aliases(catalog.affecting(library))
                       if (found := _FAMILY.match(name))})
-    return {name: value for name, value in sorted(stripped.items()) if name.startswith(families) and name not in site}
+    inherited = {name: value for name, value in sorted(stripped.items()) if name.startswith(families)
+                 and name not in site}
+    for name, value in inherited.items():  # written beside the published settings: a newline would be a command
+        check_safe_value(value, f"{name} (in this environment, in every trial)")
+    return inherited
 
 
 # What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T

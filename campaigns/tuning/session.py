@@ -265,12 +265,6 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                        measurement_digest(spec, files, space, inherited), inherited)
 
 
-def inherited_note(inherited: Mapping[str, str]) -> str:
-    settings = " ".join(f"{name}={value}" for name, value in inherited.items())
-    return (f"measured with {settings} from the tune's environment in every trial (no knob: not searched, not "
-            "set by these files): a job without it was not measured")
-
-
 def outcome_summary(outcome: RunOutcome) -> str:
     return (f"exit {outcome.exit_code}, {len(outcome.records)} records"
             + (f", {outcome.failure}" if outcome.failure else "") + f"; output ends: {output_tail(outcome.output)}")
@@ -643,7 +637,7 @@ class TuningSession:
             raise UntestedDecision(f"the baseline (the site's defaults) failed in all {outcome.report.rounds_run} "
                                    "finalization rounds: no candidate was compared with it")
         if self.setup.inherited:  # said wherever the result is: .env, module, recommendations.yaml, recommend
-            recommendation = with_notes(recommendation, [inherited_note(self.setup.inherited)])
+            recommendation = recommendation.model_copy(update={"inherited": dict(self.setup.inherited)})
         outcome.recommendation = recommendation
         return recommendation
 
