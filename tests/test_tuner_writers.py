@@ -353,6 +353,12 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     assert own.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
     assert own.message.endswith("(sizes measured: 8B-1MiB): change for this bucket alone (UCX_TLS=sm), not deployed: "
                                 "one environment serves every size, the lines below are the scope's")
+    # one whose winner unsets the site's defaults: said so (it read "change for this bucket alone ()")
+    rec = rec.model_copy(update={"baseline_env": {"UCX_TLS": "^cuda_ipc"}, "env": {**rec.env, "UCX_TLS": "^cuda_ipc"}})
+    rec.per_size[0] = rec.per_size[0].model_copy(update={"env": {}})
+    publish(tmp_path, rec, catalog)
+    own = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=16, size=4096)
+    assert "change for this bucket alone (unset UCX_TLS), not deployed" in own.message, own.message
     # A size outside every bucket: the scope's environment was tuned on other sizes, so it is not applied.
     unmeasured = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=1 << 30)
     assert not unmeasured.measured and unmeasured.settings == {} and unmeasured.unset == []

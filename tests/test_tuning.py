@@ -911,7 +911,8 @@ def test_the_site_defaults_of_knobs_not_searched_run_in_every_launch(tmp_path: P
     assert "# measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in text, text
     code, out = commcamp_output("recommend", "--site", "local", "--system", "local:cpu", "--op", "allreduce", "--nodes",
                                 "1", "--root", tmp_path / "rec")
-    assert code == 0 and "\n# measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in out, out
+    assert code == 0, out
+    assert "\n# measured with OMPI_MCA_btl=self,tcp from the tune's environment in every trial" in out, out
 
 
 def test_library_settings_inherited_from_the_caller_are_named_and_name_the_study(catalog: KnobCatalog) -> None:
@@ -938,6 +939,10 @@ def test_library_settings_inherited_from_the_caller_are_named_and_name_the_study
     names = {study_name(spec, scope, [], space, inherited) for inherited in (
         {}, {"OMPI_MCA_btl": "self,tcp"}, {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo"})}
     assert len(names) == 3
+    # another commbench binary (an MPICH build given to an Open MPI tune) resumed the study and mixed its trials
+    launched = spec.model_copy(update={"executor": "launcher", "launcher": ["mpirun.openmpi", "-np", "2"]})
+    assert len({study_name(launched.model_copy(update={"commbench": Path(binary)}), scope, [], space, {})
+                for binary in ("/opt/a/commbench", "/opt/b/commbench")}) == 2
 
 
 def test_a_catalog_whose_domains_changed_gets_a_study_of_its_own() -> None:

@@ -1199,7 +1199,8 @@ def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisi
     """`holdout_rounds` rounds of the baseline and every deployed set, shuffled, after the choice: the
     gain each decision reports. A deployed set that fails in them, or is slower than the baseline in all of them
     in its decision's own scope (the CI of its median per-round speed-up wholly below 0, every planned round run;
-    a round the defaults failed in does not count, and a note says so), is withdrawn (keep defaults): the rounds that chose it could not see drift or a state it leaves behind. Not
+    a round the defaults failed in does not count, and a note says so), is withdrawn (keep defaults): the rounds
+    that chose it could not see drift or a state it leaves behind. Not
     per size bucket for the overall decision: with 6 rounds the interval is [min, max], all 6 slower by chance is
     1/64 per neutral bucket, and over 3 neutral buckets a real winner was withdrawn in 4.8 % of simulated
     finalizations (the sequential rounds' never_slower check judges the buckets on many more rounds)."""

@@ -147,7 +147,9 @@ def bucket_decision(rec: Recommendation, bucket: SizeRangeResult) -> str:
     """The bucket's own decision, said as what it is beside the scope's environment, which is what a job gets: one
     environment serves every size of a process."""
     if bucket.decision == "change" and bucket.env != rec.env:
-        chosen = " ".join(f"{k}={v}" for k, v in sorted(bucket.env.items()))
+        # its winner as settings: what it sets, and the site defaults it leaves unset (it showed "()" for those)
+        chosen = " ".join([*(f"{k}={v}" for k, v in sorted(bucket.env.items())),
+                           *(f"unset {k}" for k in sorted(set(rec.baseline_env) - set(bucket.env)))])
         return (f"change for this bucket alone ({chosen}), not deployed: one environment serves every size, the "
                 "lines below are the scope's")
     if bucket.decision == "keep-defaults" and rec.decision == "change":

@@ -807,7 +807,8 @@ class HealthCheck:
         metrics += [MetricVerdict(run_key=item.case.run_key, series_key=item.case.series_key, op=item.case.op,
                                   environ=item.case.environ, transport=item.case.transport,
                                   num_nodes=item.case.num_nodes, hosts=[], metric="run", bytes=None, value=None,
-                                  unit="", status="not_judged", evidence=[f"not run tonight: {item.reason or 'unplaceable'}"])
+                                  unit="", status="not_judged",
+                                  evidence=[f"not run tonight: {item.reason or 'unplaceable'}"])
                     for item in result.results if item.status == "unplaceable"]
         bad_multi = [m for m in metrics if m.status in BAD and m.num_nodes > 1]
         # known good (a pair test's partner): nothing bad and something judged; a run judged by nothing is no evidence

@@ -150,6 +150,8 @@ def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: Searc
              "domains": space.domains()}
     if options := launcher_options(spec):
         setup["launcher_options"] = options
+    if spec.executor == "launcher" and spec.commbench is not None:  # another binary (another MPI's) is another study
+        setup["commbench"] = str(spec.commbench)
     if inherited:
         setup["inherited"] = dict(inherited)
     if found is not None:
