@@ -64,16 +64,23 @@ def pair_runs(bad_node: str, factor: float, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(HealthCheck, "_run_pairs", run_pairs)
 
 
+TWO_PLACEMENTS = ("node_counts: [3]\nplacements: [any, different-switch]\nchecks: [{check: commbench_run, ops: "
+                  "[sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\nhealth: {min_history: 2, isolate: false}\n")
+
+
+def two_quiet_nights_of_any(campaign: Campaign, store: Store) -> None:
+    """Nights n1, n2 and tonight's (n3) run of the `any` placement, all clean."""
+    for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "clean"))):
+        ingest(store, next(c for c in campaign.cases(tag) if c.placement == "any"), tag, recorded(f"{name}-sendrecv"),
+               day)
+
+
 def test_a_case_that_cannot_be_placed_tonight_is_not_judged(tmp_path: Path) -> None:
     """A node drained overnight: the different-switch test cannot be placed. It was left out of the verdict, and the
     night read HEALTH OK, exit 0."""
-    campaign = campaign_of(tmp_path, "node_counts: [3]\nplacements: [any, different-switch]\nchecks: [{check: "
-                                     "commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
-                                     "health: {min_history: 2, isolate: false}\n")
+    campaign = campaign_of(tmp_path, TWO_PLACEMENTS)
     with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
-        for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "clean"))):
-            ingest(store, next(c for c in campaign.cases(tag) if c.placement == "any"), tag,
-                   recorded(f"{name}-sendrecv"), day)
+        two_quiet_nights_of_any(campaign, store)
         results = [CaseResult(c, "pass") if c.placement == "any" else
                    CaseResult(c, "unplaceable", "placement different-switch: no leaf switch has a node in service")
                    for c in campaign.cases("n3")]
@@ -218,13 +225,9 @@ def test_a_night_with_a_case_not_stored_says_why_commcamp_exits_1(tmp_path: Path
 
     from campaigns.kinds.table import KINDS, FinishedRun
 
-    campaign = campaign_of(tmp_path, "node_counts: [3]\nplacements: [any, different-switch]\nchecks: [{check: "
-                                     "commbench_run, ops: [sendrecv], sizes: [64K, 1M], tasks_per_node: 1}]\n"
-                                     "health: {min_history: 2, isolate: false}\n")
+    campaign = campaign_of(tmp_path, TWO_PLACEMENTS)
     with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
-        for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "clean"))):
-            ingest(store, next(c for c in campaign.cases(tag) if c.placement == "any"), tag,
-                   recorded(f"{name}-sendrecv"), day)
+        two_quiet_nights_of_any(campaign, store)
         results = [CaseResult(c, "pass") if c.placement == "any" else
                    CaseResult(c, "pass", store_error="database is locked") for c in campaign.cases("n3")]
         out = io.StringIO()
