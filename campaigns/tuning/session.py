@@ -9,10 +9,10 @@ import hashlib
 import json
 import logging
 import os
-import secrets
-import shutil
 import re
+import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -136,7 +136,7 @@ def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: Searc
     run key). Scopes published before they named ranks per node did not; the stored study checks the buckets'
     ranges, not their sizes; batch > 1 turns a latency into a throughput; `--mca btl self,tcp` or a site's new
     UCX_TLS measures another path, and so do the library settings inherited from the caller's environment
-(inherited_settings); a catalog whose domains changed cannot be resumed (Optuna)."""
+    (inherited_settings) and another commbench binary; a catalog whose domains changed cannot be resumed (Optuna)."""
     from campaigns.model.site import load_site
     from campaigns.model.spec import site_setup
 
