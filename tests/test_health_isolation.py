@@ -117,6 +117,33 @@ def test_pair_tests_that_cannot_judge_the_bad_metric_clear_no_node(tmp_path: Pat
     assert {node: v["status"] for node, v in verdict.nodes.items()} == dict.fromkeys(HOSTS, "failed")
 
 
+def test_pairs_set_apart_by_the_peer_factor_are_judged_against_each_other(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same night with the throttled node's pairs 5x worse (beyond the peer factor 3): the comparison between
+    pairs sets them apart, so it judged every pair of that bandwidth: the others clear their nodes and the node is
+    named, with no reference or history at the isolation sizes (the fabric-wide health test's fourth night, on the
+    real cluster, relies on it: its first pair tests have no history)."""
+    campaign = campaign_of(tmp_path, "node_counts: [3]\nchecks: [{check: commbench_run, ops: [sendrecv], sizes: "
+                                     "[64K, 1M], tasks_per_node: 1}]\nhealth: {min_history: 2}\nreferences:\n  - "
+                                     "{op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, value: 0.05, "
+                                     "lower: -0.9}\n")
+    pair_runs("c6n3", 5, monkeypatch)
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "throttled-c6n3"))):
+            [case] = campaign.cases(tag)
+            ingest(store, case, tag, recorded(f"{name}-sendrecv"), day)
+        [case] = campaign.cases("n3")
+        verdict = evaluate(campaign, store, "n3", tmp_path, [CaseResult(case, "pass")])
+    isolation = verdict.isolation
+    assert isolation is not None and isolation.culprit_nodes == ["c6n3"], isolation
+    assert "c6n1" in isolation.cleared and "c6n2" in isolation.cleared
+    [healthy] = [test for test in isolation.pairs if set(test.nodes) == {"c6n1", "c6n2"}]
+    assert healthy.status == "ok" and "large_goodput" in healthy.judged, isolation.pairs
+    # the culprit's status: its pairs' (degraded: 5x worse than the best pair)
+    assert {node: v["status"] for node, v in verdict.nodes.items()} == {"c6n1": "ok", "c6n2": "ok",
+                                                                         "c6n3": "degraded"}
+
+
 def test_a_run_that_failed_outright_is_isolated_by_any_judged_pair(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A multi-node run that failed (no metric: `run`) is isolated by pair tests that judged anything: the healthy

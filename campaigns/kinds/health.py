@@ -30,7 +30,8 @@ Isolation (health.isolate): the hosts of degraded/failed multi-node runs are sus
 two nodes (Slurm --nodelist) is run first over a ring of all nodes involved, then between each remaining
 suspect and a node a good pair cleared. A pair is bad when its metrics are degraded/failed as above
 (reference and the history of earlier pair tests) or when it is `peer_factor` times worse than the best
-pair measured. A good pair clears its nodes only when it judged a metric that was bad in the run. A suspect
+pair measured (which judges the pairs within peer_factor of the best, when it sets one apart). A good pair clears
+its nodes only when it judged a metric of the kind that was bad in the run. A suspect
 that is bad with a cleared partner is a culprit node; a bad pair of two cleared nodes is a culprit link. First,
 though, the degraded run's own per-rank times may name the suspect(s) (campaigns/kinds/attribution.py): a pair
 test of each with a node that did not slow down confirms or clears it, and the other nodes of the runs a culprit
@@ -650,20 +651,29 @@ class HealthCheck:
                                   [f"{v.metric}: {e}" for v in verdicts for e in v.evidence if v.status in BAD],
                                   {f"{v.metric}@{v.bytes}": v.value for v in verdicts if v.value is not None},
                                   sorted({v.metric for v in verdicts if v.status != "not_judged"})))
-        # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history.
+        # Against each other: a pair peer_factor times worse than the best pair is bad whatever its history. Where
+        # that sets a pair apart, the comparison has judged every pair of the metric (the others are within
+        # peer_factor of the best); where it sets none apart, it judged nothing (all alike: healthy, or all bad).
         factor = self.settings.isolation.peer_factor
         for name in {name for test in tests for name in test.values}:
             higher = METRICS[name.split("@")[0]].higher_is_better
             measured = [t.values[name] for t in tests if name in t.values]
             best = max(measured) if higher else min(measured)
+            apart = False
             for test in tests:
                 value = test.values.get(name)
                 if value is None or best <= 0:
                     continue
                 ratio = best / value if higher else value / best
                 if ratio >= factor:
+                    apart = True
                     test.status = worst([test.status, "degraded"])
                     test.evidence.append(f"{name}: {value:.4g} is {ratio:.1f}x worse than the best pair ({best:.4g})")
+            for test in tests if apart else []:
+                if name in test.values:
+                    test.judged = sorted({*test.judged, name.split("@")[0]})
+                    if test.status == "not_judged":  # judged against the other pairs: within peer_factor of the best
+                        test.status = "ok"
         return tests
 
     def _records(self, run: RunRow) -> list[dict[str, Any]]:
