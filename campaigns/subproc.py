@@ -48,26 +48,27 @@ def stop_processes_in(directory: Path, grace_s: float = 2.0) -> list[int]:
             continue
         if cwd == inside or cwd.startswith(inside + "/"):
             found.append(int(entry.name))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = []
-        for pid in found:
-            try:
-                os.kill(pid, sig)
-                alive.append(pid)
-            except OSError:
-                continue
-        deadline = time.monotonic() + grace_s
-        while alive and sig == signal.SIGTERM and time.monotonic() < deadline:
-            time.sleep(0.1)
-            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists() and not _zombie(pid)]
-        if not alive:
-            break
-        found = alive
+    _signal(found, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    alive = found
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in alive if _running(pid)]
+    _signal(alive, signal.SIGKILL)
     return found
 
 
-def _zombie(pid: int) -> bool:
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:  # gone meanwhile
+            continue
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (dead, waiting for its parent to read its status)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
     except (OSError, IndexError):
-        return True
+        return False

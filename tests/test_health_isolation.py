@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from fixtures_store import commbench_record
+from test_attribution import _load as recorded
 from rich.console import Console
 
 from campaigns.kinds.health import HealthCheck, Verdict
@@ -22,12 +23,7 @@ from campaigns.reframe.runner import CampaignResult, CaseResult
 from campaigns.slurm.placement import Placer
 from campaigns.store import RunInfo, Store, open_store
 
-DATA = Path(__file__).resolve().parent / "data" / "attribution"
 HOSTS = ("c6n1", "c6n2", "c6n3")
-
-
-def recorded(name: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines() if line.strip()]
 
 
 def ingest(store: Store, case: TestCase, tag: str, records: list[dict[str, Any]], day: int,

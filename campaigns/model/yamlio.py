@@ -75,11 +75,13 @@ def _bool_problem(loc: tuple[str | int, ...], value: bool) -> InitErrorDetails:
 
 def _quoted_number(value: Any) -> bool:
     """A string pydantic would take as a whole number ("10", " 3 "); others get its own error."""
+    if not isinstance(value, str):
+        return False
     try:
-        int(value) if isinstance(value, str) else None
+        int(value)
     except ValueError:
         return False
-    return isinstance(value, str)
+    return True
 
 
 def _string_problem(loc: tuple[str | int, ...], value: str) -> InitErrorDetails:

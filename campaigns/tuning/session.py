@@ -192,10 +192,10 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
         if launcher_runs_here and shutil.which(program) is None:
             raise ValueError(f"launcher: {program!r} is not an executable program here (not on PATH or not "
                              "executable)")
-        started, ranks = launcher_ranks(spec.launcher or []), spec.nodes * spec.tasks_per_node
-        if started is not None and started != ranks:  # every trial would stop at its first run (the dry run said ok)
+        started = launcher_ranks(spec.launcher or [])
+        if started is not None and started != spec.ranks:  # every trial would stop at its first run (the dry run said ok)
             raise ValueError(f"launcher: {shlex.join(spec.launcher or [])} starts {started} rank(s), the scope's job "
-                             f"has {ranks} (nodes {spec.nodes} x tasks_per_node {spec.tasks_per_node})")
+                             f"has {spec.ranks} (nodes {spec.nodes} x tasks_per_node {spec.tasks_per_node})")
     url = spec.storage_url()
     with contextlib.suppress(StoreError):  # a workspace that cannot be made: check_reachable says why
         make_workspace(url)
