@@ -88,22 +88,28 @@ def test_a_case_that_cannot_be_placed_tonight_is_not_judged(tmp_path: Path) -> N
     assert {m.status for m in verdict.metrics if m.metric != "run"} == {"ok"}
 
 
-def test_pair_tests_that_cannot_judge_the_bad_metric_clear_no_node(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """The throttled node's night fails its bandwidth reference; the pair tests measure 2.5x worse with it, below
-    the peer factor, with no reference or history for their bandwidth (only latency, judged by the site's
-    reference). They cleared every node: the failed run's nodes all 'ok', "every pair test was healthy"."""
+def throttled_night(tmp_path: Path, pair_factor: float, monkeypatch: pytest.MonkeyPatch) -> Verdict:
+    """The recorded night of c6n3's throttled link after two clean ones (its sendrecv fails the bandwidth
+    reference), isolated with every pair holding c6n3 `pair_factor` x slower."""
     campaign = campaign_of(tmp_path, "node_counts: [3]\nchecks: [{check: commbench_run, ops: [sendrecv], sizes: "
                                      "[64K, 1M], tasks_per_node: 1}]\nhealth: {min_history: 2}\nreferences:\n  - "
                                      "{op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, value: 0.05, "
                                      "lower: -0.9}\n")
-    pair_runs("c6n3", 2.5, monkeypatch)
+    pair_runs("c6n3", pair_factor, monkeypatch)
     with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
         for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "throttled-c6n3"))):
             [case] = campaign.cases(tag)
             ingest(store, case, tag, recorded(f"{name}-sendrecv"), day)
         [case] = campaign.cases("n3")
-        verdict = evaluate(campaign, store, "n3", tmp_path, [CaseResult(case, "pass")])
+        return evaluate(campaign, store, "n3", tmp_path, [CaseResult(case, "pass")])
+
+
+def test_pair_tests_that_cannot_judge_the_bad_metric_clear_no_node(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The throttled node's night fails its bandwidth reference; the pair tests measure 2.5x worse with it, below
+    the peer factor, with no reference or history for their bandwidth (only latency, judged by the site's
+    reference). They cleared every node: the failed run's nodes all 'ok', "every pair test was healthy"."""
+    verdict = throttled_night(tmp_path, 2.5, monkeypatch)
     isolation = verdict.isolation
     assert verdict.status == "failed" and isolation is not None
     assert {m.metric for m in verdict.metrics if m.status == "failed"} == {"large_goodput"}
@@ -119,17 +125,7 @@ def test_pairs_set_apart_by_the_peer_factor_are_judged_against_each_other(tmp_pa
     pairs sets them apart, so it judged every pair of that bandwidth: the others clear their nodes and the node is
     named, with no reference or history at the isolation sizes (the fabric-wide health test's fourth night, on the
     real cluster, relies on it: its first pair tests have no history)."""
-    campaign = campaign_of(tmp_path, "node_counts: [3]\nchecks: [{check: commbench_run, ops: [sendrecv], sizes: "
-                                     "[64K, 1M], tasks_per_node: 1}]\nhealth: {min_history: 2}\nreferences:\n  - "
-                                     "{op: sendrecv, metric: large_goodput, bytes: 1048576, nodes: 3, value: 0.05, "
-                                     "lower: -0.9}\n")
-    pair_runs("c6n3", 5, monkeypatch)
-    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
-        for day, (tag, name) in enumerate((("n1", "clean"), ("n2", "clean2"), ("n3", "throttled-c6n3"))):
-            [case] = campaign.cases(tag)
-            ingest(store, case, tag, recorded(f"{name}-sendrecv"), day)
-        [case] = campaign.cases("n3")
-        verdict = evaluate(campaign, store, "n3", tmp_path, [CaseResult(case, "pass")])
+    verdict = throttled_night(tmp_path, 5, monkeypatch)
     isolation = verdict.isolation
     assert isolation is not None and isolation.culprit_nodes == ["c6n3"], isolation
     assert "c6n1" in isolation.cleared and "c6n2" in isolation.cleared
