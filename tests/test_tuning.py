@@ -27,6 +27,7 @@ import yaml
 from campaigns.locks import is_in_use
 from campaigns.tuning.executors import (BenchRequest, CommbenchEvaluator, LauncherExecutor, ReframeExecutor,
                                         RunOutcome, knobs_read, strip_knobs)
+from campaigns.tuning.session import launcher_ranks
 from fixtures_cli import commcamp_output
 from fixtures_tuner import make_scope
 from tuners.catalog import KnobCatalog, Library
@@ -555,6 +556,16 @@ def test_a_launcher_that_starts_another_job_than_the_scope_s_stops_the_tune(tmp_
     assert code == 1 and "library_version 4.1.5: commbench's records name openmpi 4.1.4, the library it ran with; " \
         "give that version, or none (a probe run reads it)" in " ".join(out.split()), out
     assert not (tmp_path / "rec").exists()
+
+
+@pytest.mark.parametrize(("launcher", "ranks"), [
+    (["mpirun.openmpi", "--bind-to", "none", "-c", "3"], 3),  # Open MPI's -c: copies (mpirun -c 3 starts 3)
+    (["/usr/bin/mpirun", "-c4"], 4), (["mpiexec.hydra", "-n", "2"], 2), (["mpirun", "--np=6"], 6),
+    (["srun", "-c", "4", "-n", "2"], 2), (["srun", "--ntasks", "5"], 5),
+    (["srun", "-c", "4"], None),  # srun's -c is CPUs per task: the allocation's tasks, unknown here
+    (["./launch.sh", "-n", "2"], 2), (["./launch.sh", "-c", "2"], None)])
+def test_launcher_ranks_reads_each_launcher_s_own_options(launcher: list[str], ranks: int | None) -> None:
+    assert launcher_ranks(launcher) == ranks
 
 
 def test_tune_publishes_and_recommend_never_extrapolates(tmp_path: Path) -> None:

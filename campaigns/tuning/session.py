@@ -209,15 +209,19 @@ def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_ru
     return catalog, files
 
 
-# How mpirun/mpiexec and srun are told how many ranks to start: -np 4, -n 4, -n4, --np 4, --ntasks=4, ...
-_RANKS_OPTION = re.compile(r"(?:-np|-n|--np|--ntasks)(?:=|$)|-n(?=\d)")
+# How mpirun/mpiexec and srun are told how many ranks to start: -np 4, -n 4, -n4, --np 4, --ntasks=4, ...; Open MPI's
+# mpirun also takes -c 4 (srun's -c is CPUs per task)
+_RANKS_OPTION = re.compile(r"(?:-np|-n|--np|--n|--ntasks)(?:=|$)|-n(?=\d)")
+_MPIRUN_RANKS_OPTION = re.compile(r"(?:-np|-n|-c|--np|--n|--ntasks)(?:=|$)|-[nc](?=\d)")
+_MPIRUN = re.compile(r"(?:mpirun|mpiexec|orterun|prterun)(?:[.-].*)?")
 
 
 def launcher_ranks(launcher: Sequence[str]) -> int | None:
-    """The ranks a launcher command starts where it says so (mpirun -np N, srun -n N / --ntasks=N); None otherwise
-    (a wrapper script, srun of an allocation's tasks)."""
+    """The ranks a launcher command starts where it says so (mpirun -np N / -c N, srun -n N / --ntasks=N); None
+    otherwise (a wrapper script, srun of an allocation's tasks)."""
+    option = _MPIRUN_RANKS_OPTION if launcher and _MPIRUN.fullmatch(Path(launcher[0]).name) else _RANKS_OPTION
     for i, word in enumerate(launcher[1:], start=1):
-        found = _RANKS_OPTION.match(word)
+        found = option.match(word)
         if found is None:
             continue
         value = word[found.end():] or (launcher[i + 1] if i + 1 < len(launcher) else "")
