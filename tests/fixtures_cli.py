@@ -1,11 +1,13 @@
 """`commcamp` in process (typer's CliRunner on the real app), for CLI tests that need no subprocess."""
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import NamedTuple
 
 from typer.testing import CliRunner
 
+from campaigns import paths
 from campaigns.cli.app import app
 
 
@@ -16,7 +18,14 @@ class CliResult(NamedTuple):
 
 
 def commcamp(*args: object, env: Mapping[str, str] | None = None, columns: int = 300) -> CliResult:
-    result = CliRunner().invoke(app, [str(arg) for arg in args], env={"COLUMNS": str(columns), **(env or {})})
+    workspace = os.environ.get(paths.HOME_ENV)
+    try:
+        result = CliRunner().invoke(app, [str(arg) for arg in args], env={"COLUMNS": str(columns), **(env or {})})
+    finally:  # --workspace sets it for the process (its children inherit it): not for the tests that follow
+        if workspace is None:
+            os.environ.pop(paths.HOME_ENV, None)
+        else:
+            os.environ[paths.HOME_ENV] = workspace
     return CliResult(result.exit_code, result.stdout, result.stderr)
 
 

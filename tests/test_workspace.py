@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from campaigns import paths
+from campaigns.cli.app import app
 from campaigns.model.site import available_sites, find_site_file
 from fixtures_cli import commcamp
 
@@ -19,7 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in (paths.HOME_ENV, paths.SITE_PATH_ENV, paths.DATA_ENV):
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "")  # what the test sets, the command too, is undone after it
+        monkeypatch.delenv(name)
 
 
 def test_a_checkout_writes_to_its_results_unless_a_workspace_is_named(monkeypatch: pytest.MonkeyPatch,
@@ -36,7 +39,9 @@ def test_workspace_option_names_the_workspace_for_the_command_and_its_children(t
     assert code == 0, err
     assert f"workspace: {tmp_path / 'ws'}" in out.splitlines()
     assert f"results database: sqlite:///{tmp_path / 'ws' / 'commcamp.db'}" in out.splitlines()
-    assert os.environ.pop(paths.HOME_ENV) == str(tmp_path / "ws")  # what ReFrame and Slurm workers inherit
+    # what ReFrame and Slurm workers inherit (commcamp() undoes it for the tests that follow)
+    CliRunner().invoke(app, ["--workspace", str(tmp_path / "ws"), "paths"])
+    assert os.environ[paths.HOME_ENV] == str(tmp_path / "ws")
     code, out, _ = commcamp("--workspace", tmp_path / "ws", "paths", "--env")
     assert f"export COMMCAMP_HOME={tmp_path / 'ws'}" in out.splitlines()
 
