@@ -346,7 +346,7 @@ def test_evaluation_missing_one_size_of_a_bucket_is_invalid(sqlite_url: str) -> 
     assert counted(study)[1].user_attrs[FAIL_REASON] == "requested size(s) 4KiB not measured"
 
 
-def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str) -> None:
+def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
     first = make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=5).run()
     assert len(counted(first)) == 5
     evaluator = SyntheticEvaluator(SCENARIO, seed=9)
@@ -358,6 +358,9 @@ def test_resume_counts_completed_trials_toward_the_budget(sqlite_url: str) -> No
     again = SyntheticEvaluator(SCENARIO)
     make_tuner(sqlite_url, again, n_trials=12).run()
     assert again.calls == 0
+    capsys.readouterr()
+    make_tuner(sqlite_url, again, n_trials=3, progress=True).run()  # a smaller budget: it said "12 of 3 counted"
+    assert again.calls == 0 and "trials: 12 counted (a budget of 3: already spent), " in capsys.readouterr().out
     with pytest.raises(ValueError, match="exists with different baseline_env"):
         Tuner(make_scope(), synthetic_space(), again, sqlite_url, BUCKETS, n_trials=12).run()
     # a study named by hand for another scope: its trials measured another version and layout (joined, the

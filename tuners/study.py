@@ -771,8 +771,15 @@ class _ProgressDisplay:
         self.bar.update(self.task, completed=progress.counted, best=best)
         if self.enabled and self.lines and progress.counted != self.counted:
             self.counted = progress.counted
-            print(f"trials: {progress.counted}{'' if self.total is None else f' of {self.total}'} counted, "
-                  f"{time.monotonic() - self.started:.0f} s; {best}", flush=True)
+            print(f"trials: {self._counted_of_total(progress.counted)}, {time.monotonic() - self.started:.0f} s; "
+                  f"{best}", flush=True)
+
+    def _counted_of_total(self, counted: int) -> str:
+        if self.total is None:
+            return f"{counted} counted"
+        if counted > self.total:  # a study resumed with a smaller `trials` runs none (it said "6 of 3 counted")
+            return f"{counted} counted (a budget of {self.total}: already spent)"
+        return f"{counted} of {self.total} counted"
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
