@@ -310,8 +310,9 @@ def test_an_interrupted_tune_cancels_its_slurm_workers(tmp_path: Path, postgres_
 
 
 def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Path, catalog: KnobCatalog) -> None:
-    base = strip_knobs(dict(os.environ), catalog, Library.OPENMPI)
-    executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base)
+    inherited = {"OMPI_MCA_btl_base_warn_component_unused": "0"}
+    base = strip_knobs({**os.environ, **inherited}, catalog, Library.OPENMPI)
+    executor = ReframeExecutor("local", "local:cpu", "openmpi", 1, 2, tmp_path, base, inherited=inherited)
     evaluate = CommbenchEvaluator(executor, REQUEST, Library.OPENMPI, catalog)
     result = evaluate({"OMPI_MCA_btl_tcp_sndbuf": "8192"})
     assert result.ok, result.reason
@@ -319,6 +320,8 @@ def test_reframe_executor_runs_a_trial_through_the_campaign_runner(tmp_path: Pat
     script = next(tmp_path.glob("reframe-*/rfm-1/**/rfm_job.sh"))
     assert "export OMPI_MCA_btl_tcp_sndbuf=8192" in script.read_text()
     assert "export OMPI_MCA_mpi_show_mca_params=enviro" in script.read_text()
+    # the settings the tune inherits are the job's own: a partition's `--export=NONE` would run it without them
+    assert "export OMPI_MCA_btl_base_warn_component_unused=0" in script.read_text()
     # later trials restore the first one's build from it: `results prune` keeps it while this tune runs
     assert f"pid {os.getpid()}" in (is_in_use(next(tmp_path.glob("reframe-*"))) or "not in use")
 

@@ -275,13 +275,17 @@ class ReframeExecutor:
     stage files and later runs restore that build (ReFrame's --restore-session)."""
 
     def __init__(self, site: str, system: str, environ: str, nodes: int, tasks_per_node: int,
-                 runs_dir: Path, base_env: Mapping[str, str], *, queue_wait_s: float = 1800) -> None:
+                 runs_dir: Path, base_env: Mapping[str, str], *, queue_wait_s: float = 1800,
+                 inherited: Mapping[str, str] | None = None) -> None:
         from campaigns.model.spec import SpecError, load_campaign  # ReFrame path only: keeps the GPU driver light
 
         if nodes not in (1, 2):
             raise ValueError(f"the ReFrame commbench check runs on 1 or 2 nodes, not {nodes}")
         self.runs_dir = runs_dir
         self.base_env = dict(base_env)
+        # inherited_settings go into the job script beside the knobs: a partition whose jobs start with
+        # `--export=NONE` would run the trials without them, while the published files say measured with them
+        self.inherited = dict(inherited or {})
         self.queue_wait_s = queue_wait_s
         self.spec_text = yaml.safe_dump({
             "name": "tune", "site": site, "system": system, "environments": [environ], "node_counts": [nodes],
@@ -299,7 +303,7 @@ class ReframeExecutor:
 
     def case_for(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> Any:
         """The trial's test case: the site's case of this scope with the request's check variables and the
-        knobs as its env."""
+        knobs, beside the inherited settings, as its env."""
         from campaigns.model.spec import CommbenchCheckSpec
 
         (base,) = self.campaign.cases()
@@ -309,7 +313,7 @@ class ReframeExecutor:
             iters=request.iters, timeout_s=request.bench_timeout_s, time_limit_s=request.time_limit_s,
             check_data=validate, transports=[request.transport], extra_args=extra)
         return dataclasses.replace(base, op=request.op, variables=tuple(check.variables(request.transport).items()),
-                                   env=tuple(sorted(env.items())))
+                                   env=tuple(sorted({**self.inherited, **env}.items())))
 
     def run(self, env: Mapping[str, str], request: BenchRequest, validate: bool) -> RunOutcome:
         from campaigns.reframe.runner import REFRAME_LOG, REPORT_FILE, case_outcome, plan_invocations, report_testcases

@@ -65,11 +65,14 @@ class TuningSetup:
     inherited: dict[str, str] = dataclasses.field(default_factory=dict)  # inherited_settings: in every trial
 
 
-def make_executor(spec: TuningSpec, base_env: Mapping[str, str]) -> Executor:
+def make_executor(spec: TuningSpec, base_env: Mapping[str, str],
+                  inherited: Mapping[str, str] | None = None) -> Executor:
+    """The spec's executor; `inherited` (inherited_settings, all in `base_env`) the ReFrame executor writes into
+    each job's script too."""
     runs_dir = Path(spec.runs_dir)
     if spec.executor == "reframe":
         return ReframeExecutor(spec.site, spec.system, spec.environ, spec.nodes, spec.tasks_per_node, runs_dir,
-                               base_env, queue_wait_s=spec.queue_wait_s)
+                               base_env, queue_wait_s=spec.queue_wait_s, inherited=inherited)
     assert spec.launcher is not None
     commbench = spec.commbench or paths.commbench_build_dir() / f"cpu-{spec.environ}" / "commbench"
     return LauncherExecutor(spec.launcher, Path(commbench), runs_dir, base_env)
@@ -239,7 +242,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     stripped = strip_knobs(os.environ if environ is None else environ, catalog, library)
     launch_env = site_env(spec, stripped)
     base_env = {**stripped, **launch_env}
-    executor = make_executor(spec, base_env)
+    inherited = inherited_settings(stripped, catalog, library, launch_env)
+    executor = make_executor(spec, base_env, inherited)
     request = spec.request()
     version = spec.library_version
     if version is None:
@@ -258,13 +262,12 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     buckets = buckets_for_sizes(spec.sizes, spec.sizes_per_bucket)
     # The site's defaults of knobs this tune does not search run in every trial, as in the site's jobs (a
     # tune of NCCL_BUFFSIZE alone on Alps keeps its NCCL_PROTO=^LL128 pin).
-    executor = make_executor(spec, {**base_env, **space.launch_context})
+    executor = make_executor(spec, {**base_env, **space.launch_context}, inherited)
     ingester = store_ingester(spec.storage_url(), scope.slug, spec) if ingest else None
     evaluator = CommbenchEvaluator(executor, request, library, catalog,
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version,
                                    launch_context=space.launch_context)
     versions = {library.value: version, "commcamp": _git_commit()}
-    inherited = inherited_settings(stripped, catalog, library, launch_env)
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space, inherited),
                        tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
