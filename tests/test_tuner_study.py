@@ -53,6 +53,7 @@ from tuners.study import (
     finalization_candidates,
     is_counted,
     open_storage,
+    setup_digest,
     study_progress,
 )
 from tuners.synthetic import (
@@ -376,12 +377,18 @@ def test_a_study_named_by_hand_is_refused_for_trials_measured_otherwise(sqlite_u
     """`--study NAME` again with `--mca btl tcp,self` resumed the study of shared-memory trials: the search then
     compared measurements of two paths. The study keeps what its trials measured (measured_as: the tuning
     session's measurement_digest); a study created before it kept none is resumed as before."""
-    make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=2, measured_as="0123456789").run()
+    shm = {"iters": 10, "launcher_options": ["--mca", "btl", "self,vader"]}
+    make_tuner(sqlite_url, SyntheticEvaluator(SCENARIO), n_trials=2, measured_as=shm).run()
     again = SyntheticEvaluator(SCENARIO)
-    make_tuner(sqlite_url, again, n_trials=3, measured_as="0123456789").run()
+    make_tuner(sqlite_url, again, n_trials=3, measured_as=dict(shm)).run()
     assert again.calls == 1
-    with pytest.raises(ValueError, match="exists measured otherwise .*0123456789 != abcdef0123\); name another"):
-        make_tuner(sqlite_url, again, n_trials=4, measured_as="abcdef0123").run()
+    # what differs is named (a worker whose job inherited OMPI_MCA_btl was told only "abc != def")
+    tcp = {**shm, "launcher_options": ["--mca", "btl", "self,tcp"], "inherited": {"OMPI_MCA_btl": "self,tcp"}}
+    with pytest.raises(ValueError, match=re.escape(
+            'exists measured otherwise (inherited: none in the study, {"OMPI_MCA_btl": "self,tcp"} here; '
+            'launcher_options: ["--mca", "btl", "self,vader"] in the study, ["--mca", "btl", "self,tcp"] here; '
+            f"{setup_digest(shm)} != {setup_digest(tcp)}); name another study")):
+        make_tuner(sqlite_url, again, n_trials=4, measured_as=tcp).run()
     assert again.calls == 1
 
 

@@ -40,6 +40,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import logging
 import math
@@ -327,6 +328,28 @@ def study_progress(study: optuna.Study) -> StudyProgress:
     return StudyProgress(len(counted), len(complete), len(counted) - len(complete), best, defaults)
 
 
+MEASURED_SETUP = "measured_setup"  # the launch and measurement setup a study's trials measured (Tuner's measured_as)
+
+
+def setup_digest(setup: Mapping[str, Any]) -> str:
+    """A short digest of a launch and measurement setup: a study's name holds it, the study keeps it."""
+    return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _setup_differences(stored: Mapping[str, Any] | None, given: Mapping[str, Any]) -> str:
+    """What differs between a study's measurement setup and this process's, each part shown short."""
+    if stored is None:  # a study created before it kept its setup: the digest alone
+        return "its launch or measurement setup: launcher options, sizes, iterations, the site's setup"
+
+    def short(value: Any) -> str:
+        text = json.dumps(value, sort_keys=True) if value is not None else "none"
+        return text if len(text) <= 120 else text[:117] + "..."
+
+    differing = sorted(key for key in {*stored, *given} if stored.get(key) != given.get(key))
+    return "; ".join(f"{key}: {short(stored.get(key))} in the study, {short(given.get(key))} here"
+                     for key in differing)
+
+
 class Tuner:
     """Runs (or resumes, or joins as one more worker) the study of one scope."""
 
@@ -350,10 +373,11 @@ class Tuner:
         warm_starts: Sequence[tuple[Mapping[str, str], str]] = (),
         progress: bool = False,
         study_name: str | None = None,
-        measured_as: str | None = None,
+        measured_as: Mapping[str, Any] | None = None,
     ) -> None:
-        """`measured_as`: what the caller's trials measure beside the scope, knobs and buckets (a digest of the
-        launch and measurement setup): a study stored with another is refused (a study named by hand)."""
+        """`measured_as`: what the caller's trials measure beside the scope, knobs and buckets (its launch and
+        measurement setup, kept with its setup_digest): a study stored with another is refused (a study named by
+        hand, a worker whose job environment differs), naming what differs."""
         if n_trials is None and timeout_s is None:
             raise ValueError("give a budget: n_trials and/or timeout_s")
         if n_trials is not None and n_trials < 1:
@@ -362,7 +386,8 @@ class Tuner:
             raise ValueError("at least one size bucket is needed")
         self.scope = scope
         self.study_name = study_name or scope.study_name
-        self.measured_as = measured_as
+        self.measured_setup = None if measured_as is None else dict(measured_as)
+        self.measured_as = None if measured_as is None else setup_digest(measured_as)
         self.space = space
         self.evaluator = evaluator
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
@@ -438,13 +463,14 @@ class Tuner:
             "baseline_env": self.baseline_env,
             "objective": "geometric mean over size buckets of the bucket time (us); bucket time = "
             "geometric mean of the median times of its message sizes",
-            **({} if self.measured_as is None else {"measured_as": self.measured_as}),
+            **({} if self.measured_as is None else {"measured_as": self.measured_as,
+                                                      MEASURED_SETUP: self.measured_setup}),
         }
         stored_as = study.user_attrs.get("measured_as")
         if self.measured_as is not None and stored_as is not None and stored_as != self.measured_as:
-            raise ValueError(f"study {self.study_name} exists measured otherwise (its launch or measurement setup: "
-                             f"launcher options, sizes, iterations, the site's setup; {stored_as} != "
-                             f"{self.measured_as}); name another study (--study NAME)")
+            raise ValueError(f"study {self.study_name} exists measured otherwise ("
+                             f"{_setup_differences(study.user_attrs.get(MEASURED_SETUP), self.measured_setup or {})}; "
+                             f"{stored_as} != {self.measured_as}); name another study (--study NAME)")
         for key in ("knobs", "buckets", "baseline_env"):
             if key in study.user_attrs and study.user_attrs[key] != setup[key]:
                 raise ValueError(

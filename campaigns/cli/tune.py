@@ -409,7 +409,7 @@ def register(app: typer.Typer) -> None:
         """Tune communication knobs for one scope: trials (commbench runs with the knobs applied), then
         finalization (interleaved re-measurement, Wilcoxon + Holm) and recommendation files."""
         from campaigns.tuning.session import (NO_TRIAL_COMPLETED, TuningSession, check_spec, make_tuner,
-                                              measurement_digest, prepare, study_name)
+                                              measurement_setup, prepare, study_name)
         from campaigns.tuning.workers import (GRACE_S, completed_launcher, idle_workers_problem, submit_workers,
                                               wait_for_jobs, worker_finished, worker_spec, worker_time_limit_min)
         from tuners.study import study_progress
@@ -448,7 +448,7 @@ def register(app: typer.Typer) -> None:
                 return
             setup = prepare(spec_obj, launcher_runs_here=runs_here)
             if workers:  # the workers run the trials (srun steps): the study is named, and measured, as theirs
-                measured_as = measurement_digest(worker_spec(spec_obj), setup.knob_files, setup.space, setup.inherited)
+                measured_as = measurement_setup(worker_spec(spec_obj), setup.knob_files, setup.space, setup.inherited)
                 spec_obj = spec_obj.model_copy(update={"study": study_name(worker_spec(spec_obj), setup.scope,
                                                                            setup.knob_files, setup.space,
                                                                            setup.inherited)})

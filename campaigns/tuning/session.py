@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -39,7 +38,7 @@ from tuners.recommendation import (Recommendation, build_recommendation, with_de
 from tuners.scope import StudyScope
 from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import (SCREEN_SEED, StorageUnavailable, Tuner, check_reachable, finalization_candidates,
-                          open_storage)
+                          open_storage, setup_digest)
 from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, cleared_names,
                             config_comments, env_file_text, load_recommendations, publish, rule_file, system_dir,
                             tuner_config_name, write_atomic)
@@ -61,7 +60,7 @@ class TuningSetup:
     study_name: str
     # the knobs and per-size variables every trial ran without (stripped, and not set by the site): a job unsets them
     cleared: tuple[str, ...] = ()
-    measured_as: str | None = None  # measurement_digest: a study named by hand holds trials measured alike
+    measured_as: dict[str, Any] | None = None  # measurement_setup: a study named by hand holds trials measured alike
     inherited: dict[str, str] = dataclasses.field(default_factory=dict)  # inherited_settings: in every trial
 
 
@@ -133,7 +132,12 @@ def study_name(spec: TuningSpec, scope: StudyScope, knob_files: Sequence[str], s
 
 def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: SearchSpace,
                        inherited: Mapping[str, str]) -> str:
-    """A digest of the knobs asked for, the knob files' content, the searched domains, the ranks per node, what a
+    return setup_digest(measurement_setup(spec, knob_files, space, inherited))
+
+
+def measurement_setup(spec: TuningSpec, knob_files: Sequence[str], space: SearchSpace,
+                      inherited: Mapping[str, str]) -> dict[str, Any]:
+    """The knobs asked for, the knob files' content, the searched domains, the ranks per node, what a
     run measures (sizes, sizes per bucket, batch, iterations, warm-up, programming environment) and how it is
     launched (launcher_options; the site's setup of the partition and environment: site_setup, as a campaign's
     run key). Scopes published before they named ranks per node did not; the stored study checks the buckets'
@@ -159,7 +163,7 @@ def measurement_digest(spec: TuningSpec, knob_files: Sequence[str], space: Searc
         setup["inherited"] = dict(inherited)
     if found is not None:
         setup["site_setup"] = site_setup(load_site(spec.site), found[0], spec.environ)
-    return hashlib.sha256(json.dumps(setup, sort_keys=True).encode()).hexdigest()[:10]
+    return setup
 
 
 def check_spec(spec: TuningSpec, *, inside_allocation: bool = False, launcher_runs_here: bool = True
@@ -271,7 +275,7 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space, inherited),
                        tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
-                       measurement_digest(spec, files, space, inherited), inherited)
+                       measurement_setup(spec, files, space, inherited), inherited)
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
