@@ -169,11 +169,15 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
                  "--mpi-library", "Open MPI 4.1.4", "--site", "local", "--system", "local", "--db", url)
     code, out, err = commcamp(*same_file, "--environ", "other")
     assert code == 2 and "--environ: " in out + err and "with other values of these" in out + err, out + err
+    # the advice works as said (it named --run-key alone, which then skipped the file as stored)
+    assert "--run-key KEY --allow-duplicate as another run beside it" in " ".join((out + err).split()), out + err
+    code, out, err = commcamp(*same_file, "--environ", "other", "--run-key", "other-env", "--allow-duplicate")
+    assert code == 0 and "stored run 3 ('other-env'" in out, out + err
     code, out, err = commcamp(*corrected, "--replace")
     assert code == 0, out + err
     with open_store(url) as store:
         latency, runs = store.measurements(op="pingpong"), store.runs()
-    assert set(latency.mpi_library) == {"MPICH 4.0.2"} and len(runs) == 2
+    assert set(latency.mpi_library) == {"MPICH 4.0.2", "Open MPI 4.1.4"} and len(runs) == 3
 
 
 def test_ingest_refuses_unknown_format_and_missing_hosts(tmp_path: Path) -> None:

@@ -407,7 +407,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                     raise ValueError(
                         f"{', '.join(sorted(set(differs)))}: {file} is stored as run {ingested[0].id} "
                         f"({ingested[0].run_key!r}) with other values of these; --replace stores it in that run's "
-                        "place, --run-key KEY as another run")
+                        "place, --run-key KEY --allow-duplicate as another run beside it")
             if same:
                 _console().print(f"skipped: the records of {file} are already stored as run {same[0].id} "
                                  f"({same[0].run_key!r}); --allow-duplicate stores them again", markup=False)
