@@ -434,3 +434,38 @@ def test_osu_bibw_goodput_is_one_direction_as_the_schemas_bidirectional_ops() ->
     assert {r["direction"] for r in bw} == {"uni"} and all("aggregate_gbs" not in r for r in bw)
     assert bw[-1]["goodput_gbs"] == pytest.approx(run.rows[-1].value / 1e3)
     assert {r["direction"] for r in records["osu_latency"][1]} == {"uni"}  # as commbench's pingpong
+
+
+def test_nccl_tests_options_that_change_what_a_time_is() -> None:
+    """nccl-tests options a review found read wrong (src/common.cu, src/util.cu of 2.19): -C 1 prints CPU times taken
+    before the operations complete (stored as the operation's time: 2.1 us, 15978 GB/s); -K N leaves the first N
+    iterations out of nccl-tests' own statistics (they were the samples' median); -S 1 ends each row with a
+    timestamp (refused as a cut-off row); -G N runs the captured iterations N times; -a says how the ranks' times
+    make one (the record said "mean" whatever it was)."""
+    header = "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time "
+    assert header in ALL_REDUCE_PERF
+    cputime = ALL_REDUCE_PERF.replace(header, header.replace(" time ", " cputime "))
+    with pytest.raises(nccl_tests.NcclTestsError, match=r"ar.txt:\d+: the times are CPU times \(-C 1"):
+        foreign.parse("nccl-tests", cputime, source="ar.txt", timestamp=STAMP)
+    # -S 1: the header's timestamp column, each row's date and time
+    rows = [line for line in ALL_REDUCE_PERF.splitlines() if line.strip()[:1].isdigit()]
+    stamped = ALL_REDUCE_PERF.replace(header.rstrip(), header.rstrip() + "  timestamp")
+    for row in rows:
+        stamped = stamped.replace(row, row.rstrip() + "  2026-11-28 14:02:03")
+    plain = foreign.parse("nccl-tests", ALL_REDUCE_PERF, source="ar.txt", timestamp=STAMP)
+    assert foreign.parse("nccl-tests", stamped, source="ar.txt", timestamp=STAMP) == plain
+    graph = ALL_REDUCE_PERF.replace("graph: 0 ", "graph: 4 ")
+    assert {r["batch"] for r in foreign.parse("nccl-tests", graph, source="ar.txt", timestamp=STAMP)} == {80}
+    document = json.loads((NT_DATA / "all_reduce_perf-I.json").read_text())
+    first = document["results"][0]["out_of_place_per_iter"]
+    first["skipped_iterations"], first["times_us"][:12] = 12, [1000.0] * 12
+    document["args"] += ["-a", "3"]
+    records = foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)
+    assert records[0]["iters"] == 8 and max(records[0]["samples_us"]) < 1000
+    assert records[0]["samples_us"] == first["times_us"][12:]
+    del document["results"][0]["out_of_place_per_iter"]
+    records = foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)
+    assert records[0]["source"]["time_over_ranks"] == "max" and records[1]["iters"] == 20
+    document["results"][0]["out_of_place"]["cpu_time"] = document["results"][0]["out_of_place"].pop("time")
+    with pytest.raises(nccl_tests.NcclTestsError, match=r"a.json: results\[0\]: the times are CPU times"):
+        foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)

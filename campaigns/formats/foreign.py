@@ -132,9 +132,10 @@ def nccl_tests_records(run: nccl_tests.Run, *, fmt: str, timestamp: datetime, mp
                 raise nccl_tests.NcclTestsError(f"size {row.size}: the output does not say over how many "
                                                 "iterations its time is averaged (the '# nThread ... iters: N' "
                                                 "line or the JSON config.iterations)")
-            samples, batch = [result.time_us], run.iters * run.agg_iters
+            # -G N: the iterations, captured in a CUDA graph, ran N times; the printed time is per operation
+            samples, batch = [result.time_us], run.iters * run.agg_iters * max(run.graph_launches, 1)
             source["iterations_averaged"] = batch
-            source["time_over_ranks"] = "mean"  # nccl-tests averages the ranks' times; commbench takes the max
+            source["time_over_ranks"] = run.time_over_ranks  # nccl-tests' -a (mean by default); commbench: the max
         if result.per_process_us:
             source["per_process_us"] = [list(times) for times in result.per_process_us]
         if wrongs:

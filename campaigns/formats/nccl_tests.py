@@ -5,11 +5,13 @@ Text: the header ("# nccl-tests version 2.19.6 ...", "# nThread 1 nGpus 1 ... it
 size count type redop root | out-of-place time algbw busbw #wrong | in-place time algbw busbw #wrong
 [| with -I each placement is followed by i_min i_max i_p99 i_cv%], and the closing lines "# Out of bounds values :
 N OK" and "# Avg bus bandwidth : X" (`Run.complete`: an output without them was cut off). A row must have every
-column of its table (a job killed mid-row leaves a short one: refused). Other lines (NCCL or MPI messages) are
-skipped.
+column of its table (a job killed mid-row leaves a short one: refused); with -S 1 (report_timestamps) each row
+ends with the date and time it was printed. Other lines (NCCL or MPI messages) are skipped. Times of -C 1
+(report_cputime: taken before the operations complete) are refused, in text and JSON.
 JSON: nccl-tests >= 2.18 `-J FILE` (JSON_FILE_VERSION 3, src/util.cu): start_time (the local time of the host
 that ran it, no offset), config (with the devices), results with out_of_place / in_place and, with `-I 1`,
-*_per_iter (times_us and per_process_max_times_us); the file is valid JSON only once nccl-tests finished it.
+*_per_iter (times_us and per_process_max_times_us, less their first skipped_iterations: -K), args (-a: how the
+ranks' times make one); the file is valid JSON only once nccl-tests finished it.
 """
 from __future__ import annotations
 
@@ -65,6 +67,8 @@ class Run:
     iters: int | None = None
     warmup: int | None = None
     agg_iters: int = 1  # operations launched (in one group) per iteration: -m
+    graph_launches: int = 0  # -G N: the iterations captured in a CUDA graph launched N times (0: no graph)
+    time_over_ranks: str = "mean"  # -a: how the ranks' times make the printed one (JSON args; the text does not say)
     params: str = ""
     hosts: list[str] = field(default_factory=list)  # by rank
     devices: list[str] = field(default_factory=list)  # by rank, as printed
@@ -88,6 +92,13 @@ _VERSION = re.compile(r"^# nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
 _TEST = re.compile(r"^# Collective test starting: (\S+)")
 _ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
 _AGG_ITERS = re.compile(r"agg iters: (\d+)")
+_GRAPH = re.compile(r"graph: (\d+)")
+_TABLE_HEADER = re.compile(r"^#\s+size\s+count\s+type\b")
+_TIMESTAMP = (re.compile(r"\d{4}-\d\d-\d\d"), re.compile(r"\d\d:\d\d:\d\d"))  # -S 1: a row's last two words
+# -a: how nccl-tests makes one time of the ranks' (Allreduce of the time in src/common.cu)
+_AVERAGE = {"0": "rank 0", "1": "mean", "2": "min", "3": "max"}
+CPUTIME = ("the times are CPU times (-C 1, --report_cputime: taken before the operations complete, the launch "
+           "only): not a measurement of the operation; run nccl-tests without -C")
 _OUT_OF_BOUNDS = re.compile(r"^# Out of bounds values\s*:\s*(\d+)")
 _AVERAGE_BUSBW = re.compile(r"^# Avg bus bandwidth\s*:")
 # Columns of a row: size count type redop root, then per placement time algbw busbw #wrong (with -I also
@@ -107,7 +118,7 @@ def _wrong(text: str | float | None, where: str) -> int | None:
 def parse_text(text: str, source: str = "nccl-tests output") -> Run:
     """Parse nccl-tests stdout; a row that looks like a table row but does not parse is an error."""
     run = Run()
-    per_iter = False
+    per_iter = timestamps = False
     row_width = 0  # the columns of the table's rows, once its first row is read
     hosts: dict[int, str] = {}
     devices: dict[int, str] = {}
@@ -129,6 +140,12 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
                     run.warmup, run.iters = int(match.group(1)), int(match.group(2))
                 if match := _AGG_ITERS.search(line):
                     run.agg_iters = int(match.group(1))
+                if match := _GRAPH.search(line):
+                    run.graph_launches = int(match.group(1))
+            elif _TABLE_HEADER.match(line):
+                if "cputime" in line.split():
+                    raise NcclTestsError(f"{where}: {CPUTIME}")
+                timestamps = "timestamp" in line.split()
             elif match := _RANK.match(line):
                 rank = int(match.group(1))
                 hosts[rank], devices[rank] = match.group(2), " ".join(match.group(3).split())
@@ -140,6 +157,8 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
         words = line.split()
         if len(words) < 2 or not (words[0].isdigit() and words[1].isdigit()):
             continue
+        if timestamps and len(words) > 2 and all(p.fullmatch(w) for p, w in zip(_TIMESTAMP, words[-2:])):
+            words = words[:-2]  # -S 1: when the row was printed
         width = _PER_ITER_COLUMNS if per_iter else _PLACEMENT_COLUMNS
         # A killed job's last row is cut short; one cut right after its out-of-place columns looks like an
         # in-place-only row, which nccl-tests prints for a whole table or not at all: the table's first row decides.
@@ -174,16 +193,33 @@ def _start_time(text: object) -> datetime | None:
 
 
 def _placement(data: dict[str, Any] | None, per_iter: dict[str, Any] | None, where: str) -> Placement | None:
+    """One placement's result; with -I its iterations' times, less the first `skipped_iterations` (-K: nccl-tests
+    leaves them out of its own statistics, warm-up that -w did not cover)."""
     if data is None:
         return None
-    time = data.get("time", data.get("cpu_time"))
+    if "cpu_time" in data:
+        raise NcclTestsError(f"{where}: {CPUTIME}")
     try:
-        return Placement(float(time), float(data["alg_bw"]), float(data["bus_bw"]), _wrong(data.get("nwrong"), where),
-                         tuple(float(t) for t in (per_iter or {}).get("times_us", ())),
-                         tuple(tuple(float(t) for t in times)
+        skipped = int((per_iter or {}).get("skipped_iterations") or 0)
+        return Placement(float(data["time"]), float(data["alg_bw"]), float(data["bus_bw"]),
+                         _wrong(data.get("nwrong"), where),
+                         tuple(float(t) for t in (per_iter or {}).get("times_us", ())[skipped:]),
+                         tuple(tuple(float(t) for t in times[skipped:])
                                for times in (per_iter or {}).get("per_process_max_times_us", ())))
     except (KeyError, TypeError, ValueError) as exc:
         raise NcclTestsError(f"{where}: {exc!r} in {sorted(data)}") from None
+
+
+def _option(args: list[str], short: str, long: str) -> str | None:
+    """The value of an nccl-tests option in its command line (`-a 3`, `-a3`, `--average 3`, `--average=3`)."""
+    for i, word in enumerate(args):
+        if word in (short, long):
+            return args[i + 1] if i + 1 < len(args) else None
+        if word.startswith(long + "="):
+            return word[len(long) + 1:]
+        if word.startswith(short) and len(word) > len(short) and not word.startswith("--"):
+            return word[len(short):]
+    return None
 
 
 def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
@@ -201,6 +237,8 @@ def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
     run = Run(op=op_of(args[0]) if args else "", nccl_version=str(document.get("nccl_version", "")),
               iters=config.get("iterations"), warmup=config.get("warmup_iters"),
               agg_iters=int(config.get("aggregated_iterations") or 1), params=" ".join(args[1:]),
+              graph_launches=int(config.get("graph") or 0),
+              time_over_ranks=_AVERAGE.get(_option(args, "-a", "--average") or "1", "mean"),
               complete=True, start_time=_start_time(document.get("start_time")),
               out_of_bounds=bounds.get("count") if isinstance(bounds, dict) else None)
     devices = config.get("devices") or document.get("devices") or []  # 2.19 writes them under config
