@@ -37,6 +37,7 @@ campaigns/model/spec.py) stores that file like commbench's own, and so does `com
 """
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -168,8 +169,11 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
         if not hasattr(self, '_records'):
             hosts = [node for node in self.job.nodelist or [] for _ in range(self.num_tasks_per_node)]
             try:
+                # env_vars (shell-quoted by apply_site_environment): the knobs the job ran with, the site's
+                # defaults under the case's own; the report tells curves of other knob settings apart by them
+                env = {name: ''.join(shlex.split(value)) for name, value in self.env_vars.items()}
                 self._records = foreign.parse(self.FORMAT, self.output(), source=self.benchmark,
-                                              timestamp=datetime.now(timezone.utc), hostnames=hosts)
+                                              timestamp=datetime.now(timezone.utc), hostnames=hosts, env=env)
             except (nccl_tests.NcclTestsError, osu.OsuError) as exc:
                 raise SanityError(str(exc)) from None
         return self._records

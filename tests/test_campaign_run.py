@@ -2,6 +2,7 @@
 the runner stores every test case, skips stored passes, and records failures with their records."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -173,7 +174,8 @@ def test_reference_checks_of_a_campaign_are_stored_like_commbench(tmp_path: Path
     spec.write_text("name: mixed\nsite: refsite\nenvironments: [openmpi]\nnode_counts: [1]\n"
                     "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    sizes: [8, 4096]\n    iters: 3\n"
                     "    warmup: 1\n  - check: osu_run\n    benchmarks: [osu_latency]\n    time_limit_s: 120\n"
-                    "  - check: nccl_tests_run\n    benchmarks: [all_reduce_perf]\n")
+                    "  - check: nccl_tests_run\n    benchmarks: [all_reduce_perf]\n"
+                    "    env: {NCCL_PROTO: ^LL128}\n")
     db = f"sqlite:///{tmp_path / 'results.db'}"
     code, out, err = commcamp("run", spec, "--db", db, "--runs-dir", tmp_path / "runs")
     assert code == 0, out + err
@@ -202,14 +204,15 @@ def test_reference_checks_of_a_campaign_are_stored_like_commbench(tmp_path: Path
             expected = direct_store.measurements()[columns].to_dict("records")
         assert stored[columns].to_dict("records") == expected
         assert len(expected) == {"osu": 17, "nccl-tests": 12}[fmt]  # a record per size of the output
+        # the knobs the job ran with are the records' (a report pooled runs of other settings as "knobs unset")
+        assert {json.dumps(env) for env in stored["env"]} == {json.dumps(
+            {"NCCL_PROTO": "^LL128"} if check == "nccl_tests_run" else {})}, stored["env"]
 
 
 def test_a_run_that_failed_only_its_performance_check_stays_measured(tmp_path: Path) -> None:
     """A run that ran well and missed its reference is judged and plotted night by night (references.measured: its
     reason starts with the performance phase). A harmless line its job printed (MPICH 4.0's MPI_Finalize warning,
     exit 0) was put in front of that reason as the run's first failure, and the run counted as not measured."""
-    import json
-
     from fixtures_store import commbench_record
 
     from campaigns.model.references import measured

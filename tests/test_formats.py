@@ -469,3 +469,32 @@ def test_nccl_tests_options_that_change_what_a_time_is() -> None:
     document["results"][0]["out_of_place"]["cpu_time"] = document["results"][0]["out_of_place"].pop("time")
     with pytest.raises(nccl_tests.NcclTestsError, match=r"a.json: results\[0\]: the times are CPU times"):
         foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)
+
+
+def test_foreign_records_say_backend_library_version_datatype_and_knobs() -> None:
+    """What tells foreign runs apart in the store and the report (a review found them pooled): rccl-tests' records
+    are of the hip backend and carry RCCL's version, nccl-tests' NCCL's; OSU's backend is where its title says the
+    buffers are, its datatype line is each row's; the knobs the job ran with are the record's env."""
+    rccl = ALL_REDUCE_PERF.replace("# nccl-tests version 2.19.6 nccl-headers=22803 nccl-library=22803",
+                                   "# rccl-tests version 2.17.9-develop:4a65e8d rccl-headers=22707 rccl-library=22707")
+    [first, *_] = foreign.parse("nccl-tests", rccl, source="ar.txt", timestamp=STAMP, env={"NCCL_ALGO": "Ring",
+                                                                                            "PATH": "/usr/bin"})
+    assert (first["backend"], first["versions"], first["source"]["version"]) == ("hip", {"rccl": "2.27.7"},
+                                                                                  "2.17.9-develop:4a65e8d")
+    assert first["env"] == {"NCCL_ALGO": "Ring"}
+    [first, *_] = foreign.parse("nccl-tests", ALL_REDUCE_PERF, source="ar.txt", timestamp=STAMP)
+    assert (first["backend"], first["versions"], first["env"]) == ("cuda", {"nccl": "2.28.3"}, {})
+    document = json.loads((NT_DATA / "all_reduce_perf-I.json").read_text())
+    document["env"] = ["NCCL_PROTO=Simple", "HOME=/root", "NCCL_DEBUG_FILE=x=y"]
+    [first, *_] = foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)
+    assert first["env"] == {"NCCL_DEBUG_FILE": "x=y", "NCCL_PROTO": "Simple"}
+    latency = (OSU_DATA / "osu_latency.txt").read_text()
+    for title, backend in (("# OSU MPI Latency Test", "cpu"), ("# OSU MPI-CUDA Latency Test", "cuda"),
+                           ("# OSU MPI-ROCM Latency Test", "hip"), ("# OSU RCCL Latency Test", "hip"),
+                           ("# OSU NCCL Latency Test", "cuda")):
+        typed = latency.replace("# OSU MPI Latency Test", title).replace("# Size", "# Datatype: MPI_CHAR.\n# Size")
+        records = foreign.parse("osu", typed, source="l.txt", timestamp=STAMP, hostnames=["n1", "n2"])
+        assert {(r["backend"], r["dtype"]) for r in records} == {(backend, "MPI_CHAR")}, title
+    with pytest.raises(osu.OsuError, match="buffers on 'hccl', no backend of commbench's"):
+        foreign.parse("osu", latency.replace("# OSU MPI Latency", "# OSU HCCL Latency"), source="l.txt",
+                      timestamp=STAMP, hostnames=["n1", "n2"])

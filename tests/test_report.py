@@ -293,6 +293,26 @@ def test_pinned_and_pageable_and_each_selection_are_curves_of_their_own(tmp_path
     assert "host memory, direction and selection" in text
 
 
+def test_backend_datatype_and_collective_library_version_are_curves_of_their_own(tmp_path: Path) -> None:
+    """A review pooled, with the subtitle saying they agreed: OSU with host and with CUDA buffers (both stored as
+    backend cpu), nccl-tests' half/float/double rows of -d all, NCCL 2.18.5 and 2.28.3 runs."""
+    from fixtures_store import commbench_record
+
+    def record(size: int, seed: int, gbs: float, **fields: Any) -> dict[str, Any]:
+        return commbench_record(size=size, seed=seed, goodput_gbs=gbs, **fields)
+
+    text = _report_of(tmp_path, {
+        "host": [record(1024, 1, 1.0)], "cuda": [record(1024, 2, 3.0, backend="cuda")],
+        "float": [record(1024, 3, 5.0, dtype="float")], "double": [record(1024, 4, 7.0, dtype="double")],
+        "old": [record(1024, 5, 9.0, versions={"nccl": "2.18.5"})],
+        "new": [record(1024, 6, 11.0, versions={"nccl": "2.28.3"})]})
+    curves = _curves(text, "allreduce: goodput")
+    assert sorted(value for values in curves.values() for value in values) == pytest.approx(
+        [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]), curves
+    assert any("cuda backend" in name for name in curves) and any("double" in name for name in curves)
+    assert any("NCCL 2.28.3" in name for name in curves), curves
+
+
 def _nights(store: Any, statuses: dict[str, tuple[str, str | None]], site: str = "site-a",
             partition: str = "cpu") -> None:
     """One tagged nightly allreduce run per night, the last night 10x slower."""

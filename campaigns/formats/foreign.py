@@ -34,6 +34,12 @@ from campaigns.formats import nccl_tests, osu
 from campaigns.model.records import busbw_factor, sample_stats
 
 FORMATS = ("nccl-tests", "nccl-tests-json", "osu")
+# A record's env: the variables that configure the libraries, as commbench records them (bench_src/src/record.c's
+# env_prefixes); the report tells runs under other knob settings apart by them.
+ENV_PREFIXES = ("NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_", "FI_", "HSA_", "OMPI_", "CUDA_", "HIP_")
+# Where OSU's buffers are (its title's "-CUDA", "-ROCM"; a collective library's own device) -> the record's backend
+OSU_BACKENDS = {"cuda": "cuda", "cuda managed": "cuda", "managed": "cuda", "openacc": "cuda", "rocm": "hip",
+                "nccl": "cuda", "rccl": "hip"}
 # The record schema's `direction` of OSU's point-to-point tests (the others, collectives, have none).
 P2P_DIRECTION = {"pingpong": "uni", "osu_bw": "uni", "osu_bibw": "bi"}
 NONE_VERSION = "none"
@@ -69,7 +75,8 @@ def check_filter_names(**filters: object) -> None:
 def _record(*, op: str, transport: str, backend: str, size: int, samples: list[float], batch: int,
             hostnames: list[str], mpi_library: str, timestamp: datetime, source: dict[str, Any],
             count: int | None = None, dtype: str | None = None, checked: bool = False, valid: bool = True,
-            wrong: int | None = None, direction: str | None = None) -> dict[str, Any]:
+            wrong: int | None = None, direction: str | None = None, env: dict[str, str] | None = None,
+            versions: dict[str, str] | None = None) -> dict[str, Any]:
     ranks = len(hostnames)
     stats = sample_stats(samples)
     median = stats["median_us"]
@@ -81,8 +88,10 @@ def _record(*, op: str, transport: str, backend: str, size: int, samples: list[f
         "transport": transport, "bytes": size, "iters": len(samples), "warmup": 0, "batch": batch,
         "samples_us": samples, "stats": stats, "latency_us": median, "goodput_gbs": algbw, "algbw_gbs": algbw,
         "busbw_gbs": algbw * factor, "busbw_factor": factor, "valid": valid, "check": checked, "ranks": ranks,
-        "nodes": len(set(hostnames)), "hostnames": hostnames, "mpi_library": mpi_library, "env": {},
-        "source": source}
+        "nodes": len(set(hostnames)), "hostnames": hostnames, "mpi_library": mpi_library,
+        "env": {k: v for k, v in sorted((env or {}).items()) if k.startswith(ENV_PREFIXES)}, "source": source}
+    if versions:
+        record["versions"] = versions
     if direction is not None:
         record["direction"] = direction
         if direction == "bi":  # goodput is per direction; both together (the schema's aggregate_gbs): twice it
@@ -103,10 +112,12 @@ def _reported(placement: nccl_tests.Placement) -> dict[str, float]:
 
 
 def nccl_tests_records(run: nccl_tests.Run, *, fmt: str, timestamp: datetime, mpi_library: str = "",
-                       backend: str = "cuda") -> list[dict[str, Any]]:
+                       env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """One record per size from the out-of-place results (the in-place ones where a row has only those);
     valid only when neither placement found wrong elements. An output cut off before nccl-tests' closing lines
-    is refused (its last sizes and its out-of-bounds check are missing), as a truncated commbench file is."""
+    is refused (its last sizes and its out-of-bounds check are missing), as a truncated commbench file is.
+    rccl-tests' records are of the hip backend; the library's version is the record's `versions`; `env` (the
+    job's, where the caller knows it) or the JSON's own environment the record's env."""
     if not run.complete:
         raise nccl_tests.NcclTestsError("the output ends before nccl-tests' closing lines ('# Out of bounds values "
                                         ": N OK', '# Avg bus bandwidth : X'): the run was cut off (killed, out of "
@@ -116,6 +127,7 @@ def nccl_tests_records(run: nccl_tests.Run, *, fmt: str, timestamp: datetime, mp
                                         "or the JSON 'devices'): cannot tell ranks and nodes")
     if not run.op:
         raise nccl_tests.NcclTestsError("the output does not say which nccl-tests benchmark ran")
+    version = nccl_tests.library_version(run.nccl_version)
     records = []
     for row in run.rows:
         result = row.out_of_place or row.in_place
@@ -140,17 +152,24 @@ def nccl_tests_records(run: nccl_tests.Run, *, fmt: str, timestamp: datetime, mp
             source["per_process_us"] = [list(times) for times in result.per_process_us]
         if wrongs:
             source["wrong"] = wrongs
-        records.append(_record(op=run.op, transport="ccl", backend=backend, size=row.size, samples=samples,
-                               batch=batch, hostnames=list(run.hosts), mpi_library=mpi_library, timestamp=timestamp,
-                               source=source, count=row.count, dtype=row.dtype, checked=bool(wrongs),
-                               valid=not any(wrongs.values()), wrong=sum(wrongs.values()) if wrongs else None))
+        records.append(_record(op=run.op, transport="ccl", backend="hip" if run.library == "rccl" else "cuda",
+                               size=row.size, samples=samples, batch=batch, hostnames=list(run.hosts),
+                               mpi_library=mpi_library, timestamp=timestamp, source=source, count=row.count,
+                               dtype=row.dtype, checked=bool(wrongs), valid=not any(wrongs.values()),
+                               wrong=sum(wrongs.values()) if wrongs else None, env=env or run.env,
+                               versions={run.library: version} if version else None))
     return records
 
 
 def osu_records(run: osu.Run, *, hostnames: list[str], timestamp: datetime, mpi_library: str = "",
-                backend: str | None = None) -> list[dict[str, Any]]:
-    """One record per size; bandwidth rows (MB/s = 10^6 B/s) become the time per message at that rate (osu_bibw:
-    of one message each way, both directions' bytes at the printed rate)."""
+                env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One record per size (and datatype); bandwidth rows (MB/s = 10^6 B/s) become the time per message at that
+    rate (osu_bibw: of one message each way, both directions' bytes at the printed rate). The backend is where the
+    title says the buffers are (MPI-CUDA: cuda, MPI-ROCM and RCCL: hip, MPI: cpu)."""
+    device = run.accelerator or (run.library if run.ccl else "")
+    if device and device not in OSU_BACKENDS:
+        raise osu.OsuError(f"{run.title}: buffers on {device!r}, no backend of commbench's (cpu, cuda, hip)")
+    backend = OSU_BACKENDS[device] if device else "cpu"
     if not hostnames:
         raise osu.OsuError("OSU output names no hosts: give the hosts the job ran on, one per rank")
     if run.op.startswith("osu_b") or run.op == "pingpong":
@@ -178,27 +197,28 @@ def osu_records(run: osu.Run, *, hostnames: list[str], timestamp: datetime, mpi_
             source["max_us"] = row.max_us
         if row.tail:
             source["tail"] = dict(row.tail)
-        records.append(_record(op=run.op, transport="ccl" if run.ccl else "mpi",
-                               backend=backend or ("cuda" if run.ccl else "cpu"), size=row.size * scale,
-                               samples=[time_us], batch=1, hostnames=list(hostnames), mpi_library=mpi_library,
-                               timestamp=timestamp, source=source, checked=row.passed is not None,
-                               valid=row.passed is not False, direction=direction))
+        records.append(_record(op=run.op, transport="ccl" if run.ccl else "mpi", backend=backend,
+                               size=row.size * scale, samples=[time_us], batch=1, hostnames=list(hostnames),
+                               mpi_library=mpi_library, timestamp=timestamp, source=source,
+                               checked=row.passed is not None, valid=row.passed is not False, direction=direction,
+                               dtype=row.dtype, env=env))
     return records
 
 
 def parse(fmt: str, text: str, *, source: str, timestamp: datetime, hostnames: list[str] | None = None,
-          mpi_library: str = "") -> list[dict[str, Any]]:
+          mpi_library: str = "", env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The records of one file of format `fmt` (one of FORMATS). `timestamp`: when the output was written, for
     formats that do not say (nccl-tests' JSON says when it started: its start_time, the local time of the host
-    that ran it, read as this host's local time)."""
+    that ran it, read as this host's local time). `env`: the environment the benchmark ran with, where the caller
+    knows it (a ReFrame check's env_vars)."""
     if fmt == "nccl-tests":
         return nccl_tests_records(nccl_tests.parse_text(text, source), fmt=fmt, timestamp=timestamp,
-                                  mpi_library=mpi_library)
+                                  mpi_library=mpi_library, env=env)
     if fmt == "nccl-tests-json":
         run = nccl_tests.parse_json(text, source)
         started = run.start_time.astimezone() if run.start_time is not None else timestamp
-        return nccl_tests_records(run, fmt=fmt, timestamp=started, mpi_library=mpi_library)
+        return nccl_tests_records(run, fmt=fmt, timestamp=started, mpi_library=mpi_library, env=env)
     if fmt == "osu":
         return osu_records(osu.parse_text(text, source), hostnames=hostnames or [], timestamp=timestamp,
-                           mpi_library=mpi_library)
+                           mpi_library=mpi_library, env=env)
     raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")

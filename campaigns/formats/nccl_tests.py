@@ -62,7 +62,9 @@ class Run:
     """One nccl-tests output: header facts, the ranks' hosts and devices, the rows in size order."""
 
     version: str = ""  # "2.19.6"
+    library: str = "nccl"  # "rccl" for rccl-tests ("# rccl-tests version ... rccl-library=22707")
     nccl_version: str = ""  # "22803" (text: nccl-library) or the integer NCCL_VERSION_CODE (JSON)
+    env: dict[str, str] = field(default_factory=dict)  # JSON: the environment nccl-tests ran with ("env")
     op: str = ""  # commbench's name, from the binary ("all_reduce_perf" -> "allreduce")
     iters: int | None = None
     warmup: int | None = None
@@ -79,6 +81,16 @@ class Run:
     start_time: datetime | None = None  # JSON start_time (naive: the local time of the host that ran it)
 
 
+def library_version(code: str) -> str:
+    """NCCL's (RCCL's) version code as its version: 22803 -> 2.28.3 (from 2.9: major x 10000 + minor x 100 +
+    patch; before: major x 1000 + minor x 100 + patch); "" when not a code."""
+    if not code.isdigit():
+        return ""
+    number = int(code)
+    major, rest = divmod(number, 10000 if number >= 20900 else 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def op_of(program: str) -> str:
     """'./build/all_reduce_perf' or 'all_reduce_perf_mpi' -> 'allreduce'."""
     name = re.sub(r"_perf(_mpi)?$", "", os.path.basename(program))
@@ -88,7 +100,7 @@ def op_of(program: str) -> str:
 
 
 _RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(.*)$")
-_VERSION = re.compile(r"^# nccl-tests version (\S+)(?:.*nccl-library=(\d+))?")
+_VERSION = re.compile(r"^# ([nr]ccl)-tests version (\S+)(?:.*[nr]ccl-library=(\d+))?")
 _TEST = re.compile(r"^# Collective test starting: (\S+)")
 _ITERS = re.compile(r"warmup iters: (\d+) iters: (\d+)")
 _AGG_ITERS = re.compile(r"agg iters: (\d+)")
@@ -126,7 +138,7 @@ def parse_text(text: str, source: str = "nccl-tests output") -> Run:
         where = f"{source}:{number}"
         if line.startswith("#"):
             if match := _VERSION.match(line):
-                run.version, run.nccl_version = match.group(1), match.group(2) or ""
+                run.library, run.version, run.nccl_version = match.group(1), match.group(2), match.group(3) or ""
             elif match := _TEST.match(line):
                 if run.op:  # every row would be stored under the last benchmark's op
                     raise NcclTestsError(f"{where}: a second nccl-tests run ({match.group(1)}) after the rows of "
@@ -238,6 +250,7 @@ def parse_json(text: str, source: str = "nccl-tests JSON") -> Run:
               iters=config.get("iterations"), warmup=config.get("warmup_iters"),
               agg_iters=int(config.get("aggregated_iterations") or 1), params=" ".join(args[1:]),
               graph_launches=int(config.get("graph") or 0),
+              env=dict(item.split("=", 1) for item in document.get("env") or [] if isinstance(item, str) and "=" in item),
               time_over_ranks=_AVERAGE.get(_option(args, "-a", "--average") or "1", "mean"),
               complete=True, start_time=_start_time(document.get("start_time")),
               out_of_bounds=bounds.get("count") if isinstance(bounds, dict) else None)

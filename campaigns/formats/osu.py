@@ -1,7 +1,8 @@
 """OSU micro-benchmark text output: a title line "# OSU MPI Latency Test v7.0" ("# OSU MPI-CUDA ...",
 "# OSU NCCL ...": the library and the buffers' accelerator, then the benchmark), a column line "# Size  Latency (us)",
 "# Size  Avg Latency(us)  Min Latency(us)  Max Latency(us)  Iterations" (-f), with "Validation" (-c) and
-"P50 Tail Lat(us)" ... (-z) columns where asked for, then one row per size.
+"P50 Tail Lat(us)" ... (-z) columns where asked for, then one row per size; OSU >= 7.1 names the datatype above
+the column line ("# Datatype: MPI_CHAR.", once per datatype of -T).
 
 The benchmark is its exact title, one of BENCHMARKS (commcamp stores what its ops mean: the point-to-point
 latency and bandwidth tests and the blocking collectives of commbench's vocabulary); any other title (Reduce,
@@ -65,6 +66,7 @@ class Row:
     iterations: int | None = None
     passed: bool | None = None  # -c: the Validation column (Pass / Fail); None: not validated
     tail: tuple[tuple[str, float], ...] = ()  # -z: ("p99", value) in the value's unit
+    dtype: str | None = None  # the "# Datatype: MPI_CHAR." line above it (OSU >= 7.1; -T runs several in turn)
 
 
 @dataclass
@@ -74,6 +76,8 @@ class Run:
     op: str = ""  # commbench-style name (see BENCHMARKS)
     quantity: str = ""  # "latency" (us) or "bandwidth" (MB/s)
     ccl: bool = False  # an osu_xccl_* / NCCL / RCCL variant: the collective library, not MPI, moved the data
+    library: str = ""  # the title's library: "mpi", "nccl", "rccl", ...
+    accelerator: str = ""  # where the buffers are, from the title: "cuda", "rocm", ... ("": host memory)
     columns: list[tuple[str, str]] = field(default_factory=list)  # (kind, name as printed) of the column line
     rows: list[Row] = field(default_factory=list)
 
@@ -109,7 +113,7 @@ def _columns(line: str, where: str) -> list[tuple[str, str]]:
     return columns
 
 
-def _row(words: list[str], columns: list[tuple[str, str]], where: str, line: str) -> Row:
+def _row(words: list[str], columns: list[tuple[str, str]], where: str, line: str, dtype: str | None) -> Row:
     if len(words) != len(columns):
         raise OsuError(f"{where}: {len(words)} values for the {len(columns)} columns "
                        f"({', '.join(name for _, name in columns)}): {line!r}")
@@ -131,11 +135,15 @@ def _row(words: list[str], columns: list[tuple[str, str]], where: str, line: str
                 fields[{_VALUE: "value", _MIN: "min_us", _MAX: "max_us"}[kind]] = float(word)
     except ValueError as exc:
         raise OsuError(f"{where}: not an OSU result row: {line!r} ({exc})") from None
-    return Row(**fields, tail=tuple(tail))  # type: ignore[arg-type]
+    return Row(**fields, tail=tuple(tail), dtype=dtype)  # type: ignore[arg-type]
+
+
+_DATATYPE = re.compile(r"^#\s*Datatype:\s*(\w+)")
 
 
 def parse_text(text: str, source: str = "OSU output") -> Run:
     run = Run()
+    dtype: str | None = None
     for number, line in enumerate(text.splitlines(), 1):
         where = f"{source}:{number}"
         stripped = line.strip()
@@ -149,7 +157,11 @@ def parse_text(text: str, source: str = "OSU output") -> Run:
                 run.title, run.version = match.group(1), match.group(2)
                 run.op, run.quantity = benchmark_of(run.title)
                 library = _LIBRARY.match(run.title.strip())
-                run.ccl = library is not None and library.group(1).lower() in _CCL
+                run.library = library.group(1).lower() if library is not None else ""
+                run.ccl = run.library in _CCL
+                run.accelerator = (library.group(2) or "").lstrip("-").lower() if library is not None else ""
+            elif match := _DATATYPE.match(stripped):
+                dtype = match.group(1)
             elif run.title and re.match(r"#\s*Size\b", stripped):
                 run.columns = _columns(stripped, where)
             continue
@@ -160,7 +172,7 @@ def parse_text(text: str, source: str = "OSU output") -> Run:
             raise OsuError(f"{where}: a result row before the '# OSU ... Test' title line")
         if not run.columns:
             raise OsuError(f"{where}: a result row before the '# Size ...' column line")
-        run.rows.append(_row(words, run.columns, where, stripped))
+        run.rows.append(_row(words, run.columns, where, stripped, dtype))
     if not run.title:
         raise OsuError(f"{source}: no '# OSU ... Test' title line")
     if not run.rows:

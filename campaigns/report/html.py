@@ -136,8 +136,8 @@ def _plotly_js_packed() -> str:
 
 TUNING_CAMPAIGN = "tune"  # campaigns/tuning/session.py stores each trial as a run of this campaign
 # What tells two curves apart, in legend order; environment and library are always in the legend.
-DIMENSIONS = ("benchmark", "site", "system", "environment", "library", "transport", "nodes", "ranks", "placement",
-              "batch", "knobs", "host_memory", "direction", "selection")
+DIMENSIONS = ("benchmark", "site", "system", "environment", "library", "collective_library", "backend", "transport",
+              "nodes", "ranks", "placement", "batch", "dtype", "knobs", "host_memory", "direction", "selection")
 ALWAYS_IN_LEGEND = ("environment", "library")
 
 
@@ -174,21 +174,27 @@ def selection_of(extra: object) -> str | None:
 
 
 def _dimensions(row: pandas.Series) -> dict[str, str]:
-    """The text of each of DIMENSIONS for one measurement; "" for one the record does not have (host memory,
-    direction and selection are left out of legends and subtitles then)."""
+    """The text of each of DIMENSIONS for one measurement; "" for one the record does not have (NCCL/RCCL version,
+    datatype, host memory, direction and selection are left out of legends and subtitles then)."""
     extra = row["extra"] if isinstance(row["extra"], dict) else {}
     batch = extra.get("batch", 1)
     distance = row.get("network_distance")
     placement = distance if isinstance(distance, str) else row.get("placement") or "any"
     knobs = {k: v for k, v in (row["env"] if isinstance(row["env"], dict) else {}).items() if k in _knob_names()}
     host_memory, direction, selection = row.get("host_memory"), row.get("direction"), selection_of(extra)
+    versions = row.get("versions") if isinstance(row.get("versions"), dict) else {}
+    collective = " ".join(f"{name.upper()} {versions[name]}" for name in ("nccl", "rccl") if versions.get(name))
+    dtype = row.get("dtype")
     return {"benchmark": benchmark_of(extra), "site": str(row["site"]),
             "system": f"{row['system']}:{row['partition']}",
             "environment": str(row["environ"]), "library": library_label(row["mpi_library"]),
+            # NCCL/RCCL runs of two versions, host and device buffers, two datatypes: not one curve
+            "collective_library": collective, "backend": f"{row['backend']} backend",
             "transport": str(row["transport"]), "nodes": f"{row['nodes']} node(s)", "ranks": f"{row['ranks']} ranks",
             "placement": f"placement {placement}",
             # nccl-tests' throughput method, not per-op latency
             "batch": f"batch {batch}" if batch > 1 else "per-op timing",
+            "dtype": str(dtype) if isinstance(dtype, str) and dtype else "",
             "knobs": "knobs " + (" ".join(f"{k}={v}" for k, v in sorted(knobs.items())) or "unset"),
             # h2d/d2h from pinned or pageable host memory: several times apart at the same size
             "host_memory": f"{host_memory} host memory" if isinstance(host_memory, str) else "",
@@ -548,8 +554,9 @@ def build_report(store: Store, *, title: str, nominal: list[Nominal], verdicts: 
     header = (f"<h1>{html.escape(title)}</h1><p class='note'>Generated {generated} from {html.escape(store.url)}"
               f" with filters {html.escape(json.dumps(shown_filters, default=str))}: "
               f"{frame['run_id'].nunique()} runs, {len(frame)} measurements.{tuning_note} Each curve pools only "
-              "runs of one benchmark, site, system, environment, library, transport, node and rank count, "
-              "placement, batch, knob set, host memory, direction and selection; plots and distributions show valid "
+              "runs of one benchmark, site, system, environment, library (and NCCL/RCCL version), backend, "
+              "transport, node and rank count, placement, batch, datatype, knob set, host memory, direction and "
+              "selection; plots and distributions show valid "
               "measurements only.</p>"
               f"{provenance.to_html(index=False, border=0)}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
