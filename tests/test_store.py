@@ -428,11 +428,12 @@ def test_every_migration_keeps_every_run_measurement_and_sample(store_url: str, 
         command.upgrade(alembic_config(connection), down)
         tables = {name: sqlalchemy.Table(name, sqlalchemy.MetaData(), autoload_with=connection)
                   for name in ("runs", "measurements", "samples")}
-        for run_id in (1, 2):
+        for run_id in (1, 2, 3):
             connection.execute(tables["runs"].insert(), {
                 "id": run_id, "run_key": f"k{run_id}", "campaign": "c", "site": "s", "system": "sys",
                 "partition": "p", "environ": "e", "check_name": "chk", "parameters": {}, "num_nodes": 1,
                 "num_tasks": 2, "status": "pass", "created_at": datetime(2026, 1, 1)})
+        connection.execute(tables["runs"].delete().where(tables["runs"].c.id == 3))  # its id is never given again
         for measurement_id, run_id in ((1, 1), (2, 1), (3, 2)):
             connection.execute(tables["measurements"].insert(), {
                 "id": measurement_id, "run_id": run_id, "seq": measurement_id, "schema_version": 1, "kind": "result",
@@ -453,6 +454,8 @@ def test_every_migration_keeps_every_run_measurement_and_sample(store_url: str, 
                 assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
                 connection.exec_driver_sql("DELETE FROM runs WHERE id = 1")
             assert len(store.measurements()) == 1
+            # the highest id given is kept: a rebuilt table went on from the largest id left (2), run 3 again
+            assert store.ingest(run_info("new"), [commbench_record()]) == 4
 
 
 @sqlite_only

@@ -6,7 +6,8 @@ Revises: 0001
 Create Date: 2026-11-23 15:00:00
 
 """
-from typing import Sequence, Union
+import contextlib
+from typing import Iterator, Sequence, Union
 
 import sqlalchemy as sa
 from alembic import op
@@ -18,10 +19,27 @@ branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
 
+@contextlib.contextmanager
+def _ids_never_reused(table: str) -> Iterator[None]:
+    """SQLite rebuilds the table (batch mode): AUTOINCREMENT is kept (table_kwargs), and so is the highest id ever
+    given, which the rebuilt table would otherwise restart from its largest id left (a deleted run's id given
+    again)."""
+    bind = op.get_bind()
+    if bind.dialect.name != 'sqlite':
+        yield
+        return
+    given = bind.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?", (table,)).scalar()
+    yield
+    if given is not None:
+        bind.exec_driver_sql("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = ?", (given, table))
+        bind.exec_driver_sql("INSERT INTO sqlite_sequence (name, seq) SELECT ?, ? WHERE NOT EXISTS "
+                             "(SELECT 1 FROM sqlite_sequence WHERE name = ?)", (table, given, table))
+
+
 def upgrade() -> None:
     """Upgrade schema."""
-    # SQLite rebuilds the table: keep AUTOINCREMENT (ids never reused after a delete).
-    with op.batch_alter_table('runs', schema=None, table_kwargs={'sqlite_autoincrement': True}) as batch_op:
+    with _ids_never_reused('runs'), \
+            op.batch_alter_table('runs', schema=None, table_kwargs={'sqlite_autoincrement': True}) as batch_op:
         batch_op.add_column(sa.Column('records_digest', sa.String(length=64), nullable=True))
         batch_op.drop_constraint(batch_op.f('uq_runs_run_key'), type_='unique')
         batch_op.create_index(batch_op.f('ix_runs_run_key'), ['run_key'], unique=False)
@@ -30,7 +48,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Downgrade schema (fails where a run key has several runs)."""
-    with op.batch_alter_table('runs', schema=None, table_kwargs={'sqlite_autoincrement': True}) as batch_op:
+    with _ids_never_reused('runs'), \
+            op.batch_alter_table('runs', schema=None, table_kwargs={'sqlite_autoincrement': True}) as batch_op:
         batch_op.drop_index(batch_op.f('ix_runs_records_digest'))
         batch_op.drop_index(batch_op.f('ix_runs_run_key'))
         batch_op.create_unique_constraint(batch_op.f('uq_runs_run_key'), ['run_key'])
