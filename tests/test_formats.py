@@ -498,3 +498,12 @@ def test_foreign_records_say_backend_library_version_datatype_and_knobs() -> Non
     with pytest.raises(osu.OsuError, match="buffers on 'hccl', no backend of commbench's"):
         foreign.parse("osu", latency.replace("# OSU MPI Latency", "# OSU HCCL Latency"), source="l.txt",
                       timestamp=STAMP, hostnames=["n1", "n2"])
+
+
+def test_nccl_tests_benchmarks_whose_size_is_not_their_bytes_are_refused_by_name() -> None:
+    """hypercube_perf's bandwidth counts size x (n-1)/n bytes (stored busbw 10.49 GB/s where nccl-tests printed
+    5.24), alltoallv_perf's the busiest rank's share of its pattern."""
+    for name in ("hypercube", "alltoallv"):
+        text = ALL_REDUCE_PERF.replace("all_reduce_perf", f"{name}_perf")
+        with pytest.raises(nccl_tests.NcclTestsError, match=f"commcamp does not read {name}_perf"):
+            foreign.parse("nccl-tests", text, source="x.txt", timestamp=STAMP)

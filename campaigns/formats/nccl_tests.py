@@ -27,7 +27,11 @@ JSON_FILE_VERSION = 3
 # nccl-tests binary -> commbench op name (the vocabulary the store, health and report use)
 OPS = {"all_reduce": "allreduce", "all_gather": "allgather", "alltoall": "alltoall", "sendrecv": "sendrecv",
        "broadcast": "bcast", "reduce_scatter": "reduce_scatter", "reduce": "reduce", "gather": "gather",
-       "scatter": "scatter", "hypercube": "hypercube", "alltoallv": "alltoallv"}
+       "scatter": "scatter"}
+# nccl-tests benchmarks whose printed size is not the bytes their bandwidth counts (src/hypercube.cu: count x (n-1)
+# of a size of count x n; src/alltoallv.cu: the largest rank's share of a generated pattern): not read
+UNREAD = {"hypercube": "its bandwidth counts size x (ranks - 1) / ranks bytes",
+          "alltoallv": "its bandwidth counts the busiest rank's bytes of its pattern, not the size"}
 
 
 class NcclTestsError(ValueError):
@@ -94,6 +98,8 @@ def library_version(code: str) -> str:
 def op_of(program: str) -> str:
     """'./build/all_reduce_perf' or 'all_reduce_perf_mpi' -> 'allreduce'."""
     name = re.sub(r"_perf(_mpi)?$", "", os.path.basename(program))
+    if name in UNREAD:
+        raise NcclTestsError(f"{program!r}: commcamp does not read {name}_perf ({UNREAD[name]})")
     if name not in OPS:
         raise NcclTestsError(f"{program!r} is not an nccl-tests benchmark ({', '.join(sorted(OPS))})")
     return OPS[name]
