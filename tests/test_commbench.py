@@ -228,6 +228,30 @@ def test_no_check_skips_validation(commbench_builds: dict[str, CommbenchBuild], 
     assert record["check"] is False and record["valid"] is True and record["wrong_elements"] == 0
 
 
+@pytest.mark.parametrize(("mpi", "ranks", "sweep"), [("openmpi", 2, False), ("mpich", 3, False), ("mpich", 3, True)])
+def test_one_rank_s_failed_operation_is_an_error_record_and_the_run_goes_on(
+    commbench_builds: dict[str, CommbenchBuild], record_validator: jsonschema.Draft202012Validator, tmp_path: Path,
+    mpi: str, ranks: int, sweep: bool,
+) -> None:
+    """A failure on one rank inside the timed loop (a GPU or library error there) made that rank leave the loop
+    alone: the others' next barrier met its allreduce (Open MPI: MPI_ERR_TRUNCATE, exit 15, no record) or waited
+    for the watchdog (a timeout record, exit 3, every later size and op lost). Every rank stops at the same
+    sample now: an error record naming the rank, exit 4, the rest measured (a sweep: the other selections)."""
+    output = tmp_path / "out.jsonl"
+    args = ["--op", "allreduce", "--sizes", "1K", "--selections", "all", "--rounds", "2"] if sweep else [
+        "--op", "allreduce,pingpong", "--sizes", "64,1K"]
+    done = run_commbench(commbench_builds[mpi], ranks, [*args, "--iters", "3", "--warmup", "1", "--timeout", "20",
+                                                        "--inject", "fail", "--output", str(output)], timeout=60)
+    assert done.returncode == 4, done.stdout + done.stderr
+    first, *rest = read_records(output)
+    record_validator.validate(first)
+    assert (first["kind"], first["reason"], first["bytes"]) == ("error", "runtime", 1024 if sweep else 64)
+    assert first["error"] == f"rank {ranks - 1}: injected failure of this rank's operation (--inject fail)"
+    assert rest and all(record["kind"] == "result" and record["valid"] for record in rest), rest
+    assert len(rest) >= 3 if sweep else [(r["op"], r["bytes"]) for r in rest] == [
+        ("allreduce", 1024), ("pingpong", 64), ("pingpong", 1024)]
+
+
 @pytest.mark.parametrize(("mpi", "op"), [("openmpi", "allreduce"), ("mpich", "pingpong")])
 def test_planted_hang_times_out(
     commbench_builds: dict[str, CommbenchBuild],

@@ -215,6 +215,7 @@ def test_sweep_openmpi_refuses_without_dynamic_rules(
     (["--op", "pingpong", "--selections", "all"], "pingpong"),
     (["--selections", "Ring"], "Ring"),
     (["--rounds", "0"], "--rounds"),
+    (["--rounds", "7"], "--rounds applies to a selection sweep"),  # accepted and ignored: one block of --iters
     (["--stop-slower", "2"], "--selections"),
     (["--selections", "all", "--stop-slower", "2", "--stop-after", "2"], "--stop-after"),
     (["--selections", "all", "--rounds", "7", "--stop-slower", "2"], "give --rounds >= 8 (now 7)"),

@@ -231,7 +231,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
     a->timeout_s = 300.0;
     a->rounds = 5;
     a->stop_after = 4;
-    int stop_after_given = 0;
+    int stop_after_given = 0, rounds_given = 0;
     uint64_t min = 8, max = 4ull << 20, factor = 2;
     int series_given = 0, min_given = 0, max_given = 0;
     int help = 0, version = 0; /* they win over the other actions, once the whole command line is checked */
@@ -339,8 +339,10 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
                 a->inject = CB_INJECT_HANG;
             else if (strcmp(value, "crash") == 0)
                 a->inject = CB_INJECT_CRASH;
+            else if (strcmp(value, "fail") == 0)
+                a->inject = CB_INJECT_FAIL;
             else
-                return fail(err, errlen, "%s: '%s' is not one of corrupt, hang, crash", name, value);
+                return fail(err, errlen, "%s: '%s' is not one of corrupt, hang, crash, fail", name, value);
             break;
         case OPT_ASSUME_GPU_AWARE: a->assume_gpu_aware_mpi = 1; break;
         case OPT_SELECTIONS:
@@ -357,6 +359,7 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
             if (parse_long(value, 1, CB_MAX_ROUNDS, &v))
                 return fail(err, errlen, "%s: '%s' is not an integer in [1, %d]", name, value, CB_MAX_ROUNDS);
             a->rounds = (int)v;
+            rounds_given = 1;
             break;
         case OPT_STOP_SLOWER:
             if (parse_double(value, 1.0, 0, CB_MAX_STOP_SLOWER, &a->stop_slower))
@@ -374,6 +377,8 @@ int cb_args_parse(int argc, char **argv, struct cb_args *a, char *err, size_t er
             break;
         }
     }
+    if (rounds_given && !a->selections) /* else accepted and ignored: one block of --iters samples */
+        return fail(err, errlen, "--rounds applies to a selection sweep: give --selections too");
     if (a->stop_slower > 0 && !a->selections)
         return fail(err, errlen, "--stop-slower applies to a selection sweep: give --selections too");
     if (stop_after_given && !(a->stop_slower > 0))

@@ -15,7 +15,7 @@
 #define CB_MAX_STOP_SLOWER 1e6
 
 enum cb_action { CB_ACT_RUN, CB_ACT_HELP, CB_ACT_VERSION, CB_ACT_LIST, CB_ACT_LIST_CVARS };
-enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG, CB_INJECT_CRASH };
+enum cb_inject { CB_INJECT_NONE, CB_INJECT_CORRUPT, CB_INJECT_HANG, CB_INJECT_CRASH, CB_INJECT_FAIL };
 
 struct cb_args {
     enum cb_action action;

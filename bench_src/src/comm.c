@@ -29,6 +29,15 @@ int cb_barrier(void)
     return cb_mpi_check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 }
 
+int cb_barrier_all_ok(int *status)
+{
+    int worst = CB_OK, mine = *status;
+    int rc = cb_mpi_check(MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD), "MPI_Allreduce");
+    if (rc && !*status)
+        *status = rc;
+    return !rc && worst == CB_OK;
+}
+
 int cb_allgather(const void *mine, void *all, size_t bytes_each)
 {
     if (bytes_each > INT_MAX) {

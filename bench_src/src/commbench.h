@@ -87,6 +87,10 @@ struct cb_ctx {
 
 /* MPI helpers on MPI_COMM_WORLD for transports and GPU code (which do not include mpi.h). */
 int cb_barrier(void);
+/* A barrier that also agrees: 1 when every rank's *status is CB_OK. A failure on one rank then stops every rank at
+ * the same point: a rank leaving alone meets the others' next collective with another one (a hang, or MPI
+ * matching a barrier with an allreduce). A failed barrier becomes this rank's *status. */
+int cb_barrier_all_ok(int *status);
 int cb_allgather(const void *mine, void *all, size_t bytes_each);
 int cb_bcast(void *buf, size_t bytes, int root);
 int cb_notify_send(int peer);

@@ -23,7 +23,7 @@ struct run {
     const struct cb_ctx *ctx;
     const struct cb_args *args;
     int saw_wrong, saw_error;
-    int hung; /* --inject hang: only once */
+    int injected; /* --inject hang, fail: in the first timed loop only */
 };
 
 static const float corrupt_value = -7.0f;
@@ -177,25 +177,35 @@ static int run_batch(const struct cb_op *op, const struct cb_exec *exec, int n)
 }
 
 /* Warmup + timed samples of --batch operations each; samples[i] = this rank's time per operation
- * in timed sample i. Only the operations and their completion are timed, not the barrier. */
-static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_exec *exec, double *samples)
+ * in timed sample i. Only the operations and their completion are timed, not the barrier. `rc`: this rank's
+ * status before the loop (a selection or fill that failed here). Each sample starts with a barrier that agrees
+ * (cb_barrier_all_ok): a failure on any rank stops every rank there. Returns this rank's status (the caller's
+ * agreement names the failing rank); *complete: whether every sample ran on every rank. */
+static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_exec *exec, double *samples, int rc,
+                      int *complete)
 {
     const struct cb_args *args = run->args;
     const struct cb_ctx *ctx = run->ctx;
     double divisor = (exec->inst->dir == CB_DIR_UNI ? 2.0 : 1.0) * args->batch; /* ping-pong: one-way time */
-    int rc = CB_OK;
-    for (int i = 0; !rc && i < args->warmup + args->iters; i++) {
-        if (args->inject == CB_INJECT_HANG && i == args->warmup && !run->hung && ctx->rank == inject_rank(ctx))
+    int n = args->warmup + args->iters, i = 0;
+    for (; i < n; i++) {
+        int inject = i == args->warmup && !run->injected && ctx->rank == inject_rank(ctx);
+        if (inject && args->inject == CB_INJECT_HANG)
             hang_forever(run);
-        rc = cb_barrier();
+        if (!cb_barrier_all_ok(&rc))
+            break;
         double t0 = MPI_Wtime();
-        if (!rc)
-            rc = run_batch(op, exec, args->batch);
+        rc = run_batch(op, exec, args->batch);
         double t1 = MPI_Wtime();
+        if (inject && args->inject == CB_INJECT_FAIL && !rc) { /* as a GPU or library error on one rank */
+            cb_errorf("injected failure of this rank's operation (--inject fail)");
+            rc = CB_ERROR;
+        }
         if (i >= args->warmup)
             samples[i - args->warmup] = (t1 - t0) * 1e6 / divisor;
     }
-    run->hung = 1;
+    run->injected = 1;
+    *complete = i == n && !rc;
     return rc;
 }
 
@@ -265,19 +275,19 @@ static void measure(struct run *run, const struct cb_transport *t, void *state, 
         rc = prepare(run, op, &plan, inst, bufs, validation_seed(op, &plan, inst, NULL, 0, 0), &data);
     if (!all_ok(run, rc, op->name, t->name, &plan, inst))
         goto out;
-    rc = timed_loop(run, op, &exec, samples);
-    if (!rc && args->check)
+    int complete;
+    rc = timed_loop(run, op, &exec, samples, CB_OK, &complete);
+    if (complete && args->check)
         rc = verify(run, inst, &data, bufs, &wrong);
     if (!all_ok(run, rc, op->name, t->name, &plan, inst))
         goto out;
     if (args->check) {
         rc = prepare(run, op, &plan, inst, bufs, validation_seed(op, &plan, inst, NULL, 0, 1), &data);
-        if (!rc)
-            rc = cb_barrier();
-        if (!rc)
+        if (cb_barrier_all_ok(&rc)) {
             rc = run_batch(op, &exec, 1);
-        if (!rc)
-            rc = verify(run, inst, &data, bufs, &wrong);
+            if (!rc)
+                rc = verify(run, inst, &data, bufs, &wrong);
+        }
         if (!all_ok(run, rc, op->name, t->name, &plan, inst))
             goto out;
     }
@@ -325,15 +335,14 @@ static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_
 {
     const struct cb_transport *t = exec->transport;
     struct cb_data data;
-    int rc = select_candidate(t, exec->state, op, sel);
+    int rc = select_candidate(t, exec->state, op, sel), complete;
     if (!rc)
         rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, round, 0),
                      &data);
-    if (!rc)
-        rc = timed_loop(run, op, exec, samples);
-    if (!rc && run->args->check)
+    rc = timed_loop(run, op, exec, samples, rc, &complete); /* a failed selection or fill stops every rank there */
+    if (complete && run->args->check)
         rc = verify(run, exec->inst, &data, bufs, wrong);
-    if (!rc && t->refused)
+    if (complete && !rc && t->refused)
         rc = t->refused(exec->state);
     return rc;
 }
@@ -347,12 +356,11 @@ static int sweep_extra_check(struct run *run, const struct cb_op *op, const stru
     if (!rc)
         rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, 0, 1),
                      &data);
-    if (!rc)
-        rc = cb_barrier();
-    if (!rc)
+    if (cb_barrier_all_ok(&rc)) {
         rc = run_batch(op, exec, 1);
-    if (!rc)
-        rc = verify(run, exec->inst, &data, bufs, wrong);
+        if (!rc)
+            rc = verify(run, exec->inst, &data, bufs, wrong);
+    }
     return rc;
 }
 

@@ -86,6 +86,7 @@ static void test_args(void)
     CHECK(parse("--selections", "ring,", NULL) == -1 && err_mentions("--selections"));
     CHECK(parse("--op", "a/b", NULL) == -1 && err_mentions("'a/b'")); /* '/' only in selection names */
     CHECK(parse("--rounds", "0", NULL) == -1 && err_mentions("--rounds"));
+    CHECK(parse("--rounds", "7", NULL) == -1 && err_mentions("--selections")); /* was accepted and ignored */
     CHECK(parse("--selections", "all", NULL) == 0 && args.stop_slower == 0 && args.stop_after == 4);
     CHECK(parse("--selections", "all", "--rounds", "12", "--stop-slower", "2", "--stop-after", "6", NULL) == 0);
     CHECK(args.stop_slower == 2.0 && args.stop_after == 6);
