@@ -140,6 +140,8 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
         frame = store.measurements()
         runs = store.runs()
     assert sorted((run.num_tasks, run.num_nodes) for run in runs) == [(2, 2), (4, 1)]
+    # the checks a campaign's runs of these outputs are stored under (`results runs` said "commbench")
+    assert sorted(run.check_name for run in runs) == ["nccl_tests_run", "osu_run"]
     nt = frame[frame.op == "sendrecv"]
     assert len(nt) == 30 and set(nt.transport) == {"ccl"} and set(nt.commbench_version) == {"none"}
     assert nt[nt.bytes == 8].latency_us.item() == 12.59

@@ -302,6 +302,10 @@ def _read_measurements(file: Path, fmt: str, hosts: list[str], mpi_library: str)
     return [validate_record(record, f"{file} row {index}") for index, record in enumerate(records)]
 
 
+# The check a campaign's runs of each foreign format are stored under (reframe_checks/reference_benchmarks.py)
+FOREIGN_CHECKS = {"nccl-tests": "nccl_tests_run", "nccl-tests-json": "nccl_tests_run", "osu": "osu_run"}
+
+
 def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbench JSON Lines unless --format)")],
            site: Annotated[str, typer.Option(help="site the records were measured at")],
            system: Annotated[str, typer.Option(help="system (cluster) name, or system:partition")],
@@ -309,7 +313,9 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                help="[default: the system's partition, when it has one]")] = None,
            environ: Annotated[str, typer.Option(help="programming environment")] = "default",
            campaign: Annotated[str, typer.Option()] = "manual",
-           check_name: Annotated[str, typer.Option(help="name of the check that ran commbench")] = "commbench",
+           check_name: Annotated[Optional[str], typer.Option(help=(
+               "name of the check that ran it [default: commbench; nccl_tests_run, osu_run for their outputs, as "
+               "a campaign's reference checks name their runs]"))] = None,
            run_key: Annotated[Optional[str], typer.Option(
                help="unique key of this run [default: manual:<sha256 of the file>]")] = None,
            param: Annotated[Optional[list[str]], typer.Option(help="run parameter KEY=VALUE (repeatable)")] = None,
@@ -380,7 +386,7 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
         digest = hashlib.sha256(file.read_bytes()).hexdigest()[:16]
         run = RunInfo(run_key=run_key if run_key is not None else f"manual:{digest}",
                       campaign=campaign, site=site, system=system, partition=partition, environ=environ,
-                      check_name=check_name, parameters=parameters,
+                      check_name=check_name or FOREIGN_CHECKS.get(fmt, "commbench"), parameters=parameters,
                       num_nodes=num_nodes if num_nodes is not None else max(record["nodes"] for record in records),
                       num_tasks=num_tasks if num_tasks is not None else max(record["ranks"] for record in records),
                       status=status.value, reason=reason, started_at=min(stamps), finished_at=max(stamps),
