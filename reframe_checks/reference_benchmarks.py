@@ -84,6 +84,8 @@ class ReferenceBenchmarkTest(rfm.RunOnlyRegressionTest):
     knob_defaults = variable(typ.Bool, value=True)
     #: Set by the check (perflog column): the message size each performance variable was taken at.
     metric_bytes = variable(str, value='')
+    #: A campaign spec's own references (JSON list, site.yaml's reference format), judged before the site's.
+    campaign_references = variable(str, value='')
     #: The format of the benchmark's printed output (campaigns.formats.foreign.FORMATS).
     FORMAT = ''
 

@@ -114,6 +114,27 @@ def test_failed_case_is_stored_with_its_records_and_knobs_reach_the_run(tmp_path
         assert record["wrong_elements"] > 0
 
 
+def test_a_campaign_s_own_reference_judges_its_runs(tmp_path: Path) -> None:
+    """A spec's `references` (before the site's) judged only health nights: a run or characterize case that missed
+    one passed, exit 0. The check now takes them (-S campaign_references) and judges them first; a benchmark
+    reference is not a commbench case's."""
+    reference = ("references:\n  - {op: pingpong, metric: small_latency, bytes: 8, value: 0.0001, upper: 0.1}\n"
+                 "  - {benchmark: osu_latency, metric: small_latency, bytes: 8, value: 1000, upper: 0.1}\n")
+    spec = tmp_path / "ref.yaml"
+    spec.write_text("name: ref\nsite: local\nenvironments: [openmpi]\nnode_counts: [1]\n" + reference +
+                    "checks:\n  - check: commbench_run\n    ops: [pingpong]\n    sizes: [8]\n    iters: 3\n"
+                    "    warmup: 1\n")
+    (case,) = load_campaign(spec).cases()
+    assert json.loads(case.references) == [{"op": "pingpong", "metric": "small_latency", "bytes": 8,
+                                            "value": 0.0001, "upper": 0.1}]
+    url = f"sqlite:///{tmp_path / 'results.db'}"
+    code, out, err = commcamp("run", str(spec), "--db", url, "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1, out + err
+    with open_store(url) as store:
+        (run,) = store.runs()
+    assert run.status == "fail" and "small_latency" in run.reason and "expected 0.0001" in run.reason, run.reason
+
+
 def test_a_launch_that_fails_before_commbench_writes_is_not_called_wrong_data(tmp_path: Path) -> None:
     """Exit code 1 is commbench's "data validation failed", but also what Open MPI's start-up gives with an
     unknown BTL, before commbench writes a record: without a record of wrong data the reason says the launch

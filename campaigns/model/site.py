@@ -215,12 +215,11 @@ class Reference(_SiteModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> Reference:
-        if self.lower is None and self.upper is None:
-            raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
         wanted = (PAIRMATRIX_METRICS if self.op == "pairmatrix" else
                   HOSTDEVICE_METRICS if self.op in ("h2d", "d2h") else COMMBENCH_METRICS)
         if self.metric not in wanted:
             raise ValueError(f"metric {self.metric!r} is not reported for op {self.op!r} (it has: {', '.join(wanted)})")
+        _check_thresholds(self.metric, self.lower, self.upper)
         return self
 
 
@@ -289,12 +288,11 @@ class BenchReference(_SiteModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> BenchReference:
-        if self.lower is None and self.upper is None:
-            raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
         wanted = vocabulary.BENCHMARK_METRICS[self.benchmark]
         if self.metric not in wanted:
             raise ValueError(f"metric {self.metric!r} is not reported by {self.benchmark} "
                              f"(it has: {', '.join(wanted)})")
+        _check_thresholds(self.metric, self.lower, self.upper)
         return self
 
 
@@ -514,6 +512,21 @@ def _by_name(items: list[NamedT], name: str) -> NamedT:
         if item.name == name:
             return item
     raise KeyError(name)
+
+
+def _check_thresholds(metric: str, lower: float | None, upper: float | None) -> None:
+    """A reference must be able to fail on the side that is worse (a bandwidth's lower, a latency's upper): bounded
+    only on its better side it passes every degraded value and fails a faster system (health does not judge by
+    it either)."""
+    if lower is None and upper is None:
+        raise ValueError("a reference needs a lower or an upper threshold (else it cannot fail)")
+    # the pair matrix's and copies' metrics are not the vocabulary's: their latencies are lower when better
+    higher_is_better = (vocabulary.METRICS[metric].higher_is_better if metric in vocabulary.METRICS
+                        else not metric.endswith("latency"))
+    if (lower if higher_is_better else upper) is None:
+        worse, given = ("lower", "upper") if higher_is_better else ("upper", "lower")
+        raise ValueError(f"{metric} is {'higher' if higher_is_better else 'lower'} when better: a reference with "
+                         f"only a {given} threshold passes every degraded value; give its {worse} threshold")
 
 
 def _require_unique(names: list[str], what: str) -> None:

@@ -366,6 +366,9 @@ class TestCase:
     tasks_per_node_setting: int | None = None  # -S num_tasks_per_node; None: the check decides (pair ops, partition)
     check_performance: bool = True  # False: --skip-performance-check
     setup: str = ""  # site_setup's digest of the site's setup of the partition and environment
+    # the campaign spec's own references (JSON, -S campaign_references), judged in the check before the site's;
+    # not part of the run key (health judges every night against them alike)
+    references: str = ""
 
     @property
     def num_tasks(self) -> int:
@@ -460,6 +463,11 @@ class Campaign:
 
     def check_cases(self, check: CommbenchCheckSpec | ReferenceCheckSpec, tag: str | None = None) -> list[TestCase]:
         """The test cases of one of the spec's checks."""
+        # the spec's own references of this kind of check: its ReFrame check judges them before the site's
+        kind = BenchReference if isinstance(check, ReferenceCheckSpec) else Reference
+        own = [ref.model_dump(mode="json", exclude_none=True, exclude={"note"})
+               for ref in self.spec.references if isinstance(ref, kind)]
+        references = json.dumps(own, separators=(",", ":")) if own else ""
         cases = []
         for partition in self.partitions:
             for environ in self.environments:
@@ -477,7 +485,8 @@ class Campaign:
                             reframe_config=self.site.reframe_config, tasks_per_node_setting=check.tasks_per_node,
                             check_performance=self.spec.check_performance,
                             setup=site_setup(self.site, partition, environ,
-                                             check.suite if isinstance(check, ReferenceCheckSpec) else None)))
+                                             check.suite if isinstance(check, ReferenceCheckSpec) else None),
+                            references=references))
         return cases
 
 

@@ -143,6 +143,8 @@ class Invocation:
             cmd += ["-S", f"{case.check}.num_tasks_per_node={case.tasks_per_node_setting}"]
         if case.env:
             cmd += ["-S", env_vars_setting(case.check, dict(case.env))]
+        if case.references:
+            cmd += ["-S", f"{case.check}.campaign_references={case.references}"]
         if not case.check_performance:
             cmd += ["--skip-performance-check"]
         # One continuous perflog per system in the workspace (<workspace>/reframe/perflogs, README "Where
@@ -179,7 +181,8 @@ def plan_invocations(cases: list[TestCase], job_options: JobOptions = lambda cas
     selects once, and both cases would be stored from that one job."""
     def group_of(case: TestCase) -> tuple[str, tuple[str, ...]]:
         launch = (case.check, str(case.reframe_config), case.system, case.partition, case.variables, case.env,
-                  case.tasks_per_node_setting, case.check_performance, case.placement, case.nodelist)
+                  case.tasks_per_node_setting, case.check_performance, case.placement, case.nodelist,
+                  case.references)
         return json.dumps(launch), job_options(case)
 
     by_name: dict[tuple[tuple[str, tuple[str, ...]], str], set[str]] = defaultdict(set)

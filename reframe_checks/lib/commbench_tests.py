@@ -183,6 +183,8 @@ class CommbenchTest(rfm.RunOnlyRegressionTest):
     overrides_expect_unsupported = False
     #: Set by the check (perflog column): the message size each performance variable was taken at.
     metric_bytes = variable(str, value='')
+    #: A campaign spec's own references (JSON list, site.yaml's reference format), judged before the site's.
+    campaign_references = variable(str, value='')
 
     def size_set(self):
         '''Name of the site's size set this test uses when no sizes are given.'''

@@ -132,9 +132,11 @@ def reference_entry(references, metric, unit, **case):
 
 
 def set_references(test, references, **case):
-    '''The test's reference table (ReFrame's `reference`) from the site's `references` matching `case` and
-    the size each metric is taken at: a metric without one gets (None, None, None, unit), so that perflogs
+    '''The test's reference table (ReFrame's `reference`) from the campaign's references
+    (`test.campaign_references`, JSON: a campaign spec's own, first) and the site's `references` matching `case`,
+    and the size each metric is taken at: a metric without one gets (None, None, None, unit), so that perflogs
     and reports say None instead of ReFrame's reference 0. Records those sizes in `test.metric_bytes`.'''
+    references = [*json.loads(test.campaign_references or '[]'), *references]
     table, sizes = {}, {}
     for name, unit in test.metrics().items():
         sizes[name] = test.metric_at(name)[1]
