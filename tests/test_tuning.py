@@ -1720,3 +1720,16 @@ def test_provenance_does_not_wait_on_a_missing_slurm_configuration(monkeypatch: 
     started = time.monotonic()
     assert provenance()["slurm"] == "unavailable: SLURM_CONF=/nonexistent/slurm.conf does not exist"
     assert time.monotonic() - started < 10
+
+
+def test_an_mpi_tune_in_another_mpi_s_environment_is_refused(tmp_path: Path) -> None:
+    """`--library openmpi --environ mpich` ran every trial under MPICH ("did not report reading"), and with the
+    version given published the result under Open MPI's scope, replacing its entry; without it the probe blamed
+    the version. Refused before anything runs, naming the library's environments."""
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi",
+                                "--environ", "mpich", "--op", "allreduce", "--sizes", "64K", "--library-version",
+                                "4.1.4", "--db", f"sqlite:///{tmp_path / 's.db'}", "--publish-dir", tmp_path / "rec",
+                                "--runs-dir", tmp_path / "runs", "--dry-run")
+    assert code == 2 and "environ 'mpich' is an environment of mpich, not of library openmpi (its environments " \
+        "on local:cpu: openmpi)" in " ".join(out.split()), out
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "rec").exists()

@@ -320,7 +320,19 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     if spec.environ not in partition.environments:
         raise ValueError(f"environ {spec.environ!r} is not an environment of {spec.system} "
                          f"(it has: {', '.join(partition.environments)})")
-    return partition, {**partition.env_vars, **site.environment(spec.environ).env_vars}
+    environment = site.environment(spec.environ)
+    # an MPI tune in another MPI's environment measured that MPI (its trials "did not read" every knob) and
+    # published the result under the tuned library's scope
+    runs = _ENVIRONMENT_MPI.get(str(spec.library))
+    if runs is not None and environment.mpi not in (*runs, "other"):
+        ofs = [name for name in partition.environments if site.environment(name).mpi in runs]
+        raise ValueError(f"environ {spec.environ!r} is an environment of {environment.mpi}, not of library "
+                         f"{spec.library} (its environments on {spec.system}: {', '.join(ofs) or 'none'})")
+    return partition, {**partition.env_vars, **environment.env_vars}
+
+
+# The site.yaml `mpi` of the environments an MPI library's tune runs in
+_ENVIRONMENT_MPI = {"openmpi": ("openmpi",), "mpich": ("mpich", "cray-mpich")}
 
 
 def check_partition_size(spec: TuningSpec) -> None:
