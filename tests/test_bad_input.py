@@ -678,3 +678,29 @@ def test_recommend_names_how_to_select_a_scope_published_without_ranks_per_node(
     publish(tmp_path, newer, catalog)
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB)
     assert code == 3 and "Say which: --library-version 4.1.4 or 5.0.5" in stdout + stderr, (stdout, stderr)
+
+
+def test_recommend_refuses_a_system_of_several_partitions_without_one(tmp_path: Path) -> None:
+    """`--system borealis` with partitions batch and debug printed batch's settings, exit 0: a job on debug got them.
+    tune refused it; recommend does too, naming system:partition."""
+    import copy
+    import shutil
+
+    import yaml
+    from fixtures_cli import commcamp
+
+    shutil.copytree(REPO / "site_configs" / "local", tmp_path / "sites" / "two")
+    site_yaml = tmp_path / "sites" / "two" / "site.yaml"
+    data = yaml.safe_load(site_yaml.read_text())
+    data["name"] = "two"
+    partitions = data["systems"][0]["partitions"]
+    partitions.append({**copy.deepcopy(partitions[0]), "name": "debug"})
+    site_yaml.write_text(yaml.safe_dump(data, sort_keys=False))
+    (tmp_path / "rec").mkdir()
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path / "rec", "--site", "two", "--system", "local",
+                                    "--op", "allreduce", "--nodes", "1", env={"COMMCAMP_SITE_PATH": str(tmp_path / "sites")})
+    assert code == 2 and "--system local has several partitions (cpu, debug): give system:partition (--system " \
+        "local:cpu)" in " ".join((stdout + stderr).split()), stdout + stderr
+    code, stdout, stderr = commcamp("recommend", "--root", tmp_path / "rec", "--site", "two", "--system", "local:debug",
+                                    "--op", "allreduce", "--nodes", "1", env={"COMMCAMP_SITE_PATH": str(tmp_path / "sites")})
+    assert code == 3, stdout + stderr  # nothing measured there: said, not refused

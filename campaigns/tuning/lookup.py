@@ -67,5 +67,8 @@ def _check_names(root: Path, site: str, system: str, partition: str | None) -> N
             raise ValueError(f"partition {partition!r} (--system {system}:{partition} or --partition) is not a "
                              f"partition of {site}/{system} "
                              f"(it has: {', '.join(systems[system])})")
+        if partition is None and len(systems[system]) > 1:  # a job on one got another's settings
+            raise ValueError(f"--system {system} has several partitions ({', '.join(systems[system])}): give "
+                             f"system:partition (--system {system}:{systems[system][0]})")
     elif not (published / system).is_dir():
         raise ValueError(f"--system {system!r} is not a system of site {site!r} (it has: {', '.join(systems)})")
