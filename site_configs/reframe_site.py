@@ -139,6 +139,11 @@ def _size_sets(sets: dict[str, Any] | None) -> dict[str, Any]:
             for name, size_set in (sets or {}).items()}
 
 
+def _references(references: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """site.yaml references with their `bytes` in bytes (`1MiB` there: the checks match a record's bytes)."""
+    return [{**ref, "bytes": _bytes(ref["bytes"])} if "bytes" in ref else ref for ref in references or []]
+
+
 def _features(part: dict[str, Any]) -> list[str]:
     features = []
     commbench = part.get("commbench")
@@ -161,10 +166,11 @@ def _partition(part: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
         "knob_defaults": {name: _text(value) for name, value in (knobs.get("defaults") or {}).items()
                           if value is not None},
         "knob_overrides": knobs,  # the checks validate env_vars against the catalog with these
-        "reference_benchmarks": part.get("reference_benchmarks") or {},
+        "reference_benchmarks": {name: {**bench, "references": _references(bench.get("references"))}
+                                 for name, bench in (part.get("reference_benchmarks") or {}).items()},
     }
     if part.get("commbench"):
-        extras["commbench"] = {"references": [], **part["commbench"],
+        extras["commbench"] = {**part["commbench"], "references": _references(part["commbench"].get("references")),
                                "sizes": _size_sets(part["commbench"].get("sizes"))}
     return {
         "name": part["name"],

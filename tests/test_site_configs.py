@@ -181,11 +181,16 @@ def test_quoted_numbers_fail_the_check(site_copies: Path) -> None:
     # a size keeps its units (campaigns.model.sizes); YAML's true is still refused as a number
     edit(localslurm_yaml, '        nodes: "3"\n', "        nodes: 3\n")
     edit(localslurm_yaml, '          tasks_per_node: "2"\n', "          tasks_per_node: true\n")
-    edit(localslurm_yaml, 'bytes: 8, nodes: "2",', "bytes: 8, nodes: 2,")
+    edit(localslurm_yaml, 'bytes: 8, nodes: "2",', "bytes: 8B, nodes: 2,")  # a reference's size too
     edit(localslurm_yaml, 'node_counts: [1, "2", 3]', "node_counts: [1, 2, 3]")
     edit(localslurm_yaml, "health: {min_bytes: 8, max_bytes: 1048576,", "health: {min_bytes: 8B, max_bytes: 1MiB,")
     (problem,) = check_site("localslurm")
     assert problem.endswith("systems[0].partitions[0].commbench.tasks_per_node: expected a number, not true")
+    # the checks match a record's bytes: ReFrame's configuration has the reference's in bytes
+    import reframe_site
+
+    assert reframe_site._references([{"metric": "small_latency", "bytes": "1MiB"}, {"metric": "x"}]) == [
+        {"metric": "small_latency", "bytes": 1048576}, {"metric": "x"}]
 
 
 def test_partition_transports_are_those_built_for_its_backend(site_copies: Path,

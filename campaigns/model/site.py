@@ -32,7 +32,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from campaigns.model import vocabulary
 from campaigns import paths
 from campaigns.paths import SITE_CONFIGS_DIR, SPACK_ENV_DIR
-from campaigns.model.sizes import ByteCount
+from campaigns.model.sizes import ByteCount, ReferenceBytes
 from campaigns.model.yamlio import YamlDocument, YamlModel, YamlModelError, format_loc
 
 SITE_FILE = "site.yaml"
@@ -203,7 +203,7 @@ class Reference(_SiteModel):
 
     op: Literal[ALL_OPS]  # type: ignore[valid-type]
     metric: Literal[ALL_METRICS]  # type: ignore[valid-type]
-    bytes: int = Field(ge=0, description="message size the metric is taken at")
+    bytes: ReferenceBytes = Field(description="message size the metric is taken at (64K, 1MiB: the size rule)")
     transport: Transport | None = Field(default=None, description="null = any transport")
     nodes: int | None = Field(default=None, ge=1, description="null = any node count")
     ranks: int | None = Field(default=None, ge=1, description="null = any rank count")
@@ -277,7 +277,7 @@ class BenchReference(_SiteModel):
 
     benchmark: Literal[REFERENCE_BENCHMARKS] = Field(description="e.g. all_reduce_perf")  # type: ignore[valid-type]
     metric: Literal[REFERENCE_METRICS]  # type: ignore[valid-type]
-    bytes: int = Field(ge=0)
+    bytes: ReferenceBytes
     nodes: int | None = Field(default=None, ge=1)
     ranks: int | None = Field(default=None, ge=1)
     environ: Name | None = None

@@ -42,3 +42,5 @@ def check_measurable(sizes: Iterable[int]) -> None:
 
 # A size field of a spec or site file: an int, or a string under the rule above.
 ByteCount = Annotated[int, BeforeValidator(parse_size), Field(ge=1)]
+# The size a reference's metric is taken at (0: commbench's smallest alltoall moves nothing per rank)
+ReferenceBytes = Annotated[int, BeforeValidator(parse_size), Field(ge=0)]
