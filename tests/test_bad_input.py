@@ -174,6 +174,11 @@ CASES = [
     Case("spec-extra-args-injection", RUN, ("checks[0].extra_args: extra_args: value '--peer;touch pwned' "
                                             + NOT_ALLOWED,),
          spec("    sizes: [8, 1024]", "    sizes: [8, 1024]\n    extra_args: ['--peer;touch pwned']")),
+    # `--site "$SITE"` with SITE unset ran on the spec's site; `--db ""` used the default database
+    Case("run-empty-site", (*RUN, "--site", ""), ("--site", "is empty: give a value, or leave the option out"),
+         {"spec.yaml": SPEC}),
+    Case("run-empty-db", (*RUN, "--db", ""), ("--db", "is empty: give a value"), {"spec.yaml": SPEC}),
+    Case("results-empty-db", ("results", "runs", "--db", ""), ("--db", "is empty: give a value",)),
     Case("run-tag-metacharacters", (*RUN, "--tag", "2026;touch pwned"), ("--tag '2026;touch pwned'",
                                                                          "use letters, digits and . _ -"),
          {"spec.yaml": SPEC}),

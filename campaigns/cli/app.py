@@ -22,6 +22,7 @@ from rich.markup import escape
 from campaigns import paths
 from campaigns.cli import bench, knobs, plugin, report, results, site, tune
 from campaigns.cli.console import make_console
+from campaigns.cli.options import not_empty
 from campaigns.cli.outputs import check_outputs
 from campaigns.exit_codes import ExitCode
 
@@ -150,8 +151,9 @@ def run(
     ctx: typer.Context,
     spec: Annotated[Path, typer.Argument(help="campaign spec (YAML), e.g. campaigns/smoke.yaml")],
     site: Annotated[Optional[str], typer.Option(
-        help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
+        callback=not_empty, help="run on this site instead of the spec's (a directory under site_configs/)")] = None,
     db: Annotated[Optional[str], typer.Option(
+        callback=not_empty,
         help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else <workspace>/commcamp.db]",
     )] = None,
     force: Annotated[bool, typer.Option("--force", help="run test cases again although passed runs are stored")] = False,

@@ -19,8 +19,17 @@ from campaigns.exit_codes import ExitCode
 if TYPE_CHECKING:  # the store (SQLAlchemy) loads when a command runs: `commcamp --help` stays fast
     from campaigns.store import MeasurementFilter
 
+def not_empty(value: str | None) -> str | None:
+    """An option given as "" (a script's unset variable: `--site "$SITE"`) is refused: left out, it would have its
+    default (the spec's site, the default database)."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("is empty: give a value, or leave the option out for its default")
+    return value
+
+
 DbOption = Annotated[Optional[str], typer.Option(
-    "--db", help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
+    "--db", callback=not_empty,
+    help="SQLAlchemy URL of the results database [default: $COMMCAMP_DB_URL, else results/commcamp.db]")]
 
 
 def parse_when(text: str | None, option: str) -> date | datetime | None:
