@@ -414,3 +414,13 @@ def test_run_suite_runs_a_site_and_bundles_the_results(tmp_path: Path) -> None:
     assert "rfm/perflogs/local/cpu/commbench_sweep.log" in names
     assert len([n for n in names if n.endswith("/commbench.jsonl")]) == 8
     assert "reframe exit status 0" in (out / "reframe.out").read_text()
+
+
+def test_a_local_scheduler_partition_of_several_nodes_is_refused(site_copies: Path) -> None:
+    """`scheduler: local` with `nodes: 2` passed `site check`; every 2-node case then failed ("ranks ran on 1
+    distinct hosts, expected 2")."""
+    local_yaml = site_copies / "local" / "site.yaml"
+    edit(local_yaml, "        nodes: 1\n", "        nodes: 2\n")
+    (problem,) = check_site("local")
+    assert problem.startswith(f"{local_yaml}:") and "nodes 2: ReFrame's local scheduler runs every job on this " \
+        "host; give nodes: 1, or a batch scheduler" in problem, problem

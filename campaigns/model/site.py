@@ -363,6 +363,9 @@ class Partition(_SiteModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Partition:
+        if self.scheduler == "local" and self.nodes > 1:  # every multi-node case failed: "ranks ran on 1 host"
+            raise ValueError(f"nodes {self.nodes}: ReFrame's local scheduler runs every job on this host; give "
+                             "nodes: 1, or a batch scheduler (slurm, squeue, ...)")
         counts = list(self.commbench.node_counts) if self.commbench else []
         for bench in self.reference_benchmarks.values():
             counts += bench.node_counts
