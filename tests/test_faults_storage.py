@@ -211,7 +211,17 @@ def test_a_read_only_workspace_can_be_queried(tmp_path: Path) -> None:
         with open_store(db) as store:
             store.ingest(run_info(), [commbench_record()])
         assert sorted(p.name for p in workspace.iterdir()) == ["commcamp.db"]  # WAL, checkpointed at close
+        old_run = workspace / "runs" / "smoke-20260101T020000Z"
+        old_run.mkdir(parents=True)
+        (old_run / ".in-use").write_text("")
+        os.utime(old_run / ".in-use", (1e9, 1e9))
         subprocess.run(["mount", "-o", "remount,ro", str(workspace)], check=True)
+        # prune said "delete ...", then "[Errno 30] Read-only file system: '.in-use'", exit 1
+        code, output = commcamp_output("results", "prune", "--runs-dir", workspace / "runs", "--keep-days", "0",
+                                       "--db", db, "--yes")
+        assert code == 2 and f"{workspace / 'runs'} is not writable: nothing can be deleted there" in " ".join(
+            output.split()) and "Errno" not in output, output
+        assert old_run.is_dir()
         code, output = commcamp_output("results", "runs", "--db", db)
         assert code == 0 and "smoke/site-a/sys:cpu/gnu/AllreduceCheck/n2" in output, output
         code, output = commcamp_output("report", "--db", db, "-o", tmp_path / "report.html")

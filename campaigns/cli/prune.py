@@ -16,6 +16,7 @@ none is refused."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -156,6 +157,8 @@ def prune(keep_days: Annotated[Optional[int], typer.Option(
             console.print(f"keep {escape(directory.describe())}: still referenced by "
                           f"{escape('; '.join(directory.referenced_by))}")
     verb = "delete" if yes else "would delete"
+    if yes and doomed and not os.access(runs_dir, os.W_OK):  # rmtree named a file inside, '.in-use', exit 1
+        raise typer.BadParameter(f"{runs_dir} is not writable: nothing can be deleted there", param_hint="--runs-dir")
     for directory in doomed:
         also = f" although referenced by {'; '.join(directory.referenced_by)}" if directory.referenced_by else ""
         console.print(f"{verb} {escape(directory.describe())}{escape(also)}")
