@@ -428,6 +428,11 @@ def test_nominal_links_are_those_of_the_partitions_plotted(tmp_path: Path, twopa
     assert code == 0, output
     assert "Nominal link bandwidths dashed: NIC 400 GB/s<" in report.read_text()
     assert "25 GB/s" not in report.read_text()
+    # without --site (a campaign's report, `--campaign nightly`): the sites of what is stored (it said "No nominal
+    # link bandwidth known" although site.yaml had one)
+    code, output = commcamp_output("report", "--db", url, "--campaign", "nightly", "--output", report)
+    assert code == 0, output
+    assert "Nominal link bandwidths dashed: NIC 400 GB/s<" in report.read_text()
 
 
 def test_a_selection_without_a_valid_result_writes_no_report(tmp_path: Path) -> None:

@@ -158,8 +158,8 @@ def report(filters: MeasurementFilter,
                f"HTML file to write (replaced atomically, in an existing directory; {NOT_STDOUT})"))],
            title: Annotated[str, typer.Option(help="heading of the report")] = "commcamp report",
            nominal: Annotated[Optional[list[str]], typer.Option(
-               help="nominal link bandwidth LABEL=GB/s drawn dashed on every plot (repeatable); with --site, each "
-                    "partition's own (site data) on the plots of its curves too")] = None,
+               help="nominal link bandwidth LABEL=GB/s drawn dashed on every plot (repeatable); each partition's "
+                    "own (site data) on the plots of its curves too")] = None,
            verdict: Annotated[Optional[list[Path]], typer.Option(
                help="health verdict JSON for the summary table (repeatable)")] = None,
            include_tuning: Annotated[bool, typer.Option(
@@ -174,11 +174,14 @@ def report(filters: MeasurementFilter,
     with expected_errors():
         check_outputs({"-o/--output": output}, {})  # before the work: as `results export` (its directory must exist)
         verdicts = _load_verdicts(verdict or [])
-        for site in [filters.site] if isinstance(filters.site, str) else filters.site or []:
-            # each partition's own (the report draws those of the partitions its curves ran on)
-            links += site_nominal(site, [filters.system] if isinstance(filters.system, str) else filters.system,
-                                  [filters.partition] if isinstance(filters.partition, str) else filters.partition)
         with open_store(db, create=False) as store:
+            # each partition's own (the report draws those of the partitions its curves ran on), of the sites
+            # named, else of every site stored (`--campaign X` alone said no nominal bandwidth was known)
+            sites = [filters.site] if isinstance(filters.site, str) else filters.site or sorted(
+                {run.site for run in store.runs()})
+            for site in sites:
+                links += site_nominal(site, [filters.system] if isinstance(filters.system, str) else filters.system,
+                                      [filters.partition] if isinstance(filters.partition, str) else filters.partition)
             text = build_report(store, title=title, nominal=links, verdicts=verdicts, include_tuning=include_tuning,
                                 **vars(filters))
         write_atomic(output, text)
