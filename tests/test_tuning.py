@@ -1730,6 +1730,12 @@ def test_an_mpi_tune_in_another_mpi_s_environment_is_refused(tmp_path: Path) -> 
                                 "--environ", "mpich", "--op", "allreduce", "--sizes", "64K", "--library-version",
                                 "4.1.4", "--db", f"sqlite:///{tmp_path / 's.db'}", "--publish-dir", tmp_path / "rec",
                                 "--runs-dir", tmp_path / "runs", "--dry-run")
-    assert code == 2 and "environ 'mpich' is an environment of mpich, not of library openmpi (its environments " \
+    assert code == 2 and "environ: 'mpich' is an environment of mpich, not of library openmpi (its environments " \
         "on local:cpu: openmpi)" in " ".join(out.split()), out
     assert not (tmp_path / "runs").exists() and not (tmp_path / "rec").exists()
+    # in a spec file, the message names its line (as the spec's other fields' do)
+    spec = tmp_path / "tune.yaml"
+    spec.write_text("site: local\nsystem: local:cpu\nlibrary: openmpi\nenviron: mpich\nop: allreduce\n"
+                    f"sizes: [64K]\nlibrary_version: 4.1.4\ndb: sqlite:///{tmp_path / 's.db'}\n")
+    code, out = commcamp_output("tune", spec, "--dry-run")
+    assert code == 2 and f"{spec}:4: environ: 'mpich' is an environment of mpich" in out, out

@@ -316,9 +316,10 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
         partition = system.partition(partition_name)
     except KeyError:
         systems = ", ".join(f"{s.name}:{p.name}" for s in site.systems for p in s.partitions)
-        raise ValueError(f"site {site.name!r} has no system:partition {spec.system!r} (it has: {systems})") from None
-    if spec.environ not in partition.environments:
-        raise ValueError(f"environ {spec.environ!r} is not an environment of {spec.system} "
+        raise ValueError(f"system: site {site.name!r} has no system:partition {spec.system!r} (it has: "
+                         f"{systems})") from None
+    if spec.environ not in partition.environments:  # "FIELD: ..." names the spec file's line (cli.tune)
+        raise ValueError(f"environ: {spec.environ!r} is not an environment of {spec.system} "
                          f"(it has: {', '.join(partition.environments)})")
     environment = site.environment(spec.environ)
     # an MPI tune in another MPI's environment measured that MPI (its trials "did not read" every knob) and
@@ -326,7 +327,7 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     runs = _ENVIRONMENT_MPI.get(str(spec.library))
     if runs is not None and environment.mpi not in (*runs, "other"):
         ofs = [name for name in partition.environments if site.environment(name).mpi in runs]
-        raise ValueError(f"environ {spec.environ!r} is an environment of {environment.mpi}, not of library "
+        raise ValueError(f"environ: {spec.environ!r} is an environment of {environment.mpi}, not of library "
                          f"{spec.library} (its environments on {spec.system}: {', '.join(ofs) or 'none'})")
     return partition, {**partition.env_vars, **environment.env_vars}
 
