@@ -255,3 +255,22 @@ def test_a_night_with_a_case_not_stored_says_why_commcamp_exits_1(tmp_path: Path
                                                      console, console, tmp_path, Placer(), tmp_path / "v.json"))
     assert int(code) == 1 and json.loads((tmp_path / "v.json").read_text())["exit_code"] == 3
     assert "commcamp exits 1, not the night's 3: 1 case(s) ran but could not be stored (not judged)" in out.getvalue()
+
+
+def test_a_pair_test_of_a_reference_check_s_run_takes_the_spec_s_commbench_references(tmp_path: Path) -> None:
+    """A pair test is a commbench pingpong made from the degraded case: made from an nccl_tests_run case it kept
+    that case's benchmark references, which ReFrame matched on the pingpong (a benchmark's all_reduce_perf 30 us
+    small_latency judging it). It takes the spec's commbench references instead."""
+    campaign = campaign_of(tmp_path, (
+        "node_counts: [2]\nchecks: [{check: commbench_run, ops: [pingpong], sizes: [8, 64K]}]\n"
+        "references:\n  - {benchmark: all_reduce_perf, metric: small_latency, bytes: 8, value: 30, upper: 0.2}\n"
+        "  - {op: pingpong, metric: small_latency, bytes: 8, value: 12, upper: 1.0}\n"))
+    (template,) = campaign.cases("n1")
+    foreign = dataclasses.replace(template, check="nccl_tests_run", op="all_reduce_perf", variables=(),
+                                  references='[{"benchmark":"all_reduce_perf"}]')
+    with open_store(f"sqlite:///{tmp_path / 'h.db'}") as store:
+        check = HealthCheck(campaign, store, "n1", console=Console(quiet=True), runs_dir=tmp_path, placer=Placer())
+        pair = check._pair_case(foreign, ("c6n1", "c6n2"))
+    assert (pair.check, pair.op) == ("commbench_run", "pingpong")
+    assert json.loads(pair.references) == [{"op": "pingpong", "metric": "small_latency", "bytes": 8, "value": 12.0,
+                                            "upper": 1.0}]

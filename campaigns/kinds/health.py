@@ -624,7 +624,8 @@ class HealthCheck:
             template, environ=environ, check=check.check, op="pingpong",
             num_nodes=PAIR_RANKS, tasks_per_node=1, variables=tuple(check.variables(transport).items()),
             placement="any", tag=self.tag, nodelist=pair, tasks_per_node_setting=None,
-            setup=site_setup(self.campaign.site, partition, environ))
+            setup=site_setup(self.campaign.site, partition, environ),
+            references=self.campaign.own_references(check))  # a reference check's template has a benchmark's
 
     def _run_pairs(self, template: TestCase, pairs: list[tuple[str, str]]) -> None:
         cases = [self._pair_case(template, pair) for pair in pairs]

@@ -461,13 +461,17 @@ class Campaign:
     def cases(self, tag: str | None = None) -> list[TestCase]:
         return [case for check in self.spec.checks for case in self.check_cases(check, tag)]
 
-    def check_cases(self, check: CommbenchCheckSpec | ReferenceCheckSpec, tag: str | None = None) -> list[TestCase]:
-        """The test cases of one of the spec's checks."""
-        # the spec's own references of this kind of check: its ReFrame check judges them before the site's
+    def own_references(self, check: CommbenchCheckSpec | ReferenceCheckSpec) -> str:
+        """TestCase.references of `check`'s cases: the spec's own references of its kind (a benchmark's are not a
+        commbench case's; ReFrame's check judges them before the site's), as JSON."""
         kind = BenchReference if isinstance(check, ReferenceCheckSpec) else Reference
         own = [ref.model_dump(mode="json", exclude_none=True, exclude={"note"})
                for ref in self.spec.references if isinstance(ref, kind)]
-        references = json.dumps(own, separators=(",", ":")) if own else ""
+        return json.dumps(own, separators=(",", ":")) if own else ""
+
+    def check_cases(self, check: CommbenchCheckSpec | ReferenceCheckSpec, tag: str | None = None) -> list[TestCase]:
+        """The test cases of one of the spec's checks."""
+        references = self.own_references(check)
         cases = []
         for partition in self.partitions:
             for environ in self.environments:
