@@ -487,9 +487,16 @@ def test_foreign_records_say_backend_library_version_datatype_and_knobs() -> Non
     [first, *_] = foreign.parse("nccl-tests", ALL_REDUCE_PERF, source="ar.txt", timestamp=STAMP)
     assert (first["backend"], first["versions"], first["env"]) == ("cuda", {"nccl": "2.28.3"}, {})
     document = json.loads((NT_DATA / "all_reduce_perf-I.json").read_text())
-    document["env"] = ["NCCL_PROTO=Simple", "HOME=/root", "NCCL_DEBUG_FILE=x=y"]
+    document["env"] = ["NCCL_PROTO=Simple", "HOME=/root", "NCCL_DEBUG_FILE=x=y", "OMPI_COMM_WORLD_RANK=0",
+                       "OMPI_MCA_ess_base_jobid=7"]
     [first, *_] = foreign.parse("nccl-tests-json", json.dumps(document), source="a.json", timestamp=STAMP)
-    assert first["env"] == {"NCCL_DEBUG_FILE": "x=y", "NCCL_PROTO": "Simple"}
+    assert first["env"] == {"NCCL_DEBUG_FILE": "x=y", "NCCL_PROTO": "Simple"}  # not a launcher's per-job ones
+    # commbench's own records keep the same variables: one list in C, one here, held equal
+    record_c = (REPO / "bench_src" / "src" / "record.c").read_text()
+    for name, python in (("env_prefixes", foreign.ENV_PREFIXES), ("env_launcher_prefixes",
+                                                                   foreign.ENV_LAUNCHER_PREFIXES)):
+        array = re.search(rf"{name}\[\] = \{{(.*?)\}};", record_c, re.S)
+        assert array is not None and tuple(re.findall(r'"([^"]+)"', array.group(1))) == python, name
     latency = (OSU_DATA / "osu_latency.txt").read_text()
     for title, backend in (("# OSU MPI Latency Test", "cpu"), ("# OSU MPI-CUDA Latency Test", "cuda"),
                            ("# OSU MPI-ROCM Latency Test", "hip"), ("# OSU RCCL Latency Test", "hip"),
@@ -509,3 +516,4 @@ def test_nccl_tests_benchmarks_whose_size_is_not_their_bytes_are_refused_by_name
         text = ALL_REDUCE_PERF.replace("all_reduce_perf", f"{name}_perf")
         with pytest.raises(nccl_tests.NcclTestsError, match=f"commcamp does not read {name}_perf"):
             foreign.parse("nccl-tests", text, source="x.txt", timestamp=STAMP)
+        foreign.check_filter_names(op=name)  # what an older commcamp stored stays selectable (`results list --op`)

@@ -1733,6 +1733,10 @@ def test_an_mpi_tune_in_another_mpi_s_environment_is_refused(tmp_path: Path) -> 
     assert code == 2 and "environ: 'mpich' is an environment of mpich, not of library openmpi (its environments " \
         "on local:cpu: openmpi)" in " ".join(out.split()), out
     assert not (tmp_path / "runs").exists() and not (tmp_path / "rec").exists()
+    code, out = commcamp_output("tune", "--site", "local", "--system", "local:cpu", "--library", "cray-mpich",
+                                "--environ", "openmpi", "--op", "allreduce", "--sizes", "64K", "--library-version",
+                                "8.1.0", "--db", f"sqlite:///{tmp_path / 's.db'}", "--dry-run")
+    assert code == 2 and "not of library cray-mpich (its environments on local:cpu: none)" in " ".join(out.split())
     # in a spec file, the message names its line (as the spec's other fields' do)
     spec = tmp_path / "tune.yaml"
     spec.write_text("site: local\nsystem: local:cpu\nlibrary: openmpi\nenviron: mpich\nop: allreduce\n"

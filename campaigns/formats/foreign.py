@@ -34,9 +34,14 @@ from campaigns.formats import nccl_tests, osu
 from campaigns.model.records import busbw_factor, sample_stats
 
 FORMATS = ("nccl-tests", "nccl-tests-json", "osu")
-# A record's env: the variables that configure the libraries, as commbench records them (bench_src/src/record.c's
-# env_prefixes); the report tells runs under other knob settings apart by them.
+# A record's env: the variables that configure the libraries, less those a launcher sets for one process or job,
+# as commbench records them (bench_src/src/record.c's env_prefixes and env_launcher_prefixes: tests/test_formats.py
+# holds the two equal); the report tells runs under other knob settings apart by them.
 ENV_PREFIXES = ("NCCL_", "RCCL_", "MPICH_", "MPIR_CVAR_", "UCX_", "FI_", "HSA_", "OMPI_", "CUDA_", "HIP_")
+ENV_LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "OMPI_MCA_orte_", "OMPI_MCA_ess", "OMPI_MCA_pmix", "OMPI_MCA_initial_wdir",
+                         "OMPI_MCA_shmem_RUNTIME_QUERY_hint", "OMPI_FILE_LOCATION", "OMPI_UNIVERSE_SIZE",
+                         "OMPI_FIRST_RANKS", "OMPI_NUM_APP_CTX", "OMPI_APP_CTX_", "OMPI_COMMAND", "OMPI_ARGV",
+                         "MPIR_CVAR_CH3_INTERFACE_HOSTNAME")
 # Where OSU's buffers are (its title's "-CUDA", "-ROCM"; a collective library's own device) -> the record's backend
 OSU_BACKENDS = {"cuda": "cuda", "cuda managed": "cuda", "managed": "cuda", "openacc": "cuda", "rocm": "hip",
                 "nccl": "cuda", "rccl": "hip"}
@@ -53,7 +58,9 @@ def filter_names() -> dict[str, tuple[str, ...]]:
     this module makes."""
     from campaigns.model import vocabulary
 
-    ops = set(vocabulary.OPS) | set(nccl_tests.OPS.values()) | {op for op, _ in osu.BENCHMARKS.values()}
+    # nccl-tests' benchmarks no longer read (UNREAD) stay selectable: records an older commcamp stored have them
+    ops = (set(vocabulary.OPS) | set(nccl_tests.OPS.values()) | set(nccl_tests.UNREAD)
+           | {op for op, _ in osu.BENCHMARKS.values()})
     backends = {backend for names in vocabulary.TRANSPORT_BACKENDS.values() for backend in names}
     return {"op": tuple(sorted(ops)), "transport": tuple(sorted(vocabulary.TRANSPORTS)),
             "backend": tuple(sorted(backends))}
@@ -89,7 +96,8 @@ def _record(*, op: str, transport: str, backend: str, size: int, samples: list[f
         "samples_us": samples, "stats": stats, "latency_us": median, "goodput_gbs": algbw, "algbw_gbs": algbw,
         "busbw_gbs": algbw * factor, "busbw_factor": factor, "valid": valid, "check": checked, "ranks": ranks,
         "nodes": len(set(hostnames)), "hostnames": hostnames, "mpi_library": mpi_library,
-        "env": {k: v for k, v in sorted((env or {}).items()) if k.startswith(ENV_PREFIXES)}, "source": source}
+        "env": {k: v for k, v in sorted((env or {}).items())
+                if k.startswith(ENV_PREFIXES) and not k.startswith(ENV_LAUNCHER_PREFIXES)}, "source": source}
     if versions:
         record["versions"] = versions
     if direction is not None:

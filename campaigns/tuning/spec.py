@@ -333,7 +333,7 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
 
 
 # The site.yaml `mpi` of the environments an MPI library's tune runs in
-_ENVIRONMENT_MPI = {"openmpi": ("openmpi",), "mpich": ("mpich", "cray-mpich")}
+_ENVIRONMENT_MPI = {"openmpi": ("openmpi",), "mpich": ("mpich", "cray-mpich"), "cray-mpich": ("cray-mpich",)}
 
 
 def check_partition_size(spec: TuningSpec) -> None:
