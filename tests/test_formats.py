@@ -142,6 +142,15 @@ def test_ingest_nccl_tests_and_osu_store_first_class_measurements(tmp_path: Path
     assert sorted((run.num_tasks, run.num_nodes) for run in runs) == [(2, 2), (4, 1)]
     # the checks a campaign's runs of these outputs are stored under (`results runs` said "commbench")
     assert sorted(run.check_name for run in runs) == ["nccl_tests_run", "osu_run"]
+    # a file an older commcamp stored under the old default name: the same file again is still skipped
+    with open_store(url) as store, store.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE runs SET check_name = 'commbench'")
+    code, out, err = commcamp("results", "ingest", NT_OUTPUTS / "sendrecv.txt", "--format", "nccl-tests",
+                              "--site", "h200", "--system", "h200", "--db", url)
+    assert code == 0 and "skipped: the records of" in out, out + err
+    with open_store(url) as store, store.engine.begin() as connection:
+        connection.exec_driver_sql("UPDATE runs SET check_name = 'nccl_tests_run' WHERE num_tasks = 4")
+        connection.exec_driver_sql("UPDATE runs SET check_name = 'osu_run' WHERE num_tasks = 2")
     nt = frame[frame.op == "sendrecv"]
     assert len(nt) == 30 and set(nt.transport) == {"ccl"} and set(nt.commbench_version) == {"none"}
     assert nt[nt.bytes == 8].latency_us.item() == 12.59

@@ -407,8 +407,11 @@ def ingest(file: Annotated[Path, typer.Argument(help="benchmark output (commbenc
                 same = store.runs(run_key=run.run_key)
             if run_key is None and not replace and not allow_duplicate:  # an earlier ingest of this file
                 ingested = [stored for stored in same if stored.run_key == run.run_key]
+                # the check's default name is no description of the user's (an older commcamp gave foreign
+                # outputs 'commbench'): given, it is compared
                 differs = [option for stored in ingested
-                           for option in _described_otherwise(store, stored, run, records)]
+                           for option in _described_otherwise(store, stored, run, records)
+                           if option != "--check-name" or check_name is not None]
                 if differs:
                     raise ValueError(
                         f"{', '.join(sorted(set(differs)))}: {file} is stored as run {ingested[0].id} "
