@@ -40,6 +40,7 @@ from tuners.study import (
     ENV,
     FAIL_REASON,
     MAX_REPEATS,
+    MEASURED_SETUP,
     RANDOM_DRAWS,
     OUTCOME,
     REJECTED,
@@ -390,6 +391,13 @@ def test_a_study_named_by_hand_is_refused_for_trials_measured_otherwise(sqlite_u
             f"{setup_digest(shm)} != {setup_digest(tcp)}); name another study")):
         make_tuner(sqlite_url, again, n_trials=4, measured_as=tcp).run()
     assert again.calls == 1
+    # a study created before setups were kept gets its setup on resume; a long part is said to differ, not shown
+    with open_storage(sqlite_url).engine.begin() as connection:  # as an older commcamp left it: no such attribute
+        connection.exec_driver_sql("DELETE FROM study_user_attributes WHERE key = ?", (MEASURED_SETUP,))
+    make_tuner(sqlite_url, again, n_trials=3, measured_as=dict(shm)).run()
+    files = {**shm, "knob_files": ["x" * 500]}
+    with pytest.raises(ValueError, match=re.escape("(knob_files differs (4 and 504 characters);")):
+        make_tuner(sqlite_url, again, n_trials=4, measured_as=files).run()
 
 
 @pytest.mark.parametrize("dies_at", [1, 2])

@@ -341,13 +341,16 @@ def _setup_differences(stored: Mapping[str, Any] | None, given: Mapping[str, Any
     if stored is None:  # a study created before it kept its setup: the digest alone
         return "its launch or measurement setup: launcher options, sizes, iterations, the site's setup"
 
-    def short(value: Any) -> str:
-        text = json.dumps(value, sort_keys=True) if value is not None else "none"
-        return text if len(text) <= 120 else text[:117] + "..."
+    def text(value: Any) -> str:
+        return json.dumps(value, sort_keys=True) if value is not None else "none"
 
-    differing = sorted(key for key in {*stored, *given} if stored.get(key) != given.get(key))
-    return "; ".join(f"{key}: {short(stored.get(key))} in the study, {short(given.get(key))} here"
-                     for key in differing)
+    def difference(key: str) -> str:
+        before, now = text(stored.get(key)), text(given.get(key))
+        if max(len(before), len(now)) > 120:  # a knob file's content, the searched domains: only that they differ
+            return f"{key} differs ({len(before)} and {len(now)} characters)"
+        return f"{key}: {before} in the study, {now} here"
+
+    return "; ".join(difference(key) for key in sorted({*stored, *given}) if stored.get(key) != given.get(key))
 
 
 class Tuner:
@@ -471,6 +474,9 @@ class Tuner:
             raise ValueError(f"study {self.study_name} exists measured otherwise ("
                              f"{_setup_differences(study.user_attrs.get(MEASURED_SETUP), self.measured_setup or {})}; "
                              f"{stored_as} != {self.measured_as}); name another study (--study NAME)")
+        if self.measured_as is not None and stored_as == self.measured_as and MEASURED_SETUP not in study.user_attrs:
+            # a study created before setups were kept: a later refusal can name what differs
+            study.set_user_attr(MEASURED_SETUP, self.measured_setup)
         for key in ("knobs", "buckets", "baseline_env"):
             if key in study.user_attrs and study.user_attrs[key] != setup[key]:
                 raise ValueError(
