@@ -339,7 +339,9 @@ static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_
     if (!rc)
         rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, round, 0),
                      &data);
-    rc = timed_loop(run, op, exec, samples, rc, &complete); /* a failed selection or fill stops every rank there */
+    /* a fill, or a selection past its own collective (Open MPI's communicator, made by every rank), that failed on
+     * one rank stops every rank at the loop's first barrier */
+    rc = timed_loop(run, op, exec, samples, rc, &complete);
     if (complete && run->args->check)
         rc = verify(run, exec->inst, &data, bufs, wrong);
     if (complete && !rc && t->refused)
