@@ -100,6 +100,22 @@ def test_run_refuses_a_site_whose_scheduler_reframe_does_not_know(tmp_path: Path
     assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
 
 
+def test_run_names_a_modules_system_reframe_cannot_find(tmp_path: Path) -> None:
+    """`modules_system: lmod` where there is no Lmod: every case became an error whose reason ("could not find a
+    sane Lmod installation") was only in reframe.out. Refused before anything runs, the dry run aside."""
+    import shutil
+
+    shutil.copytree(REPO / "site_configs" / "local", tmp_path / "sites" / "lmodless")
+    site_yaml = tmp_path / "sites" / "lmodless" / "site.yaml"
+    site_yaml.write_text(site_yaml.read_text().replace("name: local\n", "name: lmodless\n", 1)
+                         .replace("    hostnames: ['.*']\n", "    hostnames: ['.*']\n    modules_system: lmod\n"))
+    environ = {"COMMCAMP_SITE_PATH": str(tmp_path / "sites"), "LMOD_CMD": ""}
+    code, out, err = commcamp("run", REPO / "campaigns" / "smoke.yaml", "--site", "lmodless", "--db",
+                              f"sqlite:///{tmp_path / 'r.db'}", "--runs-dir", tmp_path / "runs", env=environ)
+    assert code == 2 and "modules_system lmod: ReFrame: could not find a sane Lmod installation" in err, out + err
+    assert not (tmp_path / "r.db").exists() and not (tmp_path / "runs").exists()
+
+
 def test_site_search_path_comes_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "site.yaml").write_text("schema_version: 1\n")

@@ -31,10 +31,10 @@ def missing_slurm_conf() -> str | None:
 def preflight(campaign: Campaign) -> list[str]:
     """Problems that would make every job of the campaign fail, e.g. a Slurm site used without its
     environment (for localslurm: eval "$(site_configs/localslurm/cluster/cluster.sh env)")."""
+    problems = _modules_problems(campaign.system.modules_system)
     schedulers = sorted({p.scheduler for p in campaign.partitions} & set(_SLURM_PROBES))
     if schedulers and (missing := missing_slurm_conf()) is not None:
-        return [f"{missing} (Slurm's commands would retry it for a minute)"]
-    problems = []
+        return [*problems, f"{missing} (Slurm's commands would retry it for a minute)"]
     for scheduler in schedulers:
         for cmd, what in _SLURM_PROBES[scheduler]:
             try:
@@ -46,6 +46,19 @@ def preflight(campaign: Campaign) -> list[str]:
                 output = (probe.stderr or probe.stdout).strip()
                 problems.append(f"{what}: {shlex.join(cmd)} exited {probe.returncode}: {output}")
     return problems
+
+
+def _modules_problems(name: str) -> list[str]:
+    """The system's modules_system as ReFrame finds it here: without it every case was an error whose reason
+    ("could not find a sane Lmod installation") only reframe.out held."""
+    from reframe.core.exceptions import ConfigError
+    from reframe.core.modules import ModulesSystem
+
+    try:
+        ModulesSystem.create(name)
+    except ConfigError as exc:
+        return [f"modules_system {name}: ReFrame: {exc}"]
+    return []
 
 
 # sinfo's short states of a node that takes no new jobs (a trailing * means "not responding"): an invalid
