@@ -1743,3 +1743,21 @@ def test_an_mpi_tune_in_another_mpi_s_environment_is_refused(tmp_path: Path) -> 
                     f"sizes: [64K]\nlibrary_version: 4.1.4\ndb: sqlite:///{tmp_path / 's.db'}\n")
     code, out = commcamp_output("tune", spec, "--dry-run")
     assert code == 2 and f"{spec}:4: environ: 'mpich' is an environment of mpich" in out, out
+
+
+def test_an_open_mpi_parameter_file_in_home_stops_the_tune(tmp_path: Path) -> None:
+    """$HOME/.openmpi/mca-params.conf (btl = self,tcp, 4 KiB TCP buffers) shaped every trial unseen: the tune said
+    "library defaults", measured the TCP path, and published `unset` of the buffers for jobs without the file. It
+    stops before any run, naming the file and what it sets; OMPI_MCA_mca_base_param_files (the files named) or
+    no such file: the tune goes on."""
+    home = tmp_path / "home"
+    (home / ".openmpi").mkdir(parents=True)
+    (home / ".openmpi" / "mca-params.conf").write_text("# mine\nbtl = self,tcp\nbtl_tcp_sndbuf = 4096\n")
+    args = ("tune", "--site", "local", "--system", "local:cpu", "--library", "openmpi", "--op", "allreduce",
+            "--sizes", "64K", "--library-version", "4.1.4", "--knobs", "OMPI_MCA_btl_tcp_sndbuf", "--db",
+            f"sqlite:///{tmp_path / 's.db'}", "--runs-dir", tmp_path / "runs", "--dry-run")
+    code, out = commcamp_output(*args, env={"HOME": str(home)})
+    assert code == 2 and f"{home}/.openmpi/mca-params.conf sets btl, btl_tcp_sndbuf for every Open MPI launch" \
+        in " ".join(out.split()), out
+    code, out = commcamp_output(*args, env={"HOME": str(home), "OMPI_MCA_mca_base_param_files": "/dev/null"})
+    assert code == 0, out

@@ -116,6 +116,26 @@ def inherited_settings(stripped: Mapping[str, str], catalog: KnobCatalog, librar
     return inherited
 
 
+def user_parameter_file_problem(library: Library, environ: Mapping[str, str]) -> str | None:
+    """Open MPI reads $HOME/.openmpi/mca-params.conf in every launch (unless OMPI_MCA_mca_base_param_files names the
+    files): what it sets would shape every trial unseen (`btl = self,tcp` and 4 KiB TCP buffers measured a path a
+    job without the file never takes, and the published files said the trials unset them). None when there is
+    none, else why the tune stops."""
+    if library is not Library.OPENMPI or "OMPI_MCA_mca_base_param_files" in environ:
+        return None
+    path = Path(environ.get("HOME") or Path.home()) / ".openmpi" / "mca-params.conf"
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    names = [line.split("=", 1)[0].strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not names:
+        return None
+    return (f"{path} sets {', '.join(names)} for every Open MPI launch of this user: each trial would run with them, "
+            "unseen, and a job without that file does not; move it away, or give those settings in the environment "
+            "(OMPI_MCA_<name>: the tune names them and says the result was measured with them)")
+
+
 # What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T
 # only with dynamic rules on, which MPI_T cannot set (bench_src/README.md, "Selection sweep").
 SWEEP_ENV: dict[str, dict[str, str]] = {Library.OPENMPI: {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1"}}

@@ -25,7 +25,7 @@ from campaigns import paths
 from campaigns.locks import keep_in_use
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, inherited_settings, library_version,
-                                        new_directory, output_tail, strip_knobs)
+                                        new_directory, output_tail, strip_knobs, user_parameter_file_problem)
 from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env, site_partition
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
@@ -243,9 +243,12 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     commbench's records."""
     catalog, files = check_spec(spec, inside_allocation=inside_allocation, launcher_runs_here=launcher_runs_here)
     library = Library(spec.library)
-    stripped = strip_knobs(os.environ if environ is None else environ, catalog, library)
+    environ = os.environ if environ is None else environ
+    stripped = strip_knobs(environ, catalog, library)
     launch_env = site_env(spec, stripped)
     base_env = {**stripped, **launch_env}
+    if problem := user_parameter_file_problem(library, base_env):
+        raise ValueError(problem)
     inherited = inherited_settings(stripped, catalog, library, launch_env)
     executor = make_executor(spec, base_env, inherited)
     request = spec.request()
