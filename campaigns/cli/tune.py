@@ -320,6 +320,8 @@ def describe(setup: TuningSetup) -> list[str]:
             f"site defaults (trial 0): {setup.catalog.default_env(setup.space.knob_names) or 'library defaults'}",
             *([f"inherited from this environment, in every trial (no knob; said in the published files): "
                f"{' '.join(f'{k}={v}' for k, v in setup.inherited.items())}"] if setup.inherited else []),
+            *([f"knobs set in this environment, left out of every trial (the published files unset them): "
+               f"{' '.join(f'{k}={v}' for k, v in setup.stripped.items())}"] if setup.stripped else []),
             *launcher_lines(setup.spec)]
 
 

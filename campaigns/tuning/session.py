@@ -62,6 +62,8 @@ class TuningSetup:
     cleared: tuple[str, ...] = ()
     measured_as: dict[str, Any] | None = None  # measurement_setup: a study named by hand holds trials measured alike
     inherited: dict[str, str] = dataclasses.field(default_factory=dict)  # inherited_settings: in every trial
+    # knobs this environment set, which no trial has (strip_knobs) and the published files unset: said at the start
+    stripped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def make_executor(spec: TuningSpec, base_env: Mapping[str, str],
@@ -278,7 +280,8 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
                        study_name(spec, scope, files, space, inherited),
                        tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
-                       measurement_setup(spec, files, space, inherited), inherited)
+                       measurement_setup(spec, files, space, inherited), inherited,
+                       {name: value for name, value in sorted(environ.items()) if name not in stripped})
 
 
 def outcome_summary(outcome: RunOutcome) -> str:
