@@ -342,7 +342,7 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     exact = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=8, size=4096)
     assert exact.measured and exact.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
     # The range the bucket covers, not its name (the sizes measured in it, which reads like a range too).
-    assert "size 4096 B is in the measured bucket [8, 1048576] B (sizes measured: 8B-1MiB): keep-defaults for this " \
+    assert "size 4096 B falls in the bucket [8, 1048576] B, which the tune measured at 8B-1MiB: keep-defaults for this " \
         "bucket alone (no candidate shown faster here); the scope's environment below was not shown slower here" \
         in exact.message
     # A bucket that chose another environment of its own: said as not deployed, beside the scope's exports.
@@ -351,7 +351,7 @@ def test_lookup_never_extrapolates(tmp_path: Path, catalog: KnobCatalog) -> None
     publish(tmp_path, rec, catalog)
     own = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=16, size=4096)
     assert own.settings["OMPI_MCA_coll_tuned_allreduce_algorithm"] == "ring"
-    assert own.message.endswith("(sizes measured: 8B-1MiB): change for this bucket alone (UCX_TLS=sm), not deployed: "
+    assert own.message.endswith("which the tune measured at 8B-1MiB: change for this bucket alone (UCX_TLS=sm), not deployed: "
                                 "one environment serves every size, the lines below are the scope's")
     # one whose winner unsets the site's defaults: said so (it read "change for this bucket alone ()")
     rec = rec.model_copy(update={"baseline_env": {"UCX_TLS": "^cuda_ipc"}, "env": {**rec.env, "UCX_TLS": "^cuda_ipc"}})

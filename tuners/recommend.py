@@ -135,9 +135,10 @@ def lookup(
                 source=path,
                 candidates=(rec,),
             )
-        # The bucket's name lists the sizes measured in it; the range it covers is wider.
-        message += (f"; size {size} B is in the measured bucket [{size_result.min_bytes}, {size_result.max_bytes}] B "
-                    f"(sizes measured: {size_result.bucket}): {bucket_decision(rec, size_result)}")
+        # The bucket's name spans the sizes measured in it; the range it covers is wider ("in the measured bucket"
+        # read as if this size had been measured)
+        message += (f"; size {size} B falls in the bucket [{size_result.min_bytes}, {size_result.max_bytes}] B, "
+                    f"which the tune measured at {size_result.bucket}: {bucket_decision(rec, size_result)}")
         if rec.per_size_selection is not None:
             message += "; " + describe_selection(rec, size)
     return LookupResult(True, message, rec, size_result, path)
