@@ -804,6 +804,9 @@ def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_vali
     report, validated = finalize_with(alone_corrupts=True)
     assert report.overall.env == winner and validated == [winner, alone]
     assert all(a.kept for a in report.overall.ablation)
+    # the evidence says what the ablation found, though it kept every knob (a user found it recorded nowhere)
+    (note,) = [n for n in report.notes if ": ablation, the winner without each knob: " in n]
+    assert "NCCL_BUFFSIZE dropped (" in note and "NCCL_PROTO kept (" in note and "without it, one-sided p=" in note
     assert any("reduced set (NCCL_PROTO=Simple) is not deployed" in n and "3 wrong" in n
                and "the winner, validated, is deployed whole" in n for n in report.notes)
     assert report.overall.holdout is not None  # the held-out rounds measure the winner deployed

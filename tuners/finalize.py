@@ -1099,6 +1099,11 @@ def _ablation_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decis
                 notes.append(f"{name}: the reduced set does not lose beside the winner either ({what})")
     result = dict(decisions)
     for name, a in ablated.items():
+        # what each knob's removal did, kept or not: the published evidence said nothing of an ablation that kept all
+        notes.append(f"{name}: ablation, the winner without each knob: " + "; ".join(
+            f"{x.knob} {'kept' if x.kept else 'dropped'}"
+            + (f" ({x.loss:+.1%} without it, one-sided p={x.p_value:.3g})" if x.loss is not None and x.p_value
+               is not None else "") + f": {x.reason}" for x in a.ablation))
         dropped = [x.knob for x in a.ablation if not x.kept]
         if dropped:
             notes.append(f"{name}: ablation dropped {', '.join(dropped)} (removal does not lose at one-sided "
