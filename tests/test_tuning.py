@@ -1203,6 +1203,14 @@ def test_the_deployed_set_is_measured_against_the_site_defaults(tmp_path: Path) 
     session.publish()
     session.summary(tmp_path / "summary.json")
     rec = json.loads((tmp_path / "summary.json").read_text())["recommendation"]
+    # the summary's `cleared` is what is published: less what the deployed set exports (it listed a knob the set
+    # exports under "unset these too")
+    exported = session.outcome.recommendation
+    session.outcome.recommendation = exported.model_copy(update={
+        "env": {**exported.env, "OMPI_MCA_btl_tcp_sndbuf": "65536"}, "cleared": ["OMPI_MCA_btl_tcp_sndbuf", "X_Y"]})
+    session.summary(tmp_path / "exported.json")
+    assert json.loads((tmp_path / "exported.json").read_text())["recommendation"]["cleared"] == ["X_Y"]
+    session.outcome.recommendation = exported
     deployed = rec["deployed"]
     assert deployed["rounds"] == 6 and deployed["withdrawn"] is None
     assert deployed["overall"]["median"] == pytest.approx(0.25, abs=0.03)

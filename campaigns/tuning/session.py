@@ -40,8 +40,8 @@ from tuners.space import SearchSpace, SpaceError, build_space, check_knob_names
 from tuners.study import (SCREEN_SEED, StorageUnavailable, Tuner, check_reachable, finalization_candidates,
                           open_storage, setup_digest)
 from tuners.writers import (PLUGIN_ENV, RECOMMENDATIONS_FILE, RULE_FILE_SUFFIX, PublishedFiles, cleared_names,
-                            config_comments, env_file_text, load_recommendations, publish, rule_file, system_dir,
-                            tuner_config_name, write_atomic)
+                            config_comments, env_file_text, job_cleared, load_recommendations, publish, rule_file,
+                            system_dir, tuner_config_name, write_atomic)
 
 logger = logging.getLogger(__name__)
 
@@ -764,7 +764,9 @@ def outcome_summary_data(setup: TuningSetup, outcome: TuningOutcome) -> dict[str
             "knobs_left_the_search_beside": {name: [{"beside": context, "why": why} for context, why in contexts]
                                              for name, contexts in dropped_in_context(outcome.study).items()},
             "trials": trials, "run_durations_s": [round(d, 2) for d in setup.evaluator.durations_s],
-            "recommendation": None if rec is None else rec.model_dump(mode="json"), "untested": outcome.untested,
+            # as published: `cleared` less what the deployed set exports or unsets itself (writers.job_cleared)
+            "recommendation": None if rec is None else rec.model_copy(
+                update={"cleared": job_cleared(rec)}).model_dump(mode="json"), "untested": outcome.untested,
             "per_size_failed": outcome.per_size_failed,
             "files": None if outcome.published is None else outcome.published.to_json(),
             "provenance": provenance()}
