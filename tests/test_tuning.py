@@ -1774,3 +1774,13 @@ def test_an_open_mpi_parameter_file_in_home_stops_the_tune(tmp_path: Path) -> No
     (line,) = [line for line in " ".join(out.split()).split("knobs set in this environment, left out of every trial "
                                                            "(the published files unset them): ")[1:]]
     assert {"OMPI_MCA_btl_tcp_sndbuf=8192", "UCX_TLS=tcp"} <= set(line.split()), out
+
+
+def test_a_version_probe_that_fails_is_not_recorded_as_a_version() -> None:
+    """`provenance.slurm` held "sinfo: error: resolve_ctls_from_dns_srv: ..." (its standard error taken as the
+    version)."""
+    from campaigns.tuning.session import _command_output
+
+    assert _command_output(["sh", "-c", "echo 'sinfo: error: Unknown host' >&2; exit 1"]) == \
+        "unavailable: sh -c echo 'sinfo: error: Unknown host' >&2; exit 1 exited 1: sinfo: error: Unknown host"
+    assert _command_output(["sh", "-c", "echo slurm 22.05.8"]) == "slurm 22.05.8"

@@ -719,7 +719,10 @@ def _command_output(cmd: list[str]) -> str:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"unavailable: {exc}"
-    return (result.stdout or result.stderr).strip().splitlines()[0] if (result.stdout or result.stderr) else ""
+    first = (result.stdout or result.stderr).strip().splitlines()[:1]
+    if result.returncode != 0 or not result.stdout.strip():  # an error is no version ("sinfo: error: ...")
+        return f"unavailable: {' '.join(cmd)} exited {result.returncode}" + (f": {first[0]}" if first else "")
+    return first[0]
 
 
 def _slurm_version() -> str:
