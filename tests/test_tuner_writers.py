@@ -845,6 +845,7 @@ def test_scopes_of_two_rank_layouts_are_published_side_by_side_and_recommend_ask
     assert "export OMPI_MCA_coll_tuned_allreduce_algorithm='recursive_doubling'" in stdout
     code, stdout, _ = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "2")
     assert code == 3 and "nothing measured" in stdout
+    assert "; published: --tasks-per-node 1 or 4" in stdout, stdout  # named, as another library version is
     code, _, stderr = commcamp("recommend", "--root", tmp_path, *LOCAL_JOB, "--tasks-per-node", "0")
     assert code == 2 and "--tasks-per-node 0 must be at least 1" in stderr
 

@@ -79,9 +79,12 @@ def lookup(
     context = ", ".join(f"{k}={v}" for k, v in wanted.items() if v is not None)
     if not matching:
         message = f"nothing measured for {context} on {site}/{system}"
-        other_versions = _matching(entries, {**wanted, "library_version": None})  # none unless a version was named
-        if other_versions:
-            message += f"; published: --library-version {' or '.join(_values(other_versions, 'library_version'))}"
+        # what was published beside the job's context, where one option alone differs (none unless it was named)
+        for name, option in (("library_version", "--library-version"), ("tasks_per_node", "--tasks-per-node"),
+                             ("gpus_per_node", "--gpus-per-node")):
+            published = [v for v in _values(_matching(entries, {**wanted, name: None}), name) if v != "None"]
+            if wanted[name] is not None and published:
+                message += f"; published: {option} {' or '.join(published)}"
         return LookupResult(False, message, source=path)
     exact = [r for r in matching if r.scope.nodes == nodes]
     if not exact:
