@@ -709,3 +709,16 @@ def test_recommend_refuses_a_system_of_several_partitions_without_one(tmp_path: 
     code, stdout, stderr = commcamp("recommend", "--root", tmp_path / "rec", "--site", "two", "--system", "local:debug",
                                     "--op", "allreduce", "--nodes", "1", env={"COMMCAMP_SITE_PATH": str(tmp_path / "sites")})
     assert code == 3, stdout + stderr  # nothing measured there: said, not refused
+
+
+def test_standard_output_on_a_full_disk_is_said_in_one_line(tmp_path: Path) -> None:
+    """`commcamp recommend ... > /dev/full` printed a traceback (OSError: [Errno 28]); one line, exit 1."""
+    import subprocess
+
+    (tmp_path / "rec").mkdir()
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([str(COMMCAMP), "recommend", "--site", "local", "--system", "local:cpu", "--op",
+                               "allreduce", "--nodes", "1", "--root", str(tmp_path / "rec")], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and done.stderr.strip() == "commcamp: a write failed: No space left on device", \
+        done.stderr

@@ -7,6 +7,8 @@ Exit codes: campaigns.exit_codes.ExitCode (the README's table): 0 everything pas
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import shlex
@@ -346,4 +348,13 @@ def main() -> None:
     # SIGTERM (Slurm's time limit, scancel, kill) stops commcamp as Ctrl-C does: children stopped, what
     # finished stored, a running trial queued again, one line said, exit 130 (INTERRUPTED).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    app()
+    try:
+        app()
+    except OSError as exc:
+        # a write no command expected: its standard output on a full disk (`recommend ... > /dev/full`) printed a
+        # traceback
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EPIPE):
+            raise
+        with contextlib.suppress(OSError):
+            print(f"commcamp: a write failed: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(ExitCode.FAILED)
