@@ -810,6 +810,11 @@ def test_a_reduced_set_with_an_unsafe_change_is_deployed_only_after_its_own_vali
     assert any("reduced set (NCCL_PROTO=Simple) is not deployed" in n and "3 wrong" in n
                and "the winner, validated, is deployed whole" in n for n in report.notes)
     assert report.overall.holdout is not None  # the held-out rounds measure the winner deployed
+    # its interval's level, said with it: 1 - 2 P(Binomial(n, 1/2) < k) (6 rounds at 95 %: [min, max], 96.9 %)
+    from tuners.finalize import median_ci_coverage
+
+    assert report.overall.holdout.coverage == median_ci_coverage(report.overall.holdout.rounds, 0.95)
+    assert median_ci_coverage(6, 0.95) == 1 - 2 * 0.5 ** 6 and median_ci_coverage(5, 0.95) == 1 - 2 * 0.5 ** 5
 
 
 def test_a_reduced_set_that_finalization_refused_is_not_deployed() -> None:

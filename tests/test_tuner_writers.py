@@ -658,13 +658,14 @@ def test_the_console_and_recommend_show_the_held_out_gain_and_say_no_candidate_t
     from campaigns.tuning.session import TuningOutcome
     from tuners.recommendation import HeldOut
 
-    held_out = HeldOut(median=0.095, ci_low=0.05, ci_high=0.14, rounds=6, ratios=[1.095] * 6)
+    held_out = HeldOut(median=0.095, ci_low=0.05, ci_high=0.14, rounds=6, ratios=[1.095] * 6, coverage=0.96875)
     change = mpi_recommendation().model_copy(update={"held_out": held_out})
     study = optuna.create_study()
     lines = report_lines(TuningOutcome(study, {}, recommendation=change))
     (decision,) = [line for line in lines if line.startswith("decision: ")]
+    # the interval's level is said (6 rounds: [min, max], 96.9 % whatever the distribution)
     assert decision.startswith("decision: change: +12.0% median speed-up") and \
-        "; held out: +9.5% median speed-up of what is deployed (CI +5.0% .. +14.0%), 6 rounds" in decision
+        "; held out: +9.5% median speed-up of what is deployed (96.9% CI +5.0% .. +14.0%), 6 rounds" in decision
     publish(tmp_path, change, catalog)
     found = lookup(tmp_path, "testsite", "gpusys", op="allreduce", nodes=2)
     assert "(change: +12.0% median speed-up" in found.message and "held out: +9.5%" in found.message

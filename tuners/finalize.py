@@ -338,6 +338,7 @@ class Holdout:
     ci_high: float
     rounds: int
     ratios: tuple[float, ...]
+    coverage: float | None = None  # the interval's (median_ci_coverage)
 
 
 @dataclass(frozen=True)
@@ -472,13 +473,25 @@ def median_ci(ratios: np.ndarray, confidence: float) -> tuple[float, float]:
     for any continuous distribution (the percentile bootstrap it replaced covered 91.6-95.0 % at 95 %
     with 6-12 log-normal rounds). Too few values for that (at 95 %: n < 6) give [min, max], whose coverage is
     1 - 2**(1 - n)."""
-    from scipy import stats  # a slow import: commands that never finalize do not pay it
-
     ordered = np.sort(np.asarray(ratios, dtype=float))
     n = len(ordered)
-    tail = (1 - confidence) / 2
-    k = max(1, int(np.sum(stats.binom.cdf(np.arange(n), n, 0.5) <= tail)))
+    k = _order_statistic(n, confidence)
     return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def _order_statistic(n: int, confidence: float) -> int:
+    """median_ci's k for n values."""
+    from scipy import stats  # a slow import: commands that never finalize do not pay it
+
+    return max(1, int(np.sum(stats.binom.cdf(np.arange(n), n, 0.5) <= (1 - confidence) / 2)))
+
+
+def median_ci_coverage(n: int, confidence: float) -> float:
+    """The coverage median_ci's interval of n values has for any continuous distribution: 1 - 2 P(Binomial(n, 1/2)
+    < k) (6 rounds at 95 %: [min, max], 96.9 %; 5 rounds: 93.8 %, below what was asked)."""
+    from scipy import stats
+
+    return float(1 - 2 * stats.binom.cdf(_order_statistic(n, confidence) - 1, n, 0.5))
 
 
 def _paired_statistics(log_ratios: np.ndarray, thresholds: Thresholds, interval: bool = True) -> _Measured:
@@ -1195,7 +1208,8 @@ def holdout_of(rounds: Sequence[Measured], key: int, decision: str, confidence: 
         return None
     ratios = np.exp(log_ratios)
     low, high = median_ci(ratios, confidence)
-    return Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios), tuple(float(r) for r in ratios))
+    return Holdout(float(np.median(ratios) - 1), low - 1, high - 1, len(ratios), tuple(float(r) for r in ratios),
+                   median_ci_coverage(len(ratios), confidence))
 
 
 def _holdout_phase(evaluator: Evaluator, baseline_env: Mapping[str, str], decisions: dict[str, Decision],

@@ -71,16 +71,18 @@ class HeldOut(_Model):
     ci_high: float
     rounds: int
     ratios: list[float]
+    coverage: float | None = None  # the interval's, whatever the distribution (None: published before it was said)
 
     @classmethod
     def of(cls, h: Holdout | None) -> HeldOut | None:
         return None if h is None else cls(median=h.gain, ci_low=h.ci_low, ci_high=h.ci_high, rounds=h.rounds,
-                                          ratios=list(h.ratios))
+                                          ratios=list(h.ratios), coverage=h.coverage)
 
     def describe(self, deployed: bool = True) -> str:
         """`deployed` False: a size bucket's own winner, which the scope's one environment does not deploy."""
         what = "what is deployed" if deployed else "this bucket's own winner (not deployed)"
-        return (f"held out: {self.median:+.1%} median speed-up of {what} (CI {self.ci_low:+.1%} .. "
+        level = "" if self.coverage is None else f"{self.coverage:.1%} "
+        return (f"held out: {self.median:+.1%} median speed-up of {what} ({level}CI {self.ci_low:+.1%} .. "
                 f"{self.ci_high:+.1%}), {self.rounds} rounds after the choice")
 
     def short(self) -> str:
