@@ -1765,15 +1765,29 @@ def test_an_open_mpi_parameter_file_in_home_stops_the_tune(tmp_path: Path) -> No
             "--sizes", "64K", "--library-version", "4.1.4", "--knobs", "OMPI_MCA_btl_tcp_sndbuf", "--db",
             f"sqlite:///{tmp_path / 's.db'}", "--runs-dir", tmp_path / "runs", "--dry-run")
     code, out = commcamp_output(*args, env={"HOME": str(home)})
+    said = " ".join(out.split())
     assert code == 2 and f"{home}/.openmpi/mca-params.conf sets btl, btl_tcp_sndbuf for every Open MPI launch" \
-        in " ".join(out.split()), out
+        in said, out
+    # the advice holds for what it names: a knob in the environment is stripped like any other, btl is inherited
+    assert "(btl_tcp_sndbuf: knobs, which a tune searches or takes from the site's knob defaults and pins); btl " \
+        "can be given in the environment (OMPI_MCA_<name>" in said, out
+    # a tune of another library launched under Open MPI's mpirun reads the file as well
+    ucx = [*args]
+    ucx[ucx.index("openmpi")] = "ucx"
+    ucx[ucx.index("4.1.4")] = "1.13"
+    ucx[ucx.index("OMPI_MCA_btl_tcp_sndbuf")] = "UCX_TLS"
+    code, out = commcamp_output(*ucx, "--environ", "openmpi", env={"HOME": str(home)})
+    assert code == 2 and "mca-params.conf sets btl, btl_tcp_sndbuf" in " ".join(out.split()), out
     code, out = commcamp_output(*args, env={"HOME": str(home), "OMPI_MCA_mca_base_param_files": "/dev/null",
-                                            "OMPI_MCA_btl_tcp_sndbuf": "8192", "UCX_TLS": "tcp"})
+                                            "OMPI_MCA_btl_tcp_rcvbuf": "8192", "UCX_TLS": "tcp",
+                                            "OMPI_MCA_btl_tcp_sndbuf": "4096", "OMPI_MCA_mpi_show_mca_params": "all"})
     assert code == 0, out
-    # the knobs this environment set are said to be left out (a site module's UCX_TLS vanished without a word)
+    # the knobs this environment set are said to be left out (a site module's UCX_TLS vanished without a word);
+    # not the searched knob, nor what the launches set again (the read log's switch)
     (line,) = [line for line in " ".join(out.split()).split("knobs set in this environment, left out of every trial "
                                                            "(the published files unset them): ")[1:]]
-    assert {"OMPI_MCA_btl_tcp_sndbuf=8192", "UCX_TLS=tcp"} <= set(line.split()), out
+    assert {"OMPI_MCA_btl_tcp_rcvbuf=8192", "UCX_TLS=tcp"} <= set(line.split()), out
+    assert "OMPI_MCA_btl_tcp_sndbuf" not in line and "show_mca_params" not in line, out
 
 
 def test_a_version_probe_that_fails_is_not_recorded_as_a_version() -> None:

@@ -116,12 +116,12 @@ def inherited_settings(stripped: Mapping[str, str], catalog: KnobCatalog, librar
     return inherited
 
 
-def user_parameter_file_problem(library: Library, environ: Mapping[str, str]) -> str | None:
+def user_parameter_file_problem(catalog: KnobCatalog, environ: Mapping[str, str]) -> str | None:
     """Open MPI reads $HOME/.openmpi/mca-params.conf in every launch (unless OMPI_MCA_mca_base_param_files names the
-    files): what it sets would shape every trial unseen (`btl = self,tcp` and 4 KiB TCP buffers measured a path a
-    job without the file never takes, and the published files said the trials unset them). None when there is
-    none, else why the tune stops."""
-    if library is not Library.OPENMPI or "OMPI_MCA_mca_base_param_files" in environ:
+    files): what it sets would shape every trial of a tune launched under Open MPI unseen (`btl = self,tcp` and
+    4 KiB TCP buffers measured a path a job without the file never takes, and the published files said the trials
+    unset them). None when there is none, else why the tune stops."""
+    if "OMPI_MCA_mca_base_param_files" in environ:
         return None
     path = Path(environ.get("HOME") or Path.home()) / ".openmpi" / "mca-params.conf"
     try:
@@ -131,9 +131,14 @@ def user_parameter_file_problem(library: Library, environ: Mapping[str, str]) ->
     names = [line.split("=", 1)[0].strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
     if not names:
         return None
+    knobs = [name for name in names if f"OMPI_MCA_{name}" in catalog]
+    others = [name for name in names if name not in knobs]
     return (f"{path} sets {', '.join(names)} for every Open MPI launch of this user: each trial would run with them, "
-            "unseen, and a job without that file does not; move it away, or give those settings in the environment "
-            "(OMPI_MCA_<name>: the tune names them and says the result was measured with them)")
+            "unseen, and a job without that file does not; move it away"
+            + (f" ({', '.join(knobs)}: knobs, which a tune searches or takes from the site's knob defaults and pins)"
+               if knobs else "")
+            + (f"; {', '.join(others)} can be given in the environment (OMPI_MCA_<name>: the tune names them and says "
+               "the result was measured with them)" if others else ""))
 
 
 # What the per-size sweep needs besides the environment: Open MPI honours an algorithm forced through MPI_T

@@ -26,7 +26,8 @@ from campaigns.locks import keep_in_use
 from campaigns.tuning.executors import (READ_LOG_ENV, SWEEP_ENV, CommbenchEvaluator, Executor, LauncherExecutor,
                                         ReframeExecutor, RunOutcome, inherited_settings, library_version,
                                         new_directory, output_tail, strip_knobs, user_parameter_file_problem)
-from campaigns.tuning.spec import TuningSpec, check_partition_size, site_catalog, site_env, site_partition
+from campaigns.tuning.spec import (TuningSpec, check_partition_size, environment_mpi, site_catalog, site_env,
+                                   site_partition)
 from tuners.catalog import KnobCatalog, Library
 from tuners.evaluation import Evaluation, EvaluationAborted, SizeBucket, buckets_for_sizes
 from tuners.finalize import Candidate, FinalReport, check_deployed, finalize, fit_budget, planned_runs
@@ -249,7 +250,9 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
     stripped = strip_knobs(environ, catalog, library)
     launch_env = site_env(spec, stripped)
     base_env = {**stripped, **launch_env}
-    if problem := user_parameter_file_problem(library, base_env):
+    # whatever the library tuned: UCX or NCCL under Open MPI's mpirun read the file too
+    if (library is Library.OPENMPI or environment_mpi(spec) == "openmpi") and (
+            problem := user_parameter_file_problem(catalog, base_env)):
         raise ValueError(problem)
     inherited = inherited_settings(stripped, catalog, library, launch_env)
     executor = make_executor(spec, base_env, inherited)
@@ -277,11 +280,14 @@ def prepare(spec: TuningSpec, *, environ: Mapping[str, str] | None = None, inges
                                    exempt=frozenset(spec.unverifiable_knobs), ingest=ingester, version=version,
                                    launch_context=space.launch_context)
     versions = {library.value: version, "commcamp": _git_commit()}
+    cleared = tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library))
     return TuningSetup(spec, catalog, files, space, scope, buckets, evaluator, versions,
-                       study_name(spec, scope, files, space, inherited),
-                       tuple(cleared_names(catalog, {*launch_env, *catalog.default_env()}, library)),
+                       study_name(spec, scope, files, space, inherited), cleared,
                        measurement_setup(spec, files, space, inherited), inherited,
-                       {name: value for name, value in sorted(environ.items()) if name not in stripped})
+                       # the caller's values no trial has and the published files unset (not those the site sets
+                       # again, nor the knobs searched)
+                       {name: value for name, value in sorted(environ.items())
+                        if name not in stripped and name in cleared and name not in space.knob_names})
 
 
 def outcome_summary(outcome: RunOutcome) -> str:

@@ -332,6 +332,12 @@ def site_partition(spec: TuningSpec) -> tuple[Any, dict[str, str]] | None:
     return partition, {**partition.env_vars, **environment.env_vars}
 
 
+def environment_mpi(spec: TuningSpec) -> str | None:
+    """The site.yaml `mpi` of the spec's environment (the MPI every trial launches under); None without site.yaml."""
+    site = _site(spec.site)
+    return None if site is None else site.environment(spec.environ).mpi
+
+
 # The site.yaml `mpi` of the environments an MPI library's tune runs in
 _ENVIRONMENT_MPI = {"openmpi": ("openmpi",), "mpich": ("mpich", "cray-mpich"), "cray-mpich": ("cray-mpich",)}
 
