@@ -990,13 +990,17 @@ def test_another_rank_layout_or_size_set_gets_a_study_of_its_own() -> None:
     base = TuningSpec(site="local", system="local:cpu", library="openmpi", op="allreduce", sizes=[8, 1024],
                       sizes_per_bucket=3, knobs=["OMPI_MCA_btl_tcp_sndbuf"])
     measurements = [{"tasks_per_node": 4}, {"sizes": [8, 64, 1024]}, {"batch": 8}, {"iters": 200},
-                    {"warmup": 20}, {"environ": "mpich"}, {"sizes_per_bucket": 1}]
+                    {"warmup": 20}, {"sizes_per_bucket": 1}]
     specs = [base, *(base.model_copy(update=change) for change in measurements),
              base.model_copy(update={"sizes": [1024, 8], "trials": 50})]
     ranges = [[(b.name, b.min_bytes, b.max_bytes) for b in buckets_for_sizes(spec.sizes, 3)] for spec in specs[:3]]
     assert ranges[0] == ranges[2]  # what the stored study checks
     names = [study_name(spec, scope, [], space, {}) for spec in specs]
     assert len(set(names[:-1])) == len(measurements) + 1 and names[-1] == names[0]
+    # another environment (a UCX tune under Open MPI or MPICH; an MPI's own tune runs in its MPI's only)
+    ucx = base.model_copy(update={"library": "ucx"})
+    assert len({study_name(ucx.model_copy(update={"environ": environ}), scope, [], space, {})
+                for environ in ("openmpi", "mpich")}) == 2
 
 
 def test_another_launch_gets_a_study_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -194,8 +194,12 @@ static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_e
             hang_forever(run);
         if (!cb_barrier_all_ok(&rc))
             break;
+        /* the sample starts at a barrier's release, as it always did: an allreduce releases the ranks at other
+         * times (3 ranks: a node that slowed no longer stood 2x apart from its ring neighbours) */
+        rc = cb_barrier();
         double t0 = MPI_Wtime();
-        rc = run_batch(op, exec, args->batch);
+        if (!rc)
+            rc = run_batch(op, exec, args->batch);
         double t1 = MPI_Wtime();
         if (inject && args->inject == CB_INJECT_FAIL && !rc) { /* as a GPU or library error on one rank */
             cb_errorf("injected failure of this rank's operation (--inject fail)");
