@@ -178,9 +178,10 @@ static int run_batch(const struct cb_op *op, const struct cb_exec *exec, int n)
 
 /* Warmup + timed samples of --batch operations each; samples[i] = this rank's time per operation
  * in timed sample i. Only the operations and their completion are timed, not the barrier. `rc`: this rank's
- * status before the loop (a selection or fill that failed here). Each sample starts with a barrier that agrees
- * (cb_barrier_all_ok): a failure on any rank stops every rank there. Returns this rank's status (the caller's
- * agreement names the failing rank); *complete: whether every sample ran on every rank. */
+ * status before the loop (a selection or fill that failed here). Each sample starts with an agreement
+ * (cb_barrier_all_ok), then the barrier whose release starts it: a failure on any rank stops every rank
+ * there. Returns this rank's status (the caller's agreement names the failing rank); *complete: whether
+ * every sample ran on every rank. */
 static int timed_loop(struct run *run, const struct cb_op *op, const struct cb_exec *exec, double *samples, int rc,
                       int *complete)
 {
@@ -344,7 +345,7 @@ static int sweep_round(struct run *run, const struct cb_op *op, const struct cb_
         rc = prepare(run, op, exec->plan, exec->inst, bufs, validation_seed(op, exec->plan, exec->inst, sel, round, 0),
                      &data);
     /* a fill, or a selection past its own collective (Open MPI's communicator, made by every rank), that failed on
-     * one rank stops every rank at the loop's first barrier */
+     * one rank stops every rank at the loop's first agreement */
     rc = timed_loop(run, op, exec, samples, rc, &complete);
     if (complete && run->args->check)
         rc = verify(run, exec->inst, &data, bufs, wrong);
